@@ -1,0 +1,46 @@
+# tandem: the two entry points are `make demo` and `make test`; both install what is
+# missing (Debian packages via apt-get), configure, build and run.
+
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
+DEMO_CONFIG ?= configs/shakespeare-char.json
+DEMO_DIR ?= runs/shakespeare-char
+
+DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-openmp-dev nlohmann-json3-dev \
+	libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev
+
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all deps build test demo clean format
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+$(BUILD_DIR)/CMakeCache.txt:
+	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)
+
+build: deps $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+# A fresh demo run each time: the previous demo output is replaced.
+demo: build
+	rm -rf $(DEMO_DIR)
+	$(BUILD_DIR)/tandem train --config $(DEMO_CONFIG) --metrics $(DEMO_DIR)/metrics.jsonl
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h')
+
+clean:
+	rm -rf $(BUILD_DIR)

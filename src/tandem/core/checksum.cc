@@ -1,0 +1,38 @@
+#include "tandem/core/checksum.h"
+
+#include <xxhash.h>
+
+#include <memory>
+#include <vector>
+
+#include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
+
+namespace tandem {
+
+uint64_t checksum64(const void* data, size_t bytes) { return XXH3_64bits(data, bytes); }
+
+uint64_t checksum64_file(const std::filesystem::path& path) {
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
+  TANDEM_CHECK(state != nullptr, "out of memory creating a checksum state");
+  XXH3_64bits_reset(state.get());
+  File file(path, "rb");
+  uint64_t remaining = file.size();
+  std::vector<uint8_t> block(1 << 20);
+  while (remaining > 0) {
+    const size_t n = remaining < block.size() ? static_cast<size_t>(remaining) : block.size();
+    file.read_exact(block.data(), n);
+    XXH3_64bits_update(state.get(), block.data(), n);
+    remaining -= n;
+  }
+  return XXH3_64bits_digest(state.get());
+}
+
+std::string checksum_hex(uint64_t checksum) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex(16, '0');
+  for (int i = 15; i >= 0; --i, checksum >>= 4) hex[i] = kDigits[checksum & 0xf];
+  return hex;
+}
+
+}  // namespace tandem

@@ -1,0 +1,82 @@
+// Checked file I/O: every call is checked and every failure names the file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tandem {
+
+// An open file, closed on destruction. Reads and writes throw tandem::Error naming
+// the path on any short read or write.
+class File {
+ public:
+  // mode as for fopen ("rb", "wb", "ab").
+  File(const std::filesystem::path& path, const char* mode);
+  ~File();
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  File(File&& other) noexcept;
+  File& operator=(File&& other) noexcept;
+
+  // Reads exactly `bytes` bytes or throws ("truncated: expected N bytes at offset O").
+  void read_exact(void* dst, size_t bytes);
+  void write_all(const void* src, size_t bytes);
+  void write_all(std::string_view text) { write_all(text.data(), text.size()); }
+  void seek(uint64_t offset);
+  uint64_t tell();
+  uint64_t size();
+  void flush();
+  // fflush + fsync: the bytes are on stable storage when this returns.
+  void sync();
+  // Closes now and reports a failed close (buffered data that could not be written).
+  void close();
+
+  const std::filesystem::path& path() const { return path_; }
+  FILE* get() { return file_; }
+
+ private:
+  std::filesystem::path path_;
+  FILE* file_ = nullptr;
+};
+
+std::vector<uint8_t> read_file_bytes(const std::filesystem::path& path);
+std::string read_file_text(const std::filesystem::path& path);
+
+// Writes a file atomically: data go to "<path>.tmp-<pid>", which is fsync'ed and then
+// renamed over `path`; the directory is fsync'ed too. A crash at any point leaves
+// either the old file or the new one, never a mix. If the writer is destroyed
+// without commit() (an exception on the way), the temporary file is removed and the
+// old file is untouched.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::filesystem::path path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(const void* src, size_t bytes) { file_.write_all(src, bytes); }
+  void write(std::string_view text) { file_.write_all(text); }
+  void commit();
+
+  const std::filesystem::path& temp_path() const { return temp_path_; }
+
+ private:
+  std::filesystem::path path_;
+  std::filesystem::path temp_path_;
+  File file_;
+  bool committed_ = false;
+};
+
+void write_file_atomic(const std::filesystem::path& path, std::span<const uint8_t> bytes);
+void write_file_atomic(const std::filesystem::path& path, std::string_view text);
+
+// fsync on a directory, so that a rename inside it is durable.
+void sync_directory(const std::filesystem::path& dir);
+
+}  // namespace tandem
