@@ -1,0 +1,81 @@
+// The run configuration: a JSON file with DeepSpeed's key names where the concept is
+// the same, plus `--set key=value` overrides from the command line.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tandem/model/gpt_config.h"
+
+namespace tandem {
+
+struct DataConfig {
+  // A raw text file (byte tokenizer) or an llm.c token shard (*.bin).
+  std::string train_path;
+  // Optional; if empty, the last `val_fraction` of the training tokens is held out.
+  std::string val_path;
+  double val_fraction = 0.1;
+};
+
+struct OptimizerConfig {  // JSON: "optimizer": {"type": "AdamW", "params": {...}}
+  float lr = 1e-3f;
+  float beta1 = 0.9f;  // "betas": [beta1, beta2]
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;  // decoupled; applied to 2-D weights only
+};
+
+struct SchedulerConfig {  // JSON: "scheduler": {"type": "WarmupCosineLR", "params": {...}}
+  int64_t warmup_num_steps = 0;  // linear warm-up from 0 to lr
+  float cos_min_ratio = 0.1f;    // cosine decay to lr * cos_min_ratio at the last step
+};
+
+struct TrainLoopConfig {  // JSON: "train": {...}
+  int64_t steps = 1000;
+  uint64_t seed = 1337;
+  int seq_len = 0;  // T; 0 means model.context_length. Must be <= context_length.
+  int64_t eval_interval = 100;   // 0 disables evaluation during training
+  int64_t eval_batches = 20;
+  int64_t checkpoint_interval = 0;  // 0: only a checkpoint at the end
+  int64_t log_interval = 10;        // progress lines when stderr is not a terminal
+  std::string output_dir = "runs/default";
+  int sample_bytes = 300;  // bytes sampled and printed at the end; 0 disables
+};
+
+struct TrainConfig {
+  GptConfig model;
+  DataConfig data;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  TrainLoopConfig train;
+  int micro_batch_size = 8;             // "train_micro_batch_size_per_gpu" (B)
+  int gradient_accumulation_steps = 1;  // "gradient_accumulation_steps"
+  float gradient_clipping = 1.0f;       // "gradient_clipping"; 0 disables
+
+  int seq_len() const { return train.seq_len > 0 ? train.seq_len : model.context_length; }
+};
+
+// Parses and validates a configuration. Unknown keys and invalid values throw
+// tandem::Error with a message naming the full key path ("optimizer.params.lr") and
+// what is allowed (with a "did you mean" suggestion for near-miss key names).
+TrainConfig parse_train_config(const nlohmann::json& json);
+
+// Applies one "dotted.key.path=value" override to a JSON config. The value is parsed
+// as JSON when it is valid JSON (numbers, true/false, arrays, quoted strings) and
+// taken as a string otherwise. Throws tandem::Error for a malformed override.
+void apply_config_override(nlohmann::json& json, const std::string& assignment);
+
+// Reads the file (errors name it, with the line/column of a JSON syntax error),
+// applies the overrides in order, and parses.
+TrainConfig load_train_config(const std::filesystem::path& path,
+                              const std::vector<std::string>& overrides);
+
+// The full configuration, every field written out, in the same schema that
+// parse_train_config reads: parse_train_config(to_json(c)) == c.
+nlohmann::json to_json(const TrainConfig& config);
+
+}  // namespace tandem
