@@ -1,0 +1,129 @@
+// The compute backend: the memory and kernels the model is written against.
+//
+// The GPT model (model/gpt.h) never touches memory or math directly; it allocates
+// buffers and calls kernels through this interface. The CPU backend (compute/cpu/)
+// implements it with OpenBLAS and OpenMP; a CUDA backend implements the same
+// interface, so adding a backend changes neither the model nor the trainer.
+//
+// Conventions for every kernel:
+// - All pointers are in the backend's memory (from allocate()), except where a
+//   parameter is documented as host memory.
+// - Tensors are dense row-major; shapes are given in comments as [dim0, dim1, ...].
+// - Parameter gradients (dweight, dbias, dwte, dwpe) are accumulated (+=), so that
+//   micro-batches add up. Activation gradients are overwritten (=) unless the kernel
+//   says "accumulates".
+// - Results are deterministic: the same inputs give the same bits on every run and
+//   every thread count.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+namespace tandem {
+
+class ComputeBackend;
+
+// Memory owned by a backend, released when the Buffer goes out of scope.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(void* data, size_t bytes, ComputeBackend* owner) : data_(data), bytes_(bytes), owner_(owner) {}
+  ~Buffer();
+  Buffer(Buffer&& other) noexcept { swap(other); }
+  Buffer& operator=(Buffer&& other) noexcept {
+    Buffer moved(std::move(other));
+    swap(moved);
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void swap(Buffer& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(bytes_, other.bytes_);
+    std::swap(owner_, other.owner_);
+  }
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  ComputeBackend* owner_ = nullptr;
+};
+
+class ComputeBackend {
+ public:
+  virtual ~ComputeBackend() = default;
+  virtual std::string_view name() const = 0;
+
+  // ---- memory ---------------------------------------------------------------
+  // Zero-initialised, 64-byte aligned. Throws tandem::Error when out of memory.
+  virtual Buffer allocate(size_t bytes) = 0;
+  virtual void release(void* data) noexcept = 0;
+  virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+  // Waits for all queued work (a no-op for synchronous backends).
+  virtual void synchronize() = 0;
+
+  // ---- forward kernels ------------------------------------------------------
+  // out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]
+  virtual void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                               int B, int T, int C) = 0;
+  // out[N,C] = (inp - mean) * rstd * weight + bias, per row; saves mean[N], rstd[N].
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C) = 0;
+  // out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC]; bias may be null.
+  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                              int N, int C, int OC) = 0;
+  // Causal multi-head attention. qkv[B,T,3C] holds q, k, v as consecutive C-wide
+  // chunks; head h uses columns [h*hs, (h+1)*hs) of each. out[B,T,C] = softmax(q k^T /
+  // sqrt(hs)) v per head; lse[B,NH,T] saves each softmax row's log-sum-exp so the
+  // backward pass can recompute probabilities without a stored T x T matrix.
+  virtual void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
+                                 int NH) = 0;
+  // out[N] = GELU(inp[N]), tanh approximation (GPT-2's gelu_new).
+  virtual void gelu_forward(float* out, const float* inp, size_t N) = 0;
+  // out[N] = a[N] + b[N]
+  virtual void residual_forward(float* out, const float* a, const float* b, size_t N) = 0;
+  // losses[N] = logsumexp(logits[n, :]) - logits[n, targets[n]]; logits[N,V].
+  virtual void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
+                                     int N, int V) = 0;
+
+  // ---- backward kernels -----------------------------------------------------
+  // dlogits[N,V] = dloss * (softmax(logits[n, :]) - onehot(targets[n]))
+  virtual void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
+                                      float dloss, int N, int V) = 0;
+  // dinp[N,C] = dout[N,OC] @ weight[OC,C]; dweight[OC,C] += dout^T @ inp;
+  // dbias[OC] += sum over rows of dout (dbias may be null).
+  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int N, int C, int OC) = 0;
+  // Accumulates: dinp[N,C] += d(layernorm)/d(inp); dweight[C] +=; dbias[C] +=.
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int N, int C) = 0;
+  // dqkv[B,T,3C] from dout[B,T,C], recomputing probabilities from qkv and lse.
+  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                  const float* out, const float* lse, int B, int T, int C,
+                                  int NH) = 0;
+  // dinp[N] = GELU'(inp) * dout
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) = 0;
+  // dwte[V,C] += scatter of dout[B,T,C] by token; dwpe[maxT,C] += sum over the batch.
+  virtual void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                                int B, int T, int C) = 0;
+};
+
+inline Buffer::~Buffer() {
+  if (owner_ != nullptr && data_ != nullptr) owner_->release(data_);
+}
+
+// The host backend: OpenBLAS matmuls, OpenMP loops.
+std::unique_ptr<ComputeBackend> make_cpu_backend();
+
+}  // namespace tandem

@@ -1,0 +1,91 @@
+// CpuBackend: host memory and the CPU kernels.
+#include <cstdlib>
+#include <cstring>
+
+#include "tandem/compute/compute_backend.h"
+#include "tandem/compute/cpu/cpu_kernels.h"
+#include "tandem/core/error.h"
+
+namespace tandem {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+class CpuBackend final : public ComputeBackend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+
+  Buffer allocate(size_t bytes) override {
+    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* data = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+    if (data == nullptr) fail("cpu backend: out of host memory allocating ", bytes, " bytes");
+    std::memset(data, 0, rounded);
+    return Buffer(data, bytes, this);
+  }
+  void release(void* data) noexcept override { std::free(data); }
+  void copy_from_host(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void fill_zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
+  void synchronize() override {}
+
+  void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C) override {
+    cpu::encoder_forward(out, tokens, wte, wpe, B, T, C);
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int N, int C) override {
+    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+  }
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                      int C, int OC) override {
+    cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
+  }
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
+                         int NH) override {
+    cpu::attention_forward(out, lse, qkv, B, T, C, NH);
+  }
+  void gelu_forward(float* out, const float* inp, size_t N) override {
+    cpu::gelu_forward(out, inp, N);
+  }
+  void residual_forward(float* out, const float* a, const float* b, size_t N) override {
+    cpu::residual_forward(out, a, b, N);
+  }
+  void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int N,
+                             int V) override {
+    cpu::cross_entropy_forward(losses, logits, targets, N, V);
+  }
+  void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
+                              float dloss, int N, int V) override {
+    cpu::cross_entropy_backward(dlogits, logits, targets, dloss, N, V);
+  }
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, int N, int C, int OC) override {
+    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int N, int C) override {
+    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                          const float* lse, int B, int T, int C, int NH) override {
+    cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) override {
+    cpu::gelu_backward(dinp, inp, dout, N);
+  }
+  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                        int T, int C) override {
+    cpu::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ComputeBackend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace tandem

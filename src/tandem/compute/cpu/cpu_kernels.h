@@ -1,0 +1,44 @@
+// CPU kernels behind CpuBackend; see compute_backend.h for each kernel's contract.
+// Deterministic on any thread count: every reduction runs in a fixed order that does
+// not depend on how OpenMP divides the work.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tandem::cpu {
+
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                     int T, int C);
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                      int T, int C);
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int N, int C);
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int C, int OC);
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC);
+
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int B, int T, int C, int NH);
+
+void gelu_forward(float* out, const float* inp, size_t N);
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N);
+void residual_forward(float* out, const float* a, const float* b, size_t N);
+
+void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int N,
+                           int V);
+void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
+                            float dloss, int N, int V);
+
+// Adds the rows of x[N, C] into sum[C] (+=), column block by column block, rows in
+// order: the result does not depend on the number of threads.
+void column_sums_accumulate(float* sum, const float* x, int N, int C);
+
+}  // namespace tandem::cpu

@@ -1,0 +1,41 @@
+// Softmax cross-entropy over the vocabulary.
+#include <cmath>
+
+#include "tandem/compute/cpu/cpu_kernels.h"
+
+namespace tandem::cpu {
+namespace {
+
+// log(sum(exp(row))) computed stably around the row maximum.
+float row_logsumexp(const float* row, int V) {
+  float max_value = row[0];
+  for (int v = 1; v < V; v++) max_value = row[v] > max_value ? row[v] : max_value;
+  float sum = 0.0f;
+  for (int v = 0; v < V; v++) sum += std::exp(row[v] - max_value);
+  return max_value + std::log(sum);
+}
+
+}  // namespace
+
+void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int N,
+                           int V) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* row = logits + static_cast<size_t>(n) * V;
+    losses[n] = row_logsumexp(row, V) - row[targets[n]];
+  }
+}
+
+void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
+                            float dloss, int N, int V) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* row = logits + static_cast<size_t>(n) * V;
+    float* drow = dlogits + static_cast<size_t>(n) * V;
+    const float lse = row_logsumexp(row, V);
+    for (int v = 0; v < V; v++) drow[v] = dloss * std::exp(row[v] - lse);
+    drow[targets[n]] -= dloss;
+  }
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,66 @@
+// Batches of (input, target) windows cut from one token stream, in an order that is a
+// pure function of (seed, epoch, batch), so a resumed run sees exactly the batches an
+// uninterrupted run would have.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+class DataLoader {
+ public:
+  // Where the loader stands: the next batch produced is batch `batch` of epoch `epoch`.
+  // A checkpoint stores this; batch is always < batches_per_epoch().
+  struct Position {
+    uint64_t epoch = 0;
+    uint64_t batch = 0;
+    bool operator==(const Position&) const = default;
+  };
+
+  // The stream is cut into windows of T+1 tokens starting at multiples of T (window i is
+  // tokens [i*T, i*T+T+1)), so consecutive windows share one token and there are
+  // (N-1)/T of them. With `shuffle`, each epoch visits them in a permutation derived
+  // only from (seed, epoch); otherwise in order. `name` ("train", "val") labels errors.
+  // The loader keeps a view of `tokens`: the caller owns them and they must outlive it.
+  // Throws if there are fewer than B windows.
+  DataLoader(std::span<const int32_t> tokens, int batch_size, int seq_len, uint64_t seed,
+             bool shuffle, std::string name);
+
+  // Fills B windows: inputs[b*T + t] = window_b[t], targets[b*T + t] = window_b[t+1].
+  // Both spans must hold B*T tokens. A batch never straddles two epochs: the windows
+  // left over after the last full batch of an epoch are skipped in that epoch.
+  void next_batch(std::span<int32_t> inputs, std::span<int32_t> targets);
+
+  Position position() const { return position_; }
+  // Throws if position.batch >= batches_per_epoch().
+  void set_position(Position position);
+  // Back to epoch 0, batch 0.
+  void reset() { set_position(Position{}); }
+
+  size_t batches_per_epoch() const { return batches_per_epoch_; }
+  size_t num_windows() const { return num_windows_; }
+  int batch_size() const { return batch_size_; }
+  int seq_len() const { return seq_len_; }
+
+ private:
+  // Fills order_ with the window order of position_.epoch.
+  void build_order();
+
+  std::span<const int32_t> tokens_;
+  int batch_size_;
+  int seq_len_;
+  uint64_t seed_;
+  bool shuffle_;
+  std::string name_;
+  size_t num_windows_ = 0;
+  size_t batches_per_epoch_ = 0;
+  Position position_;
+  uint64_t order_epoch_ = 0;
+  std::vector<uint64_t> order_;  // window index for each slot of the current epoch
+};
+
+}  // namespace tandem

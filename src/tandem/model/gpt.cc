@@ -1,0 +1,239 @@
+#include "tandem/model/gpt.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "tandem/core/error.h"
+#include "tandem/core/rng.h"
+
+namespace tandem {
+
+Gpt::Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len)
+    : config_(config),
+      backend_(backend),
+      max_batch_(max_batch),
+      max_seq_len_(max_seq_len),
+      layout_(ParamLayout::gpt2(config)) {
+  config_.validate();
+  TANDEM_CHECK(max_batch >= 1, "batch size must be at least 1, got ", max_batch);
+  TANDEM_CHECK(max_seq_len >= 1 && max_seq_len <= config.context_length, "sequence length ",
+               max_seq_len, " must be in 1..", config.context_length, " (model.context_length)");
+  const size_t L = config.n_layer, C = config.n_embd, V = config.vocab_size, NH = config.n_head;
+  const size_t BT = static_cast<size_t>(max_batch) * max_seq_len;
+  const size_t P = layout_.num_elements();
+  auto floats = [&](size_t n) { return backend_.allocate(n * sizeof(float)); };
+
+  params_ = floats(P);
+  grads_ = floats(P);
+  tokens_ = backend_.allocate(BT * sizeof(int32_t));
+  targets_ = backend_.allocate(BT * sizeof(int32_t));
+  encoded_ = floats(BT * C);
+  ln1_ = floats(L * BT * C);
+  ln1_mean_ = floats(L * BT);
+  ln1_rstd_ = floats(L * BT);
+  qkv_ = floats(L * BT * 3 * C);
+  atty_ = floats(L * BT * C);
+  lse_ = floats(L * NH * BT);
+  attproj_ = floats(L * BT * C);
+  residual2_ = floats(L * BT * C);
+  ln2_ = floats(L * BT * C);
+  ln2_mean_ = floats(L * BT);
+  ln2_rstd_ = floats(L * BT);
+  fch_ = floats(L * BT * 4 * C);
+  fch_gelu_ = floats(L * BT * 4 * C);
+  fcproj_ = floats(L * BT * C);
+  residual3_ = floats(L * BT * C);
+  lnf_ = floats(BT * C);
+  lnf_mean_ = floats(BT);
+  lnf_rstd_ = floats(BT);
+  logits_ = floats(BT * V);
+  losses_ = floats(BT);
+
+  dresidual_ = floats(BT * C);
+  dlogits_ = floats(BT * V);
+  dbt_c_ = floats(BT * C);
+  dqkv_ = floats(BT * 3 * C);
+  dfch_ = floats(BT * 4 * C);
+  dfch_gelu_ = floats(BT * 4 * C);
+}
+
+const float* Gpt::param(const char* name) const { return params() + layout_.at(name).offset; }
+float* Gpt::grad(const char* name) { return grads() + layout_.at(name).offset; }
+
+Gpt::LayerParams Gpt::layer_params(int l) const {
+  const std::string p = "transformer.h." + std::to_string(l) + ".";
+  auto at = [&](const char* suffix) { return param((p + suffix).c_str()); };
+  return {at("ln_1.weight"),    at("ln_1.bias"),        at("attn.c_attn.weight"),
+          at("attn.c_attn.bias"), at("attn.c_proj.weight"), at("attn.c_proj.bias"),
+          at("ln_2.weight"),    at("ln_2.bias"),        at("mlp.c_fc.weight"),
+          at("mlp.c_fc.bias"),  at("mlp.c_proj.weight"), at("mlp.c_proj.bias")};
+}
+
+Gpt::LayerGrads Gpt::layer_grads(int l) {
+  const std::string p = "transformer.h." + std::to_string(l) + ".";
+  auto at = [&](const char* suffix) { return grad((p + suffix).c_str()); };
+  return {at("ln_1.weight"),    at("ln_1.bias"),        at("attn.c_attn.weight"),
+          at("attn.c_attn.bias"), at("attn.c_proj.weight"), at("attn.c_proj.bias"),
+          at("ln_2.weight"),    at("ln_2.bias"),        at("mlp.c_fc.weight"),
+          at("mlp.c_fc.bias"),  at("mlp.c_proj.weight"), at("mlp.c_proj.bias")};
+}
+
+Gpt::LayerActs Gpt::layer_acts(int l) const {
+  const size_t C = config_.n_embd, NH = config_.n_head;
+  const size_t BT = static_cast<size_t>(max_batch_) * max_seq_len_;
+  const size_t row = l * BT;  // first row of layer l in a [L, BT, ...] tensor
+  return {ln1_.as<float>() + row * C,      ln1_mean_.as<float>() + row,
+          ln1_rstd_.as<float>() + row,     qkv_.as<float>() + row * 3 * C,
+          atty_.as<float>() + row * C,     lse_.as<float>() + row * NH,
+          attproj_.as<float>() + row * C,  residual2_.as<float>() + row * C,
+          ln2_.as<float>() + row * C,      ln2_mean_.as<float>() + row,
+          ln2_rstd_.as<float>() + row,     fch_.as<float>() + row * 4 * C,
+          fch_gelu_.as<float>() + row * 4 * C, fcproj_.as<float>() + row * C,
+          residual3_.as<float>() + row * C};
+}
+
+void Gpt::init_weights(uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> host(layout_.num_elements(), 0.0f);
+  const float residual_std = 0.02f / std::sqrt(2.0f * config_.n_layer);
+  for (const ParamView& view : layout_.views()) {
+    float* p = host.data() + view.offset;
+    const bool is_layernorm_weight = view.name.find(".ln_") != std::string::npos &&
+                                     view.name.ends_with(".weight");
+    if (is_layernorm_weight) {
+      for (size_t i = 0; i < view.numel; i++) p[i] = 1.0f;
+    } else if (view.shape.size() == 2) {
+      const bool residual_projection = view.name.ends_with("c_proj.weight");
+      const float std = residual_projection ? residual_std : 0.02f;
+      for (size_t i = 0; i < view.numel; i++) p[i] = std * rng.normal();
+    }  // biases stay 0
+  }
+  set_params(host);
+}
+
+void Gpt::set_params(const std::vector<float>& host_params) {
+  TANDEM_CHECK(host_params.size() == layout_.num_elements(), "parameter count mismatch: got ",
+               host_params.size(), ", model has ", layout_.num_elements());
+  backend_.copy_from_host(params(), host_params.data(), host_params.size() * sizeof(float));
+}
+
+std::vector<float> Gpt::params_to_host() const {
+  std::vector<float> host(layout_.num_elements());
+  backend_.copy_to_host(host.data(), params(), host.size() * sizeof(float));
+  return host;
+}
+
+std::vector<float> Gpt::grads_to_host() const {
+  std::vector<float> host(layout_.num_elements());
+  backend_.copy_to_host(host.data(), grads(), host.size() * sizeof(float));
+  return host;
+}
+
+std::vector<float> Gpt::logits_to_host() const {
+  std::vector<float> host(static_cast<size_t>(last_B_) * last_T_ * config_.vocab_size);
+  backend_.copy_to_host(host.data(), logits_.as<float>(), host.size() * sizeof(float));
+  return host;
+}
+
+void Gpt::zero_grads() { backend_.fill_zero(grads(), layout_.num_elements() * sizeof(float)); }
+
+float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  TANDEM_CHECK(B >= 1 && B <= max_batch_ && T >= 1 && T <= max_seq_len_, "forward: batch ", B,
+               " x ", T, " exceeds the allocated ", max_batch_, " x ", max_seq_len_);
+  const int C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
+  const int N = B * T;
+  for (int i = 0; i < N; i++) {
+    TANDEM_CHECK(tokens[i] >= 0 && tokens[i] < V, "token id ", tokens[i], " at position ", i,
+                 " is outside the vocabulary [0, ", V, ")");
+    TANDEM_CHECK(targets == nullptr || (targets[i] >= 0 && targets[i] < V), "target id ",
+                 targets[i], " at position ", i, " is outside the vocabulary [0, ", V, ")");
+  }
+  backend_.copy_from_host(tokens_.as<int32_t>(), tokens, N * sizeof(int32_t));
+  if (targets != nullptr)
+    backend_.copy_from_host(targets_.as<int32_t>(), targets, N * sizeof(int32_t));
+  last_B_ = B;
+  last_T_ = T;
+  have_targets_ = targets != nullptr;
+
+  ComputeBackend& k = backend_;
+  k.encoder_forward(encoded_.as<float>(), tokens_.as<int32_t>(), param("transformer.wte.weight"),
+                    param("transformer.wpe.weight"), B, T, C);
+  const float* residual = encoded_.as<float>();  // [N, C]
+  for (int l = 0; l < config_.n_layer; l++) {
+    const LayerParams w = layer_params(l);
+    const LayerActs a = layer_acts(l);
+    k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
+    k.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, 3 * C);          // [N, 3C]
+    k.attention_forward(a.atty, a.lse, a.qkv, B, T, C, NH);              // [N, C]
+    k.matmul_forward(a.attproj, a.atty, w.attprojw, w.attprojb, N, C, C);  // [N, C]
+    k.residual_forward(a.residual2, residual, a.attproj, static_cast<size_t>(N) * C);
+    k.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, N, C);
+    k.matmul_forward(a.fch, a.ln2, w.fcw, w.fcb, N, C, 4 * C);  // [N, 4C]
+    k.gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * 4 * C);
+    k.matmul_forward(a.fcproj, a.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);  // [N, C]
+    k.residual_forward(a.residual3, a.residual2, a.fcproj, static_cast<size_t>(N) * C);
+    residual = a.residual3;
+  }
+  k.layernorm_forward(lnf_.as<float>(), lnf_mean_.as<float>(), lnf_rstd_.as<float>(), residual,
+                      param("transformer.ln_f.weight"), param("transformer.ln_f.bias"), N, C);
+  // Tied LM head: logits[N, V] = lnf[N, C] @ wte[V, C]^T
+  k.matmul_forward(logits_.as<float>(), lnf_.as<float>(), param("transformer.wte.weight"),
+                   nullptr, N, C, V);
+  if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
+
+  k.cross_entropy_forward(losses_.as<float>(), logits_.as<float>(), targets_.as<int32_t>(), N, V);
+  std::vector<float> losses(N);
+  k.copy_to_host(losses.data(), losses_.as<float>(), N * sizeof(float));
+  double sum = 0.0;
+  for (float loss : losses) sum += loss;
+  return static_cast<float>(sum / N);
+}
+
+void Gpt::backward(float loss_scale) {
+  TANDEM_CHECK(have_targets_, "backward needs a forward pass with targets just before it");
+  const int B = last_B_, T = last_T_;
+  const int C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
+  const int N = B * T;
+  ComputeBackend& k = backend_;
+  float* dres = dresidual_.as<float>();
+  float* dlogits = dlogits_.as<float>();
+  float* dbt_c = dbt_c_.as<float>();
+
+  // loss = loss_scale * mean over N positions
+  k.cross_entropy_backward(dlogits, logits_.as<float>(), targets_.as<int32_t>(), loss_scale / N, N,
+                           V);
+  k.matmul_backward(dbt_c, grad("transformer.wte.weight"), nullptr, dlogits, lnf_.as<float>(),
+                    param("transformer.wte.weight"), N, C, V);  // dbt_c = dlnf
+  k.fill_zero(dres, static_cast<size_t>(N) * C * sizeof(float));
+  const float* last_residual =
+      config_.n_layer > 0 ? layer_acts(config_.n_layer - 1).residual3 : encoded_.as<float>();
+  k.layernorm_backward(dres, grad("transformer.ln_f.weight"), grad("transformer.ln_f.bias"), dbt_c,
+                       last_residual, param("transformer.ln_f.weight"), lnf_mean_.as<float>(),
+                       lnf_rstd_.as<float>(), N, C);
+
+  for (int l = config_.n_layer - 1; l >= 0; l--) {
+    const LayerParams w = layer_params(l);
+    const LayerGrads g = layer_grads(l);
+    const LayerActs a = layer_acts(l);
+    const float* residual = l == 0 ? encoded_.as<float>() : layer_acts(l - 1).residual3;
+    // residual3 = residual2 + fcproj: dres is the gradient of both.
+    k.matmul_backward(dfch_gelu_.as<float>(), g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N,
+                      4 * C, C);
+    k.gelu_backward(dfch_.as<float>(), a.fch, dfch_gelu_.as<float>(),
+                    static_cast<size_t>(N) * 4 * C);
+    k.matmul_backward(dbt_c, g.fcw, g.fcb, dfch_.as<float>(), a.ln2, w.fcw, N, C, 4 * C);  // dln2
+    k.layernorm_backward(dres, g.ln2w, g.ln2b, dbt_c, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd,
+                         N, C);
+    // residual2 = residual + attproj: dres is the gradient of both.
+    k.matmul_backward(dbt_c, g.attprojw, g.attprojb, dres, a.atty, w.attprojw, N, C, C);  // datty
+    k.attention_backward(dqkv_.as<float>(), dbt_c, a.qkv, a.atty, a.lse, B, T, C, NH);
+    k.matmul_backward(dbt_c, g.qkvw, g.qkvb, dqkv_.as<float>(), a.ln1, w.qkvw, N, C, 3 * C);  // dln1
+    k.layernorm_backward(dres, g.ln1w, g.ln1b, dbt_c, residual, w.ln1w, a.ln1_mean, a.ln1_rstd, N,
+                         C);
+  }
+  k.encoder_backward(grad("transformer.wte.weight"), grad("transformer.wpe.weight"), dres,
+                     tokens_.as<int32_t>(), B, T, C);
+}
+
+}  // namespace tandem

@@ -1,0 +1,107 @@
+// GPT-2: token + position embeddings, L pre-LayerNorm blocks (causal self-attention,
+// GELU MLP of width 4C), final LayerNorm, LM head tied to the token embedding.
+// All compute goes through a ComputeBackend; this file only orchestrates.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tandem/compute/compute_backend.h"
+#include "tandem/model/gpt_config.h"
+#include "tandem/model/param_layout.h"
+
+namespace tandem {
+
+class Gpt {
+ public:
+  // Allocates parameters, gradients and activations for batches of up to
+  // max_batch x max_seq_len tokens (max_seq_len <= context_length).
+  Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len);
+
+  const GptConfig& config() const { return config_; }
+  const ParamLayout& layout() const { return layout_; }
+  ComputeBackend& backend() const { return backend_; }
+  int max_batch() const { return max_batch_; }
+  int max_seq_len() const { return max_seq_len_; }
+
+  // Flat buffers of layout().num_elements() floats in backend memory.
+  float* params() { return params_.as<float>(); }
+  const float* params() const { return params_.as<float>(); }
+  float* grads() { return grads_.as<float>(); }
+  const float* grads() const { return grads_.as<float>(); }
+
+  // GPT-2 initialisation from a seed: weights N(0, 0.02), residual projections
+  // (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm weights 1.
+  void init_weights(uint64_t seed);
+  void set_params(const std::vector<float>& host_params);
+  std::vector<float> params_to_host() const;
+  std::vector<float> grads_to_host() const;
+
+  // Forward pass over host tokens[B,T] (B <= max_batch, T <= max_seq_len). With
+  // targets (host, [B,T]) returns the mean cross-entropy loss and keeps what backward
+  // needs; without, computes logits only and returns NaN.
+  float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
+  // Adds d(loss_scale * mean loss)/d(params) to grads(); needs the forward pass just
+  // before it to have had targets. loss_scale = 1/accumulation_steps averages
+  // micro-batches.
+  void backward(float loss_scale = 1.0f);
+  void zero_grads();
+
+  // Logits of the last forward pass, copied to the host: [B, T, V].
+  std::vector<float> logits_to_host() const;
+
+ private:
+  struct LayerParams {
+    const float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    const float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+  };
+  struct LayerGrads {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+  };
+  // Per-layer activations saved for backward; each points at layer l's slice.
+  struct LayerActs {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *attproj, *residual2;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *residual3;
+  };
+
+  LayerParams layer_params(int l) const;
+  LayerGrads layer_grads(int l);
+  LayerActs layer_acts(int l) const;
+  const float* param(const char* name) const;
+  float* grad(const char* name);
+
+  GptConfig config_;
+  ComputeBackend& backend_;
+  int max_batch_;
+  int max_seq_len_;
+  ParamLayout layout_;
+  Buffer params_;
+  Buffer grads_;
+
+  // Activations, sized for max_batch x max_seq_len (BT below), with the L per-layer
+  // tensors stacked: e.g. qkv is [L, BT, 3C].
+  Buffer tokens_, targets_;              // [BT] int32
+  Buffer encoded_;                       // [BT, C]
+  Buffer ln1_, ln1_mean_, ln1_rstd_;     // [L, BT, C], [L, BT], [L, BT]
+  Buffer qkv_, atty_, lse_;              // [L, BT, 3C], [L, BT, C], [L, NH, BT]
+  Buffer attproj_, residual2_;           // [L, BT, C]
+  Buffer ln2_, ln2_mean_, ln2_rstd_;     // [L, BT, C], [L, BT], [L, BT]
+  Buffer fch_, fch_gelu_;                // [L, BT, 4C]
+  Buffer fcproj_, residual3_;            // [L, BT, C]
+  Buffer lnf_, lnf_mean_, lnf_rstd_;     // [BT, C], [BT], [BT]
+  Buffer logits_;                        // [BT, V]
+  Buffer losses_;                        // [BT]
+
+  // Backward scratch, reused by every layer.
+  Buffer dresidual_;                     // [BT, C] gradient flowing down the residual stream
+  Buffer dlogits_;                       // [BT, V]
+  Buffer dbt_c_;                         // [BT, C]  dlnf / datty / dln1 / dln2
+  Buffer dqkv_;                          // [BT, 3C]
+  Buffer dfch_, dfch_gelu_;              // [BT, 4C]
+
+  int last_B_ = 0, last_T_ = 0;
+  bool have_targets_ = false;
+};
+
+}  // namespace tandem

@@ -1,0 +1,17 @@
+// Global-norm gradient clipping.
+#pragma once
+
+#include <cstddef>
+
+namespace tandem {
+
+// sqrt(sum of squares) over all n gradients, accumulated in double in fixed-size
+// blocks summed in order: the same bits for any thread count, which the update
+// schedules rely on (every schedule must clip by the same factor).
+double global_grad_norm(const float* grads, size_t n);
+
+// The factor to multiply gradients by: max_norm / (norm + 1e-6) when norm exceeds
+// max_norm, else 1 (as torch.nn.utils.clip_grad_norm_). max_norm <= 0 disables.
+float clip_scale(double norm, float max_norm);
+
+}  // namespace tandem
