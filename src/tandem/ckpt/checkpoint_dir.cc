@@ -1,0 +1,285 @@
+#include "tandem/ckpt/checkpoint_dir.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "tandem/core/checksum.h"
+#include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
+
+namespace tandem {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr char kManifestName[] = "manifest.json";
+constexpr char kLatestName[] = "latest";
+constexpr char kFormat[] = "tandem-checkpoint";
+constexpr int64_t kVersion = 1;
+
+// File names in a checkpoint are plain names: a manifest must not be able to point a
+// verifier (or a writer) outside its directory.
+bool is_plain_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
+// Writers may use plain buffered files; fsync them here so that the manifest never
+// describes bytes that are still only in the page cache.
+void sync_file(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) fail(path.string(), ": cannot open to sync (", std::strerror(errno), ")");
+  const int rc = ::fsync(fd);
+  const int saved_errno = errno;
+  ::close(fd);
+  if (rc != 0) fail(path.string(), ": fsync failed (", std::strerror(saved_errno), ")");
+}
+
+void rename_or_fail(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::rename(from, to, ec);
+  if (ec) fail(from.string(), ": cannot rename to ", to.string(), " (", ec.message(), ")");
+}
+
+// Removes a staging directory unless released: any exception between creating it and
+// publishing it leaves the checkpoints root as it was.
+class RemoveOnExit {
+ public:
+  explicit RemoveOnExit(fs::path dir) : dir_(std::move(dir)) {}
+  ~RemoveOnExit() {
+    if (dir_.empty()) return;
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+  RemoveOnExit(const RemoveOnExit&) = delete;
+  RemoveOnExit& operator=(const RemoveOnExit&) = delete;
+  void release() { dir_.clear(); }
+
+ private:
+  fs::path dir_;
+};
+
+struct ManifestFile {
+  std::string name;
+  uint64_t bytes;
+  std::string xxh3_64;
+};
+
+struct Manifest {
+  int64_t step;
+  std::vector<ManifestFile> files;
+};
+
+const json* find_key(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+bool is_hex16(const std::string& text) {
+  if (text.size() != 16) return false;
+  for (char c : text) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+Manifest read_manifest(const fs::path& checkpoint_dir) {
+  const fs::path path = checkpoint_dir / kManifestName;
+  const std::string where = path.string();
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    fail(where, ": missing; is ", checkpoint_dir.string(),
+         " a tandem checkpoint directory? (a save that crashed leaves no manifest)");
+  json m;
+  try {
+    m = json::parse(read_file_text(path));
+  } catch (const json::parse_error& e) {
+    fail(where, ": not valid JSON (error at byte ", e.byte,
+         "); the manifest is corrupted — use another checkpoint");
+  }
+  if (!m.is_object()) fail(where, ": not a JSON object; is this a tandem checkpoint manifest?");
+
+  const json* format = find_key(m, "format");
+  if (format == nullptr || !format->is_string() || format->get<std::string>() != kFormat)
+    fail(where, ": \"format\" is ", format ? format->dump() : "missing", ", expected \"", kFormat,
+         "\"; is this a tandem checkpoint?");
+  const json* version = find_key(m, "version");
+  if (version == nullptr || !version->is_number_integer())
+    fail(where, ": \"version\" is ", version ? version->dump() : "missing", ", expected ",
+         kVersion);
+  if (version->get<int64_t>() != kVersion)
+    fail(where, ": unsupported version ", version->dump(), " (this tandem reads version ", kVersion,
+         "); was it written by a newer tandem?");
+  const json* step = find_key(m, "step");
+  if (step == nullptr || !step->is_number_unsigned() ||
+      step->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    fail(where, ": \"step\" is ", step ? step->dump() : "missing", ", expected a step number >= 0");
+
+  Manifest manifest{step->get<int64_t>(), {}};
+  const json* files = find_key(m, "files");
+  if (files == nullptr || !files->is_object())
+    fail(where, ": \"files\" is ", files ? files->dump() : "missing", ", expected an object");
+  for (const auto& [name, entry] : files->items()) {
+    if (!is_plain_name(name) || name == kManifestName)
+      fail(where, ": lists an invalid file name '", name, "'; the manifest is corrupted");
+    const json* bytes = entry.is_object() ? find_key(entry, "bytes") : nullptr;
+    const json* hash = entry.is_object() ? find_key(entry, "xxh3_64") : nullptr;
+    if (bytes == nullptr || !bytes->is_number_unsigned() || hash == nullptr || !hash->is_string() ||
+        !is_hex16(hash->get<std::string>()))
+      fail(where, ": entry for '", name, "' is ", entry.dump(),
+           ", expected {\"bytes\": n, \"xxh3_64\": \"16 hex digits\"}");
+    manifest.files.push_back(ManifestFile{name, bytes->get<uint64_t>(), hash->get<std::string>()});
+  }
+  return manifest;
+}
+
+// The checkpoint directory named by "<root>/latest", or an error naming the pointer.
+fs::path follow_latest(const fs::path& root) {
+  const fs::path latest = root / kLatestName;
+  std::string name = read_file_text(latest);
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' '))
+    name.pop_back();
+  if (!is_plain_name(name))
+    fail(latest.string(), ": does not hold a checkpoint directory name (found \"", name,
+         "\"); the file is corrupted — name a checkpoint directory instead");
+  const fs::path dir = root / name;
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / kManifestName, ec))
+    fail(latest.string(), ": points to '", name, "', but ", (dir / kManifestName).string(),
+         " does not exist; name another checkpoint directory instead");
+  return dir;
+}
+
+}  // namespace
+
+std::string checkpoint_dir_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
+  return name;
+}
+
+fs::path save_checkpoint_dir(const fs::path& checkpoints_root, int64_t step,
+                             const std::vector<CheckpointFileWriter>& files) {
+  const std::string root_text = checkpoints_root.string();
+  TANDEM_CHECK(step >= 0, root_text, ": cannot save a checkpoint for negative step ", step);
+  std::set<std::string> seen;
+  for (const CheckpointFileWriter& f : files) {
+    TANDEM_CHECK(is_plain_name(f.file_name) && f.file_name != kManifestName, root_text,
+                 ": invalid checkpoint file name '", f.file_name,
+                 "' (must be a plain name other than manifest.json)");
+    TANDEM_CHECK(seen.insert(f.file_name).second, root_text, ": checkpoint file '", f.file_name,
+                 "' is listed twice");
+    TANDEM_CHECK(static_cast<bool>(f.write), root_text, ": checkpoint file '", f.file_name,
+                 "' has no writer");
+  }
+
+  std::error_code ec;
+  fs::create_directories(checkpoints_root, ec);
+  if (ec) fail(root_text, ": cannot create the checkpoints directory (", ec.message(), ")");
+
+  const std::string name = checkpoint_dir_name(step);
+  const std::string pid = std::to_string(::getpid());
+  const fs::path final_dir = checkpoints_root / name;
+  const fs::path staging = checkpoints_root / (name + ".tmp-" + pid);
+  const fs::path old_dir = checkpoints_root / (name + ".old-" + pid);
+
+  // A staging directory with our pid is debris from a crashed process that had the same
+  // pid (containers reuse small pids); it was never published, so it is safe to drop.
+  fs::remove_all(staging, ec);
+  if (ec) fail(staging.string(), ": cannot remove a stale staging directory (", ec.message(), ")");
+  if (!fs::create_directory(staging, ec) || ec)
+    fail(staging.string(), ": cannot create the staging directory (",
+         ec ? ec.message() : "it already exists", ")");
+  RemoveOnExit remove_staging(staging);
+
+  nlohmann::ordered_json manifest = nlohmann::ordered_json::object();
+  manifest["format"] = kFormat;
+  manifest["version"] = kVersion;
+  manifest["step"] = step;
+  manifest["files"] = nlohmann::ordered_json::object();
+  for (const CheckpointFileWriter& f : files) {
+    const fs::path where = staging / f.file_name;
+    f.write(where);
+    if (!fs::is_regular_file(where, ec))
+      fail(where.string(), ": the writer for '", f.file_name, "' returned without creating it");
+    sync_file(where);
+    const uint64_t bytes = fs::file_size(where, ec);
+    if (ec) fail(where.string(), ": cannot read its size (", ec.message(), ")");
+    manifest["files"][f.file_name] = {{"bytes", bytes},
+                                      {"xxh3_64", checksum_hex(checksum64_file(where))}};
+  }
+  write_file_atomic(staging / kManifestName, manifest.dump(2) + "\n");
+  sync_directory(staging);
+
+  // Publish. An existing checkpoint for this step is moved aside, not deleted, until the
+  // new one is in place, so a failure here never leaves the step without a checkpoint.
+  std::error_code old_removal;
+  if (fs::exists(final_dir, ec)) {
+    fs::remove_all(old_dir, ec);
+    rename_or_fail(final_dir, old_dir);
+    fs::rename(staging, final_dir, ec);
+    if (ec) {
+      std::error_code ignored;
+      fs::rename(old_dir, final_dir, ignored);
+      fail(staging.string(), ": cannot rename to ", final_dir.string(), " (", ec.message(), ")");
+    }
+    remove_staging.release();
+    sync_directory(checkpoints_root);
+    fs::remove_all(old_dir, old_removal);
+  } else {
+    rename_or_fail(staging, final_dir);
+    remove_staging.release();
+    sync_directory(checkpoints_root);
+  }
+  write_file_atomic(checkpoints_root / kLatestName, name + "\n");
+  if (old_removal)
+    fail(old_dir.string(), ": cannot remove the replaced checkpoint (", old_removal.message(),
+         "); the new one is in place, delete this directory by hand");
+  return final_dir;
+}
+
+fs::path resolve_checkpoint(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail(path.string(), ": no such file or directory");
+  if (fs::is_regular_file(path / kManifestName, ec)) return path;
+  if (fs::is_regular_file(path / kLatestName, ec)) return follow_latest(path);
+  if (fs::is_regular_file(path / "checkpoints" / kLatestName, ec))
+    return follow_latest(path / "checkpoints");
+  fail(path.string(), ": not a checkpoint; looked for ", kManifestName,
+       " (a checkpoint directory), ", kLatestName, " (a checkpoints root) and checkpoints/",
+       kLatestName, " (a run directory)");
+}
+
+void verify_checkpoint(const fs::path& checkpoint_dir) {
+  const Manifest manifest = read_manifest(checkpoint_dir);
+  for (const ManifestFile& f : manifest.files) {
+    const fs::path path = checkpoint_dir / f.name;
+    const std::string where = path.string();
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec))
+      fail(where, ": missing (listed in ", kManifestName,
+           "); the checkpoint is incomplete — use another checkpoint");
+    const uint64_t bytes = fs::file_size(path, ec);
+    if (ec) fail(where, ": cannot read its size (", ec.message(), ")");
+    if (bytes != f.bytes)
+      fail(where, ": size is ", bytes, " bytes (manifest says ", f.bytes,
+           "); the file is truncated or was modified — use another checkpoint");
+    const std::string actual = checksum_hex(checksum64_file(path));
+    if (actual != f.xxh3_64)
+      fail(where, ": checksum mismatch (manifest says ", f.xxh3_64, ", file has ", actual,
+           "); the file is corrupted or was modified — use another checkpoint");
+  }
+}
+
+int64_t checkpoint_step(const fs::path& checkpoint_dir) {
+  return read_manifest(checkpoint_dir).step;
+}
+
+}  // namespace tandem

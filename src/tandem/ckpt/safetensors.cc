@@ -1,0 +1,349 @@
+#include "tandem/ckpt/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
+
+namespace tandem {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// Tensor bytes are written and read as they lie in memory; safetensors is little-endian.
+static_assert(std::endian::native == std::endian::little, "tandem assumes a little-endian host");
+
+namespace {
+
+constexpr DType kAllDTypes[] = {DType::kF64, DType::kF32, DType::kF16, DType::kBF16,
+                                DType::kI64, DType::kI32, DType::kU16, DType::kU8};
+constexpr char kMetadataKey[] = "__metadata__";
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+std::string known_dtypes() {
+  std::string text;
+  for (DType d : kAllDTypes) text += (text.empty() ? "" : ", ") + std::string(dtype_name(d));
+  return text;
+}
+
+// numel * dtype size, or nullopt when a dimension is negative or the product overflows.
+std::optional<uint64_t> byte_size(const std::vector<int64_t>& shape, DType dtype) {
+  uint64_t bytes = dtype_size(dtype);
+  for (int64_t dim : shape) {
+    if (dim < 0) return std::nullopt;
+    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(dim), &bytes)) return std::nullopt;
+  }
+  return bytes;
+}
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t dim : shape) n *= dim;
+  return n;
+}
+
+uint64_t load_le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+TensorInfo parse_entry(const std::string& where, const std::string& name, const json& entry,
+                       uint64_t data_size) {
+  const std::string what = cat(where, ": tensor '", name, "'");
+  if (!entry.is_object()) fail(what, ": header entry is not a JSON object");
+  for (const char* key : {"dtype", "shape", "data_offsets"}) {
+    if (!entry.contains(key)) fail(what, ": header entry has no \"", key, "\"");
+  }
+
+  const json& dtype_json = entry["dtype"];
+  if (!dtype_json.is_string()) fail(what, ": \"dtype\" is not a string");
+  const std::string dtype_text = dtype_json.get<std::string>();
+  const std::optional<DType> dtype = parse_dtype(dtype_text);
+  if (!dtype)
+    fail(what, ": unknown dtype \"", dtype_text, "\" (tandem reads ", known_dtypes(), ")");
+
+  const json& shape_json = entry["shape"];
+  if (!shape_json.is_array()) fail(what, ": \"shape\" is not a list");
+  std::vector<int64_t> shape;
+  for (const json& dim : shape_json) {
+    if (!dim.is_number_integer()) fail(what, ": \"shape\" holds ", dim.dump(), ", not an integer");
+    if (dim.is_number_unsigned() &&
+        dim.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail(what, ": dimension ", dim.dump(), " is too large");
+    shape.push_back(dim.get<int64_t>());
+    if (shape.back() < 0) fail(what, ": negative dimension in shape ", shape_json.dump());
+  }
+
+  const json& offsets = entry["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+      !offsets[1].is_number_unsigned())
+    fail(what, ": \"data_offsets\" is ", offsets.dump(),
+         ", expected [begin, end] (two byte offsets >= 0)");
+  const uint64_t begin = offsets[0].get<uint64_t>();
+  const uint64_t end = offsets[1].get<uint64_t>();
+  if (begin > end) fail(what, ": data_offsets [", begin, ", ", end, "] have begin > end");
+  if (end > data_size)
+    fail(what, ": data_offsets [", begin, ", ", end, "] run past the data buffer (", data_size,
+         " bytes); the file is truncated or corrupted");
+
+  const std::optional<uint64_t> bytes = byte_size(shape, *dtype);
+  if (!bytes || *bytes != end - begin)
+    fail(what, ": data_offsets [", begin, ", ", end, "] hold ", end - begin, " bytes but shape ",
+         shape_string(shape), " of ", dtype_text, " needs ",
+         bytes ? std::to_string(*bytes) : std::string("more than 2^64"));
+  const int64_t numel = numel_of(shape);
+  return TensorInfo{name, *dtype, std::move(shape), numel, begin, end};
+}
+
+}  // namespace
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF64:
+    case DType::kI64:
+      return 8;
+    case DType::kF32:
+    case DType::kI32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kU16:
+      return 2;
+    case DType::kU8:
+      return 1;
+  }
+  fail("dtype_size: invalid DType ", static_cast<int>(dtype));
+}
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF64:
+      return "F64";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kI64:
+      return "I64";
+    case DType::kI32:
+      return "I32";
+    case DType::kU16:
+      return "U16";
+    case DType::kU8:
+      return "U8";
+  }
+  fail("dtype_name: invalid DType ", static_cast<int>(dtype));
+}
+
+std::optional<DType> parse_dtype(std::string_view name) {
+  for (DType d : kAllDTypes) {
+    if (dtype_name(d) == name) return d;
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------- writer
+
+void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
+                            const void* data) {
+  TANDEM_CHECK(!name.empty(), "safetensors writer: empty tensor name");
+  TANDEM_CHECK(name != kMetadataKey, "safetensors writer: '", kMetadataKey,
+               "' is reserved for metadata and cannot name a tensor");
+  for (const Entry& e : entries_) {
+    TANDEM_CHECK(e.name != name, "safetensors writer: tensor '", name, "' added twice");
+  }
+  const std::optional<uint64_t> bytes = byte_size(shape, dtype);
+  TANDEM_CHECK(bytes.has_value(), "safetensors writer: tensor '", name, "' has invalid shape ",
+               shape_string(shape));
+  TANDEM_CHECK(data != nullptr || *bytes == 0, "safetensors writer: tensor '", name,
+               "' has no data");
+  entries_.push_back(Entry{std::move(name), dtype, std::move(shape), data, *bytes});
+}
+
+void SafetensorsWriter::set_metadata(std::string key, std::string value) {
+  metadata_[std::move(key)] = std::move(value);
+}
+
+void SafetensorsWriter::write(const fs::path& path) const {
+  // ordered_json keeps keys in insertion order: "__metadata__" first, then the tensors
+  // in the order they were added, each as {"dtype", "shape", "data_offsets"}, which is
+  // how the reference (Rust) writer serializes them.
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata_.empty()) header[kMetadataKey] = metadata_;
+  uint64_t offset = 0;
+  for (const Entry& e : entries_) {
+    nlohmann::ordered_json info = nlohmann::ordered_json::object();
+    info["dtype"] = dtype_name(e.dtype);
+    info["shape"] = nlohmann::ordered_json::array();
+    for (int64_t dim : e.shape) info["shape"].push_back(dim);
+    info["data_offsets"] = nlohmann::ordered_json::array({offset, offset + e.bytes});
+    header[e.name] = std::move(info);
+    offset += e.bytes;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception&) {
+    fail(path.string(), ": a tensor name or metadata string is not valid UTF-8");
+  }
+  // Pad so the data buffer starts 8-byte aligned, letting readers map tensors in place.
+  text.append((8 - text.size() % 8) % 8, ' ');
+
+  uint8_t length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(uint64_t{text.size()} >> (8 * i));
+  AtomicFileWriter out(path);
+  out.write(length, sizeof(length));
+  out.write(text);
+  for (const Entry& e : entries_) out.write(e.data, e.bytes);
+  out.commit();
+}
+
+// ---------------------------------------------------------------------------- reader
+
+SafetensorsFile SafetensorsFile::read(const fs::path& path) {
+  return parse(read_file_bytes(path), path.string());
+}
+
+SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, std::string source) {
+  SafetensorsFile file;
+  file.source_ = std::move(source);
+  file.bytes_ = std::move(bytes);
+  const std::string& where = file.source_;
+  const uint64_t size = file.bytes_.size();
+
+  if (size < 8)
+    fail(where, ": too short for safetensors (", size,
+         " bytes, less than the 8-byte header length); the file is truncated or not safetensors");
+  const uint64_t header_len = load_le64(file.bytes_.data());
+  if (header_len > size - 8)
+    fail(where, ": header length ", header_len, " runs past the end of the file (", size,
+         " bytes); the file is truncated or not safetensors");
+  file.data_begin_ = 8 + header_len;
+  const uint64_t data_size = size - file.data_begin_;
+
+  json header;
+  const auto* text = reinterpret_cast<const char*>(file.bytes_.data() + 8);
+  try {
+    header = json::parse(text, text + header_len);
+  } catch (const json::parse_error& e) {
+    fail(where, ": header is not valid JSON (error at byte ", e.byte,
+         " of the header); the file is corrupted or not safetensors");
+  }
+  if (!header.is_object()) fail(where, ": header is not a JSON object; is this safetensors?");
+
+  for (const auto& [key, value] : header.items()) {
+    if (key == kMetadataKey) {
+      if (!value.is_object()) fail(where, ": \"", kMetadataKey, "\" is not a JSON object");
+      for (const auto& [mkey, mvalue] : value.items()) {
+        if (!mvalue.is_string())
+          fail(where, ": metadata \"", mkey, "\" is ", mvalue.dump(), ", not a string");
+        file.metadata_[mkey] = mvalue.get<std::string>();
+      }
+      continue;
+    }
+    file.tensors_.emplace(key, parse_entry(where, key, value, data_size));
+  }
+
+  // The tensors must tile the data buffer exactly: no overlap (two tensors sharing
+  // bytes), no holes and no trailing bytes (data that no tensor accounts for).
+  std::vector<const TensorInfo*> by_offset;
+  for (const auto& [name, info] : file.tensors_) by_offset.push_back(&info);
+  std::sort(by_offset.begin(), by_offset.end(), [](const TensorInfo* a, const TensorInfo* b) {
+    return std::tie(a->begin, a->end, a->name) < std::tie(b->begin, b->end, b->name);
+  });
+  uint64_t covered = 0;
+  const TensorInfo* previous = nullptr;
+  for (const TensorInfo* info : by_offset) {
+    if (info->begin < covered)
+      fail(where, ": tensors '", previous->name, "' [", previous->begin, ", ", previous->end,
+           ") and '", info->name, "' [", info->begin, ", ", info->end,
+           ") overlap in the data buffer; the file is corrupted");
+    if (info->begin > covered)
+      fail(where, ": data buffer bytes [", covered, ", ", info->begin,
+           ") belong to no tensor (a gap before '", info->name, "'); the file is corrupted");
+    covered = info->end;
+    previous = info;
+    file.order_.push_back(info->name);
+  }
+  if (covered != data_size)
+    fail(where, ": ", data_size - covered, " trailing bytes after the last tensor (data buffer is ",
+         data_size, " bytes, tensors cover ", covered,
+         "); the file is corrupted or not safetensors");
+  return file;
+}
+
+const TensorInfo& SafetensorsFile::info(const std::string& name) const {
+  const auto it = tensors_.find(name);
+  if (it != tensors_.end()) return it->second;
+  std::string some;
+  constexpr size_t kShown = 4;
+  for (size_t i = 0; i < order_.size() && i < kShown; ++i)
+    some += (i ? ", '" : "'") + order_[i] + "'";
+  if (order_.size() > kShown) some += ", ...";
+  if (order_.empty()) fail(source_, ": no tensor named '", name, "' (the file holds no tensors)");
+  fail(source_, ": no tensor named '", name, "' (the file holds ", order_.size(),
+       " tensors: ", some, "); was this checkpoint made for another model?");
+}
+
+std::span<const uint8_t> SafetensorsFile::bytes(const std::string& name) const {
+  const TensorInfo& t = info(name);
+  return {bytes_.data() + data_begin_ + t.begin, static_cast<size_t>(t.end - t.begin)};
+}
+
+std::span<const uint8_t> SafetensorsFile::checked_bytes(
+    const std::string& name, DType dtype, const std::vector<int64_t>& expected_shape) const {
+  const TensorInfo& t = info(name);
+  if (t.dtype != dtype)
+    fail(source_, ": tensor '", name, "' has dtype ", dtype_name(t.dtype), ", expected ",
+         dtype_name(dtype), "; convert the checkpoint to ", dtype_name(dtype), " first");
+  if (t.shape != expected_shape)
+    fail(source_, ": tensor '", name, "' has shape ", shape_string(t.shape), ", expected ",
+         shape_string(expected_shape), "; was this checkpoint made with another model config?");
+  return bytes(name);
+}
+
+std::vector<float> SafetensorsFile::read_f32(const std::string& name,
+                                             const std::vector<int64_t>& expected_shape) const {
+  const std::span<const uint8_t> src = checked_bytes(name, DType::kF32, expected_shape);
+  std::vector<float> out(src.size() / sizeof(float));
+  if (!src.empty()) std::memcpy(out.data(), src.data(), src.size());
+  return out;
+}
+
+void SafetensorsFile::copy_f32(const std::string& name, const std::vector<int64_t>& expected_shape,
+                               std::span<float> out) const {
+  const std::span<const uint8_t> src = checked_bytes(name, DType::kF32, expected_shape);
+  TANDEM_CHECK(out.size() * sizeof(float) == src.size(), source_, ": tensor '", name, "' has ",
+               src.size() / sizeof(float), " elements but the destination holds ", out.size());
+  if (!src.empty()) std::memcpy(out.data(), src.data(), src.size());
+}
+
+std::vector<int32_t> SafetensorsFile::read_i32(const std::string& name,
+                                               const std::vector<int64_t>& expected_shape) const {
+  const std::span<const uint8_t> src = checked_bytes(name, DType::kI32, expected_shape);
+  std::vector<int32_t> out(src.size() / sizeof(int32_t));
+  if (!src.empty()) std::memcpy(out.data(), src.data(), src.size());
+  return out;
+}
+
+void SafetensorsFile::copy_i32(const std::string& name, const std::vector<int64_t>& expected_shape,
+                               std::span<int32_t> out) const {
+  const std::span<const uint8_t> src = checked_bytes(name, DType::kI32, expected_shape);
+  TANDEM_CHECK(out.size() * sizeof(int32_t) == src.size(), source_, ": tensor '", name, "' has ",
+               src.size() / sizeof(int32_t), " elements but the destination holds ", out.size());
+  if (!src.empty()) std::memcpy(out.data(), src.data(), src.size());
+}
+
+}  // namespace tandem

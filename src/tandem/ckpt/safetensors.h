@@ -1,0 +1,114 @@
+// safetensors: the Hugging Face weight format, so tandem checkpoints load in `transformers`
+// and tandem can read weights written by PyTorch.
+//
+// Layout of a file:
+//   [8 bytes]  N, the header length, unsigned little-endian
+//   [N bytes]  JSON header: {"__metadata__": {"k": "v", ...},            (optional)
+//                            "name": {"dtype": "F32", "shape": [2, 3],
+//                                     "data_offsets": [begin, end]}, ...}
+//              padded with spaces so that the data buffer starts at a multiple of 8
+//   [rest]     the data buffer: raw little-endian tensor bytes, row-major; offsets are
+//              relative to its start, tensors are packed with no gaps and cover it exactly
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tandem {
+
+// The element types tandem writes or reads (a subset of those safetensors defines).
+enum class DType { kF64, kF32, kF16, kBF16, kI64, kI32, kU16, kU8 };
+
+size_t dtype_size(DType dtype);
+// The safetensors spelling: "F64", "F32", "F16", "BF16", "I64", "I32", "U16", "U8".
+std::string_view dtype_name(DType dtype);
+// Inverse of dtype_name; nullopt for a name tandem does not know.
+std::optional<DType> parse_dtype(std::string_view name);
+
+// Collects tensors and writes them as one safetensors file, byte for byte as the
+// reference writer lays them out (compact JSON, space padding, packed data), except
+// that tensors keep the order they were added in rather than being sorted.
+class SafetensorsWriter {
+ public:
+  // `data` is not copied: it must hold product(shape) elements of `dtype` and stay
+  // alive until write() returns. A scalar has shape {}. Duplicate names are an error.
+  void add(std::string name, DType dtype, std::vector<int64_t> shape, const void* data);
+  void set_metadata(std::string key, std::string value);
+  // Writes atomically (temp file, fsync, rename): a crash leaves the old file or the
+  // new one. Tensor bytes stream straight from the callers' buffers.
+  void write(const std::filesystem::path& path) const;
+
+  size_t num_tensors() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    const void* data;
+    uint64_t bytes;
+  };
+  std::vector<Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+struct TensorInfo {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;  // {} for a scalar
+  int64_t numel;
+  uint64_t begin;  // byte offsets into the data buffer, [begin, end)
+  uint64_t end;
+};
+
+// A whole safetensors file held in memory, validated strictly on load so that later
+// accessors can trust every offset. Every error names the file.
+class SafetensorsFile {
+ public:
+  static SafetensorsFile read(const std::filesystem::path& path);
+  // Validates bytes already in memory; `source` names them in error messages.
+  static SafetensorsFile parse(std::vector<uint8_t> bytes, std::string source);
+
+  const std::string& source() const { return source_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Tensor names in the order of their data in the file.
+  std::vector<std::string> names() const { return order_; }
+  size_t num_tensors() const { return order_.size(); }
+  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+  // Throws, listing a few names the file does have, when `name` is missing.
+  const TensorInfo& info(const std::string& name) const;
+  std::span<const uint8_t> bytes(const std::string& name) const;
+
+  // Check the dtype and the shape against what the model expects, so that a checkpoint
+  // from another model config fails with a clear message instead of loading garbage.
+  std::vector<float> read_f32(const std::string& name,
+                              const std::vector<int64_t>& expected_shape) const;
+  // As read_f32, into a caller's buffer of exactly product(expected_shape) floats.
+  void copy_f32(const std::string& name, const std::vector<int64_t>& expected_shape,
+                std::span<float> out) const;
+  std::vector<int32_t> read_i32(const std::string& name,
+                                const std::vector<int64_t>& expected_shape) const;
+  void copy_i32(const std::string& name, const std::vector<int64_t>& expected_shape,
+                std::span<int32_t> out) const;
+
+ private:
+  // Returns the tensor's bytes after checking its dtype and shape.
+  std::span<const uint8_t> checked_bytes(const std::string& name, DType dtype,
+                                         const std::vector<int64_t>& expected_shape) const;
+
+  std::string source_;
+  std::vector<uint8_t> bytes_;
+  uint64_t data_begin_ = 0;  // offset of the data buffer in bytes_
+  std::map<std::string, std::string> metadata_;
+  std::map<std::string, TensorInfo> tensors_;
+  std::vector<std::string> order_;
+};
+
+}  // namespace tandem

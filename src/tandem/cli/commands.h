@@ -1,0 +1,12 @@
+// Subcommands of the `tandem` command; each registers its options and a callback.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tandem::cli {
+
+void register_train(CLI::App& app);
+void register_sample(CLI::App& app);
+void register_tokenize(CLI::App& app);
+
+}  // namespace tandem::cli

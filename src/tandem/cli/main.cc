@@ -1,0 +1,35 @@
+// The `tandem` command.
+//   tandem train    --config FILE [--set key=value ...] [--metrics FILE] [--resume DIR]
+//   tandem sample   --checkpoint DIR [--prompt TEXT] [--bytes N] [--temperature T] [--seed S]
+//   tandem tokenize --input TEXT_FILE --output SHARD.bin
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "tandem/cli/commands.h"
+#include "tandem/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tandem: trains GPT-style language models whose training state does not fit in GPU "
+               "memory"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION);
+  tandem::cli::register_train(app);
+  tandem::cli::register_sample(app);
+  tandem::cli::register_tokenize(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const tandem::Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\ntandem: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\ntandem: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

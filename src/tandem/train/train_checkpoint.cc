@@ -1,0 +1,115 @@
+#include "tandem/train/train_checkpoint.h"
+
+#include "tandem/ckpt/checkpoint_dir.h"
+#include "tandem/ckpt/gpt2_weights.h"
+#include "tandem/ckpt/safetensors.h"
+#include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
+
+namespace tandem {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kStateFormat = "tandem-trainer-state";
+constexpr int kStateVersion = 1;
+
+nlohmann::json state_json(const TrainingState& state) {
+  nlohmann::json rng = nlohmann::json::array();
+  // As strings: JSON readers elsewhere often hold numbers in doubles (53-bit).
+  for (uint64_t word : state.sample_rng) rng.push_back(std::to_string(word));
+  return {{"format", kStateFormat},
+          {"version", kStateVersion},
+          {"step", state.step},
+          {"train_loader", {{"epoch", state.train_position.epoch}, {"batch", state.train_position.batch}}},
+          {"sample_rng", rng},
+          {"config", to_json(state.config)}};
+}
+
+void write_optimizer(const fs::path& path, const TrainingState& state, const ParamLayout& layout) {
+  SafetensorsWriter writer;
+  for (const ParamView& view : layout.views()) {
+    writer.add("exp_avg." + view.name, DType::kF32, view.shape, state.exp_avg.data() + view.offset);
+    writer.add("exp_avg_sq." + view.name, DType::kF32, view.shape,
+               state.exp_avg_sq.data() + view.offset);
+  }
+  writer.set_metadata("step", std::to_string(state.step));
+  writer.write(path);
+}
+
+// Reads trainer_state.json into everything but the tensors.
+TrainingState read_state(const fs::path& dir) {
+  const fs::path path = dir / "trainer_state.json";
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(read_file_text(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail(path.string(), ": not valid JSON (", e.what(), ")");
+  }
+  TrainingState state;
+  try {
+    TANDEM_CHECK(json.at("format") == kStateFormat && json.at("version") == kStateVersion,
+                 path.string(), ": not a tandem trainer state of version ", kStateVersion);
+    state.config = parse_train_config(json.at("config"));
+    state.step = json.at("step").get<int64_t>();
+    state.train_position.epoch = json.at("train_loader").at("epoch").get<uint64_t>();
+    state.train_position.batch = json.at("train_loader").at("batch").get<uint64_t>();
+    const auto& rng = json.at("sample_rng");
+    TANDEM_CHECK(rng.is_array() && rng.size() == 4, path.string(), ": sample_rng must hold 4 words");
+    for (size_t i = 0; i < 4; i++) state.sample_rng[i] = std::stoull(rng[i].get<std::string>());
+  } catch (const nlohmann::json::exception& e) {
+    fail(path.string(), ": malformed trainer state (", e.what(), ")");
+  } catch (const Error& e) {
+    fail(path.string(), ": ", e.what());
+  }
+  return state;
+}
+
+}  // namespace
+
+fs::path save_training_checkpoint(const fs::path& checkpoints_root, const TrainingState& state) {
+  const ParamLayout layout = ParamLayout::gpt2(state.config.model);
+  TANDEM_CHECK(state.params.size() == layout.num_elements() &&
+                   state.exp_avg.size() == layout.num_elements() &&
+                   state.exp_avg_sq.size() == layout.num_elements(),
+               "checkpoint state does not match the model's ", layout.num_elements(), " parameters");
+  const std::vector<CheckpointFileWriter> files = {
+      {"model.safetensors",
+       [&](const fs::path& p) { write_gpt2_safetensors(p, layout, state.params.data()); }},
+      {"config.json",
+       [&](const fs::path& p) { write_file_atomic(p, hf_gpt2_config(state.config.model).dump(2) + "\n"); }},
+      {"optimizer.safetensors", [&](const fs::path& p) { write_optimizer(p, state, layout); }},
+      {"trainer_state.json",
+       [&](const fs::path& p) { write_file_atomic(p, state_json(state).dump(2) + "\n"); }},
+  };
+  return save_checkpoint_dir(checkpoints_root, state.step, files);
+}
+
+TrainingState load_checkpoint_weights(const fs::path& path) {
+  const fs::path dir = resolve_checkpoint(path);
+  verify_checkpoint(dir);
+  TrainingState state = read_state(dir);
+  const ParamLayout layout = ParamLayout::gpt2(state.config.model);
+  state.params.resize(layout.num_elements());
+  read_gpt2_safetensors(SafetensorsFile::read(dir / "model.safetensors"), layout,
+                        state.params.data());
+  return state;
+}
+
+TrainingState load_training_checkpoint(const fs::path& path) {
+  TrainingState state = load_checkpoint_weights(path);
+  const fs::path dir = resolve_checkpoint(path);
+  const ParamLayout layout = ParamLayout::gpt2(state.config.model);
+  const SafetensorsFile optimizer = SafetensorsFile::read(dir / "optimizer.safetensors");
+  state.exp_avg.resize(layout.num_elements());
+  state.exp_avg_sq.resize(layout.num_elements());
+  for (const ParamView& view : layout.views()) {
+    optimizer.copy_f32("exp_avg." + view.name, view.shape,
+                       std::span<float>(state.exp_avg.data() + view.offset, view.numel));
+    optimizer.copy_f32("exp_avg_sq." + view.name, view.shape,
+                       std::span<float>(state.exp_avg_sq.data() + view.offset, view.numel));
+  }
+  return state;
+}
+
+}  // namespace tandem

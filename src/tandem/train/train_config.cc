@@ -1,0 +1,544 @@
+// The run configuration: JSON -> TrainConfig and back, with messages that say which key is
+// wrong and what would be right. A config file is the one input every user writes by hand,
+// so every mistake in it should be reported here, once, before any data is loaded.
+//
+// Keys named "$schema", "comment" and "_comment" are accepted and ignored at any level, so
+// that files can point at a JSON schema and carry notes (JSON has no comments).
+
+#include "tandem/train/train_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
+
+namespace tandem {
+
+using json = nlohmann::json;
+
+namespace {
+
+// A list of allowed keys, in the order they are listed in messages.
+using Keys = std::span<const std::string_view>;
+
+constexpr std::string_view kTopKeys[] = {"model",
+                                         "data",
+                                         "train_micro_batch_size_per_gpu",
+                                         "gradient_accumulation_steps",
+                                         "gradient_clipping",
+                                         "optimizer",
+                                         "scheduler",
+                                         "train"};
+constexpr std::string_view kModelKeys[] = {"vocab_size", "context_length", "n_layer", "n_head",
+                                           "n_embd"};
+constexpr std::string_view kDataKeys[] = {"train_path", "val_path", "val_fraction"};
+constexpr std::string_view kTypedKeys[] = {"type", "params"};
+constexpr std::string_view kOptimizerParamKeys[] = {"lr", "betas", "eps", "weight_decay"};
+constexpr std::string_view kSchedulerParamKeys[] = {"warmup_num_steps", "cos_min_ratio"};
+constexpr std::string_view kTrainKeys[] = {"steps",         "seed",         "seq_len",
+                                           "eval_interval", "eval_batches", "checkpoint_interval",
+                                           "log_interval",  "output_dir",   "sample_bytes"};
+
+constexpr std::string_view kOptimizerType = "AdamW";
+constexpr std::string_view kSchedulerType = "WarmupCosineLR";
+
+bool is_ignored_key(std::string_view key) {
+  return key == "$schema" || key == "comment" || key == "_comment";
+}
+
+std::string join(Keys keys) {
+  std::string out;
+  for (std::string_view key : keys) {
+    if (!out.empty()) out += ", ";
+    out += key;
+  }
+  return out;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Levenshtein distance, case-insensitive: "LR" and "lrr" are both one slip from "lr".
+size_t edit_distance(std::string_view a_in, std::string_view b_in) {
+  const std::string a = lower(a_in), b = lower(b_in);
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The allowed key nearest to `key`, or "" when none is near enough to be a likely typo
+// (a third of the key's length, at least one edit: "lrr" -> "lr", "warmup_steps" ->
+// "warmup_num_steps").
+std::string closest_key(std::string_view key, Keys allowed) {
+  const size_t limit = std::max<size_t>(1, key.size() / 3);
+  std::string best;
+  size_t best_distance = limit + 1;
+  for (std::string_view candidate : allowed) {
+    const size_t d = edit_distance(key, candidate);
+    if (d < best_distance) best_distance = d, best = candidate;
+  }
+  return best;
+}
+
+std::string join_path(std::string_view prefix, std::string_view key) {
+  return prefix.empty() ? std::string(key) : cat(prefix, '.', key);
+}
+
+// The found value as the user wrote it, shortened, with its JSON type:
+// "\"100\" (a string)", "[1,2] (an array)".
+std::string describe(const json& value) {
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  switch (value.type()) {
+    case json::value_t::string:
+      return text + " (a string)";
+    case json::value_t::boolean:
+      return text + " (a boolean)";
+    case json::value_t::array:
+      return text + " (an array)";
+    case json::value_t::object:
+      return text + " (an object)";
+    case json::value_t::null:
+      return text;
+    default:
+      return text;
+  }
+}
+
+// A JSON object and its dotted path ("optimizer.params"); readers for each kind of field.
+// Every reader leaves the field's default alone when the key is absent.
+class Section {
+ public:
+  Section(const json* object, std::string path) : object_(object), path_(std::move(path)) {}
+
+  // Refuses keys outside `allowed`. `child`/`child_keys` name a nested section whose keys
+  // are sometimes written one level too high ("optimizer": {"lr": ...}).
+  void check_keys(Keys allowed, std::string_view child = {}, Keys child_keys = {}) const {
+    if (object_ == nullptr) return;
+    for (const auto& [key, value] : object_->items()) {
+      if (is_ignored_key(key) || std::find(allowed.begin(), allowed.end(), key) != allowed.end())
+        continue;
+      std::string hint;
+      if (std::find(child_keys.begin(), child_keys.end(), key) != child_keys.end()) {
+        hint = cat("; did you mean '", join_path(join_path(path_, child), key), "'?");
+      } else if (std::string near = closest_key(key, allowed); !near.empty()) {
+        hint = cat("; did you mean '", near, "'?");
+      }
+      fail("unknown key '", join_path(path_, key), "'", hint.empty() ? ";" : hint,
+           " allowed keys: ", join(allowed));
+    }
+  }
+
+  // The nested object at `key` (a section with no object when the key is absent).
+  Section section(std::string_view key) const {
+    const json* value = find(key);
+    if (value != nullptr && !value->is_object())
+      fail(path(key), " must be an object, got ", describe(*value));
+    return Section(value, path(key));
+  }
+
+  // An integer in [min, max]; 100.0 counts as 100, 100.5 does not.
+  template <typename Int>
+  void read_int(std::string_view key, Int& out, int64_t min,
+                int64_t max = std::numeric_limits<Int>::max(),
+                std::string_view description = {}) const {
+    const json* value = find(key);
+    if (value == nullptr) return;
+    const std::string wanted =
+        description.empty() ? int_description(min, max) : std::string(description);
+    int64_t v = 0;
+    if (value->is_number_integer() && !value->is_number_unsigned()) {
+      v = value->get<int64_t>();
+    } else if (value->is_number_unsigned()) {
+      const uint64_t u = value->get<uint64_t>();
+      if (u > static_cast<uint64_t>(max))
+        fail(path(key), " must be ", wanted, " (at most ", max, "), got ", u);
+      v = static_cast<int64_t>(u);
+    } else if (value->is_number_float()) {
+      const double d = value->get<double>();
+      if (std::trunc(d) != d) fail(path(key), " must be ", wanted, ", got ", value->dump());
+      // 2^63 is exactly representable; anything at or beyond it cannot be an int64 (and the
+      // conversion would be undefined), so it is refused here rather than by the range check.
+      if (d >= 9223372036854775808.0)
+        fail(path(key), " must be ", wanted, " (at most ", max, "), got ", value->dump());
+      if (d < -9223372036854775808.0) fail(path(key), " must be ", wanted, ", got ", value->dump());
+      v = static_cast<int64_t>(d);
+    } else {
+      fail(path(key), " must be ", wanted, ", got ", describe(*value));
+    }
+    if (v < min || v > max) {
+      // "a positive integer" does not say why 3000000000 is refused for an int field.
+      const bool max_unsaid = wanted.find(std::to_string(max)) == std::string::npos;
+      fail(path(key), " must be ", wanted, max_unsaid && v > max ? cat(" (at most ", max, ")") : "",
+           ", got ", value->dump());
+    }
+    out = static_cast<Int>(v);
+  }
+
+  void read_uint64(std::string_view key, uint64_t& out) const {
+    const json* value = find(key);
+    if (value == nullptr) return;
+    constexpr const char* kWanted = " must be an unsigned 64-bit integer (0 to 2^64-1), got ";
+    if (value->is_number_unsigned()) {
+      out = value->get<uint64_t>();
+    } else if (value->is_number_integer()) {
+      fail(path(key), kWanted, value->dump());  // negative: unsigned ones parse as unsigned
+    } else if (value->is_number_float()) {
+      const double d = value->get<double>();
+      if (!(std::trunc(d) == d && d >= 0 && d < 18446744073709551616.0))
+        fail(path(key), kWanted, value->dump());
+      out = static_cast<uint64_t>(d);
+    } else {
+      fail(path(key), kWanted, describe(*value));
+    }
+  }
+
+  // A finite number accepted by `ok`; `wanted` says what `ok` accepts ("a number > 0").
+  // For float fields the check applies to the value after rounding to float, so that 1e-50
+  // (0 as a float) is refused as an eps and 1e39 (inf) as an lr.
+  template <typename Real, typename Ok>
+  void read_real(std::string_view key, Real& out, std::string_view wanted, Ok ok) const {
+    const json* value = find(key);
+    if (value == nullptr) return;
+    out = real_value<Real>(*value, path(key), wanted, ok);
+  }
+
+  std::string read_string(std::string_view key, std::string& out) const {
+    const json* value = find(key);
+    if (value == nullptr) return out;
+    if (!value->is_string()) fail(path(key), " must be a string, got ", describe(*value));
+    out = value->get<std::string>();
+    return out;
+  }
+
+  // Reads "type" and checks it (case-insensitively) against the one supported value.
+  void read_type(std::string_view supported) const {
+    const json* value = find("type");
+    if (value == nullptr) return;
+    if (!value->is_string() || lower(value->get<std::string>()) != lower(supported))
+      fail(path("type"), " must be one of: \"", supported, "\"; got ", describe(*value));
+  }
+
+  template <typename Real, typename Ok>
+  static Real real_value(const json& value, const std::string& where, std::string_view wanted,
+                         Ok ok) {
+    if (!value.is_number()) fail(where, " must be ", wanted, ", got ", describe(value));
+    const double d = value.get<double>();
+    // Out-of-range double -> float conversion is undefined, so the range is checked first.
+    if (!std::isfinite(d) || std::fabs(d) > std::numeric_limits<Real>::max())
+      fail(where, " must be ", wanted, ", got ", value.dump());
+    const Real v = static_cast<Real>(d);
+    if (!ok(static_cast<double>(v))) fail(where, " must be ", wanted, ", got ", value.dump());
+    return v;
+  }
+
+  const json* find(std::string_view key) const {
+    if (object_ == nullptr) return nullptr;
+    const auto it = object_->find(key);
+    return it == object_->end() ? nullptr : &*it;
+  }
+  std::string path(std::string_view key) const { return join_path(path_, key); }
+
+ private:
+  static std::string int_description(int64_t min, int64_t max) {
+    if (max == std::numeric_limits<int64_t>::max() || max == std::numeric_limits<int>::max()) {
+      if (min == 1) return "a positive integer";
+      if (min == 0) return "a non-negative integer";
+      return cat("an integer >= ", min);
+    }
+    return cat("an integer in [", min, ", ", max, "]");
+  }
+
+  const json* object_;
+  std::string path_;
+};
+
+// The shortest decimal that reads back as the same float ("0.95", not 0.949999988079071),
+// so that a written config is both exact and readable. parse_train_config reads it as a
+// double and rounds to float; that double rounding is checked, with the exact double
+// value as the fallback.
+json float_json(float f) {
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), f);
+  const double shortest = std::strtod(std::string(buffer, result.ptr).c_str(), nullptr);
+  if (static_cast<float>(shortest) == f) return shortest;
+  return static_cast<double>(f);
+}
+
+}  // namespace
+
+TrainConfig parse_train_config(const json& config_json) {
+  if (!config_json.is_object())
+    fail("the configuration must be a JSON object ({...}), got ", describe(config_json));
+  TrainConfig config;
+  const Section top(&config_json, "");
+  top.check_keys(kTopKeys);
+
+  const Section model = top.section("model");
+  model.check_keys(kModelKeys);
+  GptConfig& m = config.model;
+  model.read_int("vocab_size", m.vocab_size, 1);
+  model.read_int("context_length", m.context_length, 1);
+  model.read_int("n_layer", m.n_layer, 1);
+  model.read_int("n_head", m.n_head, 1);
+  model.read_int("n_embd", m.n_embd, 1);
+  m.validate();
+
+  const Section data = top.section("data");
+  data.check_keys(kDataKeys);
+  TANDEM_CHECK(data.find("train_path") != nullptr,
+               "data.train_path is required (a text file or an llm.c token shard *.bin), e.g. "
+               "\"data\": {\"train_path\": \"data/tinyshakespeare.txt\"}");
+  TANDEM_CHECK(!data.read_string("train_path", config.data.train_path).empty(),
+               "data.train_path must not be empty");
+  data.read_string("val_path", config.data.val_path);
+  if (config.data.val_path.empty()) {
+    data.read_real("val_fraction", config.data.val_fraction,
+                   "a number in (0, 1) when data.val_path is empty",
+                   [](double v) { return v > 0 && v < 1; });
+  } else {
+    // Unused with a separate validation file, but still held to a sane range.
+    data.read_real("val_fraction", config.data.val_fraction, "a number in [0, 1)",
+                   [](double v) { return v >= 0 && v < 1; });
+  }
+
+  top.read_int("train_micro_batch_size_per_gpu", config.micro_batch_size, 1);
+  top.read_int("gradient_accumulation_steps", config.gradient_accumulation_steps, 1);
+  top.read_real("gradient_clipping", config.gradient_clipping, "a number >= 0 (0 disables)",
+                [](double v) { return v >= 0; });
+
+  const Section optimizer = top.section("optimizer");
+  optimizer.check_keys(kTypedKeys, "params", kOptimizerParamKeys);
+  optimizer.read_type(kOptimizerType);
+  const Section opt = optimizer.section("params");
+  opt.check_keys(kOptimizerParamKeys);
+  OptimizerConfig& o = config.optimizer;
+  opt.read_real("lr", o.lr, "a number > 0", [](double v) { return v > 0; });
+  if (const json* betas = opt.find("betas")) {
+    const std::string where = opt.path("betas");
+    if (!betas->is_array() || betas->size() != 2)
+      fail(where, " must be an array of two numbers [beta1, beta2], each in [0, 1), got ",
+           describe(*betas));
+    const auto in_unit = [](double v) { return v >= 0 && v < 1; };
+    o.beta1 = Section::real_value<float>((*betas)[0], where + "[0]", "a number in [0, 1)", in_unit);
+    o.beta2 = Section::real_value<float>((*betas)[1], where + "[1]", "a number in [0, 1)", in_unit);
+  }
+  opt.read_real("eps", o.eps, "a number > 0", [](double v) { return v > 0; });
+  opt.read_real("weight_decay", o.weight_decay, "a number >= 0", [](double v) { return v >= 0; });
+
+  const Section scheduler = top.section("scheduler");
+  scheduler.check_keys(kTypedKeys, "params", kSchedulerParamKeys);
+  scheduler.read_type(kSchedulerType);
+  const Section sched = scheduler.section("params");
+  sched.check_keys(kSchedulerParamKeys);
+  sched.read_int("warmup_num_steps", config.scheduler.warmup_num_steps, 0);
+  sched.read_real("cos_min_ratio", config.scheduler.cos_min_ratio, "a number in [0, 1]",
+                  [](double v) { return v >= 0 && v <= 1; });
+
+  const Section train = top.section("train");
+  train.check_keys(kTrainKeys);
+  TrainLoopConfig& t = config.train;
+  train.read_int("steps", t.steps, 1);
+  train.read_uint64("seed", t.seed);
+  train.read_int("seq_len", t.seq_len, 0, m.context_length,
+                 cat("an integer in [0, ", m.context_length, "] (at most model.context_length = ",
+                     m.context_length, "; 0 means model.context_length)"));
+  train.read_int("eval_interval", t.eval_interval, 0);
+  train.read_int("eval_batches", t.eval_batches, 1);
+  train.read_int("checkpoint_interval", t.checkpoint_interval, 0);
+  train.read_int("log_interval", t.log_interval, 0);
+  TANDEM_CHECK(!train.read_string("output_dir", t.output_dir).empty(),
+               "train.output_dir must not be empty");
+  train.read_int("sample_bytes", t.sample_bytes, 0);
+  return config;
+}
+
+void apply_config_override(json& config_json, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  TANDEM_CHECK(eq != std::string::npos, "no '=' in override '", assignment,
+               "'; expected key=value, e.g. train.steps=100");
+  const std::string key = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+  TANDEM_CHECK(!key.empty(), "empty key in override '", assignment,
+               "'; expected key=value, e.g. train.steps=100");
+
+  std::vector<std::string> parts;
+  for (size_t begin = 0;;) {
+    const size_t dot = key.find('.', begin);
+    parts.push_back(key.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin));
+    TANDEM_CHECK(!parts.back().empty(), "empty component in key '", key, "' of override '",
+                 assignment, "'; expected a dotted path, e.g. optimizer.params.lr=3e-4");
+    if (dot == std::string::npos) break;
+    begin = dot + 1;
+  }
+
+  if (config_json.is_null()) config_json = json::object();
+  json* node = &config_json;
+  std::string walked;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    walked = join_path(walked, parts[i]);
+    json& child = (*node)[parts[i]];  // creates null when absent
+    if (child.is_null()) child = json::object();
+    if (!child.is_object())
+      fail("cannot apply override '", assignment, "': '", walked, "' is ", describe(child),
+           ", not an object");
+    node = &child;
+  }
+  if (!node->is_object())
+    fail("cannot apply override '", assignment, "': the configuration is not an object");
+
+  // Valid JSON is taken as such (3e-4, true, [0.9,0.99], "quoted"); anything else is a bare
+  // string, so paths need no quotes on a command line (train.output_dir=runs/y).
+  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) value = text;
+  (*node)[parts.back()] = std::move(value);
+}
+
+namespace {
+
+// nlohmann keeps the last of two equal keys silently; a config that sets "lr" twice is a
+// mistake whichever one was meant, so it is refused with the path of the repeated key.
+json parse_json_refusing_duplicates(const std::string& text) {
+  struct Level {
+    std::set<std::string> keys;
+    std::string path;
+    std::string last_key;
+  };
+  std::vector<Level> stack;
+  const auto callback = [&stack](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start: {
+        std::string path;
+        if (!stack.empty()) path = join_path(stack.back().path, stack.back().last_key);
+        stack.push_back({{}, std::move(path), {}});
+        break;
+      }
+      case json::parse_event_t::key: {
+        const std::string key = parsed.get<std::string>();
+        if (!stack.empty()) {
+          if (!stack.back().keys.insert(key).second)
+            fail("duplicate key '", join_path(stack.back().path, key), "'");
+          stack.back().last_key = key;
+        }
+        break;
+      }
+      case json::parse_event_t::object_end:
+        if (!stack.empty()) stack.pop_back();
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
+  return json::parse(text, callback);
+}
+
+// "line:column" of a byte offset, both 1-based, for editors that jump to file:line:col.
+std::string line_column(const std::string& text, size_t byte) {
+  byte = std::min(byte, text.size());
+  size_t line = 1, column = 1;
+  for (size_t i = 0; i < byte; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return cat(line, ':', column);
+}
+
+}  // namespace
+
+TrainConfig load_train_config(const std::filesystem::path& path,
+                              const std::vector<std::string>& overrides) {
+  const std::string text = read_file_text(path);
+  json config_json;
+  try {
+    config_json = parse_json_refusing_duplicates(text);
+  } catch (const json::parse_error& e) {
+    // e.byte is 1-based and points at the character that broke the parse. nlohmann's own
+    // message repeats a position in its own wording; keep only the explanation after it.
+    std::string why = e.what();
+    if (const size_t colon = why.find(": ");
+        why.rfind("[json.exception", 0) == 0 && colon != std::string::npos)
+      why = why.substr(colon + 2);
+    fail(path.string(), ":", line_column(text, e.byte > 0 ? e.byte - 1 : 0),
+         ": JSON syntax error: ", why);
+  } catch (const Error& e) {
+    fail(path.string(), ": ", e.what());
+  }
+  for (const std::string& assignment : overrides) apply_config_override(config_json, assignment);
+  try {
+    return parse_train_config(config_json);
+  } catch (const Error& e) {
+    fail(path.string(), ": ", e.what());
+  }
+}
+
+json to_json(const TrainConfig& config) {
+  const GptConfig& m = config.model;
+  const OptimizerConfig& o = config.optimizer;
+  const TrainLoopConfig& t = config.train;
+  return json{
+      {"model",
+       {{"vocab_size", m.vocab_size},
+        {"context_length", m.context_length},
+        {"n_layer", m.n_layer},
+        {"n_head", m.n_head},
+        {"n_embd", m.n_embd}}},
+      {"data",
+       {{"train_path", config.data.train_path},
+        {"val_path", config.data.val_path},
+        {"val_fraction", config.data.val_fraction}}},
+      {"train_micro_batch_size_per_gpu", config.micro_batch_size},
+      {"gradient_accumulation_steps", config.gradient_accumulation_steps},
+      {"gradient_clipping", float_json(config.gradient_clipping)},
+      {"optimizer",
+       {{"type", std::string(kOptimizerType)},
+        {"params",
+         {{"lr", float_json(o.lr)},
+          {"betas", json::array({float_json(o.beta1), float_json(o.beta2)})},
+          {"eps", float_json(o.eps)},
+          {"weight_decay", float_json(o.weight_decay)}}}}},
+      {"scheduler",
+       {{"type", std::string(kSchedulerType)},
+        {"params",
+         {{"warmup_num_steps", config.scheduler.warmup_num_steps},
+          {"cos_min_ratio", float_json(config.scheduler.cos_min_ratio)}}}}},
+      {"train",
+       {{"steps", t.steps},
+        {"seed", t.seed},
+        {"seq_len", t.seq_len},
+        {"eval_interval", t.eval_interval},
+        {"eval_batches", t.eval_batches},
+        {"checkpoint_interval", t.checkpoint_interval},
+        {"log_interval", t.log_interval},
+        {"output_dir", t.output_dir},
+        {"sample_bytes", t.sample_bytes}}},
+  };
+}
+
+}  // namespace tandem

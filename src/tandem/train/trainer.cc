@@ -1,0 +1,225 @@
+#include "tandem/train/trainer.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "tandem/compute/compute_backend.h"
+#include "tandem/core/error.h"
+#include "tandem/core/rng.h"
+#include "tandem/core/timer.h"
+#include "tandem/data/dataset.h"
+#include "tandem/data/loader.h"
+#include "tandem/model/gpt.h"
+#include "tandem/optim/adamw.h"
+#include "tandem/optim/grad_clip.h"
+#include "tandem/optim/lr_schedule.h"
+#include "tandem/train/metrics_log.h"
+#include "tandem/train/progress.h"
+#include "tandem/train/sampler.h"
+#include "tandem/train/train_checkpoint.h"
+
+namespace tandem {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The seed of the sampling RNG, separate from the data order and the initialisation.
+constexpr uint64_t kSampleSeedSalt = 0x5eed5a3b1e5ULL;
+
+std::string describe_model_difference(const GptConfig& a, const GptConfig& b) {
+  std::string diff;
+  auto compare = [&](const char* key, int x, int y) {
+    if (x != y) diff += cat(diff.empty() ? "" : ", ", "model.", key, " ", x, " vs ", y);
+  };
+  compare("vocab_size", a.vocab_size, b.vocab_size);
+  compare("context_length", a.context_length, b.context_length);
+  compare("n_layer", a.n_layer, b.n_layer);
+  compare("n_head", a.n_head, b.n_head);
+  compare("n_embd", a.n_embd, b.n_embd);
+  return diff;
+}
+
+class Trainer {
+ public:
+  Trainer(const TrainConfig& config, const TrainOptions& options)
+      : config_(config),
+        options_(options),
+        B_(config.micro_batch_size),
+        T_(config.seq_len()),
+        data_(load_dataset(config.data.train_path, config.data.val_path, config.data.val_fraction,
+                           config.model.vocab_size)),
+        train_loader_(data_.train, B_, T_, config.train.seed, true, "train"),
+        backend_(make_cpu_backend()),
+        model_(config.model, *backend_, B_, T_),
+        optimizer_(model_.layout(), AdamWHyper{.lr = config.optimizer.lr,
+                                               .beta1 = config.optimizer.beta1,
+                                               .beta2 = config.optimizer.beta2,
+                                               .eps = config.optimizer.eps,
+                                               .weight_decay = config.optimizer.weight_decay}),
+        schedule_{.base_lr = config.optimizer.lr,
+                  .warmup_steps = config.scheduler.warmup_num_steps,
+                  .total_steps = config.train.steps,
+                  .min_ratio = config.scheduler.cos_min_ratio},
+        sample_rng_(config.train.seed ^ kSampleSeedSalt),
+        progress_(config.train.steps, config.train.log_interval, options.show_progress),
+        inputs_(static_cast<size_t>(B_) * T_),
+        targets_(static_cast<size_t>(B_) * T_) {
+    if (config.train.eval_interval > 0)
+      val_loader_ = std::make_unique<DataLoader>(data_.val, B_, T_, config.train.seed, false, "val");
+  }
+
+  TrainResult run() {
+    start();
+    const int64_t last_step = options_.stop_at_step > 0
+                                  ? std::min(options_.stop_at_step, config_.train.steps)
+                                  : config_.train.steps;
+    TrainResult result;
+    result.last_val_loss = std::numeric_limits<float>::quiet_NaN();
+    MetricsLog metrics(options_.metrics_path);
+    const double tokens_per_step =
+        static_cast<double>(B_) * T_ * config_.gradient_accumulation_steps;
+    while (step_ < last_step) {
+      Stopwatch watch;
+      const float lr = schedule_.lr_at(step_);
+      const float loss = train_step(lr);
+      const double norm = last_grad_norm_;
+      step_++;
+      const double ms = watch.millis();
+      const double tokens_per_s = tokens_per_step / (ms / 1e3);
+      metrics.write({{"step", step_},
+                     {"loss", loss},
+                     {"lr", lr},
+                     {"grad_norm", norm},
+                     {"tokens_per_s", tokens_per_s},
+                     {"ms", ms}});
+      progress_.update(step_, loss, tokens_per_s, ms);
+      result.last_train_loss = loss;
+
+      const bool finished = step_ == last_step;
+      const int64_t eval_every = config_.train.eval_interval;
+      if (val_loader_ && (step_ % eval_every == 0 || finished)) {
+        result.last_val_loss = evaluate();
+        metrics.write({{"step", step_}, {"val_loss", result.last_val_loss}});
+        progress_.note(cat("step ", step_, ": val_loss ", result.last_val_loss));
+      }
+      const int64_t ckpt_every = config_.train.checkpoint_interval;
+      if (finished || (ckpt_every > 0 && step_ % ckpt_every == 0)) {
+        result.last_checkpoint = save();
+        progress_.note(cat("step ", step_, ": saved ", result.last_checkpoint.string()));
+      }
+    }
+    progress_.finish();
+    result.steps_done = step_;
+    if (config_.train.sample_bytes > 0)
+      result.sample = sample_bytes(model_, "\n", config_.train.sample_bytes, sample_rng_);
+    return result;
+  }
+
+ private:
+  void start() {
+    const fs::path checkpoints = checkpoints_root();
+    if (!options_.resume.empty()) {
+      resume(options_.resume);
+      return;
+    }
+    TANDEM_CHECK(!fs::exists(checkpoints / "latest"), "train.output_dir '",
+                 config_.train.output_dir, "' already holds checkpoints of an earlier run; resume it "
+                 "with --resume ", config_.train.output_dir,
+                 ", or start afresh in another directory with --set train.output_dir=DIR");
+    model_.init_weights(config_.train.seed);
+    progress_.note(cat("tandem: training GPT-2 (", config_.model.n_layer, " layers, ",
+                       config_.model.n_embd, " channels, ", config_.model.num_parameters(),
+                       " parameters) on ", data_.train.size(), " tokens (",
+                       train_loader_.batches_per_epoch(), " batches of ", B_, "x", T_,
+                       " per epoch), ", config_.train.steps, " steps"));
+  }
+
+  void resume(const fs::path& path) {
+    TrainingState state = load_training_checkpoint(path);
+    const std::string diff = describe_model_difference(state.config.model, config_.model);
+    TANDEM_CHECK(diff.empty(), path.string(), ": the checkpoint's model differs from the config (",
+                 diff, "); resume with the config the run started with");
+    TANDEM_CHECK(state.step <= config_.train.steps, path.string(), ": the checkpoint is at step ",
+                 state.step, ", beyond train.steps = ", config_.train.steps,
+                 "; raise train.steps to continue");
+    model_.set_params(state.params);
+    optimizer_.set_state(state.step, std::move(state.exp_avg), std::move(state.exp_avg_sq));
+    train_loader_.set_position(state.train_position);
+    sample_rng_.set_state(state.sample_rng);
+    step_ = state.step;
+    progress_.note(cat("tandem: resumed ", path.string(), " at step ", step_, " of ",
+                       config_.train.steps));
+  }
+
+  float train_step(float lr) {
+    model_.zero_grads();
+    const int accum = config_.gradient_accumulation_steps;
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < accum; micro++) {
+      train_loader_.next_batch(inputs_, targets_);
+      loss_sum += model_.forward(inputs_.data(), targets_.data(), B_, T_);
+      model_.backward(1.0f / accum);
+    }
+    const float loss = static_cast<float>(loss_sum / accum);
+    TANDEM_CHECK(std::isfinite(loss), "the training loss became ", loss, " at step ", step_ + 1,
+                 "; lower optimizer.params.lr or set gradient_clipping (the last checkpoint is intact)");
+    const size_t P = model_.layout().num_elements();
+    last_grad_norm_ = global_grad_norm(model_.grads(), P);
+    const float scale = clip_scale(last_grad_norm_, config_.gradient_clipping);
+    optimizer_.step(model_.params(), model_.grads(), lr, scale);
+    return loss;
+  }
+
+  float evaluate() {
+    val_loader_->reset();
+    const int64_t batches =
+        std::min<int64_t>(config_.train.eval_batches, val_loader_->batches_per_epoch());
+    double sum = 0.0;
+    for (int64_t i = 0; i < batches; i++) {
+      val_loader_->next_batch(inputs_, targets_);
+      sum += model_.forward(inputs_.data(), targets_.data(), B_, T_);
+    }
+    return static_cast<float>(sum / batches);
+  }
+
+  fs::path checkpoints_root() const { return fs::path(config_.train.output_dir) / "checkpoints"; }
+
+  fs::path save() {
+    TrainingState state;
+    state.config = config_;
+    state.step = step_;
+    state.train_position = train_loader_.position();
+    state.sample_rng = sample_rng_.state();
+    state.params = model_.params_to_host();
+    state.exp_avg = optimizer_.m();
+    state.exp_avg_sq = optimizer_.v();
+    return save_training_checkpoint(checkpoints_root(), state);
+  }
+
+  TrainConfig config_;
+  TrainOptions options_;
+  int B_, T_;
+  TokenSplit data_;
+  DataLoader train_loader_;
+  std::unique_ptr<DataLoader> val_loader_;
+  std::unique_ptr<ComputeBackend> backend_;
+  Gpt model_;
+  AdamW optimizer_;
+  WarmupCosineSchedule schedule_;
+  Rng sample_rng_;
+  ProgressLine progress_;
+  std::vector<int32_t> inputs_, targets_;
+  int64_t step_ = 0;
+  double last_grad_norm_ = 0.0;
+};
+
+}  // namespace
+
+TrainResult train(const TrainConfig& config, const TrainOptions& options) {
+  Trainer trainer(config, options);
+  return trainer.run();
+}
+
+}  // namespace tandem

@@ -1,0 +1,32 @@
+// The training loop: data, model, optimizer, schedule, evaluation, checkpoints,
+// metrics and progress, for one run configuration.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "tandem/train/train_config.h"
+
+namespace tandem {
+
+struct TrainOptions {
+  std::filesystem::path resume;        // a checkpoint (any form resolve_checkpoint takes)
+  std::filesystem::path metrics_path;  // JSON Lines; empty for none
+  // Stop (with a checkpoint) once this many steps are done, though the schedule spans
+  // train.steps; 0 runs to train.steps. For time-sliced jobs and the resume test.
+  int64_t stop_at_step = 0;
+  bool show_progress = true;  // progress line and notes on stderr
+};
+
+struct TrainResult {
+  int64_t steps_done = 0;
+  float last_train_loss = 0.0f;
+  float last_val_loss = 0.0f;  // NaN when no evaluation ran
+  std::filesystem::path last_checkpoint;
+  std::string sample;  // bytes sampled at the end (train.sample_bytes)
+};
+
+TrainResult train(const TrainConfig& config, const TrainOptions& options);
+
+}  // namespace tandem

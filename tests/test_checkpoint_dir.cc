@@ -1,0 +1,223 @@
+// Checkpoint directories: publish by rename, manifest checksums, the "latest" pointer,
+// and what survives a writer that fails halfway.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tandem/ckpt/checkpoint_dir.h"
+#include "tandem/core/checksum.h"
+#include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
+
+namespace tandem {
+namespace {
+namespace fs = std::filesystem;
+
+class CheckpointDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    base_ = fs::temp_directory_path() / cat("tandem_test_ckpt_", ::getpid(), "_", info->name());
+    fs::remove_all(base_);
+    run_ = base_ / "run";
+    root_ = run_ / "checkpoints";
+  }
+  void TearDown() override { fs::remove_all(base_); }
+
+  // Everything in the checkpoints root, by name.
+  std::set<std::string> root_entries() const {
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(root_)) names.insert(e.path().filename());
+    return names;
+  }
+
+  fs::path base_, run_, root_;
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no tandem::Error thrown>";
+}
+
+#define EXPECT_CONTAINS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << "message: " << (text) << " | "
+
+CheckpointFileWriter text_file(std::string name, std::string content) {
+  return {name, [content](const fs::path& where) { write_file_atomic(where, content); }};
+}
+
+// A writer that uses a plain buffered File (no fsync of its own).
+CheckpointFileWriter plain_file(std::string name, std::string content) {
+  return {name, [content](const fs::path& where) { File(where, "wb").write_all(content); }};
+}
+
+struct WriterFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Writes part of its file, then fails, as a writer hitting a full disk would.
+CheckpointFileWriter failing_file(std::string name) {
+  return {name, [](const fs::path& where) {
+            File(where, "wb").write_all("partial");
+            throw WriterFailed("disk full");
+          }};
+}
+
+TEST_F(CheckpointDirTest, SavesVerifiesAndResolves) {
+  const fs::path dir = save_checkpoint_dir(
+      root_, 500, {text_file("model.safetensors", "weights"), plain_file("state.json", "{}\n")});
+  EXPECT_EQ(dir, root_ / "step_00000500");
+  EXPECT_EQ(read_file_text(dir / "model.safetensors"), "weights");
+  EXPECT_EQ(read_file_text(dir / "state.json"), "{}\n");
+  EXPECT_EQ(read_file_text(root_ / "latest"), "step_00000500\n");
+  EXPECT_EQ(root_entries(), (std::set<std::string>{"latest", "step_00000500"}));
+
+  const nlohmann::json manifest = nlohmann::json::parse(read_file_text(dir / "manifest.json"));
+  EXPECT_EQ(manifest["format"], "tandem-checkpoint");
+  EXPECT_EQ(manifest["version"], 1);
+  EXPECT_EQ(manifest["step"], 500);
+  ASSERT_EQ(manifest["files"].size(), 2u);
+  EXPECT_EQ(manifest["files"]["model.safetensors"]["bytes"], 7);
+  EXPECT_EQ(manifest["files"]["model.safetensors"]["xxh3_64"],
+            checksum_hex(checksum64("weights", 7)));
+  EXPECT_EQ(manifest["files"]["state.json"]["xxh3_64"], checksum_hex(checksum64("{}\n", 3)));
+
+  verify_checkpoint(dir);
+  EXPECT_EQ(checkpoint_step(dir), 500);
+  EXPECT_EQ(resolve_checkpoint(dir), dir);
+  EXPECT_EQ(resolve_checkpoint(root_), dir);
+  EXPECT_EQ(resolve_checkpoint(run_), dir);
+
+  // A later save moves "latest"; the earlier checkpoint stays.
+  const fs::path later = save_checkpoint_dir(root_, 1000, {text_file("model.safetensors", "w2")});
+  EXPECT_EQ(later, root_ / "step_00001000");
+  EXPECT_EQ(read_file_text(root_ / "latest"), "step_00001000\n");
+  EXPECT_EQ(resolve_checkpoint(run_), later);
+  EXPECT_EQ(checkpoint_step(resolve_checkpoint(root_)), 1000);
+  EXPECT_EQ(root_entries(), (std::set<std::string>{"latest", "step_00000500", "step_00001000"}));
+  verify_checkpoint(dir);
+}
+
+TEST_F(CheckpointDirTest, VerifyNamesTheDamagedFile) {
+  const fs::path dir = save_checkpoint_dir(
+      root_, 7, {text_file("model.safetensors", "0123456789"), text_file("optim.bin", "abc")});
+  const fs::path model = dir / "model.safetensors";
+  const std::string good_hash = checksum_hex(checksum64("0123456789", 10));
+
+  // One flipped byte, same size: only the checksum can tell.
+  write_file_atomic(model, std::string("0123456780"));
+  EXPECT_EQ(error_of([&] { verify_checkpoint(dir); }),
+            model.string() + ": checksum mismatch (manifest says " + good_hash + ", file has " +
+                checksum_hex(checksum64("0123456780", 10)) +
+                "); the file is corrupted or was modified — use another checkpoint");
+
+  write_file_atomic(model, std::string("01234"));
+  EXPECT_CONTAINS(error_of([&] { verify_checkpoint(dir); }),
+                  model.string() + ": size is 5 bytes (manifest says 10)");
+
+  fs::remove(model);
+  EXPECT_CONTAINS(error_of([&] { verify_checkpoint(dir); }),
+                  model.string() + ": missing (listed in manifest.json)");
+  write_file_atomic(model, std::string("0123456789"));
+  verify_checkpoint(dir);
+
+  const fs::path manifest = dir / "manifest.json";
+  const std::string original = read_file_text(manifest);
+  write_file_atomic(manifest, std::string("{\"format\": "));
+  EXPECT_CONTAINS(error_of([&] { verify_checkpoint(dir); }),
+                  manifest.string() + ": not valid JSON");
+  write_file_atomic(manifest,
+                    std::string(R"({"format": "other", "version": 1, "step": 7, "files": {}})"));
+  EXPECT_CONTAINS(error_of([&] { verify_checkpoint(dir); }),
+                  manifest.string() + ": \"format\" is \"other\", expected \"tandem-checkpoint\"");
+  write_file_atomic(
+      manifest,
+      std::string(R"({"format": "tandem-checkpoint", "version": 2, "step": 7, "files": {}})"));
+  EXPECT_CONTAINS(error_of([&] { verify_checkpoint(dir); }),
+                  manifest.string() + ": unsupported version 2");
+  const std::string head = R"({"format": "tandem-checkpoint", "version": 1, "step": 7, )";
+  write_file_atomic(manifest,
+                    head + R"("files": {"../x": {"bytes": 1, "xxh3_64": "0000000000000000"}}})");
+  EXPECT_CONTAINS(error_of([&] { verify_checkpoint(dir); }), "invalid file name '../x'");
+  write_file_atomic(manifest, head + R"("files": {"optim.bin": {"bytes": 3}}})");
+  EXPECT_CONTAINS(error_of([&] { verify_checkpoint(dir); }), "entry for 'optim.bin' is");
+  fs::remove(manifest);
+  EXPECT_CONTAINS(error_of([&] { verify_checkpoint(dir); }), manifest.string() + ": missing");
+  EXPECT_CONTAINS(error_of([&] { checkpoint_step(dir); }), manifest.string() + ": missing");
+  write_file_atomic(manifest, original);
+  verify_checkpoint(dir);
+}
+
+TEST_F(CheckpointDirTest, FailingWriterLeavesEverythingAsItWas) {
+  const fs::path dir = save_checkpoint_dir(root_, 100, {text_file("model.safetensors", "v1")});
+
+  // A new step whose second file fails: no staging directory, "latest" unchanged.
+  EXPECT_THROW(save_checkpoint_dir(
+                   root_, 200, {text_file("model.safetensors", "v2"), failing_file("optim.bin")}),
+               WriterFailed);
+  EXPECT_EQ(root_entries(), (std::set<std::string>{"latest", "step_00000100"}));
+  EXPECT_EQ(read_file_text(root_ / "latest"), "step_00000100\n");
+
+  // The same step failing: the existing checkpoint keeps its old contents.
+  EXPECT_THROW(save_checkpoint_dir(root_, 100, {failing_file("model.safetensors")}), WriterFailed);
+  EXPECT_EQ(root_entries(), (std::set<std::string>{"latest", "step_00000100"}));
+  EXPECT_EQ(read_file_text(dir / "model.safetensors"), "v1");
+  verify_checkpoint(dir);
+  EXPECT_EQ(resolve_checkpoint(run_), dir);
+
+  // A writer that "succeeds" without creating its file is an error too.
+  const CheckpointFileWriter lazy{"model.safetensors", [](const fs::path&) {}};
+  EXPECT_CONTAINS(error_of([&] { save_checkpoint_dir(root_, 300, {lazy}); }),
+                  "returned without creating it");
+  EXPECT_EQ(root_entries(), (std::set<std::string>{"latest", "step_00000100"}));
+}
+
+TEST_F(CheckpointDirTest, SavingTheSameStepTwiceReplacesIt) {
+  save_checkpoint_dir(
+      root_, 100,
+      {text_file("model.safetensors", "first"), text_file("extra.bin", "only in the first")});
+  const fs::path dir = save_checkpoint_dir(root_, 100, {text_file("model.safetensors", "second")});
+  EXPECT_EQ(read_file_text(dir / "model.safetensors"), "second");
+  EXPECT_FALSE(fs::exists(dir / "extra.bin"));
+  verify_checkpoint(dir);
+  EXPECT_EQ(root_entries(), (std::set<std::string>{"latest", "step_00000100"}));
+}
+
+TEST_F(CheckpointDirTest, RejectsBadArgumentsAndUnresolvablePaths) {
+  EXPECT_CONTAINS(error_of([&] { save_checkpoint_dir(root_, 1, {text_file("a/b", "x")}); }),
+                  "invalid checkpoint file name 'a/b'");
+  EXPECT_CONTAINS(
+      error_of([&] { save_checkpoint_dir(root_, 1, {text_file("manifest.json", "x")}); }),
+      "invalid checkpoint file name 'manifest.json'");
+  EXPECT_CONTAINS(error_of([&] {
+                    save_checkpoint_dir(root_, 1, {text_file("a", "x"), text_file("a", "y")});
+                  }),
+                  "'a' is listed twice");
+  EXPECT_CONTAINS(error_of([&] { save_checkpoint_dir(root_, -1, {}); }), "negative step -1");
+
+  EXPECT_EQ(error_of([&] { resolve_checkpoint(base_ / "nowhere"); }),
+            (base_ / "nowhere").string() + ": no such file or directory");
+  fs::create_directories(base_ / "empty");
+  EXPECT_EQ(error_of([&] { resolve_checkpoint(base_ / "empty"); }),
+            (base_ / "empty").string() +
+                ": not a checkpoint; looked for manifest.json (a checkpoint directory), latest (a "
+                "checkpoints root) and checkpoints/latest (a run directory)");
+  fs::create_directories(root_);
+  write_file_atomic(root_ / "latest", std::string("step_00000042\n"));
+  EXPECT_CONTAINS(error_of([&] { resolve_checkpoint(run_); }),
+                  (root_ / "latest").string() + ": points to 'step_00000042', but");
+}
+
+}  // namespace
+}  // namespace tandem
