@@ -4,11 +4,24 @@
 //   tandem tokenize --input TEXT_FILE --output SHARD.bin
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <iostream>
 
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
+
+namespace {
+
+// One line on stderr. On a terminal a live progress line may be open: end it first.
+void report(const char* kind, const char* what) {
+  std::fflush(stdout);
+  if (::isatty(fileno(stderr))) std::fputc('\n', stderr);
+  std::fprintf(stderr, "tandem: %s: %s\n", kind, what);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tandem: trains GPT-style language models whose training state does not fit in GPU "
@@ -23,12 +36,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const tandem::Error& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "\ntandem: error: %s\n", e.what());
+    report("error", e.what());
     return 1;
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "\ntandem: internal error: %s\n", e.what());
+    report("internal error", e.what());
     return 2;
   }
   return 0;

@@ -204,7 +204,11 @@ class Section {
     if (value->is_number_unsigned()) {
       out = value->get<uint64_t>();
     } else if (value->is_number_integer()) {
-      fail(path(key), kWanted, value->dump());  // negative: unsigned ones parse as unsigned
+      // Parsed text gives non-negative integers as unsigned, but JSON built in code
+      // (nlohmann::json{{"seed", 7}}) holds them as signed.
+      const int64_t v = value->get<int64_t>();
+      if (v < 0) fail(path(key), kWanted, value->dump());
+      out = static_cast<uint64_t>(v);
     } else if (value->is_number_float()) {
       const double d = value->get<double>();
       if (!(std::trunc(d) == d && d >= 0 && d < 18446744073709551616.0))

@@ -1,0 +1,76 @@
+// Helpers shared by the end-to-end tests: a scratch directory, running the `tandem`
+// binary, and a tiny run configuration that trains in well under a second.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tandem::testing {
+
+// A fresh directory under the system temp dir, removed with everything in it.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& tag) {
+    path_ = std::filesystem::temp_directory_path() /
+            ("tandem_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+  std::filesystem::path path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs a shell command line, capturing stdout and stderr.
+inline CommandResult run_command(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+// A byte-level model small enough to train a few steps in milliseconds.
+inline nlohmann::json tiny_run_config(const std::filesystem::path& data,
+                                      const std::filesystem::path& output_dir) {
+  return {
+      {"model", {{"vocab_size", 256}, {"context_length", 16}, {"n_layer", 2}, {"n_head", 2}, {"n_embd", 16}}},
+      {"data", {{"train_path", data.string()}, {"val_fraction", 0.2}}},
+      {"train_micro_batch_size_per_gpu", 4},
+      {"gradient_accumulation_steps", 2},
+      {"gradient_clipping", 1.0},
+      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"weight_decay", 0.1}}}}},
+      {"scheduler", {{"type", "WarmupCosineLR"}, {"params", {{"warmup_num_steps", 3}, {"cos_min_ratio", 0.1}}}}},
+      {"train", {{"steps", 20}, {"seed", 7}, {"seq_len", 16}, {"eval_interval", 5}, {"eval_batches", 2},
+                 {"checkpoint_interval", 0}, {"output_dir", output_dir.string()}, {"sample_bytes", 0}}},
+  };
+}
+
+}  // namespace tandem::testing
