@@ -1,0 +1,172 @@
+// The `tandem` command end to end: a tiny training run with metrics, sampling from
+// its checkpoint, and bad input. Every failure must be one line on stderr naming the
+// file (or key) and the problem, a non-zero exit status, and no checkpoint lost.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tandem/core/file_io.h"
+#include "tandem/data/token_shard.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_command;
+using testing::ScratchDir;
+
+const std::string kTandem = TANDEM_BINARY;
+
+class CliTest : public ::testing::Test {
+ protected:
+  CliTest() : dir_("cli") {
+    const std::string text =
+        read_file_text(std::string(TANDEM_SOURCE_DIR) + "/data/tinyshakespeare.txt");
+    write_file_atomic(dir_ / "data.txt", text.substr(0, 20000));
+  }
+
+  // Writes a tiny config (optionally edited) and returns its path.
+  fs::path write_config(const nlohmann::json& edits = nlohmann::json::object()) {
+    nlohmann::json config = testing::tiny_run_config(dir_ / "data.txt", dir_ / "run");
+    config.merge_patch(edits);
+    const fs::path path = dir_ / "config.json";
+    write_file_atomic(path, config.dump(2));
+    return path;
+  }
+
+  testing::CommandResult tandem(const std::string& args) {
+    return run_command(kTandem + " " + args + " </dev/null");
+  }
+
+  // The error line must be the last line of output, start with "tandem: error:" and
+  // contain every fragment.
+  static void expect_error(const testing::CommandResult& result,
+                           const std::vector<std::string>& fragments) {
+    EXPECT_NE(result.exit_code, 0) << result.output;
+    std::string last = result.output;
+    while (!last.empty() && last.back() == '\n') last.pop_back();
+    last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
+    EXPECT_EQ(last.rfind("tandem: error: ", 0), 0u) << result.output;
+    for (const std::string& fragment : fragments)
+      EXPECT_NE(last.find(fragment), std::string::npos)
+          << "missing '" << fragment << "' in: " << result.output;
+  }
+
+  ScratchDir dir_;
+};
+
+TEST_F(CliTest, TrainWritesMetricsCheckpointAndSample) {
+  const fs::path config = write_config({{"train", {{"sample_bytes", 50}}}});
+  const fs::path metrics = dir_ / "metrics.jsonl";
+  const auto result = tandem("train --config " + config.string() + " --metrics " +
+                             metrics.string() + " --set train.steps=10");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("step     10/10"), std::string::npos) << result.output;
+
+  std::ifstream in(metrics);
+  std::string line;
+  int steps = 0, evals = 0;
+  while (std::getline(in, line)) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.contains("val_loss")) {
+      evals++;
+      EXPECT_TRUE(record["val_loss"].is_number());
+      continue;
+    }
+    steps++;
+    EXPECT_EQ(record["step"], steps);
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "ms"})
+      EXPECT_TRUE(record.contains(key)) << key << " missing in " << line;
+  }
+  EXPECT_EQ(steps, 10);
+  EXPECT_EQ(evals, 2);  // eval_interval 5
+  EXPECT_TRUE(fs::exists(dir_ / "run/checkpoints/step_00000010/model.safetensors"));
+  EXPECT_TRUE(fs::exists(dir_ / "run/checkpoints/step_00000010/config.json"));
+
+  const auto sample = tandem("sample --checkpoint " + (dir_ / "run").string() +
+                             " --prompt ROMEO: --bytes 40 --seed 3");
+  ASSERT_EQ(sample.exit_code, 0) << sample.output;
+  EXPECT_EQ(sample.output.rfind("ROMEO:", 0), 0u) << sample.output;
+  EXPECT_GE(sample.output.size(), 6u + 40u);
+}
+
+TEST_F(CliTest, MissingDataFileIsNamed) {
+  const auto result =
+      tandem("train --config " + write_config().string() + " --set data.train_path=nowhere.txt");
+  expect_error(result, {"nowhere.txt", "no such file"});
+}
+
+TEST_F(CliTest, ConfigTypoIsNamedWithASuggestion) {
+  const auto result = tandem("train --config " + write_config().string() + " --set train.stepz=5");
+  expect_error(result, {"train.stepz", "did you mean 'steps'"});
+}
+
+TEST_F(CliTest, MalformedConfigFileIsNamed) {
+  write_file_atomic(dir_ / "bad.json", "{\"model\": {\"n_layer\": 2,}\n");
+  expect_error(tandem("train --config " + (dir_ / "bad.json").string()), {"bad.json"});
+}
+
+TEST_F(CliTest, ShardWithWrongMagicIsNamed) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = 12345;
+  header[1] = 1;
+  std::string bytes(reinterpret_cast<const char*>(header.data()), 1024);
+  write_file_atomic(dir_ / "bad.bin", bytes);
+  const auto result = tandem("train --config " + write_config().string() +
+                             " --set data.train_path=" + (dir_ / "bad.bin").string());
+  expect_error(result, {"bad.bin", "magic"});
+}
+
+TEST_F(CliTest, TruncatedShardIsNamed) {
+  std::vector<int32_t> tokens(5000, 65);
+  write_token_shard(dir_ / "cut.bin", tokens, ShardTokenType::kUint16);
+  fs::resize_file(dir_ / "cut.bin", 1024 + 2 * 4000);
+  const auto result = tandem("train --config " + write_config().string() +
+                             " --set data.train_path=" + (dir_ / "cut.bin").string());
+  expect_error(result, {"cut.bin", "truncated"});
+}
+
+TEST_F(CliTest, TokenizeWritesAShardThatTrains) {
+  const fs::path shard = dir_ / "data.bin";
+  ASSERT_EQ(tandem("tokenize --input " + (dir_ / "data.txt").string() + " --output " +
+                   shard.string())
+                .exit_code,
+            0);
+  const auto result = tandem("train --config " + write_config().string() +
+                             " --set train.steps=2 --set data.train_path=" + shard.string());
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+}
+
+TEST_F(CliTest, CorruptCheckpointIsRefusedAndKept) {
+  const fs::path config = write_config();
+  ASSERT_EQ(tandem("train --config " + config.string() + " --set train.steps=3").exit_code, 0);
+  const fs::path weights = dir_ / "run/checkpoints/step_00000003/model.safetensors";
+  std::vector<uint8_t> bytes = read_file_bytes(weights);
+  bytes[bytes.size() / 2] ^= 0x40;
+  write_file_atomic(weights, bytes);
+
+  expect_error(tandem("sample --checkpoint " + (dir_ / "run").string()),
+               {"model.safetensors", "checksum mismatch"});
+  expect_error(tandem("train --config " + config.string() + " --set train.steps=6 --resume " +
+                      (dir_ / "run").string()),
+               {"model.safetensors", "checksum mismatch"});
+  // Nothing was overwritten: the damaged checkpoint is still there, as it was.
+  EXPECT_EQ(read_file_bytes(weights), bytes);
+  EXPECT_FALSE(fs::exists(dir_ / "run/checkpoints/step_00000006"));
+}
+
+TEST_F(CliTest, FreshRunRefusesToOverwriteAnEarlierRun) {
+  const fs::path config = write_config();
+  ASSERT_EQ(tandem("train --config " + config.string() + " --set train.steps=2").exit_code, 0);
+  const fs::path weights = dir_ / "run/checkpoints/step_00000002/model.safetensors";
+  const std::vector<uint8_t> before = read_file_bytes(weights);
+  expect_error(tandem("train --config " + config.string() + " --set train.steps=2"),
+               {"already holds checkpoints", "--resume"});
+  EXPECT_EQ(read_file_bytes(weights), before);
+}
+
+}  // namespace
+}  // namespace tandem
