@@ -38,8 +38,8 @@ void BM_ForwardBackward(benchmark::State& state) {
     benchmark::DoNotOptimize(model.forward(tokens.data(), targets.data(), kBatch, kSeq));
     model.backward();
   }
-  state.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(kBatch) * kSeq, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(kBatch) * kSeq, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_ForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
 

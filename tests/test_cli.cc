@@ -131,10 +131,10 @@ TEST_F(CliTest, TruncatedShardIsNamed) {
 
 TEST_F(CliTest, TokenizeWritesAShardThatTrains) {
   const fs::path shard = dir_ / "data.bin";
-  ASSERT_EQ(tandem("tokenize --input " + (dir_ / "data.txt").string() + " --output " +
-                   shard.string())
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      tandem("tokenize --input " + (dir_ / "data.txt").string() + " --output " + shard.string())
+          .exit_code,
+      0);
   const auto result = tandem("train --config " + write_config().string() +
                              " --set train.steps=2 --set data.train_path=" + shard.string());
   EXPECT_EQ(result.exit_code, 0) << result.output;

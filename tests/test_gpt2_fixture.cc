@@ -6,7 +6,6 @@
 // Tolerances: tandem computes in fp32, the fixture in float64; the loss has a few
 // hundred fp32 operations of depth, so we allow ~1e-5 relative on values of order 1.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,7 +24,8 @@
 namespace tandem {
 namespace {
 
-const std::string kFixture = std::string(TANDEM_SOURCE_DIR) + "/tests/fixtures/gpt2_tiny.safetensors";
+const std::string kFixture =
+    std::string(TANDEM_SOURCE_DIR) + "/tests/fixtures/gpt2_tiny.safetensors";
 
 struct Fixture {
   SafetensorsFile file = SafetensorsFile::read(kFixture);
@@ -104,8 +104,7 @@ TEST(Gpt2Fixture, ThreeClippedAdamWStepsMatchPyTorch) {
     model.forward(fx.tokens.data(), fx.targets.data(), fx.B, fx.T);
     model.backward();
     const double norm = global_grad_norm(model.grads(), P);
-    const float expected_norm =
-        fx.file.read_f32("grad_norm.step" + std::to_string(step), {})[0];
+    const float expected_norm = fx.file.read_f32("grad_norm.step" + std::to_string(step), {})[0];
     EXPECT_NEAR(norm, expected_norm, 1e-5 * expected_norm) << "step " << step;
     const float scale = clip_scale(norm, max_norm);
     ASSERT_LT(scale, 1.0f) << "the fixture is built so that clipping triggers every step";

@@ -35,7 +35,8 @@ TinySetup make_setup(const ParamLayout& layout) {
   // non-zero biases exercise every term of the backward pass.
   s.params.resize(layout.num_elements());
   for (const ParamView& view : layout.views()) {
-    const bool ln_weight = view.name.find(".ln_") != std::string::npos && view.name.ends_with("weight");
+    const bool ln_weight =
+        view.name.find(".ln_") != std::string::npos && view.name.ends_with("weight");
     for (size_t i = 0; i < view.numel; i++)
       s.params[view.offset + i] = (ln_weight ? 1.0f : 0.0f) + 0.3f * rng.normal();
   }

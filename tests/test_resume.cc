@@ -15,7 +15,8 @@ namespace {
 
 TEST(Resume, TwentyStepsEqualTenPlusResumePlusTen) {
   testing::ScratchDir dir("resume");
-  const std::string text = read_file_text(std::string(TANDEM_SOURCE_DIR) + "/data/tinyshakespeare.txt");
+  const std::string text =
+      read_file_text(std::string(TANDEM_SOURCE_DIR) + "/data/tinyshakespeare.txt");
   write_file_atomic(dir / "data.txt", text.substr(0, 20000));
 
   TrainOptions quiet;
@@ -57,7 +58,8 @@ TEST(Resume, TwentyStepsEqualTenPlusResumePlusTen) {
 
 TEST(Resume, RefusesACheckpointOfAnotherModel) {
   testing::ScratchDir dir("resume_mismatch");
-  const std::string text = read_file_text(std::string(TANDEM_SOURCE_DIR) + "/data/tinyshakespeare.txt");
+  const std::string text =
+      read_file_text(std::string(TANDEM_SOURCE_DIR) + "/data/tinyshakespeare.txt");
   write_file_atomic(dir / "data.txt", text.substr(0, 20000));
   TrainOptions options;
   options.show_progress = false;

@@ -7,9 +7,8 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace tandem::testing {
 
@@ -17,8 +16,9 @@ namespace tandem::testing {
 class ScratchDir {
  public:
   explicit ScratchDir(const std::string& tag) {
-    path_ = std::filesystem::temp_directory_path() /
-            ("tandem_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    path_ =
+        std::filesystem::temp_directory_path() /
+        ("tandem_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }
@@ -61,15 +61,28 @@ inline CommandResult run_command(const std::string& command) {
 inline nlohmann::json tiny_run_config(const std::filesystem::path& data,
                                       const std::filesystem::path& output_dir) {
   return {
-      {"model", {{"vocab_size", 256}, {"context_length", 16}, {"n_layer", 2}, {"n_head", 2}, {"n_embd", 16}}},
+      {"model",
+       {{"vocab_size", 256},
+        {"context_length", 16},
+        {"n_layer", 2},
+        {"n_head", 2},
+        {"n_embd", 16}}},
       {"data", {{"train_path", data.string()}, {"val_fraction", 0.2}}},
       {"train_micro_batch_size_per_gpu", 4},
       {"gradient_accumulation_steps", 2},
       {"gradient_clipping", 1.0},
       {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"weight_decay", 0.1}}}}},
-      {"scheduler", {{"type", "WarmupCosineLR"}, {"params", {{"warmup_num_steps", 3}, {"cos_min_ratio", 0.1}}}}},
-      {"train", {{"steps", 20}, {"seed", 7}, {"seq_len", 16}, {"eval_interval", 5}, {"eval_batches", 2},
-                 {"checkpoint_interval", 0}, {"output_dir", output_dir.string()}, {"sample_bytes", 0}}},
+      {"scheduler",
+       {{"type", "WarmupCosineLR"}, {"params", {{"warmup_num_steps", 3}, {"cos_min_ratio", 0.1}}}}},
+      {"train",
+       {{"steps", 20},
+        {"seed", 7},
+        {"seq_len", 16},
+        {"eval_interval", 5},
+        {"eval_batches", 2},
+        {"checkpoint_interval", 0},
+        {"output_dir", output_dir.string()},
+        {"sample_bytes", 0}}},
   };
 }
 

@@ -2,10 +2,9 @@
 //   tandem train    --config FILE [--set key=value ...] [--metrics FILE] [--resume DIR]
 //   tandem sample   --checkpoint DIR [--prompt TEXT] [--bytes N] [--temperature T] [--seed S]
 //   tandem tokenize --input TEXT_FILE --output SHARD.bin
-#include <CLI/CLI.hpp>
-
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
 
@@ -24,8 +23,9 @@ void report(const char* kind, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tandem: trains GPT-style language models whose training state does not fit in GPU "
-               "memory"};
+  CLI::App app{
+      "tandem: trains GPT-style language models whose training state does not fit in GPU "
+      "memory"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION);
   tandem::cli::register_train(app);

@@ -3,9 +3,9 @@
 #include <string>
 
 #include "tandem/cli/commands.h"
+#include "tandem/core/file_io.h"
 #include "tandem/data/byte_tokenizer.h"
 #include "tandem/data/token_shard.h"
-#include "tandem/core/file_io.h"
 
 namespace tandem::cli {
 

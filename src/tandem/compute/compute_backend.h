@@ -29,7 +29,8 @@ class ComputeBackend;
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(void* data, size_t bytes, ComputeBackend* owner) : data_(data), bytes_(bytes), owner_(owner) {}
+  Buffer(void* data, size_t bytes, ComputeBackend* owner)
+      : data_(data), bytes_(bytes), owner_(owner) {}
   ~Buffer();
   Buffer(Buffer&& other) noexcept { swap(other); }
   Buffer& operator=(Buffer&& other) noexcept {
@@ -74,8 +75,8 @@ class ComputeBackend {
 
   // ---- forward kernels ------------------------------------------------------
   // out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]
-  virtual void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                               int B, int T, int C) = 0;
+  virtual void encoder_forward(float* out, const int32_t* tokens, const float* wte,
+                               const float* wpe, int B, int T, int C) = 0;
   // out[N,C] = (inp - mean) * rstd * weight + bias, per row; saves mean[N], rstd[N].
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                  const float* weight, const float* bias, int N, int C) = 0;

@@ -13,7 +13,8 @@ namespace tandem {
 uint64_t checksum64(const void* data, size_t bytes) { return XXH3_64bits(data, bytes); }
 
 uint64_t checksum64_file(const std::filesystem::path& path) {
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                 &XXH3_freeState);
   TANDEM_CHECK(state != nullptr, "out of memory creating a checksum state");
   XXH3_64bits_reset(state.get());
   File file(path, "rb");

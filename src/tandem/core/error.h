@@ -32,7 +32,7 @@ template <typename... Parts>
 }  // namespace tandem
 
 // Checks an invariant that bad input can break; throws tandem::Error with the message.
-#define TANDEM_CHECK(cond, ...)         \
-  do {                                  \
+#define TANDEM_CHECK(cond, ...)               \
+  do {                                        \
     if (!(cond)) ::tandem::fail(__VA_ARGS__); \
   } while (0)

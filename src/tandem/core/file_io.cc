@@ -42,8 +42,10 @@ void File::read_exact(void* dst, size_t bytes) {
   const uint64_t offset = tell();
   const size_t got = std::fread(dst, 1, bytes, file_);
   if (got != bytes) {
-    if (std::ferror(file_)) fail(path_.string(), ": read error at offset ", offset, " (", errno_text(), ")");
-    fail(path_.string(), ": truncated: expected ", bytes, " bytes at offset ", offset, ", found ", got);
+    if (std::ferror(file_))
+      fail(path_.string(), ": read error at offset ", offset, " (", errno_text(), ")");
+    fail(path_.string(), ": truncated: expected ", bytes, " bytes at offset ", offset, ", found ",
+         got);
   }
 }
 
@@ -66,14 +68,16 @@ uint64_t File::tell() {
 
 uint64_t File::size() {
   const uint64_t here = tell();
-  if (fseeko(file_, 0, SEEK_END) != 0) fail(path_.string(), ": cannot seek to end (", errno_text(), ")");
+  if (fseeko(file_, 0, SEEK_END) != 0)
+    fail(path_.string(), ": cannot seek to end (", errno_text(), ")");
   const uint64_t end = tell();
   seek(here);
   return end;
 }
 
 void File::flush() {
-  if (std::fflush(file_) != 0) fail(path_.string(), ": flush failed (", errno_text(), "); is the disk full?");
+  if (std::fflush(file_) != 0)
+    fail(path_.string(), ": flush failed (", errno_text(), "); is the disk full?");
 }
 
 void File::sync() {
@@ -85,7 +89,8 @@ void File::close() {
   if (file_ == nullptr) return;
   FILE* f = file_;
   file_ = nullptr;
-  if (std::fclose(f) != 0) fail(path_.string(), ": close failed (", errno_text(), "); is the disk full?");
+  if (std::fclose(f) != 0)
+    fail(path_.string(), ": close failed (", errno_text(), "); is the disk full?");
 }
 
 std::vector<uint8_t> read_file_bytes(const fs::path& path) {
@@ -123,7 +128,8 @@ void AtomicFileWriter::commit() {
   file_.sync();
   file_.close();
   if (std::rename(temp_path_.c_str(), path_.c_str()) != 0)
-    fail(path_.string(), ": cannot rename ", temp_path_.string(), " into place (", errno_text(), ")");
+    fail(path_.string(), ": cannot rename ", temp_path_.string(), " into place (", errno_text(),
+         ")");
   committed_ = true;
   const fs::path dir = path_.has_parent_path() ? path_.parent_path() : fs::path(".");
   sync_directory(dir);

@@ -40,8 +40,7 @@ float Rng::normal() {
   // u1 in (0, 1] so that log(u1) is finite.
   const double u1 = (static_cast<double>(next_u64() >> 11) + 1.0) * 0x1.0p-53;
   const double u2 = static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
-                            std::cos(2.0 * std::numbers::pi * u2));
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
 }
 
 }  // namespace tandem

@@ -64,31 +64,31 @@ float* Gpt::grad(const char* name) { return grads() + layout_.at(name).offset; }
 Gpt::LayerParams Gpt::layer_params(int l) const {
   const std::string p = "transformer.h." + std::to_string(l) + ".";
   auto at = [&](const char* suffix) { return param((p + suffix).c_str()); };
-  return {at("ln_1.weight"),    at("ln_1.bias"),        at("attn.c_attn.weight"),
+  return {at("ln_1.weight"),      at("ln_1.bias"),          at("attn.c_attn.weight"),
           at("attn.c_attn.bias"), at("attn.c_proj.weight"), at("attn.c_proj.bias"),
-          at("ln_2.weight"),    at("ln_2.bias"),        at("mlp.c_fc.weight"),
-          at("mlp.c_fc.bias"),  at("mlp.c_proj.weight"), at("mlp.c_proj.bias")};
+          at("ln_2.weight"),      at("ln_2.bias"),          at("mlp.c_fc.weight"),
+          at("mlp.c_fc.bias"),    at("mlp.c_proj.weight"),  at("mlp.c_proj.bias")};
 }
 
 Gpt::LayerGrads Gpt::layer_grads(int l) {
   const std::string p = "transformer.h." + std::to_string(l) + ".";
   auto at = [&](const char* suffix) { return grad((p + suffix).c_str()); };
-  return {at("ln_1.weight"),    at("ln_1.bias"),        at("attn.c_attn.weight"),
+  return {at("ln_1.weight"),      at("ln_1.bias"),          at("attn.c_attn.weight"),
           at("attn.c_attn.bias"), at("attn.c_proj.weight"), at("attn.c_proj.bias"),
-          at("ln_2.weight"),    at("ln_2.bias"),        at("mlp.c_fc.weight"),
-          at("mlp.c_fc.bias"),  at("mlp.c_proj.weight"), at("mlp.c_proj.bias")};
+          at("ln_2.weight"),      at("ln_2.bias"),          at("mlp.c_fc.weight"),
+          at("mlp.c_fc.bias"),    at("mlp.c_proj.weight"),  at("mlp.c_proj.bias")};
 }
 
 Gpt::LayerActs Gpt::layer_acts(int l) const {
   const size_t C = config_.n_embd, NH = config_.n_head;
   const size_t BT = static_cast<size_t>(max_batch_) * max_seq_len_;
   const size_t row = l * BT;  // first row of layer l in a [L, BT, ...] tensor
-  return {ln1_.as<float>() + row * C,      ln1_mean_.as<float>() + row,
-          ln1_rstd_.as<float>() + row,     qkv_.as<float>() + row * 3 * C,
-          atty_.as<float>() + row * C,     lse_.as<float>() + row * NH,
-          attproj_.as<float>() + row * C,  residual2_.as<float>() + row * C,
-          ln2_.as<float>() + row * C,      ln2_mean_.as<float>() + row,
-          ln2_rstd_.as<float>() + row,     fch_.as<float>() + row * 4 * C,
+  return {ln1_.as<float>() + row * C,          ln1_mean_.as<float>() + row,
+          ln1_rstd_.as<float>() + row,         qkv_.as<float>() + row * 3 * C,
+          atty_.as<float>() + row * C,         lse_.as<float>() + row * NH,
+          attproj_.as<float>() + row * C,      residual2_.as<float>() + row * C,
+          ln2_.as<float>() + row * C,          ln2_mean_.as<float>() + row,
+          ln2_rstd_.as<float>() + row,         fch_.as<float>() + row * 4 * C,
           fch_gelu_.as<float>() + row * 4 * C, fcproj_.as<float>() + row * C,
           residual3_.as<float>() + row * C};
 }
@@ -99,8 +99,8 @@ void Gpt::init_weights(uint64_t seed) {
   const float residual_std = 0.02f / std::sqrt(2.0f * config_.n_layer);
   for (const ParamView& view : layout_.views()) {
     float* p = host.data() + view.offset;
-    const bool is_layernorm_weight = view.name.find(".ln_") != std::string::npos &&
-                                     view.name.ends_with(".weight");
+    const bool is_layernorm_weight =
+        view.name.find(".ln_") != std::string::npos && view.name.ends_with(".weight");
     if (is_layernorm_weight) {
       for (size_t i = 0; i < view.numel; i++) p[i] = 1.0f;
     } else if (view.shape.size() == 2) {
@@ -164,8 +164,8 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
     const LayerParams w = layer_params(l);
     const LayerActs a = layer_acts(l);
     k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
-    k.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, 3 * C);          // [N, 3C]
-    k.attention_forward(a.atty, a.lse, a.qkv, B, T, C, NH);              // [N, C]
+    k.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, 3 * C);           // [N, 3C]
+    k.attention_forward(a.atty, a.lse, a.qkv, B, T, C, NH);                // [N, C]
     k.matmul_forward(a.attproj, a.atty, w.attprojw, w.attprojb, N, C, C);  // [N, C]
     k.residual_forward(a.residual2, residual, a.attproj, static_cast<size_t>(N) * C);
     k.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, N, C);
@@ -178,8 +178,8 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
   k.layernorm_forward(lnf_.as<float>(), lnf_mean_.as<float>(), lnf_rstd_.as<float>(), residual,
                       param("transformer.ln_f.weight"), param("transformer.ln_f.bias"), N, C);
   // Tied LM head: logits[N, V] = lnf[N, C] @ wte[V, C]^T
-  k.matmul_forward(logits_.as<float>(), lnf_.as<float>(), param("transformer.wte.weight"),
-                   nullptr, N, C, V);
+  k.matmul_forward(logits_.as<float>(), lnf_.as<float>(), param("transformer.wte.weight"), nullptr,
+                   N, C, V);
   if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
 
   k.cross_entropy_forward(losses_.as<float>(), logits_.as<float>(), targets_.as<int32_t>(), N, V);
@@ -228,7 +228,8 @@ void Gpt::backward(float loss_scale) {
     // residual2 = residual + attproj: dres is the gradient of both.
     k.matmul_backward(dbt_c, g.attprojw, g.attprojb, dres, a.atty, w.attprojw, N, C, C);  // datty
     k.attention_backward(dqkv_.as<float>(), dbt_c, a.qkv, a.atty, a.lse, B, T, C, NH);
-    k.matmul_backward(dbt_c, g.qkvw, g.qkvb, dqkv_.as<float>(), a.ln1, w.qkvw, N, C, 3 * C);  // dln1
+    k.matmul_backward(dbt_c, g.qkvw, g.qkvb, dqkv_.as<float>(), a.ln1, w.qkvw, N, C,
+                      3 * C);  // dln1
     k.layernorm_backward(dres, g.ln1w, g.ln1b, dbt_c, residual, w.ln1w, a.ln1_mean, a.ln1_rstd, N,
                          C);
   }

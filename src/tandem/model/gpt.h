@@ -81,24 +81,24 @@ class Gpt {
 
   // Activations, sized for max_batch x max_seq_len (BT below), with the L per-layer
   // tensors stacked: e.g. qkv is [L, BT, 3C].
-  Buffer tokens_, targets_;              // [BT] int32
-  Buffer encoded_;                       // [BT, C]
-  Buffer ln1_, ln1_mean_, ln1_rstd_;     // [L, BT, C], [L, BT], [L, BT]
-  Buffer qkv_, atty_, lse_;              // [L, BT, 3C], [L, BT, C], [L, NH, BT]
-  Buffer attproj_, residual2_;           // [L, BT, C]
-  Buffer ln2_, ln2_mean_, ln2_rstd_;     // [L, BT, C], [L, BT], [L, BT]
-  Buffer fch_, fch_gelu_;                // [L, BT, 4C]
-  Buffer fcproj_, residual3_;            // [L, BT, C]
-  Buffer lnf_, lnf_mean_, lnf_rstd_;     // [BT, C], [BT], [BT]
-  Buffer logits_;                        // [BT, V]
-  Buffer losses_;                        // [BT]
+  Buffer tokens_, targets_;           // [BT] int32
+  Buffer encoded_;                    // [BT, C]
+  Buffer ln1_, ln1_mean_, ln1_rstd_;  // [L, BT, C], [L, BT], [L, BT]
+  Buffer qkv_, atty_, lse_;           // [L, BT, 3C], [L, BT, C], [L, NH, BT]
+  Buffer attproj_, residual2_;        // [L, BT, C]
+  Buffer ln2_, ln2_mean_, ln2_rstd_;  // [L, BT, C], [L, BT], [L, BT]
+  Buffer fch_, fch_gelu_;             // [L, BT, 4C]
+  Buffer fcproj_, residual3_;         // [L, BT, C]
+  Buffer lnf_, lnf_mean_, lnf_rstd_;  // [BT, C], [BT], [BT]
+  Buffer logits_;                     // [BT, V]
+  Buffer losses_;                     // [BT]
 
   // Backward scratch, reused by every layer.
-  Buffer dresidual_;                     // [BT, C] gradient flowing down the residual stream
-  Buffer dlogits_;                       // [BT, V]
-  Buffer dbt_c_;                         // [BT, C]  dlnf / datty / dln1 / dln2
-  Buffer dqkv_;                          // [BT, 3C]
-  Buffer dfch_, dfch_gelu_;              // [BT, 4C]
+  Buffer dresidual_;         // [BT, C] gradient flowing down the residual stream
+  Buffer dlogits_;           // [BT, V]
+  Buffer dbt_c_;             // [BT, C]  dlnf / datty / dln1 / dln2
+  Buffer dqkv_;              // [BT, 3C]
+  Buffer dfch_, dfch_gelu_;  // [BT, 4C]
 
   int last_B_ = 0, last_T_ = 0;
   bool have_targets_ = false;

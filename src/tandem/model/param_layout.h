@@ -19,7 +19,7 @@ struct ParamView {
   std::vector<int64_t> shape;  // tandem's layout: Linear weights are [out, in]
   size_t offset = 0;           // in elements, into the flat buffer
   size_t numel = 0;
-  bool weight_decay = false;   // AdamW decays 2-D weights only
+  bool weight_decay = false;  // AdamW decays 2-D weights only
   // Hugging Face stores this weight as a Conv1D, [in, out]: transpose on export/import.
   bool hf_transposed = false;
 };

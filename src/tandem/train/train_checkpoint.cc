@@ -21,7 +21,8 @@ nlohmann::json state_json(const TrainingState& state) {
   return {{"format", kStateFormat},
           {"version", kStateVersion},
           {"step", state.step},
-          {"train_loader", {{"epoch", state.train_position.epoch}, {"batch", state.train_position.batch}}},
+          {"train_loader",
+           {{"epoch", state.train_position.epoch}, {"batch", state.train_position.batch}}},
           {"sample_rng", rng},
           {"config", to_json(state.config)}};
 }
@@ -55,7 +56,8 @@ TrainingState read_state(const fs::path& dir) {
     state.train_position.epoch = json.at("train_loader").at("epoch").get<uint64_t>();
     state.train_position.batch = json.at("train_loader").at("batch").get<uint64_t>();
     const auto& rng = json.at("sample_rng");
-    TANDEM_CHECK(rng.is_array() && rng.size() == 4, path.string(), ": sample_rng must hold 4 words");
+    TANDEM_CHECK(rng.is_array() && rng.size() == 4, path.string(),
+                 ": sample_rng must hold 4 words");
     for (size_t i = 0; i < 4; i++) state.sample_rng[i] = std::stoull(rng[i].get<std::string>());
   } catch (const nlohmann::json::exception& e) {
     fail(path.string(), ": malformed trainer state (", e.what(), ")");
@@ -72,12 +74,15 @@ fs::path save_training_checkpoint(const fs::path& checkpoints_root, const Traini
   TANDEM_CHECK(state.params.size() == layout.num_elements() &&
                    state.exp_avg.size() == layout.num_elements() &&
                    state.exp_avg_sq.size() == layout.num_elements(),
-               "checkpoint state does not match the model's ", layout.num_elements(), " parameters");
+               "checkpoint state does not match the model's ", layout.num_elements(),
+               " parameters");
   const std::vector<CheckpointFileWriter> files = {
       {"model.safetensors",
        [&](const fs::path& p) { write_gpt2_safetensors(p, layout, state.params.data()); }},
       {"config.json",
-       [&](const fs::path& p) { write_file_atomic(p, hf_gpt2_config(state.config.model).dump(2) + "\n"); }},
+       [&](const fs::path& p) {
+         write_file_atomic(p, hf_gpt2_config(state.config.model).dump(2) + "\n");
+       }},
       {"optimizer.safetensors", [&](const fs::path& p) { write_optimizer(p, state, layout); }},
       {"trainer_state.json",
        [&](const fs::path& p) { write_file_atomic(p, state_json(state).dump(2) + "\n"); }},

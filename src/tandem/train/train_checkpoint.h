@@ -9,9 +9,8 @@
 #pragma once
 
 #include <filesystem>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "tandem/core/rng.h"
 #include "tandem/data/loader.h"

@@ -4,10 +4,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tandem/model/gpt_config.h"
 
@@ -29,7 +28,7 @@ struct OptimizerConfig {  // JSON: "optimizer": {"type": "AdamW", "params": {...
   float weight_decay = 0.1f;  // decoupled; applied to 2-D weights only
 };
 
-struct SchedulerConfig {  // JSON: "scheduler": {"type": "WarmupCosineLR", "params": {...}}
+struct SchedulerConfig {         // JSON: "scheduler": {"type": "WarmupCosineLR", "params": {...}}
   int64_t warmup_num_steps = 0;  // linear warm-up from 0 to lr
   float cos_min_ratio = 0.1f;    // cosine decay to lr * cos_min_ratio at the last step
 };
@@ -37,8 +36,8 @@ struct SchedulerConfig {  // JSON: "scheduler": {"type": "WarmupCosineLR", "para
 struct TrainLoopConfig {  // JSON: "train": {...}
   int64_t steps = 1000;
   uint64_t seed = 1337;
-  int seq_len = 0;  // T; 0 means model.context_length. Must be <= context_length.
-  int64_t eval_interval = 100;   // 0 disables evaluation during training
+  int seq_len = 0;              // T; 0 means model.context_length. Must be <= context_length.
+  int64_t eval_interval = 100;  // 0 disables evaluation during training
   int64_t eval_batches = 20;
   int64_t checkpoint_interval = 0;  // 0: only a checkpoint at the end
   int64_t log_interval = 10;        // progress lines when stderr is not a terminal

@@ -67,7 +67,8 @@ class Trainer {
         inputs_(static_cast<size_t>(B_) * T_),
         targets_(static_cast<size_t>(B_) * T_) {
     if (config.train.eval_interval > 0)
-      val_loader_ = std::make_unique<DataLoader>(data_.val, B_, T_, config.train.seed, false, "val");
+      val_loader_ =
+          std::make_unique<DataLoader>(data_.val, B_, T_, config.train.seed, false, "val");
   }
 
   TrainResult run() {
@@ -125,8 +126,10 @@ class Trainer {
       return;
     }
     TANDEM_CHECK(!fs::exists(checkpoints / "latest"), "train.output_dir '",
-                 config_.train.output_dir, "' already holds checkpoints of an earlier run; resume it "
-                 "with --resume ", config_.train.output_dir,
+                 config_.train.output_dir,
+                 "' already holds checkpoints of an earlier run; resume it "
+                 "with --resume ",
+                 config_.train.output_dir,
                  ", or start afresh in another directory with --set train.output_dir=DIR");
     model_.init_weights(config_.train.seed);
     progress_.note(cat("tandem: training GPT-2 (", config_.model.n_layer, " layers, ",
@@ -149,8 +152,8 @@ class Trainer {
     train_loader_.set_position(state.train_position);
     sample_rng_.set_state(state.sample_rng);
     step_ = state.step;
-    progress_.note(cat("tandem: resumed ", path.string(), " at step ", step_, " of ",
-                       config_.train.steps));
+    progress_.note(
+        cat("tandem: resumed ", path.string(), " at step ", step_, " of ", config_.train.steps));
   }
 
   float train_step(float lr) {
@@ -163,8 +166,9 @@ class Trainer {
       model_.backward(1.0f / accum);
     }
     const float loss = static_cast<float>(loss_sum / accum);
-    TANDEM_CHECK(std::isfinite(loss), "the training loss became ", loss, " at step ", step_ + 1,
-                 "; lower optimizer.params.lr or set gradient_clipping (the last checkpoint is intact)");
+    TANDEM_CHECK(
+        std::isfinite(loss), "the training loss became ", loss, " at step ", step_ + 1,
+        "; lower optimizer.params.lr or set gradient_clipping (the last checkpoint is intact)");
     const size_t P = model_.layout().num_elements();
     last_grad_norm_ = global_grad_norm(model_.grads(), P);
     const float scale = clip_scale(last_grad_norm_, config_.gradient_clipping);

@@ -32,8 +32,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int N, int C) {
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C) {
   // Input gradient, row by row:
   //   dnorm = dout * weight
   //   dinp += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd

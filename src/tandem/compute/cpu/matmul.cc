@@ -18,8 +18,8 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
   }
 }
 
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC) {
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC) {
   // dinp[N,C] = dout[N,OC] @ weight[OC,C]
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f,
               dinp, C);
