@@ -1,63 +1,227 @@
 // Causal multi-head attention that never stores the T x T probability matrix: the
 // forward pass keeps each row's log-sum-exp, and the backward pass recomputes the
 // probabilities from it (the flash-attention recipe, here on the CPU).
+//
+// Work is split by (batch, head). Each one first copies its keys (and, backward, its
+// values) into a transposed [hs, T] scratch, so that a query's scores against all keys
+// are hs passes of a contiguous multiply-add over t2: that loop vectorises, and each
+// score still sums its hs products in index order, whatever the vector width. The exps
+// use fast_math.h's vectorisable exp.
+//
+// Determinism: every sum here runs in an order fixed by the code (no `omp simd
+// reduction` on a sum, whose grouping would follow the vector width), no work item's
+// result depends on another's, and target_clones is limited to AVX2 (no FMA) and the
+// SSE2 baseline. So the results are bit-identical for any thread count and on any
+// x86-64 machine.
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
 
 #include "tandem/compute/cpu/cpu_kernels.h"
+#include "tandem/compute/cpu/fast_math.h"
 
 namespace tandem::cpu {
 namespace {
 
-inline float dot(const float* a, const float* b, int n) {
+// Sums a[i] * b[i] in index order.
+inline float dot_in_order(const float* a, const float* b, int n) {
   float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
   for (int i = 0; i < n; i++) sum += a[i] * b[i];
   return sum;
 }
 
-inline void axpy(float* y, float alpha, const float* x, int n) {
+// kt[hs, T] = the transpose of x's rows t = 0..T-1, x[t * stride + i], i < hs.
+inline void transpose_head(float* __restrict kt, const float* __restrict x, size_t stride, int T,
+                           int hs) {
+  for (int t = 0; t < T; t++) {
+    for (int i = 0; i < hs; i++) kt[static_cast<size_t>(i) * T + t] = x[t * stride + i];
+  }
+}
+
+// s[t2] = sum_i a[i] * mt[i, t2] for t2 < n, with mt[hs, T] (row stride T); i in
+// order, four rows per pass over s to save loads and stores of s.
+inline void scores_in_order(float* __restrict s, const float* __restrict a,
+                            const float* __restrict mt, int n, int T, int hs) {
 #pragma omp simd
-  for (int i = 0; i < n; i++) y[i] += alpha * x[i];
+  for (int t2 = 0; t2 < n; t2++) s[t2] = 0.0f;
+  int i = 0;
+  for (; i + 4 <= hs; i += 4) {
+    const float a0 = a[i], a1 = a[i + 1], a2 = a[i + 2], a3 = a[i + 3];
+    const float* r0 = mt + static_cast<size_t>(i) * T;
+    const float* r1 = r0 + T;
+    const float* r2 = r1 + T;
+    const float* r3 = r2 + T;
+#pragma omp simd
+    for (int t2 = 0; t2 < n; t2++) {
+      s[t2] = (((s[t2] + a0 * r0[t2]) + a1 * r1[t2]) + a2 * r2[t2]) + a3 * r3[t2];
+    }
+  }
+  for (; i < hs; i++) {
+    const float ai = a[i];
+    const float* r = mt + static_cast<size_t>(i) * T;
+#pragma omp simd
+    for (int t2 = 0; t2 < n; t2++) s[t2] += ai * r[t2];
+  }
+}
+
+// y[hs] = sum_t2 c[t2] * x[t2 * stride + i] over t2 < n, for rows x[t2] of length hs.
+// Row t2 goes into partial sum t2 % 4, and the four are added at the end in a fixed
+// order. One running sum per element would be a chain of n dependent adds through
+// memory (hs is small, so there are few elements to overlap); four chains keep the
+// loads and adds busy. partial[4 * hs] is scratch.
+inline void weighted_row_sum(float* __restrict y, float* __restrict partial,
+                             const float* __restrict c, const float* __restrict x, size_t stride,
+                             int n, int hs) {
+  float* p0 = partial;
+  float* p1 = p0 + hs;
+  float* p2 = p1 + hs;
+  float* p3 = p2 + hs;
+#pragma omp simd
+  for (int i = 0; i < 4 * hs; i++) partial[i] = 0.0f;
+  int t2 = 0;
+  for (; t2 + 4 <= n; t2 += 4) {
+    const float c0 = c[t2], c1 = c[t2 + 1], c2 = c[t2 + 2], c3 = c[t2 + 3];
+    const float* x0 = x + t2 * stride;
+    const float* x1 = x0 + stride;
+    const float* x2 = x1 + stride;
+    const float* x3 = x2 + stride;
+#pragma omp simd
+    for (int i = 0; i < hs; i++) {
+      p0[i] += c0 * x0[i];
+      p1[i] += c1 * x1[i];
+      p2[i] += c2 * x2[i];
+      p3[i] += c3 * x3[i];
+    }
+  }
+  for (int j = 0; t2 + j < n; j++) {  // the last n % 4 rows, into partials 0..2
+    const float cj = c[t2 + j];
+    const float* xj = x + (t2 + j) * stride;
+    float* pj = partial + j * hs;
+#pragma omp simd
+    for (int i = 0; i < hs; i++) pj[i] += cj * xj[i];
+  }
+#pragma omp simd
+  for (int i = 0; i < hs; i++) y[i] = (p0[i] + p1[i]) + (p2[i] + p3[i]);
+}
+
+// Sum of x[n] in 8 interleaved partial sums (x[j], x[j+8], ... into lane j), then the
+// lanes in order: vectorisable, and the same grouping on every instruction set.
+inline float sum_in_lanes(const float* x, int n) {
+  float lanes[8] = {};
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; j++) lanes[j] += x[i + j];
+  }
+  for (int j = 0; i + j < n; j++) lanes[j] += x[i + j];
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+         ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+
+// One (batch b, head h) of the forward pass. kt[hs, T], w[T] and partial[4 hs] are
+// scratch.
+__attribute__((target_clones("avx2", "default"))) void attention_forward_head(
+    float* out, float* lse, const float* qkv, int b, int h, int T, int C, int NH, float* kt,
+    float* w, float* partial) {
+  const int hs = C / NH;
+  const size_t C3 = 3 * static_cast<size_t>(C);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float* head = qkv + static_cast<size_t>(b) * T * C3 + h * hs;  // q of row 0
+  transpose_head(kt, head + C, C3, T, hs);
+  const ClampRange exp_arg = opaque_clamp_range(kExpMinArg, kExpMaxArg);
+  for (int t = 0; t < T; t++) {
+    const int n = t + 1;  // causal: keys 0..t
+    scores_in_order(w, head + t * C3, kt, n, T, hs);
+    // A max is exact in any order, so this reduction may follow the vector width.
+    float max_score = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : max_score)
+    for (int t2 = 0; t2 < n; t2++) {
+      w[t2] *= scale;
+      max_score = w[t2] > max_score ? w[t2] : max_score;
+    }
+    // exp(score - max) <= 1; the clamp only lifts values below exp(-86), which are
+    // nothing next to the row's largest term, 1.
+#pragma omp simd
+    for (int t2 = 0; t2 < n; t2++) w[t2] = fast_exp(exp_arg(w[t2] - max_score));
+    const float sum = sum_in_lanes(w, n);
+    const float inv_sum = 1.0f / sum;
+#pragma omp simd
+    for (int t2 = 0; t2 < n; t2++) w[t2] *= inv_sum;  // the probabilities
+    float* o = out + (static_cast<size_t>(b) * T + t) * C + h * hs;
+    weighted_row_sum(o, partial, w, head + 2 * C, C3, n, hs);  // sum_t2 p[t2] v[t2]
+    lse[(static_cast<size_t>(b) * NH + h) * T + t] = max_score + std::log(sum);
+  }
+}
+
+// One (batch b, head h) of the backward pass. kt, vt, dkt, dvt [hs, T], p, ds [T] and
+// partial[4 hs] are scratch. dk and dv gather over all later queries, so they
+// accumulate in the transposed layout (contiguous over t2, like the scores) and are
+// written out at the end.
+__attribute__((target_clones("avx2", "default"))) void attention_backward_head(
+    float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int b,
+    int h, int T, int C, int NH, float* kt, float* vt, float* dkt, float* dvt, float* p, float* ds,
+    float* partial) {
+  const int hs = C / NH;
+  const size_t C3 = 3 * static_cast<size_t>(C);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float* head = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
+  float* dhead = dqkv + static_cast<size_t>(b) * T * C3 + h * hs;
+  transpose_head(kt, head + C, C3, T, hs);
+  transpose_head(vt, head + 2 * C, C3, T, hs);
+  std::memset(dkt, 0, sizeof(float) * hs * T);
+  std::memset(dvt, 0, sizeof(float) * hs * T);
+  const ClampRange exp_arg = opaque_clamp_range(kExpMinArg, kExpMaxArg);
+  for (int t = 0; t < T; t++) {
+    const int n = t + 1;
+    const float* q = head + t * C3;
+    const size_t orow = (static_cast<size_t>(b) * T + t) * C + h * hs;
+    const float* d_o = dout + orow;
+    // sum_t2 p[t2] * dp[t2] equals dout . out, which is cheaper to form.
+    const float d_dot_o = dot_in_order(d_o, out + orow, hs);
+    const float row_lse = lse[(static_cast<size_t>(b) * NH + h) * T + t];
+    scores_in_order(p, q, kt, n, T, hs);     // q . k[t2]
+    scores_in_order(ds, d_o, vt, n, T, hs);  // dp[t2] = dout . v[t2]
+#pragma omp simd
+    for (int t2 = 0; t2 < n; t2++) {
+      p[t2] = fast_exp(exp_arg(p[t2] * scale - row_lse));
+      ds[t2] = p[t2] * (ds[t2] - d_dot_o) * scale;  // dL/d(q . k[t2])
+    }
+    weighted_row_sum(dhead + t * C3, partial, ds, head + C, C3, n, hs);  // dq = sum ds k
+    // dk[t2] += ds[t2] q and dv[t2] += p[t2] dout, one query t at a time.
+    for (int i = 0; i < hs; i++) {
+      float* dk_row = dkt + static_cast<size_t>(i) * T;
+      float* dv_row = dvt + static_cast<size_t>(i) * T;
+      const float qi = q[i], doi = d_o[i];
+#pragma omp simd
+      for (int t2 = 0; t2 < n; t2++) {
+        dk_row[t2] += qi * ds[t2];
+        dv_row[t2] += doi * p[t2];
+      }
+    }
+  }
+  for (int t = 0; t < T; t++) {
+    float* dk = dhead + t * C3 + C;
+    float* dv = dhead + t * C3 + 2 * C;
+    for (int i = 0; i < hs; i++) {
+      dk[i] = dkt[static_cast<size_t>(i) * T + t];
+      dv[i] = dvt[static_cast<size_t>(i) * T + t];
+    }
+  }
 }
 
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH;
-  const size_t C3 = 3 * static_cast<size_t>(C);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const size_t hs = C / NH;
 #pragma omp parallel
   {
-    std::vector<float> weights(T);  // this thread's softmax row
-#pragma omp for collapse(3) schedule(static)
+    std::vector<float> kt(hs * T);  // this thread's scratch
+    std::vector<float> w(T);
+    std::vector<float> partial(4 * hs);
+#pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int h = 0; h < NH; h++) {
-        for (int t = 0; t < T; t++) {
-          const float* q = qkv + (static_cast<size_t>(b) * T + t) * C3 + h * hs;
-          float max_score = -std::numeric_limits<float>::infinity();
-          for (int t2 = 0; t2 <= t; t2++) {
-            const float* k = qkv + (static_cast<size_t>(b) * T + t2) * C3 + C + h * hs;
-            const float score = dot(q, k, hs) * scale;
-            weights[t2] = score;
-            max_score = score > max_score ? score : max_score;
-          }
-          float sum = 0.0f;
-          for (int t2 = 0; t2 <= t; t2++) {
-            weights[t2] = std::exp(weights[t2] - max_score);
-            sum += weights[t2];
-          }
-          const float inv_sum = 1.0f / sum;
-          float* o = out + (static_cast<size_t>(b) * T + t) * C + h * hs;
-          std::memset(o, 0, sizeof(float) * hs);
-          for (int t2 = 0; t2 <= t; t2++) {
-            const float* v = qkv + (static_cast<size_t>(b) * T + t2) * C3 + 2 * C + h * hs;
-            axpy(o, weights[t2] * inv_sum, v, hs);
-          }
-          lse[(static_cast<size_t>(b) * NH + h) * T + t] = max_score + std::log(sum);
-        }
+        attention_forward_head(out, lse, qkv, b, h, T, C, NH, kt.data(), w.data(), partial.data());
       }
     }
   }
@@ -65,39 +229,16 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int B, int T, int C, int NH) {
-  const int hs = C / NH;
-  const size_t C3 = 3 * static_cast<size_t>(C);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  // One (batch, head) per work item: dk and dv of a head gather from every later query.
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++) {
-    for (int h = 0; h < NH; h++) {
-      for (int t = 0; t < T; t++) {
-        float* row = dqkv + (static_cast<size_t>(b) * T + t) * C3 + h * hs;
-        std::memset(row, 0, sizeof(float) * hs);
-        std::memset(row + C, 0, sizeof(float) * hs);
-        std::memset(row + 2 * C, 0, sizeof(float) * hs);
-      }
-      for (int t = 0; t < T; t++) {
-        const size_t qrow = (static_cast<size_t>(b) * T + t) * C3 + h * hs;
-        const size_t orow = (static_cast<size_t>(b) * T + t) * C + h * hs;
-        const float* q = qkv + qrow;
-        const float* d_o = dout + orow;
-        float* dq = dqkv + qrow;
-        // sum_t2 p[t2] * dp[t2] equals dout . out, which is cheaper to form.
-        const float d_dot_o = dot(d_o, out + orow, hs);
-        const float row_lse = lse[(static_cast<size_t>(b) * NH + h) * T + t];
-        for (int t2 = 0; t2 <= t; t2++) {
-          const size_t krow = (static_cast<size_t>(b) * T + t2) * C3 + h * hs;
-          const float* k = qkv + krow + C;
-          const float* v = qkv + krow + 2 * C;
-          const float p = std::exp(dot(q, k, hs) * scale - row_lse);
-          const float dp = dot(d_o, v, hs);
-          const float dscore = p * (dp - d_dot_o) * scale;
-          axpy(dq, dscore, k, hs);
-          axpy(dqkv + krow + C, dscore, q, hs);
-          axpy(dqkv + krow + 2 * C, p, d_o, hs);
-        }
+  const size_t hs = C / NH;
+#pragma omp parallel
+  {
+    std::vector<float> kt(hs * T), vt(hs * T), dkt(hs * T), dvt(hs * T), p(T), ds(T);
+    std::vector<float> partial(4 * hs);
+#pragma omp for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+      for (int h = 0; h < NH; h++) {
+        attention_backward_head(dqkv, dout, qkv, out, lse, b, h, T, C, NH, kt.data(), vt.data(),
+                                dkt.data(), dvt.data(), p.data(), ds.data(), partial.data());
       }
     }
   }

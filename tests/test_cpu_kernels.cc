@@ -1,0 +1,230 @@
+// The CPU backend's GELU and attention kernels against double-precision references.
+//
+// GELU runs on a vectorised polynomial exp (fast_math.h) instead of libm's tanhf, and
+// attention on a reorganised loop nest; these tests pin both to the math, not to the
+// kernels' previous float results.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "tandem/compute/cpu/cpu_kernels.h"
+#include "tandem/compute/cpu/fast_math.h"
+
+namespace tandem::cpu {
+namespace {
+
+constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2 / pi)
+constexpr double kGeluCube = 0.044715;
+
+double gelu_ref(double x) {
+  // 0.5 x (1 + tanh(u)) written as x / (1 + exp(-2u)), which has no cancellation for
+  // negative x; the identity is exact.
+  const double u = kGeluScale * (x + kGeluCube * x * x * x);
+  return x / (1.0 + std::exp(-2.0 * u));
+}
+
+// The two terms of GELU'(x) = 0.5 (1 + tanh(u)) + 0.5 x sech^2(u) u'(x)/sqrt(2/pi)...;
+// for negative x they cancel, so the tolerance scales with their magnitudes.
+struct GeluGradRef {
+  double value;
+  double magnitude;  // |first term| + |second term|
+};
+
+GeluGradRef gelu_grad_ref(double x) {
+  const double u = kGeluScale * (x + kGeluCube * x * x * x);
+  const double first = 1.0 / (1.0 + std::exp(-2.0 * u));
+  const double sech = 1.0 / std::cosh(u);
+  const double second = 0.5 * x * sech * sech * kGeluScale * (1.0 + 3.0 * kGeluCube * x * x);
+  return {first + second, std::abs(first) + std::abs(second)};
+}
+
+// Rounding x to float and forming u in float perturbs u by a few ulp; exp(-2u)
+// amplifies a relative error in u by |2u|, which no float implementation avoids (libm's
+// included). So: relative tolerance 1e-6 times that condition number, plus an absolute
+// floor for results at or below the denormal range.
+double gelu_tolerance(double x, double magnitude, double floor) {
+  const double u = kGeluScale * (x + kGeluCube * x * x * x);
+  return 1e-6 * (1.0 + std::min(2.0 * std::abs(u), 1e6)) * magnitude + floor;
+}
+constexpr double kForwardFloor = 1e-37;
+// For x below about -10 (-2u > 88) the backward kernel uses exp(88) in place of
+// exp(-2u), to keep its intermediates finite; the true derivative is then below 1e-36
+// and the kernel's at most ~1e-35 (x clamped to -20), hence this floor.
+constexpr double kBackwardFloor = 1e-34;
+
+std::vector<float> gelu_inputs() {
+  std::vector<float> xs;
+  for (int i = -150000; i <= 150000; i++) xs.push_back(static_cast<float>(i) * 1e-4f);  // +-15
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> log_mag(-8.0f, 6.0f);
+  for (int i = 0; i < 20000; i++) {
+    const float mag = std::pow(10.0f, log_mag(gen));
+    xs.push_back(i % 2 == 0 ? mag : -mag);
+  }
+  const float big = std::numeric_limits<float>::max();
+  for (float x : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-6f, -1e-6f, 30.0f, -30.0f, 1e10f, -1e10f, 1e20f,
+                  -1e20f, big, -big}) {
+    xs.push_back(x);
+  }
+  return xs;
+}
+
+TEST(CpuKernels, FastExpWithinTwoUlpOfDoubleExp) {
+  for (float x = kExpMinArg; x <= 88.7f; x += 1e-3f) {
+    const double ref = std::exp(static_cast<double>(x));
+    const double got = fast_exp(x);
+    ASSERT_LE(std::abs(got - ref), 2.0 * std::numeric_limits<float>::epsilon() * ref) << x;
+  }
+  EXPECT_EQ(fast_exp(0.0f), 1.0f);
+  EXPECT_TRUE(std::isinf(fast_exp(kExpMaxArg)));  // overflows like expf
+}
+
+TEST(CpuKernels, GeluForwardMatchesDoubleReference) {
+  const std::vector<float> xs = gelu_inputs();
+  std::vector<float> out(xs.size());
+  gelu_forward(out.data(), xs.data(), xs.size());
+  for (size_t i = 0; i < xs.size(); i++) {
+    const double x = xs[i];
+    const double ref = gelu_ref(x);
+    ASSERT_LE(std::abs(out[i] - ref), gelu_tolerance(x, std::abs(ref), kForwardFloor))
+        << "x = " << xs[i];
+  }
+}
+
+TEST(CpuKernels, GeluBackwardMatchesDoubleReference) {
+  const std::vector<float> xs = gelu_inputs();
+  // dout of 1 tests GELU' itself; a second pass with random dout tests the product.
+  std::vector<float> ones(xs.size(), 1.0f), dinp(xs.size());
+  gelu_backward(dinp.data(), xs.data(), ones.data(), xs.size());
+  for (size_t i = 0; i < xs.size(); i++) {
+    const GeluGradRef ref = gelu_grad_ref(xs[i]);
+    ASSERT_LE(std::abs(dinp[i] - ref.value), gelu_tolerance(xs[i], ref.magnitude, kBackwardFloor))
+        << "x = " << xs[i];
+  }
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal;
+  std::vector<float> dout(xs.size());
+  for (float& d : dout) d = normal(gen);
+  gelu_backward(dinp.data(), xs.data(), dout.data(), xs.size());
+  for (size_t i = 0; i < xs.size(); i++) {
+    const GeluGradRef ref = gelu_grad_ref(xs[i]);
+    const double tol = gelu_tolerance(xs[i], ref.magnitude, kBackwardFloor) * std::abs(dout[i]);
+    ASSERT_LE(std::abs(dinp[i] - ref.value * dout[i]), tol) << "x = " << xs[i];
+  }
+}
+
+TEST(CpuKernels, GeluPropagatesNan) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float one = 1.0f;
+  float out = 0.0f;
+  gelu_forward(&out, &nan, 1);
+  EXPECT_TRUE(std::isnan(out));
+  gelu_backward(&out, &nan, &one, 1);
+  EXPECT_TRUE(std::isnan(out));
+}
+
+// Straightforward causal attention in double: full T x T probabilities per head.
+struct AttentionRef {
+  std::vector<double> out, lse, dqkv;
+};
+
+AttentionRef attention_ref(const std::vector<float>& qkv, const std::vector<float>& dout, int B,
+                           int T, int C, int NH) {
+  const int hs = C / NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  auto at = [&](int b, int t, int part, int h, int i) {
+    return ((static_cast<size_t>(b) * T + t) * 3 + part) * C + h * hs + i;
+  };
+  AttentionRef r{std::vector<double>(static_cast<size_t>(B) * T * C),
+                 std::vector<double>(static_cast<size_t>(B) * NH * T),
+                 std::vector<double>(qkv.size(), 0.0)};
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      std::vector<double> P(static_cast<size_t>(T) * T, 0.0);  // P[t][t2], causal
+      for (int t = 0; t < T; t++) {
+        std::vector<double> s(t + 1);
+        double mx = -1e300;
+        for (int t2 = 0; t2 <= t; t2++) {
+          double d = 0.0;
+          for (int i = 0; i < hs; i++)
+            d += double(qkv[at(b, t, 0, h, i)]) * qkv[at(b, t2, 1, h, i)];
+          s[t2] = d * scale;
+          mx = std::max(mx, s[t2]);
+        }
+        double sum = 0.0;
+        for (int t2 = 0; t2 <= t; t2++) sum += std::exp(s[t2] - mx);
+        r.lse[(static_cast<size_t>(b) * NH + h) * T + t] = mx + std::log(sum);
+        for (int t2 = 0; t2 <= t; t2++) P[t * T + t2] = std::exp(s[t2] - mx) / sum;
+        for (int i = 0; i < hs; i++) {
+          double o = 0.0;
+          for (int t2 = 0; t2 <= t; t2++) o += P[t * T + t2] * qkv[at(b, t2, 2, h, i)];
+          r.out[(static_cast<size_t>(b) * T + t) * C + h * hs + i] = o;
+        }
+      }
+      // Backward: dP = dout v^T, dS = P (dP - rowsum(P dP)), dq = dS k scale,
+      // dk = dS^T q scale, dv = P^T dout.
+      for (int t = 0; t < T; t++) {
+        const float* d_o = &dout[(static_cast<size_t>(b) * T + t) * C + h * hs];
+        std::vector<double> dP(t + 1);
+        double rowsum = 0.0;
+        for (int t2 = 0; t2 <= t; t2++) {
+          double d = 0.0;
+          for (int i = 0; i < hs; i++) d += double(d_o[i]) * qkv[at(b, t2, 2, h, i)];
+          dP[t2] = d;
+          rowsum += P[t * T + t2] * d;
+        }
+        for (int t2 = 0; t2 <= t; t2++) {
+          const double p = P[t * T + t2];
+          const double dS = p * (dP[t2] - rowsum) * scale;
+          for (int i = 0; i < hs; i++) {
+            r.dqkv[at(b, t, 0, h, i)] += dS * qkv[at(b, t2, 1, h, i)];
+            r.dqkv[at(b, t2, 1, h, i)] += dS * qkv[at(b, t, 0, h, i)];
+            r.dqkv[at(b, t2, 2, h, i)] += p * d_o[i];
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// Float vs double: each kernel output is a short sum of O(1) terms, so the error is a
+// few float ulps of the terms' size; 2e-6 * (1 + |ref|) bounds it with margin.
+void expect_close(const std::vector<float>& got, const std::vector<double>& ref, const char* what) {
+  ASSERT_EQ(got.size(), ref.size());
+  for (size_t i = 0; i < got.size(); i++) {
+    ASSERT_NEAR(got[i], ref[i], 2e-6 * (1.0 + std::abs(ref[i]))) << what << "[" << i << "]";
+  }
+}
+
+void check_attention(int B, int T, int C, int NH) {
+  std::mt19937 gen(1234);
+  // Spread 1.5: softmax rows far from uniform, so the probabilities matter.
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  std::vector<float> qkv(static_cast<size_t>(B) * T * 3 * C), dout(static_cast<size_t>(B) * T * C);
+  for (float& v : qkv) v = normal(gen);
+  for (float& v : dout) v = normal(gen);
+  const AttentionRef ref = attention_ref(qkv, dout, B, T, C, NH);
+
+  std::vector<float> out(dout.size()), lse(static_cast<size_t>(B) * NH * T);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  expect_close(out, ref.out, "out");
+  expect_close(lse, ref.lse, "lse");
+
+  // Start from garbage: the kernel overwrites dqkv.
+  std::vector<float> dqkv(qkv.size(), 123.0f);
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+  expect_close(dqkv, ref.dqkv, "dqkv");
+}
+
+TEST(CpuKernels, AttentionMatchesDoubleReference) { check_attention(2, 9, 16, 2); }
+
+// hs = 6: not a multiple of the kernel's 4-row blocking, so its remainder path runs.
+TEST(CpuKernels, AttentionMatchesDoubleReferenceOddHeadSize) { check_attention(2, 9, 12, 2); }
+
+}  // namespace
+}  // namespace tandem::cpu
