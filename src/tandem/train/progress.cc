@@ -32,9 +32,17 @@ ProgressLine::ProgressLine(int64_t total_steps, int64_t log_interval, bool enabl
 
 void ProgressLine::update(int64_t step, float loss, double tokens_per_s, double ms_per_step) {
   if (!enabled_) return;
+  // The ETA uses the average time per step since the first update (evaluations and
+  // checkpoints included), which is steadier than the last step's time.
+  if (first_step_ < 0) {
+    first_step_ = step;
+    since_first_update_.reset();
+  }
   const bool last = step == total_steps_;
   if (!interactive_ && !last && (log_interval_ <= 0 || step % log_interval_ != 0)) return;
-  const double eta = (total_steps_ - step) * ms_per_step / 1e3;
+  const double seconds_per_step =
+      step > first_step_ ? since_first_update_.seconds() / (step - first_step_) : ms_per_step / 1e3;
+  const double eta = (total_steps_ - step) * seconds_per_step;
   char line[256];
   std::snprintf(line, sizeof line,
                 "step %6ld/%ld | loss %.4f | %8.0f tok/s | %7.1f ms/step | ETA %s",

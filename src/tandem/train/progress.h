@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <string>
 
+#include "tandem/core/timer.h"
+
 namespace tandem {
 
 class ProgressLine {
@@ -20,6 +22,8 @@ class ProgressLine {
   void finish();
 
  private:
+  Stopwatch since_first_update_;
+  int64_t first_step_ = -1;  // the step of the first update, for the ETA's average
   int64_t total_steps_;
   int64_t log_interval_;
   bool enabled_;
