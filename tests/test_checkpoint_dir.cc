@@ -15,6 +15,7 @@
 #include "tandem/core/checksum.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "test_util.h"
 
 namespace tandem {
 namespace {
@@ -41,17 +42,7 @@ class CheckpointDirTest : public ::testing::Test {
   fs::path base_, run_, root_;
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no tandem::Error thrown>";
-}
-
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "message: " << (text) << " | "
+using testing::error_of;
 
 CheckpointFileWriter text_file(std::string name, std::string content) {
   return {name, [content](const fs::path& where) { write_file_atomic(where, content); }};

@@ -20,34 +20,16 @@
 #include "tandem/data/dataset.h"
 #include "tandem/data/loader.h"
 #include "tandem/data/token_shard.h"
+#include "test_util.h"
 
 namespace tandem {
 namespace {
 
 namespace fs = std::filesystem;
 
-// gtest's EXPECT_THAT/HasSubstr live in gmock, which the tests do not link.
-::testing::AssertionResult contains(const char* text_expr, const char* part_expr,
-                                    const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << text_expr << " does not contain " << part_expr
-                                       << "\n  text: " << text << "\n  part: " << part;
-}
-#define EXPECT_CONTAINS(text, part) EXPECT_PRED_FORMAT2(contains, text, part)
-
 const fs::path kShakespeare = fs::path(TANDEM_SOURCE_DIR) / "data" / "tinyshakespeare.txt";
 
-// The message of the tandem::Error that `fn` throws; fails the test if it throws nothing.
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a tandem::Error";
-  return "";
-}
+using testing::error_of;
 
 // A fresh directory per test, removed afterwards.
 class TempDirTest : public ::testing::Test {

@@ -12,6 +12,7 @@
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "test_util.h"
 
 namespace tandem {
 namespace {
@@ -32,18 +33,7 @@ class SafetensorsTest : public ::testing::Test {
   fs::path dir_;
 };
 
-// The message of the tandem::Error that `f` throws, or a note that it threw none.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no tandem::Error thrown>";
-}
-
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "message: " << (text) << " | "
+using testing::error_of;
 
 // A safetensors file built by hand: length prefix (unpadded header), header, data.
 std::vector<uint8_t> hand_made(const std::string& header, const std::vector<uint8_t>& data,

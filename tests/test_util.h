@@ -2,6 +2,7 @@
 // binary, and a tiny run configuration that trains in well under a second.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,7 +11,30 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tandem/core/error.h"
+
 namespace tandem::testing {
+
+// gtest's EXPECT_THAT/HasSubstr live in gmock, which the tests do not link.
+inline ::testing::AssertionResult contains(const char* text_expr, const char* part_expr,
+                                           const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << text_expr << " does not contain " << part_expr
+                                       << "\n  text: " << text << "\n  part: " << part;
+}
+#define EXPECT_CONTAINS(text, part) EXPECT_PRED_FORMAT2(::tandem::testing::contains, text, part)
+
+// The message of the tandem::Error that `fn` throws; fails the test if it throws nothing.
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a tandem::Error";
+  return "";
+}
 
 // A fresh directory under the system temp dir, removed with everything in it.
 class ScratchDir {
