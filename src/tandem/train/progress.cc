@@ -40,6 +40,9 @@ void ProgressLine::update(int64_t step, float loss, double tokens_per_s, double 
   }
   const bool last = step == total_steps_;
   if (!interactive_ && !last && (log_interval_ <= 0 || step % log_interval_ != 0)) return;
+  // A live line redrawn more than ~10 times a second only costs time.
+  if (interactive_ && !last && line_open_ && since_last_print_.seconds() < 0.1) return;
+  since_last_print_.reset();
   const double seconds_per_step =
       step > first_step_ ? since_first_update_.seconds() / (step - first_step_) : ms_per_step / 1e3;
   const double eta = (total_steps_ - step) * seconds_per_step;

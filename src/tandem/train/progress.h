@@ -23,6 +23,7 @@ class ProgressLine {
 
  private:
   Stopwatch since_first_update_;
+  Stopwatch since_last_print_;
   int64_t first_step_ = -1;  // the step of the first update, for the ETA's average
   int64_t total_steps_;
   int64_t log_interval_;
