@@ -97,7 +97,8 @@ TEST(Gpt2Fixture, ThreeClippedAdamWStepsMatchPyTorch) {
                    .eps = static_cast<float>(fx.meta("eps")),
                    .weight_decay = static_cast<float>(fx.meta("weight_decay"))};
   const float max_norm = static_cast<float>(fx.meta("max_norm"));
-  AdamW optimizer(model.layout(), hyper);
+  ThreadPool pool(2);
+  AdamW optimizer(model.layout(), hyper, pool);
   const size_t P = model.layout().num_elements();
   for (int step = 1; step <= 3; step++) {
     model.zero_grads();

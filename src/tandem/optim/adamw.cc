@@ -4,9 +4,12 @@
 
 namespace tandem {
 
-AdamW::AdamW(const ParamLayout& layout, const AdamWHyper& hyper)
+AdamW::AdamW(const ParamLayout& layout, const AdamWHyper& hyper, ThreadPool& pool,
+             SimdTarget target)
     : layout_(layout),
       hyper_(hyper),
+      kernel_(pool, target),
+      segments_(adamw_segments(layout)),
       m_(layout.num_elements(), 0.0f),
       v_(layout.num_elements(), 0.0f) {}
 
@@ -16,11 +19,8 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
   hyper.lr = lr;
   const AdamWStepScalars with_decay = adamw_step_scalars(hyper, step_, true, grad_scale);
   const AdamWStepScalars without_decay = adamw_step_scalars(hyper, step_, false, grad_scale);
-  for (const ParamView& view : layout_.views()) {
-    const size_t o = view.offset;
-    adamw_reference(params + o, grads + o, m_.data() + o, v_.data() + o, view.numel,
-                    view.weight_decay ? with_decay : without_decay);
-  }
+  kernel_.update(AdamWArrays{.params = params, .m = m_.data(), .v = v_.data(), .grads = grads},
+                 segments_, with_decay, without_decay);
 }
 
 void AdamW::set_state(int64_t step, std::vector<float> m, std::vector<float> v) {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "tandem/core/half.h"
+
 namespace tandem {
 
 AdamWStepScalars adamw_step_scalars(const AdamWHyper& hyper, int64_t step, bool weight_decay,
@@ -23,17 +25,35 @@ AdamWStepScalars adamw_step_scalars(const AdamWHyper& hyper, int64_t step, bool 
   return s;
 }
 
-void adamw_reference(float* params, const float* grads, float* m, float* v, size_t n,
-                     const AdamWStepScalars& s) {
+AdamWArrays AdamWArrays::slice(size_t offset) const {
+  AdamWArrays out = *this;
+  out.params += offset;
+  out.m += offset;
+  out.v += offset;
+  const size_t grad_bytes = grad_dtype == GradDType::kF32 ? 4 : 2;
+  out.grads = static_cast<const char*>(grads) + offset * grad_bytes;
+  if (params16 != nullptr) out.params16 = static_cast<char*>(params16) + offset * 2;
+  return out;
+}
+
+void adamw_reference(const AdamWArrays& a, size_t n, const AdamWStepScalars& s) {
+  const float* grads_f32 = static_cast<const float*>(a.grads);
+  const uint16_t* grads_bf16 = static_cast<const uint16_t*>(a.grads);
+  uint16_t* params16 = static_cast<uint16_t*>(a.params16);
   for (size_t i = 0; i < n; i++) {
-    const float g = grads[i] * s.grad_scale;
-    const float m_new = std::fma(s.beta1, m[i], s.one_minus_beta1 * g);
-    const float v_new = std::fma(s.beta2, v[i], (s.one_minus_beta2 * g) * g);
+    const float grad =
+        a.grad_dtype == GradDType::kF32 ? grads_f32[i] : bf16_to_float(grads_bf16[i]);
+    const float g = grad * s.grad_scale;
+    const float m_new = std::fma(s.beta1, a.m[i], s.one_minus_beta1 * g);
+    const float v_new = std::fma(s.beta2, a.v[i], (s.one_minus_beta2 * g) * g);
     const float denom = std::fma(std::sqrt(v_new), s.inv_sqrt_bc2, s.eps);
-    const float decayed = params[i] * s.decay_factor;
-    params[i] = std::fma(-s.step_size, m_new / denom, decayed);
-    m[i] = m_new;
-    v[i] = v_new;
+    const float decayed = a.params[i] * s.decay_factor;
+    const float p = std::fma(-s.step_size, m_new / denom, decayed);
+    a.params[i] = p;
+    a.m[i] = m_new;
+    a.v[i] = v_new;
+    if (a.params16_dtype == WorkingDType::kBF16) params16[i] = float_to_bf16(p);
+    if (a.params16_dtype == WorkingDType::kF16) params16[i] = float_to_fp16(p);
   }
 }
 

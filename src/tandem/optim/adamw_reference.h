@@ -33,13 +33,37 @@ struct AdamWStepScalars {
 AdamWStepScalars adamw_step_scalars(const AdamWHyper& hyper, int64_t step, bool weight_decay,
                                     float grad_scale);
 
+enum class GradDType { kF32, kBF16 };
+// The 16-bit working copy of the parameters (what forward and backward read), written
+// in the same pass as the update.
+enum class WorkingDType { kNone, kBF16, kF16 };
+
+// The arrays one AdamW update touches; element i of each belongs to parameter i.
+struct AdamWArrays {
+  float* params = nullptr;  // fp32 master weights, updated in place
+  float* m = nullptr;       // first moment, updated in place
+  float* v = nullptr;       // second moment, updated in place
+  const void* grads = nullptr;
+  GradDType grad_dtype = GradDType::kF32;
+  void* params16 = nullptr;  // written when params16_dtype != kNone
+  WorkingDType params16_dtype = WorkingDType::kNone;
+
+  // The same arrays starting at element `offset`.
+  AdamWArrays slice(size_t offset) const;
+};
+
 // For each i:
-//   g    = grad[i] * grad_scale
+//   g    = float(grad[i]) * grad_scale
 //   m    = fma(beta1, m, (1 - beta1) * g)
 //   v    = fma(beta2, v, ((1 - beta2) * g) * g)
-//   p    = p * decay_factor
-//   p    = fma(-step_size, m / fma(sqrt(v), inv_sqrt_bc2, eps), p)
-void adamw_reference(float* params, const float* grads, float* m, float* v, size_t n,
-                     const AdamWStepScalars& s);
+//   p    = fma(-step_size, m / fma(sqrt(v), inv_sqrt_bc2, eps), p * decay_factor)
+//   p16  = round_to_nearest_even(p)          (bf16 or fp16; NaN stays NaN)
+void adamw_reference(const AdamWArrays& arrays, size_t n, const AdamWStepScalars& s);
+
+// fp32 gradients, no working copy.
+inline void adamw_reference(float* params, const float* grads, float* m, float* v, size_t n,
+                            const AdamWStepScalars& s) {
+  adamw_reference(AdamWArrays{.params = params, .m = m, .v = v, .grads = grads}, n, s);
+}
 
 }  // namespace tandem

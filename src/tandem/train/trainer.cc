@@ -53,11 +53,14 @@ class Trainer {
         train_loader_(data_.train, B_, T_, config.train.seed, true, "train"),
         backend_(make_cpu_backend()),
         model_(config.model, *backend_, B_, T_),
-        optimizer_(model_.layout(), AdamWHyper{.lr = config.optimizer.lr,
-                                               .beta1 = config.optimizer.beta1,
-                                               .beta2 = config.optimizer.beta2,
-                                               .eps = config.optimizer.eps,
-                                               .weight_decay = config.optimizer.weight_decay}),
+        optimizer_pool_(),
+        optimizer_(model_.layout(),
+                   AdamWHyper{.lr = config.optimizer.lr,
+                              .beta1 = config.optimizer.beta1,
+                              .beta2 = config.optimizer.beta2,
+                              .eps = config.optimizer.eps,
+                              .weight_decay = config.optimizer.weight_decay},
+                   optimizer_pool_),
         schedule_{.base_lr = config.optimizer.lr,
                   .warmup_steps = config.scheduler.warmup_num_steps,
                   .total_steps = config.train.steps,
@@ -210,6 +213,7 @@ class Trainer {
   std::unique_ptr<DataLoader> val_loader_;
   std::unique_ptr<ComputeBackend> backend_;
   Gpt model_;
+  ThreadPool optimizer_pool_;  // pinned threads for the CPU AdamW, one per CPU
   AdamW optimizer_;
   WarmupCosineSchedule schedule_;
   Rng sample_rng_;
