@@ -168,5 +168,26 @@ TEST_F(CliTest, FreshRunRefusesToOverwriteAnEarlierRun) {
   EXPECT_EQ(read_file_bytes(weights), before);
 }
 
+TEST_F(CliTest, BenchAdamWPrintsOneJsonObjectWithTheRatio) {
+  const auto result = tandem("bench adamw --params 100000 --grad-dtype bf16 --param-dtype fp16 "
+                             "--threads 2 --repetitions 2 --json");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto json = nlohmann::json::parse(result.output);
+  for (const char* key : {"params_per_s", "gb_per_s", "triad_gb_per_s", "ratio"}) {
+    ASSERT_TRUE(json.contains(key)) << key;
+    EXPECT_GT(json[key].get<double>(), 0.0) << key;
+  }
+  EXPECT_EQ(json["bytes_per_param"], 28.0);
+  EXPECT_EQ(json["threads"], 2);
+  EXPECT_NEAR(json["ratio"].get<double>(),
+              json["gb_per_s"].get<double>() / json["triad_gb_per_s"].get<double>(), 1e-9);
+}
+
+TEST_F(CliTest, BenchAdamWRefusesAnUnknownDtype) {
+  const auto result = tandem("bench adamw --params 1000 --grad-dtype fp8");
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find("--grad-dtype"), std::string::npos) << result.output;
+}
+
 }  // namespace
 }  // namespace tandem

@@ -8,5 +8,6 @@ namespace tandem::cli {
 void register_train(CLI::App& app);
 void register_sample(CLI::App& app);
 void register_tokenize(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace tandem::cli
