@@ -22,11 +22,7 @@ const std::string kTandem = TANDEM_BINARY;
 
 class CliTest : public ::testing::Test {
  protected:
-  CliTest() : dir_("cli") {
-    const std::string text =
-        read_file_text(std::string(TANDEM_SOURCE_DIR) + "/data/tinyshakespeare.txt");
-    write_file_atomic(dir_ / "data.txt", text.substr(0, 20000));
-  }
+  CliTest() : dir_("cli") { testing::write_small_corpus(dir_ / "data.txt"); }
 
   // Writes a tiny config (optionally edited) and returns its path.
   fs::path write_config(const nlohmann::json& edits = nlohmann::json::object()) {
@@ -169,8 +165,9 @@ TEST_F(CliTest, FreshRunRefusesToOverwriteAnEarlierRun) {
 }
 
 TEST_F(CliTest, BenchAdamWPrintsOneJsonObjectWithTheRatio) {
-  const auto result = tandem("bench adamw --params 100000 --grad-dtype bf16 --param-dtype fp16 "
-                             "--threads 2 --repetitions 2 --json");
+  const auto result = tandem(
+      "bench adamw --params 100000 --grad-dtype bf16 --param-dtype fp16 "
+      "--threads 2 --repetitions 2 --json");
   ASSERT_EQ(result.exit_code, 0) << result.output;
   const auto json = nlohmann::json::parse(result.output);
   for (const char* key : {"params_per_s", "gb_per_s", "triad_gb_per_s", "ratio"}) {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "tandem/compute/compute_backend.h"
@@ -43,16 +44,28 @@ TinySetup make_setup(const ParamLayout& layout) {
   return s;
 }
 
-TEST(GptGradcheck, EveryTensorMatchesCentralDifferences) {
-  auto backend = make_cpu_backend();
+// The tiny model with its random parameters set and one forward + backward done.
+struct TinyModel {
+  std::unique_ptr<ComputeBackend> backend = make_cpu_backend();
   TinySetup s;
-  Gpt model(s.config, *backend, s.B, s.T);
-  s = make_setup(model.layout());
-  model.set_params(s.params);
-  model.zero_grads();
-  model.forward(s.tokens.data(), s.targets.data(), s.B, s.T);
-  model.backward();
-  const std::vector<float> grads = model.grads_to_host();
+  Gpt model{s.config, *backend, s.B, s.T};
+  std::vector<float> grads;
+
+  TinyModel() {
+    s = make_setup(model.layout());
+    model.set_params(s.params);
+    model.zero_grads();
+    model.forward(s.tokens.data(), s.targets.data(), s.B, s.T);
+    model.backward();
+    grads = model.grads_to_host();
+  }
+};
+
+TEST(GptGradcheck, EveryTensorMatchesCentralDifferences) {
+  TinyModel tiny;
+  TinySetup& s = tiny.s;
+  Gpt& model = tiny.model;
+  const std::vector<float>& grads = tiny.grads;
 
   auto loss_at = [&](const std::vector<float>& p) {
     model.set_params(p);
@@ -96,15 +109,10 @@ TEST(GptGradcheck, EveryTensorMatchesCentralDifferences) {
 }
 
 TEST(GptGradcheck, BackwardAccumulatesScaledGradients) {
-  auto backend = make_cpu_backend();
-  TinySetup s;
-  Gpt model(s.config, *backend, s.B, s.T);
-  s = make_setup(model.layout());
-  model.set_params(s.params);
-  model.zero_grads();
-  model.forward(s.tokens.data(), s.targets.data(), s.B, s.T);
-  model.backward(1.0f);
-  const std::vector<float> once = model.grads_to_host();
+  TinyModel tiny;
+  TinySetup& s = tiny.s;
+  Gpt& model = tiny.model;
+  const std::vector<float> once = tiny.grads;
   model.zero_grads();
   for (int micro = 0; micro < 2; micro++) {
     model.forward(s.tokens.data(), s.targets.data(), s.B, s.T);

@@ -15,9 +15,7 @@ namespace {
 
 TEST(Resume, TwentyStepsEqualTenPlusResumePlusTen) {
   testing::ScratchDir dir("resume");
-  const std::string text =
-      read_file_text(std::string(TANDEM_SOURCE_DIR) + "/data/tinyshakespeare.txt");
-  write_file_atomic(dir / "data.txt", text.substr(0, 20000));
+  testing::write_small_corpus(dir / "data.txt");
 
   TrainOptions quiet;
   quiet.show_progress = false;
@@ -58,9 +56,7 @@ TEST(Resume, TwentyStepsEqualTenPlusResumePlusTen) {
 
 TEST(Resume, RefusesACheckpointOfAnotherModel) {
   testing::ScratchDir dir("resume_mismatch");
-  const std::string text =
-      read_file_text(std::string(TANDEM_SOURCE_DIR) + "/data/tinyshakespeare.txt");
-  write_file_atomic(dir / "data.txt", text.substr(0, 20000));
+  testing::write_small_corpus(dir / "data.txt");
   TrainOptions options;
   options.show_progress = false;
   options.stop_at_step = 2;

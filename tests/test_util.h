@@ -12,6 +12,7 @@
 #include <string>
 
 #include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 
 namespace tandem::testing {
 
@@ -79,6 +80,13 @@ inline CommandResult run_command(const std::string& command) {
   const int status = ::pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// The first `bytes` of the bundled Tiny Shakespeare, as a small training text.
+inline void write_small_corpus(const std::filesystem::path& path, size_t bytes = 20000) {
+  const std::string text =
+      read_file_text(std::string(TANDEM_SOURCE_DIR) + "/data/tinyshakespeare.txt");
+  write_file_atomic(path, text.substr(0, bytes));
 }
 
 // A byte-level model small enough to train a few steps in milliseconds.
