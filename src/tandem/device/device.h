@@ -1,0 +1,131 @@
+// The device layer: memory spaces, streams (ordered asynchronous queues), events and
+// asynchronous copies, behind one interface. The update engine (offload/) is written
+// against it and never knows which backend runs underneath:
+// - cpu (device/cpu/): host only. "Device" memory is a separate arena with an
+//   enforced capacity (allocating past it fails as a GPU out-of-memory does), streams
+//   are worker threads, copies are memcpy on those threads. It exercises every
+//   schedule, memory limit and overlap without a GPU; it claims nothing about GPU speed.
+// - cuda: the same interface over CUDA streams, events, cudaHostAlloc and
+//   cudaMemcpyAsync (the CUDA backend issue).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "tandem/core/error.h"
+#include "tandem/optim/adamw_reference.h"
+
+namespace tandem {
+
+enum class MemorySpace {
+  kDevice,      // accelerator memory (the CPU backend's capacity-limited arena)
+  kPinnedHost,  // page-locked host memory: the only host memory async copies overlap with
+  kHost,        // ordinary host memory
+};
+std::string_view memory_space_name(MemorySpace space);
+
+// Thrown when device memory is exhausted; the message gives the bytes asked for, in
+// use and available, and the setting that controls the capacity.
+class DeviceOutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
+class Device;
+
+// Memory in one space, released on destruction.
+class DeviceAllocation {
+ public:
+  DeviceAllocation() = default;
+  DeviceAllocation(Device* device, MemorySpace space, void* data, size_t bytes)
+      : device_(device), space_(space), data_(data), bytes_(bytes) {}
+  ~DeviceAllocation() { reset(); }
+  DeviceAllocation(DeviceAllocation&& other) noexcept { *this = std::move(other); }
+  DeviceAllocation& operator=(DeviceAllocation&& other) noexcept;
+  DeviceAllocation(const DeviceAllocation&) = delete;
+  DeviceAllocation& operator=(const DeviceAllocation&) = delete;
+
+  void reset();
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  MemorySpace space() const { return space_; }
+
+ private:
+  Device* device_ = nullptr;
+  MemorySpace space_ = MemorySpace::kHost;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// An ordered queue of asynchronous work. Work on one stream runs in order; work on
+// different streams may overlap. A failure inside queued work is reported by the next
+// synchronize() on the stream (or on an event recorded after it) as a tandem::Error,
+// and the stream refuses further work: like a CUDA sticky error, it is not recoverable.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual std::string_view name() const = 0;
+  // Blocks until all work queued so far is done; rethrows a failure.
+  virtual void synchronize() = 0;
+};
+
+// A point in a stream's work. wait() makes another stream wait for it; synchronize()
+// blocks the host until it is reached.
+class Event {
+ public:
+  virtual ~Event() = default;
+  virtual void synchronize() = 0;
+  // Whether the work before the event has completed (non-blocking).
+  virtual bool ready() = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual std::string_view name() const = 0;
+
+  // ---- memory ---------------------------------------------------------------
+  // Throws DeviceOutOfMemory for kDevice beyond the capacity. Contents undefined.
+  virtual DeviceAllocation allocate(MemorySpace space, size_t bytes) = 0;
+  virtual size_t device_capacity() const = 0;
+  virtual size_t device_in_use() const = 0;
+  size_t device_free() const { return device_capacity() - device_in_use(); }
+
+  // ---- streams and events -----------------------------------------------------
+  virtual std::unique_ptr<Stream> create_stream(std::string name) = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;
+  // Marks the event at the current end of the stream's queue.
+  virtual void record(Event& event, Stream& stream) = 0;
+  // Work queued on `stream` after this call starts only once `event` is reached.
+  virtual void wait(Stream& stream, Event& event) = 0;
+
+  // ---- asynchronous work ------------------------------------------------------
+  // Copies bytes between any two spaces, in order on the stream.
+  virtual void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) = 0;
+  // AdamW on arrays in device memory, computing exactly adamw_reference's operations.
+  virtual void adamw_async(const AdamWArrays& arrays, size_t n, const AdamWStepScalars& scalars,
+                           Stream& stream) = 0;
+
+ protected:
+  friend class DeviceAllocation;
+  virtual void release(MemorySpace space, void* data, size_t bytes) noexcept = 0;
+};
+
+struct CpuDeviceOptions {
+  size_t memory_bytes = size_t{1} << 30;  // capacity of the "device" arena (device.memory_gb)
+  // Fault injection for tests: the copy with this sequence number (0-based, counted over
+  // all streams in the order copies are queued) fails without writing anything.
+  int64_t fail_copy_number = -1;
+};
+
+// The host-only test and development backend (see the top of this file).
+std::unique_ptr<Device> make_cpu_device(const CpuDeviceOptions& options);
+
+}  // namespace tandem
