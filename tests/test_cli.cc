@@ -65,8 +65,11 @@ TEST_F(CliTest, TrainWritesMetricsCheckpointAndSample) {
   std::ifstream in(metrics);
   std::string line;
   int steps = 0, evals = 0;
+  std::string last_line;
   while (std::getline(in, line)) {
+    last_line = line;
     const auto record = nlohmann::json::parse(line);
+    if (record.contains("state_digest")) continue;
     if (record.contains("val_loss")) {
       evals++;
       EXPECT_TRUE(record["val_loss"].is_number());
@@ -74,11 +77,17 @@ TEST_F(CliTest, TrainWritesMetricsCheckpointAndSample) {
     }
     steps++;
     EXPECT_EQ(record["step"], steps);
-    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "ms"})
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "ms", "forward_ms",
+                            "backward_ms", "update_ms", "h2d_bytes", "d2h_bytes"})
       EXPECT_TRUE(record.contains(key)) << key << " missing in " << line;
   }
   EXPECT_EQ(steps, 10);
   EXPECT_EQ(evals, 2);  // eval_interval 5
+  // The final record carries the digest of params, m and v.
+  const auto final_record = nlohmann::json::parse(last_line);
+  ASSERT_TRUE(final_record.contains("state_digest")) << last_line;
+  EXPECT_EQ(final_record["state_digest"].get<std::string>().size(), 16u);
+  EXPECT_EQ(final_record["step"], 10);
   EXPECT_TRUE(fs::exists(dir_ / "run/checkpoints/step_00000010/model.safetensors"));
   EXPECT_TRUE(fs::exists(dir_ / "run/checkpoints/step_00000010/config.json"));
 

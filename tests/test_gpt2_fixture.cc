@@ -17,8 +17,9 @@
 #include "tandem/ckpt/gpt2_weights.h"
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/compute/compute_backend.h"
+#include "tandem/device/device.h"
 #include "tandem/model/gpt.h"
-#include "tandem/optim/adamw.h"
+#include "tandem/offload/update_engine.h"
 #include "tandem/optim/grad_clip.h"
 
 namespace tandem {
@@ -97,9 +98,18 @@ TEST(Gpt2Fixture, ThreeClippedAdamWStepsMatchPyTorch) {
                    .eps = static_cast<float>(fx.meta("eps")),
                    .weight_decay = static_cast<float>(fx.meta("weight_decay"))};
   const float max_norm = static_cast<float>(fx.meta("max_norm"));
-  ThreadPool pool(2);
-  AdamW optimizer(model.layout(), hyper, pool);
+  // The optimizer as training runs it: the update engine, here interleaving CPU and
+  // (CPU-backend) device updates, which must not change a bit.
   const size_t P = model.layout().num_elements();
+  ThreadPool pool(2);
+  auto device = make_cpu_device({});
+  UpdateEngine engine(
+      *device, pool, model.layout(),
+      make_offload_plan(
+          {.schedule = UpdateSchedule::kInterleave, .sub_group_size = 4096, .stride = 2}, P),
+      hyper, {model.params(), model.grads()});
+  const std::vector<float> zeros(P, 0.0f);
+  engine.load_state(model.params_to_host().data(), zeros.data(), zeros.data(), 0);
   for (int step = 1; step <= 3; step++) {
     model.zero_grads();
     model.forward(fx.tokens.data(), fx.targets.data(), fx.B, fx.T);
@@ -109,7 +119,7 @@ TEST(Gpt2Fixture, ThreeClippedAdamWStepsMatchPyTorch) {
     EXPECT_NEAR(norm, expected_norm, 1e-5 * expected_norm) << "step " << step;
     const float scale = clip_scale(norm, max_norm);
     ASSERT_LT(scale, 1.0f) << "the fixture is built so that clipping triggers every step";
-    optimizer.step(model.params(), model.grads(), hyper.lr, scale);
+    engine.step(hyper.lr, scale);
   }
 
   const std::vector<float> params = model.params_to_host();

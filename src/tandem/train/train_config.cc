@@ -38,7 +38,15 @@ constexpr std::string_view kTopKeys[] = {"model",
                                          "gradient_clipping",
                                          "optimizer",
                                          "scheduler",
+                                         "zero_optimization",
+                                         "offload_optimizer",
+                                         "device",
                                          "train"};
+constexpr std::string_view kZeroKeys[] = {"sub_group_size"};
+constexpr std::string_view kOffloadKeys[] = {"schedule", "ratio", "stride", "staging_buffers"};
+constexpr std::string_view kDeviceKeys[] = {"type", "memory_gb"};
+constexpr std::string_view kSchedules[] = {"device", "cpu", "ratio", "interleave"};
+constexpr std::string_view kDeviceTypes[] = {"cpu"};
 constexpr std::string_view kModelKeys[] = {"vocab_size", "context_length", "n_layer", "n_head",
                                            "n_embd"};
 constexpr std::string_view kDataKeys[] = {"train_path", "val_path", "val_fraction"};
@@ -361,6 +369,40 @@ TrainConfig parse_train_config(const json& config_json) {
   sched.read_real("cos_min_ratio", config.scheduler.cos_min_ratio, "a number in [0, 1]",
                   [](double v) { return v >= 0 && v <= 1; });
 
+  const Section zero = top.section("zero_optimization");
+  zero.check_keys(kZeroKeys);
+  int64_t sub_group_size = static_cast<int64_t>(config.offload.sub_group_size);
+  zero.read_int("sub_group_size", sub_group_size, 1);
+  config.offload.sub_group_size = static_cast<size_t>(sub_group_size);
+
+  const Section offload = top.section("offload_optimizer");
+  offload.check_keys(kOffloadKeys);
+  if (const json* schedule = offload.find("schedule")) {
+    const std::string name = schedule->is_string() ? lower(schedule->get<std::string>()) : "";
+    bool known = false;
+    for (UpdateSchedule s : {UpdateSchedule::kDevice, UpdateSchedule::kCpu, UpdateSchedule::kRatio,
+                             UpdateSchedule::kInterleave}) {
+      if (update_schedule_name(s) == name) {
+        config.offload.schedule = s;
+        known = true;
+      }
+    }
+    TANDEM_CHECK(known, "offload_optimizer.schedule must be one of ", join(kSchedules), ", got ",
+                 schedule->dump());
+  }
+  offload.read_real("ratio", config.offload.ratio, "a number in [0, 1]",
+                    [](double v) { return v >= 0 && v <= 1; });
+  offload.read_int("stride", config.offload.stride, 1);
+  offload.read_int("staging_buffers", config.offload.staging_buffers, 1);
+
+  const Section device = top.section("device");
+  device.check_keys(kDeviceKeys);
+  device.read_string("type", config.device.type);
+  TANDEM_CHECK(config.device.type == "cpu", "device.type must be one of ", join(kDeviceTypes),
+               ", got \"", config.device.type, "\" (the CUDA device comes with the CUDA backend)");
+  device.read_real("memory_gb", config.device.memory_gb, "a number > 0",
+                   [](double v) { return v > 0; });
+
   const Section train = top.section("train");
   train.check_keys(kTrainKeys);
   TrainLoopConfig& t = config.train;
@@ -532,6 +574,13 @@ json to_json(const TrainConfig& config) {
         {"params",
          {{"warmup_num_steps", config.scheduler.warmup_num_steps},
           {"cos_min_ratio", float_json(config.scheduler.cos_min_ratio)}}}}},
+      {"zero_optimization", {{"sub_group_size", config.offload.sub_group_size}}},
+      {"offload_optimizer",
+       {{"schedule", std::string(update_schedule_name(config.offload.schedule))},
+        {"ratio", config.offload.ratio},
+        {"stride", config.offload.stride},
+        {"staging_buffers", config.offload.staging_buffers}}},
+      {"device", {{"type", config.device.type}, {"memory_gb", config.device.memory_gb}}},
       {"train",
        {{"steps", t.steps},
         {"seed", t.seed},

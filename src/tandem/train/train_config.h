@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tandem/model/gpt_config.h"
+#include "tandem/offload/offload_plan.h"
 
 namespace tandem {
 
@@ -45,12 +46,21 @@ struct TrainLoopConfig {  // JSON: "train": {...}
   int sample_bytes = 300;  // bytes sampled and printed at the end; 0 disables
 };
 
+struct DeviceConfig {        // JSON: "device": {...}
+  std::string type = "cpu";  // "cpu": the host-only device backend (see device/device.h)
+  double memory_gb = 16.0;   // capacity of the device memory the update engine may use
+};
+
 struct TrainConfig {
   GptConfig model;
   DataConfig data;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   TrainLoopConfig train;
+  // "zero_optimization": {"sub_group_size"}, "offload_optimizer": {"schedule", "ratio",
+  // "stride", "staging_buffers"}
+  OffloadSettings offload{.schedule = UpdateSchedule::kDevice};
+  DeviceConfig device;
   int micro_batch_size = 8;             // "train_micro_batch_size_per_gpu" (B)
   int gradient_accumulation_steps = 1;  // "gradient_accumulation_steps"
   float gradient_clipping = 1.0f;       // "gradient_clipping"; 0 disables

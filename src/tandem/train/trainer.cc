@@ -6,13 +6,15 @@
 #include <vector>
 
 #include "tandem/compute/compute_backend.h"
+#include "tandem/core/checksum.h"
 #include "tandem/core/error.h"
 #include "tandem/core/rng.h"
 #include "tandem/core/timer.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/loader.h"
+#include "tandem/device/device.h"
 #include "tandem/model/gpt.h"
-#include "tandem/optim/adamw.h"
+#include "tandem/offload/update_engine.h"
 #include "tandem/optim/grad_clip.h"
 #include "tandem/optim/lr_schedule.h"
 #include "tandem/train/metrics_log.h"
@@ -53,14 +55,17 @@ class Trainer {
         train_loader_(data_.train, B_, T_, config.train.seed, true, "train"),
         backend_(make_cpu_backend()),
         model_(config.model, *backend_, B_, T_),
+        device_(make_cpu_device(
+            {.memory_bytes = static_cast<size_t>(config.device.memory_gb * (1ull << 30))})),
         optimizer_pool_(),
-        optimizer_(model_.layout(),
-                   AdamWHyper{.lr = config.optimizer.lr,
-                              .beta1 = config.optimizer.beta1,
-                              .beta2 = config.optimizer.beta2,
-                              .eps = config.optimizer.eps,
-                              .weight_decay = config.optimizer.weight_decay},
-                   optimizer_pool_),
+        engine_(*device_, optimizer_pool_, model_.layout(),
+                make_offload_plan(config.offload, model_.layout().num_elements()),
+                AdamWHyper{.lr = config.optimizer.lr,
+                           .beta1 = config.optimizer.beta1,
+                           .beta2 = config.optimizer.beta2,
+                           .eps = config.optimizer.eps,
+                           .weight_decay = config.optimizer.weight_decay},
+                UpdateEngine::DeviceBuffers{model_.params(), model_.grads()}),
         schedule_{.base_lr = config.optimizer.lr,
                   .warmup_steps = config.scheduler.warmup_num_steps,
                   .total_steps = config.train.steps,
@@ -87,17 +92,22 @@ class Trainer {
     while (step_ < last_step) {
       Stopwatch watch;
       const float lr = schedule_.lr_at(step_);
-      const float loss = train_step(lr);
-      const double norm = last_grad_norm_;
+      const StepTimes times = train_step(lr);
+      const float loss = times.loss;
       step_++;
       const double ms = watch.millis();
       const double tokens_per_s = tokens_per_step / (ms / 1e3);
       metrics.write({{"step", step_},
                      {"loss", loss},
                      {"lr", lr},
-                     {"grad_norm", norm},
+                     {"grad_norm", times.grad_norm},
                      {"tokens_per_s", tokens_per_s},
-                     {"ms", ms}});
+                     {"ms", ms},
+                     {"forward_ms", times.forward_ms},
+                     {"backward_ms", times.backward_ms},
+                     {"update_ms", times.update.ms},
+                     {"h2d_bytes", times.update.h2d_bytes},
+                     {"d2h_bytes", times.update.d2h_bytes}});
       progress_.update(step_, loss, tokens_per_s, ms);
       result.last_train_loss = loss;
 
@@ -116,6 +126,10 @@ class Trainer {
     }
     progress_.finish();
     result.steps_done = step_;
+    result.state_digest = state_digest();
+    metrics.write({{"step", step_},
+                   {"state_digest", result.state_digest},
+                   {"schedule", std::string(update_schedule_name(config_.offload.schedule))}});
     if (config_.train.sample_bytes > 0)
       result.sample = sample_bytes(model_, "\n", config_.train.sample_bytes, sample_rng_);
     return result;
@@ -135,11 +149,35 @@ class Trainer {
                  config_.train.output_dir,
                  ", or start afresh in another directory with --set train.output_dir=DIR");
     model_.init_weights(config_.train.seed);
+    const std::vector<float> zeros(model_.layout().num_elements(), 0.0f);
+    engine_.load_state(model_.params_to_host().data(), zeros.data(), zeros.data(), 0);
     progress_.note(cat("tandem: training GPT-2 (", config_.model.n_layer, " layers, ",
                        config_.model.n_embd, " channels, ", config_.model.num_parameters(),
                        " parameters) on ", data_.train.size(), " tokens (",
                        train_loader_.batches_per_epoch(), " batches of ", B_, "x", T_,
                        " per epoch), ", config_.train.steps, " steps"));
+    progress_.note(describe_plan());
+  }
+
+  std::string describe_plan() const {
+    const OffloadPlan& plan = engine_.plan();
+    std::string text =
+        cat("tandem: optimizer update schedule '", update_schedule_name(plan.settings.schedule),
+            "': ", plan.subgroups.size(), " subgroups of up to ", plan.max_subgroup_size,
+            " parameters");
+    for (UpdateSite site :
+         {UpdateSite::kHost, UpdateSite::kDeviceResident, UpdateSite::kDeviceStaged}) {
+      if (plan.count(site) > 0) text += cat(", ", plan.count(site), " ", update_site_name(site));
+    }
+    return text + cat(" (", device_->name(), " device)");
+  }
+
+  // XXH3-64 over params, m and v: equal digests mean bit-identical optimizer state.
+  std::string state_digest() {
+    const size_t P = model_.layout().num_elements();
+    std::vector<float> state(3 * P);
+    engine_.read_state(state.data(), state.data() + P, state.data() + 2 * P);
+    return checksum_hex(checksum64(state.data(), state.size() * sizeof(float)));
   }
 
   void resume(const fs::path& path) {
@@ -150,8 +188,8 @@ class Trainer {
     TANDEM_CHECK(state.step <= config_.train.steps, path.string(), ": the checkpoint is at step ",
                  state.step, ", beyond train.steps = ", config_.train.steps,
                  "; raise train.steps to continue");
-    model_.set_params(state.params);
-    optimizer_.set_state(state.step, std::move(state.exp_avg), std::move(state.exp_avg_sq));
+    engine_.load_state(state.params.data(), state.exp_avg.data(), state.exp_avg_sq.data(),
+                       state.step);
     train_loader_.set_position(state.train_position);
     sample_rng_.set_state(state.sample_rng);
     step_ = state.step;
@@ -159,24 +197,37 @@ class Trainer {
         cat("tandem: resumed ", path.string(), " at step ", step_, " of ", config_.train.steps));
   }
 
-  float train_step(float lr) {
+  struct StepTimes {
+    float loss = 0;
+    double grad_norm = 0;
+    double forward_ms = 0, backward_ms = 0;
+    UpdateStepStats update;
+  };
+
+  StepTimes train_step(float lr) {
+    StepTimes times;
     model_.zero_grads();
     const int accum = config_.gradient_accumulation_steps;
     double loss_sum = 0.0;
     for (int micro = 0; micro < accum; micro++) {
       train_loader_.next_batch(inputs_, targets_);
+      Stopwatch watch;
       loss_sum += model_.forward(inputs_.data(), targets_.data(), B_, T_);
+      times.forward_ms += watch.millis();
+      watch.reset();
       model_.backward(1.0f / accum);
+      times.backward_ms += watch.millis();
     }
     const float loss = static_cast<float>(loss_sum / accum);
+    times.loss = loss;
     TANDEM_CHECK(
         std::isfinite(loss), "the training loss became ", loss, " at step ", step_ + 1,
         "; lower optimizer.params.lr or set gradient_clipping (the last checkpoint is intact)");
     const size_t P = model_.layout().num_elements();
-    last_grad_norm_ = global_grad_norm(model_.grads(), P);
-    const float scale = clip_scale(last_grad_norm_, config_.gradient_clipping);
-    optimizer_.step(model_.params(), model_.grads(), lr, scale);
-    return loss;
+    times.grad_norm = global_grad_norm(model_.grads(), P);
+    const float scale = clip_scale(times.grad_norm, config_.gradient_clipping);
+    times.update = engine_.step(lr, scale);
+    return times;
   }
 
   float evaluate() {
@@ -199,9 +250,11 @@ class Trainer {
     state.step = step_;
     state.train_position = train_loader_.position();
     state.sample_rng = sample_rng_.state();
-    state.params = model_.params_to_host();
-    state.exp_avg = optimizer_.m();
-    state.exp_avg_sq = optimizer_.v();
+    const size_t P = model_.layout().num_elements();
+    state.params.resize(P);
+    state.exp_avg.resize(P);
+    state.exp_avg_sq.resize(P);
+    engine_.read_state(state.params.data(), state.exp_avg.data(), state.exp_avg_sq.data());
     return save_training_checkpoint(checkpoints_root(), state);
   }
 
@@ -213,14 +266,14 @@ class Trainer {
   std::unique_ptr<DataLoader> val_loader_;
   std::unique_ptr<ComputeBackend> backend_;
   Gpt model_;
+  std::unique_ptr<Device> device_;
   ThreadPool optimizer_pool_;  // pinned threads for the CPU AdamW, one per CPU
-  AdamW optimizer_;
+  UpdateEngine engine_;
   WarmupCosineSchedule schedule_;
   Rng sample_rng_;
   ProgressLine progress_;
   std::vector<int32_t> inputs_, targets_;
   int64_t step_ = 0;
-  double last_grad_norm_ = 0.0;
 };
 
 }  // namespace

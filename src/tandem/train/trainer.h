@@ -24,7 +24,8 @@ struct TrainResult {
   float last_train_loss = 0.0f;
   float last_val_loss = 0.0f;  // NaN when no evaluation ran
   std::filesystem::path last_checkpoint;
-  std::string sample;  // bytes sampled at the end (train.sample_bytes)
+  std::string sample;        // bytes sampled at the end (train.sample_bytes)
+  std::string state_digest;  // XXH3-64 of the final params, m and v (hex)
 };
 
 TrainResult train(const TrainConfig& config, const TrainOptions& options);

@@ -1,0 +1,168 @@
+#include "tandem/device/cpu/cpu_device.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "tandem/core/cpu_features.h"
+#include "tandem/device/cpu/cpu_stream.h"
+#include "tandem/optim/adamw_simd.h"
+
+namespace tandem {
+namespace {
+
+// A cache line: vector loads never split one, and no two allocations share one.
+constexpr std::align_val_t kAlignment{64};
+
+// "1.50 GiB", "768.00 KiB": readable at any scale, including tests' tiny arenas.
+std::string format_bytes(size_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(units)) {
+    value /= 1024.0;
+    unit++;
+  }
+  char text[64];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", value, units[unit]);
+  return text;
+}
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(const CpuDeviceOptions& options)
+      : capacity_(options.memory_bytes),
+        fail_copy_number_(options.fail_copy_number),
+        simd_target_(best_simd_target()) {}
+
+  ~CpuDevice() override = default;
+
+  std::string_view name() const override { return "cpu"; }
+
+  DeviceAllocation allocate(MemorySpace space, size_t bytes) override {
+    if (space == MemorySpace::kDevice) reserve(bytes);
+    void* data = nullptr;
+    try {
+      // Never size 0, so that every allocation has its own address.
+      data = ::operator new(bytes == 0 ? 1 : bytes, kAlignment);
+    } catch (const std::bad_alloc&) {
+      if (space == MemorySpace::kDevice) in_use_.fetch_sub(bytes);
+      fail("host out of memory: could not allocate ", format_bytes(bytes), " of ",
+           memory_space_name(space), " memory");
+    }
+    return DeviceAllocation(this, space, data, bytes);
+  }
+
+  size_t device_capacity() const override { return capacity_; }
+  size_t device_in_use() const override { return in_use_.load(); }
+
+  std::unique_ptr<Stream> create_stream(std::string name) override {
+    return std::make_unique<CpuStream>(this, std::move(name));
+  }
+
+  std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(this); }
+
+  void record(Event& event, Stream& stream) override {
+    auto marker = std::make_shared<EventMarker>();
+    // The event refers to the new marker from now on, even before the stream reaches
+    // it: synchronize() and ready() after record() wait for this generation.
+    own(event).set_latest(marker);
+    own(stream).enqueue_marker(std::move(marker));
+  }
+
+  void wait(Stream& stream, Event& event) override {
+    CpuStream& waiter = own(stream);
+    // The generation is captured now: a later re-record does not change what this waits for.
+    std::shared_ptr<EventMarker> marker = own(event).latest();
+    if (marker == nullptr) return;  // never recorded: nothing to wait for, as in CUDA
+    waiter.enqueue("wait on event", [marker = std::move(marker)] {
+      marker->wait();
+      // The recording stream failed first: what follows must not run on stale data.
+      if (!marker->error().empty()) throw Error(marker->error());
+    });
+  }
+
+  void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) override {
+    CpuStream& queue = own(stream);
+    TANDEM_CHECK(bytes == 0 || (dst != nullptr && src != nullptr),
+                 "copy_async: null pointer for a copy of ", format_bytes(bytes));
+    const auto d = reinterpret_cast<uintptr_t>(dst);
+    const auto s = reinterpret_cast<uintptr_t>(src);
+    TANDEM_CHECK(bytes == 0 || d + bytes <= s || s + bytes <= d,
+                 "copy_async: source and destination of a copy of ", format_bytes(bytes),
+                 " overlap");
+    // Numbered when queued, not when run, so the injected failure hits a copy chosen
+    // by program order and not by thread timing.
+    const int64_t number = next_copy_number_.fetch_add(1);
+    const bool inject = number == fail_copy_number_;
+    queue.enqueue("copy", [dst, src, bytes, number, inject] {
+      if (inject) fail("injected copy failure (copy #", number, ")");
+      std::memcpy(dst, src, bytes);
+    });
+  }
+
+  void adamw_async(const AdamWArrays& arrays, size_t n, const AdamWStepScalars& scalars,
+                   Stream& stream) override {
+    own(stream).enqueue("adamw", [arrays, n, scalars, target = simd_target_] {
+      adamw_kernel(target, arrays, n, scalars);
+    });
+  }
+
+ protected:
+  void release(MemorySpace space, void* data, size_t bytes) noexcept override {
+    ::operator delete(data, kAlignment);
+    if (space == MemorySpace::kDevice) in_use_.fetch_sub(bytes);
+  }
+
+ private:
+  // Accounts `bytes` against the arena or throws DeviceOutOfMemory. Compare-and-swap,
+  // so concurrent allocations can never overshoot the capacity together.
+  void reserve(size_t bytes) {
+    size_t in_use = in_use_.load();
+    do {
+      if (bytes > capacity_ - in_use) {
+        throw DeviceOutOfMemory(
+            cat("device out of memory: asked for ", format_bytes(bytes), " with ",
+                format_bytes(in_use), " of ", format_bytes(capacity_),
+                " in use; raise device.memory_gb or lower zero_optimization.sub_group_size / "
+                "offload more"));
+      }
+    } while (!in_use_.compare_exchange_weak(in_use, in_use + bytes));
+  }
+
+  CpuStream& own(Stream& stream) const {
+    auto* cpu = dynamic_cast<CpuStream*>(&stream);
+    TANDEM_CHECK(cpu != nullptr && cpu->owner() == this, "stream '", stream.name(),
+                 "' was not created by this cpu device");
+    return *cpu;
+  }
+  CpuEvent& own(Event& event) const {
+    auto* cpu = dynamic_cast<CpuEvent*>(&event);
+    TANDEM_CHECK(cpu != nullptr && cpu->owner() == this,
+                 "event was not created by this cpu device");
+    return *cpu;
+  }
+
+  const size_t capacity_;
+  const int64_t fail_copy_number_;
+  const SimdTarget simd_target_;
+  std::atomic<size_t> in_use_{0};
+  std::atomic<int64_t> next_copy_number_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_cpu_device(const CpuDeviceOptions& options) {
+  return std::make_unique<CpuDevice>(options);
+}
+
+void launch_host_task(Stream& stream, std::function<void()> task) {
+  auto* cpu = dynamic_cast<CpuStream*>(&stream);
+  TANDEM_CHECK(cpu != nullptr, "launch_host_task: stream '", stream.name(),
+               "' is not a cpu device stream");
+  cpu->enqueue("host task", std::move(task));
+}
+
+}  // namespace tandem

@@ -1,0 +1,112 @@
+#include "tandem/offload/offload_plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+std::string_view update_schedule_name(UpdateSchedule schedule) {
+  switch (schedule) {
+    case UpdateSchedule::kDevice:
+      return "device";
+    case UpdateSchedule::kCpu:
+      return "cpu";
+    case UpdateSchedule::kRatio:
+      return "ratio";
+    case UpdateSchedule::kInterleave:
+      return "interleave";
+  }
+  return "?";
+}
+
+std::string_view update_site_name(UpdateSite site) {
+  switch (site) {
+    case UpdateSite::kHost:
+      return "host";
+    case UpdateSite::kDeviceResident:
+      return "device-resident";
+    case UpdateSite::kDeviceStaged:
+      return "device-staged";
+  }
+  return "?";
+}
+
+size_t OffloadPlan::count(UpdateSite site) const {
+  return static_cast<size_t>(std::count_if(subgroups.begin(), subgroups.end(),
+                                           [&](const Subgroup& s) { return s.site == site; }));
+}
+
+size_t OffloadPlan::params_at(UpdateSite site) const {
+  size_t total = 0;
+  for (const Subgroup& s : subgroups)
+    if (s.site == site) total += s.size();
+  return total;
+}
+
+OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params) {
+  TANDEM_CHECK(settings.sub_group_size >= 1,
+               "zero_optimization.sub_group_size must be at least 1 parameter");
+  TANDEM_CHECK(settings.schedule != UpdateSchedule::kRatio ||
+                   (settings.ratio >= 0.0 && settings.ratio <= 1.0),
+               "offload_optimizer.ratio = ", settings.ratio,
+               " is out of range; allowed: 0 to 1 "
+               "(the fraction of subgroups whose state stays on the device)");
+  TANDEM_CHECK(settings.schedule != UpdateSchedule::kInterleave || settings.stride >= 1,
+               "offload_optimizer.stride = ", settings.stride,
+               " is out of range; allowed: 1 or more (one subgroup in `stride` is updated on the "
+               "device)");
+  TANDEM_CHECK(settings.staging_buffers >= 1,
+               "offload_optimizer.staging_buffers = ", settings.staging_buffers,
+               " is out of range; allowed: 1 or more");
+  OffloadPlan plan;
+  plan.settings = settings;
+  plan.num_params = num_params;
+  for (size_t begin = 0, x = 0; begin < num_params; begin += settings.sub_group_size, x++) {
+    Subgroup s;
+    s.begin = begin;
+    s.end = std::min(num_params, begin + settings.sub_group_size);
+    switch (settings.schedule) {
+      case UpdateSchedule::kDevice:
+        s.site = UpdateSite::kDeviceResident;
+        break;
+      case UpdateSchedule::kCpu:
+        s.site = UpdateSite::kHost;
+        break;
+      case UpdateSchedule::kRatio: {
+        const bool resident =
+            std::floor((x + 1) * settings.ratio + 1e-9) > std::floor(x * settings.ratio + 1e-9);
+        s.site = resident ? UpdateSite::kDeviceResident : UpdateSite::kHost;
+        break;
+      }
+      case UpdateSchedule::kInterleave:
+        s.site = (x + 1) % settings.stride == 0 ? UpdateSite::kDeviceStaged : UpdateSite::kHost;
+        break;
+    }
+    plan.max_subgroup_size = std::max(plan.max_subgroup_size, s.size());
+    plan.subgroups.push_back(s);
+  }
+  return plan;
+}
+
+TierBytes engine_memory_needs(const OffloadPlan& plan, size_t working_bytes_per_param,
+                              size_t grad_bytes_per_param) {
+  constexpr size_t kStateBytes = 3 * sizeof(float);  // fp32 params, m, v
+  TierBytes bytes;
+  bytes.device = plan.num_params * (working_bytes_per_param + grad_bytes_per_param) +
+                 plan.params_at(UpdateSite::kDeviceResident) * kStateBytes;
+  if (plan.count(UpdateSite::kDeviceStaged) > 0) {
+    const size_t slots =
+        std::min<size_t>(plan.settings.staging_buffers, plan.count(UpdateSite::kDeviceStaged));
+    bytes.device += slots * plan.max_subgroup_size * kStateBytes;
+  }
+  const size_t offloaded =
+      plan.params_at(UpdateSite::kHost) + plan.params_at(UpdateSite::kDeviceStaged);
+  const size_t host_updated = plan.params_at(UpdateSite::kHost);
+  bytes.pinned_host =
+      offloaded * kStateBytes + host_updated * (grad_bytes_per_param + working_bytes_per_param);
+  return bytes;
+}
+
+}  // namespace tandem

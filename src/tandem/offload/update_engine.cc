@@ -1,0 +1,259 @@
+#include "tandem/offload/update_engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tandem/core/error.h"
+#include "tandem/core/timer.h"
+
+namespace tandem {
+
+struct UpdateEngine::SubgroupState {
+  Subgroup range;
+  // [params | m | v], 3 x S floats: pinned host for host and staged subgroups, device
+  // memory for resident ones.
+  float* state = nullptr;
+  float* host_grads = nullptr;         // pinned host, host subgroups only
+  std::vector<AdamWSegment> segments;  // weight-decay ranges, relative to range.begin
+  std::unique_ptr<Event> grads_on_host;
+
+  size_t size() const { return range.size(); }
+  float* params() const { return state; }
+  float* m() const { return state + size(); }
+  float* v() const { return state + 2 * size(); }
+};
+
+namespace {
+
+constexpr size_t kStateFloats = 3;  // params, m, v
+
+// The decay segments of the layout that fall inside [begin, end), relative to begin.
+std::vector<AdamWSegment> segments_within(const std::vector<AdamWSegment>& all, size_t begin,
+                                          size_t end) {
+  std::vector<AdamWSegment> out;
+  for (const AdamWSegment& s : all) {
+    const size_t b = std::max(s.begin, begin), e = std::min(s.end, end);
+    if (b < e) out.push_back({b - begin, e - begin, s.weight_decay});
+  }
+  return out;
+}
+
+AdamWArrays state_arrays(float* state, size_t size, const float* grads) {
+  return AdamWArrays{.params = state, .m = state + size, .v = state + 2 * size, .grads = grads};
+}
+
+std::string gib(size_t bytes) { return cat(static_cast<double>(bytes) / (1 << 30), " GiB"); }
+
+}  // namespace
+
+UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& layout,
+                           OffloadPlan plan, const AdamWHyper& hyper, DeviceBuffers buffers)
+    : device_(device),
+      pool_(pool),
+      cpu_kernel_(pool),
+      plan_(std::move(plan)),
+      hyper_(hyper),
+      buffers_(buffers) {
+  TANDEM_CHECK(plan_.num_params == layout.num_elements(), "offload plan covers ", plan_.num_params,
+               " parameters, the model has ", layout.num_elements());
+  const std::vector<AdamWSegment> decay_segments = adamw_segments(layout);
+
+  size_t host_state_floats = 0, host_grad_floats = 0, device_state_floats = 0;
+  for (const Subgroup& s : plan_.subgroups) {
+    if (s.site == UpdateSite::kDeviceResident)
+      device_state_floats += kStateFloats * s.size();
+    else
+      host_state_floats += kStateFloats * s.size();
+    if (s.site == UpdateSite::kHost) host_grad_floats += s.size();
+  }
+  const size_t staged = plan_.count(UpdateSite::kDeviceStaged);
+  const size_t slots = std::min<size_t>(plan_.settings.staging_buffers, staged);
+  try {
+    host_state_ = device_.allocate(MemorySpace::kPinnedHost, host_state_floats * sizeof(float));
+    host_grads_ = device_.allocate(MemorySpace::kPinnedHost, host_grad_floats * sizeof(float));
+    device_state_ = device_.allocate(MemorySpace::kDevice, device_state_floats * sizeof(float));
+    staging_ = device_.allocate(MemorySpace::kDevice,
+                                slots * kStateFloats * plan_.max_subgroup_size * sizeof(float));
+  } catch (const DeviceOutOfMemory& e) {
+    const TierBytes needs = engine_memory_needs(plan_, sizeof(float), sizeof(float));
+    throw DeviceOutOfMemory(
+        cat(e.what(), "; the '", update_schedule_name(plan_.settings.schedule), "' schedule needs ",
+            gib(needs.device), " of device memory (including working params and gradients) and ",
+            gib(needs.pinned_host),
+            " of pinned host memory: raise device.memory_gb, or offload more (offload_optimizer."
+            "schedule cpu or interleave, a lower offload_optimizer.ratio, fewer "
+            "offload_optimizer.staging_buffers or a smaller zero_optimization.sub_group_size)"));
+  }
+
+  h2d_ = device_.create_stream("h2d");
+  d2h_ = device_.create_stream("d2h");
+  compute_ = device_.create_stream("compute");
+  for (size_t i = 0; i < slots; i++) {
+    slot_free_.push_back(device_.create_event());
+    slot_loaded_.push_back(device_.create_event());
+    slot_updated_.push_back(device_.create_event());
+  }
+
+  float* host_state = host_state_.as<float>();
+  float* host_grads = host_grads_.as<float>();
+  float* device_state = device_state_.as<float>();
+  for (const Subgroup& s : plan_.subgroups) {
+    auto sg = std::make_unique<SubgroupState>();
+    sg->range = s;
+    sg->segments = segments_within(decay_segments, s.begin, s.end);
+    if (s.site == UpdateSite::kDeviceResident) {
+      sg->state = device_state;
+      device_state += kStateFloats * s.size();
+    } else {
+      sg->state = host_state;
+      host_state += kStateFloats * s.size();
+    }
+    if (s.site == UpdateSite::kHost) {
+      sg->host_grads = host_grads;
+      host_grads += s.size();
+      sg->grads_on_host = device_.create_event();
+    }
+    subgroups_.push_back(std::move(sg));
+  }
+}
+
+UpdateEngine::~UpdateEngine() {
+  // Queued work must not outlive the buffers it uses.
+  for (Stream* stream : {h2d_.get(), d2h_.get(), compute_.get()}) {
+    try {
+      if (stream != nullptr) stream->synchronize();
+    } catch (const Error&) {
+      // Already reported by the step that failed.
+    }
+  }
+}
+
+void UpdateEngine::synchronize_all() {
+  // Every stream is drained even if an earlier one failed, so that nothing still runs
+  // when the error reaches the caller; the first failure is rethrown.
+  std::exception_ptr first;
+  for (Stream* stream : {d2h_.get(), compute_.get(), h2d_.get()}) {
+    try {
+      stream->synchronize();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void UpdateEngine::load_state(const float* params, const float* m, const float* v, int64_t step) {
+  TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
+  const auto stream = device_.create_stream("load_state");
+  for (auto& sg : subgroups_) {
+    const size_t b = sg->range.begin, bytes = sg->size() * sizeof(float);
+    device_.copy_async(sg->params(), params + b, bytes, *stream);
+    device_.copy_async(sg->m(), m + b, bytes, *stream);
+    device_.copy_async(sg->v(), v + b, bytes, *stream);
+  }
+  device_.copy_async(buffers_.working_params, params, plan_.num_params * sizeof(float), *stream);
+  stream->synchronize();
+  step_ = step;
+}
+
+void UpdateEngine::read_state(float* params, float* m, float* v) {
+  // A stream of its own: this also works after a failed step left the engine's
+  // streams in their error state (to inspect or save what is there).
+  const auto stream = device_.create_stream("read_state");
+  for (auto& sg : subgroups_) {
+    const size_t b = sg->range.begin, bytes = sg->size() * sizeof(float);
+    device_.copy_async(params + b, sg->params(), bytes, *stream);
+    device_.copy_async(m + b, sg->m(), bytes, *stream);
+    device_.copy_async(v + b, sg->v(), bytes, *stream);
+  }
+  stream->synchronize();
+}
+
+void UpdateEngine::enqueue_device_update(SubgroupState& sg, float* state,
+                                         const AdamWStepScalars& decay,
+                                         const AdamWStepScalars& no_decay) {
+  const AdamWArrays arrays = state_arrays(state, sg.size(), buffers_.grads + sg.range.begin);
+  for (const AdamWSegment& seg : sg.segments)
+    device_.adamw_async(arrays.slice(seg.begin), seg.end - seg.begin,
+                        seg.weight_decay ? decay : no_decay, *compute_);
+  // The model computes with the fp32 working copy.
+  device_.copy_async(buffers_.working_params + sg.range.begin, state, sg.size() * sizeof(float),
+                     *compute_);
+}
+
+void UpdateEngine::enqueue_staged(SubgroupState& sg, size_t slot, const AdamWStepScalars& decay,
+                                  const AdamWStepScalars& no_decay, UpdateStepStats& stats) {
+  const size_t bytes = kStateFloats * sg.size() * sizeof(float);
+  float* staging = staging_.as<float>() + slot * kStateFloats * plan_.max_subgroup_size;
+  // Prefetch once the slot's previous subgroup has been written back.
+  device_.wait(*h2d_, *slot_free_[slot]);
+  device_.copy_async(staging, sg.state, bytes, *h2d_);
+  device_.record(*slot_loaded_[slot], *h2d_);
+  stats.h2d_bytes += bytes;
+  // Update on the device.
+  device_.wait(*compute_, *slot_loaded_[slot]);
+  enqueue_device_update(sg, staging, decay, no_decay);
+  device_.record(*slot_updated_[slot], *compute_);
+  // Write back in one copy: the subgroup's host state is replaced entirely or not at all.
+  device_.wait(*d2h_, *slot_updated_[slot]);
+  device_.copy_async(sg.state, staging, bytes, *d2h_);
+  device_.record(*slot_free_[slot], *d2h_);
+  stats.d2h_bytes += bytes;
+}
+
+UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
+  TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
+  Stopwatch watch;
+  UpdateStepStats stats;
+  AdamWHyper hyper = hyper_;
+  hyper.lr = lr;
+  const int64_t step = step_ + 1;
+  const AdamWStepScalars decay = adamw_step_scalars(hyper, step, true, grad_scale);
+  const AdamWStepScalars no_decay = adamw_step_scalars(hyper, step, false, grad_scale);
+  try {
+    // 1. Gradients of CPU-updated subgroups to pinned host memory.
+    for (auto& sg : subgroups_) {
+      if (sg->range.site != UpdateSite::kHost) continue;
+      const size_t bytes = sg->size() * sizeof(float);
+      device_.copy_async(sg->host_grads, buffers_.grads + sg->range.begin, bytes, *d2h_);
+      device_.record(*sg->grads_on_host, *d2h_);
+      stats.d2h_bytes += bytes;
+    }
+    // 2. Device work, queued up front so that it overlaps the CPU updates below.
+    size_t staged = 0;
+    for (auto& sg : subgroups_) {
+      if (sg->range.site == UpdateSite::kDeviceResident)
+        enqueue_device_update(*sg, sg->state, decay, no_decay);
+      if (sg->range.site == UpdateSite::kDeviceStaged)
+        enqueue_staged(*sg, staged++ % slot_free_.size(), decay, no_decay, stats);
+    }
+    // 3. CPU updates, each as soon as its gradients have arrived; the new working
+    //    parameters go back to the device behind it.
+    for (auto& sg : subgroups_) {
+      if (sg->range.site != UpdateSite::kHost) continue;
+      sg->grads_on_host->synchronize();
+      cpu_kernel_.update(state_arrays(sg->state, sg->size(), sg->host_grads), sg->segments, decay,
+                         no_decay);
+      const size_t bytes = sg->size() * sizeof(float);
+      device_.copy_async(buffers_.working_params + sg->range.begin, sg->params(), bytes, *h2d_);
+      stats.h2d_bytes += bytes;
+    }
+    synchronize_all();
+  } catch (const Error& e) {
+    failed_ = true;
+    try {
+      synchronize_all();
+    } catch (const Error&) {
+      // The first failure is the one reported.
+    }
+    fail("optimizer step ", step, " failed: ", e.what(), ". Each subgroup now holds either step ",
+         step - 1, " or step ", step,
+         ", so the optimizer state is inconsistent and training cannot continue; resume from "
+         "the last checkpoint");
+  }
+  step_ = step;
+  stats.ms = watch.millis();
+  return stats;
+}
+
+}  // namespace tandem

@@ -1,0 +1,92 @@
+// The update engine: one optimizer step over the subgroups of an OffloadPlan, each
+// updated at its site (host CPU, device-resident, or staged through the device), with
+// copies and device work on streams overlapped with the CPU updates.
+//
+// Every site computes exactly adamw_reference's operations, so the parameters and
+// optimizer state after a step are bit-identical whatever the schedule.
+//
+// State layout: each offloaded subgroup keeps [params | m | v] (3 x S floats) in one
+// contiguous pinned-host block, so prefetch and write-back are one copy each: a failed
+// copy leaves a subgroup either entirely old or entirely new, never half-updated.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tandem/core/thread_pool.h"
+#include "tandem/device/device.h"
+#include "tandem/model/param_layout.h"
+#include "tandem/offload/offload_plan.h"
+#include "tandem/optim/adamw_reference.h"
+#include "tandem/optim/cpu_adamw.h"
+
+namespace tandem {
+
+struct UpdateStepStats {
+  double ms = 0;
+  size_t h2d_bytes = 0;  // host-to-device bytes queued this step
+  size_t d2h_bytes = 0;  // device-to-host bytes queued this step
+};
+
+class UpdateEngine {
+ public:
+  // What the model computes with, in device memory: the fp32 working parameters
+  // (written by every update) and the gradients (read by it), both [num_params].
+  struct DeviceBuffers {
+    float* working_params = nullptr;
+    const float* grads = nullptr;
+  };
+
+  // Allocates everything the plan needs up front (so that no step can fail for lack
+  // of memory); throws DeviceOutOfMemory naming the bytes per tier and the settings to
+  // change when the device is too small.
+  UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& layout, OffloadPlan plan,
+               const AdamWHyper& hyper, DeviceBuffers buffers);
+  ~UpdateEngine();
+  UpdateEngine(const UpdateEngine&) = delete;
+  UpdateEngine& operator=(const UpdateEngine&) = delete;
+
+  const OffloadPlan& plan() const { return plan_; }
+  int64_t step_count() const { return step_; }
+
+  // Loads fp32 params, m, v (host, flat layout order) and the step count, and writes
+  // the working parameters.
+  void load_state(const float* params, const float* m, const float* v, int64_t step);
+  // Copies the fp32 params, m, v out into host arrays in flat layout order (also after
+  // a failed step, to inspect what each subgroup holds).
+  void read_state(float* params, float* m, float* v);
+
+  // One AdamW step with learning rate lr and gradient scale grad_scale (clipping), the
+  // gradients in DeviceBuffers::grads being complete. On failure throws tandem::Error
+  // saying that training cannot continue; the engine then refuses further steps.
+  UpdateStepStats step(float lr, float grad_scale);
+
+ private:
+  struct SubgroupState;
+  void enqueue_staged(SubgroupState& sg, size_t slot, const AdamWStepScalars& decay,
+                      const AdamWStepScalars& no_decay, UpdateStepStats& stats);
+  void enqueue_device_update(SubgroupState& sg, float* state, const AdamWStepScalars& decay,
+                             const AdamWStepScalars& no_decay);
+  void synchronize_all();
+
+  Device& device_;
+  ThreadPool& pool_;
+  CpuAdamW cpu_kernel_;
+  OffloadPlan plan_;
+  AdamWHyper hyper_;
+  DeviceBuffers buffers_;
+  int64_t step_ = 0;
+  bool failed_ = false;
+
+  DeviceAllocation host_state_;    // pinned: [p|m|v] blocks of host and staged subgroups
+  DeviceAllocation host_grads_;    // pinned: gradients of host subgroups
+  DeviceAllocation device_state_;  // device: [p|m|v] blocks of resident subgroups
+  DeviceAllocation staging_;       // device: staging_buffers x [p|m|v] of the largest subgroup
+  std::unique_ptr<Stream> h2d_, d2h_, compute_;
+  std::vector<std::unique_ptr<Event>> slot_free_, slot_loaded_, slot_updated_;
+  std::vector<std::unique_ptr<SubgroupState>> subgroups_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,244 @@
+// The update engine on the CPU device backend: every schedule (device, cpu, ratio,
+// interleave) with several subgroup sizes, strides and staging-buffer counts gives
+// parameters, m and v bit-identical to one plain AdamW over the flat arrays; a failed
+// copy in the middle of a step leaves every subgroup entirely old or entirely new; a
+// device too small is refused with the bytes and the settings to change.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tandem/core/rng.h"
+#include "tandem/core/thread_pool.h"
+#include "tandem/device/device.h"
+#include "tandem/model/param_layout.h"
+#include "tandem/offload/offload_plan.h"
+#include "tandem/offload/update_engine.h"
+#include "tandem/optim/cpu_adamw.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+
+const GptConfig kModel{
+    .vocab_size = 64, .context_length = 16, .n_layer = 2, .n_head = 2, .n_embd = 32};
+const AdamWHyper kHyper{
+    .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+constexpr int kSteps = 3;
+
+struct Problem {
+  ParamLayout layout = ParamLayout::gpt2(kModel);
+  size_t P = layout.num_elements();
+  std::vector<float> params, m, v;
+  std::vector<std::vector<float>> grads;  // per step
+
+  Problem() : params(P), m(P, 0.0f), v(P, 0.0f) {
+    Rng rng(17);
+    for (float& p : params) p = rng.normal();
+    for (int s = 0; s < kSteps; s++) {
+      grads.emplace_back(P);
+      for (float& g : grads.back()) g = rng.normal() * 0.1f;
+    }
+  }
+  static float lr(int s) { return kHyper.lr * (1.0f - 0.2f * s); }
+  static float scale(int s) { return s == 1 ? 0.5f : 1.0f; }
+
+  // Plain AdamW over the flat arrays: the expected result of every schedule.
+  void reference(std::vector<float>& p, std::vector<float>& mm, std::vector<float>& vv,
+                 int steps) const {
+    p = params;
+    mm = m;
+    vv = v;
+    for (int s = 0; s < steps; s++) {
+      AdamWHyper hyper = kHyper;
+      hyper.lr = lr(s);
+      for (const AdamWSegment& seg : adamw_segments(layout))
+        adamw_reference(
+            AdamWArrays{
+                .params = p.data(), .m = mm.data(), .v = vv.data(), .grads = grads[s].data()}
+                .slice(seg.begin),
+            seg.end - seg.begin, adamw_step_scalars(hyper, s + 1, seg.weight_decay, scale(s)));
+    }
+  }
+};
+
+struct EngineRun {
+  std::unique_ptr<Device> device;
+  ThreadPool pool{2};
+  DeviceAllocation working, grads;
+  std::unique_ptr<UpdateEngine> engine;
+
+  EngineRun(const Problem& problem, const OffloadSettings& settings,
+            CpuDeviceOptions options = {}) {
+    device = make_cpu_device(options);
+    working = device->allocate(MemorySpace::kDevice, problem.P * sizeof(float));
+    grads = device->allocate(MemorySpace::kDevice, problem.P * sizeof(float));
+    engine = std::make_unique<UpdateEngine>(
+        *device, pool, problem.layout, make_offload_plan(settings, problem.P), kHyper,
+        UpdateEngine::DeviceBuffers{working.as<float>(), grads.as<const float>()});
+    engine->load_state(problem.params.data(), problem.m.data(), problem.v.data(), 0);
+  }
+  void upload_grads(const std::vector<float>& g) {
+    auto stream = device->create_stream("test");
+    device->copy_async(grads.data(), g.data(), g.size() * sizeof(float), *stream);
+    stream->synchronize();
+  }
+  void read(const Problem& problem, std::vector<float>& p, std::vector<float>& m,
+            std::vector<float>& v, std::vector<float>& w) {
+    p.assign(problem.P, 0);
+    m.assign(problem.P, 0);
+    v.assign(problem.P, 0);
+    w.assign(problem.P, 0);
+    engine->read_state(p.data(), m.data(), v.data());
+    auto stream = device->create_stream("test");
+    device->copy_async(w.data(), working.data(), problem.P * sizeof(float), *stream);
+    stream->synchronize();
+  }
+};
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::string describe(const OffloadSettings& s) {
+  return cat(update_schedule_name(s.schedule), " sub_group_size=", s.sub_group_size,
+             " ratio=", s.ratio, " stride=", s.stride, " staging=", s.staging_buffers);
+}
+
+TEST(UpdateEngine, EveryScheduleIsBitIdenticalToPlainAdamW) {
+  const Problem problem;
+  std::vector<float> want_p, want_m, want_v;
+  problem.reference(want_p, want_m, want_v, kSteps);
+
+  std::vector<OffloadSettings> cases;
+  for (size_t sub_group_size : {size_t{777}, size_t{4096}, problem.P, problem.P + 5}) {
+    cases.push_back({.schedule = UpdateSchedule::kCpu, .sub_group_size = sub_group_size});
+    cases.push_back({.schedule = UpdateSchedule::kDevice, .sub_group_size = sub_group_size});
+    for (double ratio : {0.0, 0.25, 0.5, 1.0})
+      cases.push_back(
+          {.schedule = UpdateSchedule::kRatio, .sub_group_size = sub_group_size, .ratio = ratio});
+    for (int stride : {1, 2, 3})
+      for (int staging : {1, 2})
+        cases.push_back({.schedule = UpdateSchedule::kInterleave,
+                         .sub_group_size = sub_group_size,
+                         .stride = stride,
+                         .staging_buffers = staging});
+  }
+  for (const OffloadSettings& settings : cases) {
+    EngineRun run(problem, settings);
+    for (int s = 0; s < kSteps; s++) {
+      run.upload_grads(problem.grads[s]);
+      const UpdateStepStats stats = run.engine->step(Problem::lr(s), Problem::scale(s));
+      if (settings.schedule == UpdateSchedule::kDevice) {
+        EXPECT_EQ(stats.h2d_bytes + stats.d2h_bytes, 0u);
+      }
+      if (settings.schedule == UpdateSchedule::kCpu) {
+        EXPECT_EQ(stats.d2h_bytes, problem.P * sizeof(float)) << "gradients, 4 bytes each";
+        EXPECT_EQ(stats.h2d_bytes, problem.P * sizeof(float)) << "working params, 4 bytes each";
+      }
+    }
+    std::vector<float> p, m, v, w;
+    run.read(problem, p, m, v, w);
+    EXPECT_TRUE(bitwise_equal(p, want_p)) << describe(settings);
+    EXPECT_TRUE(bitwise_equal(m, want_m)) << describe(settings);
+    EXPECT_TRUE(bitwise_equal(v, want_v)) << describe(settings);
+    EXPECT_TRUE(bitwise_equal(w, want_p)) << "working params, " << describe(settings);
+    EXPECT_EQ(run.engine->step_count(), kSteps);
+  }
+}
+
+TEST(UpdateEngine, AFailedCopyLeavesNoSubgroupHalfUpdated) {
+  const Problem problem;
+  std::vector<float> after_p, after_m, after_v;
+  problem.reference(after_p, after_m, after_v, 1);
+  const OffloadSettings settings{.schedule = UpdateSchedule::kInterleave,
+                                 .sub_group_size = 1000,
+                                 .stride = 2,
+                                 .staging_buffers = 2};
+  const OffloadPlan plan = make_offload_plan(settings, problem.P);
+  // load_state issues 3 copies per subgroup + 1; then the step's copies follow.
+  const int64_t first_step_copy = 3 * static_cast<int64_t>(plan.subgroups.size()) + 1;
+  int failures_seen = 0;
+  for (int64_t k = first_step_copy; k < first_step_copy + 40; k += 3) {
+    EngineRun run(problem, settings,
+                  CpuDeviceOptions{.fail_copy_number = k + 1});  // +1: the grads upload
+    run.upload_grads(problem.grads[0]);
+    try {
+      run.engine->step(Problem::lr(0), Problem::scale(0));
+      continue;  // k is past the step's last copy
+    } catch (const Error& e) {
+      failures_seen++;
+      EXPECT_CONTAINS(std::string(e.what()), "training cannot continue");
+      EXPECT_CONTAINS(std::string(e.what()), "injected copy failure");
+    }
+    EXPECT_THROW(run.engine->step(Problem::lr(1), 1.0f), Error);
+    std::vector<float> p, m, v, w;
+    run.read(problem, p, m, v, w);
+    for (const Subgroup& sg : plan.subgroups) {
+      auto equal = [&](const std::vector<float>& a, const std::vector<float>& b) {
+        return std::memcmp(a.data() + sg.begin, b.data() + sg.begin, sg.size() * sizeof(float)) ==
+               0;
+      };
+      const bool old_state = equal(p, problem.params) && equal(m, problem.m) && equal(v, problem.v);
+      const bool new_state = equal(p, after_p) && equal(m, after_m) && equal(v, after_v);
+      EXPECT_TRUE(old_state || new_state) << "copy " << k << ": subgroup at " << sg.begin << " ("
+                                          << update_site_name(sg.site) << ") is half-updated";
+    }
+  }
+  EXPECT_GT(failures_seen, 5);
+}
+
+TEST(UpdateEngine, ADeviceTooSmallIsRefusedWithTheBytesAndTheSettings) {
+  const Problem problem;
+  const size_t P = problem.P;
+  // Room for working params and grads, not for the resident fp32 state.
+  CpuDeviceOptions options{.memory_bytes = 2 * P * sizeof(float) + 1024};
+  auto device = make_cpu_device(options);
+  ThreadPool pool(1);
+  DeviceAllocation working = device->allocate(MemorySpace::kDevice, P * sizeof(float));
+  DeviceAllocation grads = device->allocate(MemorySpace::kDevice, P * sizeof(float));
+  const std::string message = testing::error_of([&] {
+    UpdateEngine engine(
+        *device, pool, problem.layout,
+        make_offload_plan({.schedule = UpdateSchedule::kDevice, .sub_group_size = 4096}, P), kHyper,
+        {working.as<float>(), grads.as<const float>()});
+  });
+  EXPECT_CONTAINS(message, "device.memory_gb");
+  EXPECT_CONTAINS(message, "'device' schedule needs");
+  // The CPU schedule fits: its state lives in pinned host memory.
+  UpdateEngine engine(
+      *device, pool, problem.layout,
+      make_offload_plan({.schedule = UpdateSchedule::kCpu, .sub_group_size = 4096}, P), kHyper,
+      {working.as<float>(), grads.as<const float>()});
+  EXPECT_EQ(engine.plan().count(UpdateSite::kHost), engine.plan().subgroups.size());
+}
+
+TEST(OffloadPlan, SitesFollowTheSchedule) {
+  const OffloadPlan interleave = make_offload_plan(
+      {.schedule = UpdateSchedule::kInterleave, .sub_group_size = 10, .stride = 3}, 95);
+  ASSERT_EQ(interleave.subgroups.size(), 10u);
+  EXPECT_EQ(interleave.subgroups.back().size(), 5u);
+  for (size_t x = 0; x < 10; x++)
+    EXPECT_EQ(interleave.subgroups[x].site,
+              (x + 1) % 3 == 0 ? UpdateSite::kDeviceStaged : UpdateSite::kHost)
+        << x;
+  const OffloadPlan ratio = make_offload_plan(
+      {.schedule = UpdateSchedule::kRatio, .sub_group_size = 10, .ratio = 0.3}, 100);
+  EXPECT_EQ(ratio.count(UpdateSite::kDeviceResident), 3u);
+  EXPECT_EQ(ratio.count(UpdateSite::kHost), 7u);
+  EXPECT_CONTAINS(testing::error_of([] {
+                    make_offload_plan({.schedule = UpdateSchedule::kRatio, .ratio = 1.5}, 10);
+                  }),
+                  "offload_optimizer.ratio = 1.5 is out of range; allowed: 0 to 1");
+  EXPECT_CONTAINS(testing::error_of([] {
+                    make_offload_plan({.schedule = UpdateSchedule::kInterleave, .stride = 0}, 10);
+                  }),
+                  "offload_optimizer.stride = 0 is out of range; allowed: 1 or more");
+  const TierBytes needs = engine_memory_needs(interleave, 4, 4);
+  EXPECT_EQ(needs.device, 95u * 8 + 2 * 3 * 10 * 4);  // working + grads, 2 staging buffers
+  EXPECT_EQ(needs.pinned_host, 95u * 12 + 65u * 8);   // all state; grads + working of host ones
+}
+
+}  // namespace
+}  // namespace tandem
