@@ -195,5 +195,31 @@ TEST_F(CliTest, BenchAdamWRefusesAnUnknownDtype) {
   EXPECT_NE(result.output.find("--grad-dtype"), std::string::npos) << result.output;
 }
 
+TEST_F(CliTest, PlanPrintsTiersScheduleAndPrediction) {
+  const auto result = tandem("plan --config " + write_config().string() +
+                             " --set offload_optimizer.schedule=interleave"
+                             " --set zero_optimization.sub_group_size=2000");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  for (const char* part : {"schedule: interleave", "device-staged",
+                           "device:", "pinned host:", "host:", "predicted update time:"})
+    EXPECT_NE(result.output.find(part), std::string::npos) << part << " in " << result.output;
+}
+
+TEST_F(CliTest, ADeviceTooSmallStopsBeforeTraining) {
+  const fs::path config = write_config();
+  const std::string too_small = " --set device.memory_gb=0.0001";
+  expect_error(tandem("plan --config " + config.string() + too_small),
+               {"device memory too small", "device.memory_gb"});
+  expect_error(tandem("train --config " + config.string() + too_small),
+               {"device memory too small", "device.memory_gb"});
+  EXPECT_FALSE(fs::exists(dir_ / "run/checkpoints"));
+  // The CPU schedule keeps the optimizer state off the device and fits where
+  // the default does not.
+  const auto fits = tandem("train --config " + config.string() +
+                           " --set train.steps=2 --set device.memory_gb=0.0012"
+                           " --set offload_optimizer.schedule=cpu");
+  EXPECT_EQ(fits.exit_code, 0) << fits.output;
+}
+
 }  // namespace
 }  // namespace tandem

@@ -123,6 +123,15 @@ TEST(GptGradcheck, BackwardAccumulatesScaledGradients) {
     ASSERT_NEAR(once[i], twice_half[i], 1e-6f + 1e-5f * std::fabs(once[i])) << i;
 }
 
+TEST(GptMemory, ActivationBytesFormulaMatchesWhatTheModelAllocates) {
+  auto backend = make_cpu_backend();
+  const GptConfig config{
+      .vocab_size = 50, .context_length = 12, .n_layer = 3, .n_head = 2, .n_embd = 8};
+  Gpt model(config, *backend, 3, 10);
+  EXPECT_EQ(model.allocated_bytes(), 2 * sizeof(float) * model.layout().num_elements() +
+                                         Gpt::activation_bytes(config, 3, 10));
+}
+
 TEST(GptGradcheck, ShorterSequenceThanAllocatedGivesSameLoss) {
   auto backend = make_cpu_backend();
   TinySetup s;

@@ -14,6 +14,7 @@
 #include "tandem/device/device.h"
 #include "tandem/model/param_layout.h"
 #include "tandem/offload/offload_plan.h"
+#include "tandem/offload/perf_model.h"
 #include "tandem/offload/update_engine.h"
 #include "tandem/optim/cpu_adamw.h"
 #include "test_util.h"
@@ -238,6 +239,63 @@ TEST(OffloadPlan, SitesFollowTheSchedule) {
   const TierBytes needs = engine_memory_needs(interleave, 4, 4);
   EXPECT_EQ(needs.device, 95u * 8 + 2 * 3 * 10 * 4);  // working + grads, 2 staging buffers
   EXPECT_EQ(needs.pinned_host, 95u * 12 + 65u * 8);   // all state; grads + working of host ones
+}
+
+TEST(PerfModel, PredictsTheSlowerOfCpuAndDevice) {
+  const UpdateRates rates{.cpu_params_per_s = 1e9,
+                          .device_params_per_s = 1e10,
+                          .h2d_bytes_per_s = 24e9,
+                          .d2h_bytes_per_s = 24e9};
+  const OffloadPlan cpu =
+      make_offload_plan({.schedule = UpdateSchedule::kCpu, .sub_group_size = 1000}, 100000);
+  EXPECT_NEAR(predict_update(cpu, rates).seconds, 1e-4, 1e-12);  // 1e5 params at 1e9/s
+  const OffloadPlan half = make_offload_plan(
+      {.schedule = UpdateSchedule::kInterleave, .sub_group_size = 1000, .stride = 2}, 100000);
+  const UpdatePrediction p = predict_update(half, rates);
+  EXPECT_NEAR(p.host_seconds, 0.5e-4, 1e-12);
+  // Staged: 12 bytes each way per parameter, plus 4 for the host half's gradients/params.
+  EXPECT_NEAR(p.h2d_seconds, (50000.0 * 12 + 50000.0 * 4) / 24e9, 1e-12);
+  EXPECT_NEAR(p.seconds, std::max(p.host_seconds, p.device_seconds), 1e-15);
+  EXPECT_LT(p.seconds, predict_update(cpu, rates).seconds);
+}
+
+TEST(PerfModel, AutoIsNeverPredictedSlowerThanAFixedScheduleThatFits) {
+  const UpdateRates rates{.cpu_params_per_s = 2e9,
+                          .device_params_per_s = 5e10,
+                          .h2d_bytes_per_s = 25e9,
+                          .d2h_bytes_per_s = 25e9};
+  const size_t P = 100000;
+  const OffloadSettings settings{.schedule = UpdateSchedule::kAuto, .sub_group_size = 1000};
+  for (size_t budget : {size_t{0}, size_t{12000}, size_t{24000}, P * 3, P * 6, P * 12}) {
+    const OffloadPlan chosen = make_auto_plan(settings, P, rates, budget);
+    const double chosen_seconds = predict_update(chosen, rates).seconds;
+    EXPECT_LE(engine_memory_needs(chosen, 4, 4).device - P * 8, budget) << "budget " << budget;
+    std::vector<OffloadSettings> fixed = {
+        {.schedule = UpdateSchedule::kCpu, .sub_group_size = 1000}};
+    for (int k = 1; k <= 4; k++)
+      for (int slots = 1; slots <= 2; slots++)
+        fixed.push_back({.schedule = UpdateSchedule::kInterleave,
+                         .sub_group_size = 1000,
+                         .stride = k,
+                         .staging_buffers = slots});
+    for (double r : {0.1, 0.25, 0.5, 1.0})
+      fixed.push_back({.schedule = UpdateSchedule::kRatio, .sub_group_size = 1000, .ratio = r});
+    for (const OffloadSettings& f : fixed) {
+      const OffloadPlan plan = make_offload_plan(f, P);
+      if (engine_memory_needs(plan, 4, 4).device - P * 8 > budget) continue;  // does not fit
+      EXPECT_LE(chosen_seconds, predict_update(plan, rates).seconds * (1 + 1e-12))
+          << "budget " << budget << " vs " << update_schedule_name(f.schedule) << " stride "
+          << f.stride << " ratio " << f.ratio;
+    }
+  }
+  // No device memory: everything stays on the CPU. Plenty: nearly everything resident.
+  EXPECT_EQ(make_auto_plan(settings, P, rates, 0).count(UpdateSite::kHost), 100u);
+  EXPECT_GE(make_auto_plan(settings, P, rates, P * 12).count(UpdateSite::kDeviceResident), 90u);
+  // Room for two staging buffers only: with the brief's rates (CPU 2e9 params/s, 25 GB/s)
+  // about half of the subgroups go through the device, the measured optimum k = 2.
+  const OffloadPlan staged = make_auto_plan(settings, P, rates, 2 * 12000);
+  EXPECT_GE(staged.count(UpdateSite::kDeviceStaged), 30u);
+  EXPECT_LE(staged.count(UpdateSite::kDeviceStaged), 70u);
 }
 
 }  // namespace

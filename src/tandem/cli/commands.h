@@ -9,5 +9,6 @@ void register_train(CLI::App& app);
 void register_sample(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_plan(CLI::App& app);
 
 }  // namespace tandem::cli

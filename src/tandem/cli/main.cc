@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   tandem::cli::register_sample(app);
   tandem::cli::register_tokenize(app);
   tandem::cli::register_bench(app);
+  tandem::cli::register_plan(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

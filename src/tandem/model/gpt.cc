@@ -22,12 +22,16 @@ Gpt::Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int ma
   const size_t L = config.n_layer, C = config.n_embd, V = config.vocab_size, NH = config.n_head;
   const size_t BT = static_cast<size_t>(max_batch) * max_seq_len;
   const size_t P = layout_.num_elements();
-  auto floats = [&](size_t n) { return backend_.allocate(n * sizeof(float)); };
+  auto floats = [&](size_t n) {
+    allocated_bytes_ += n * sizeof(float);
+    return backend_.allocate(n * sizeof(float));
+  };
 
   params_ = floats(P);
   grads_ = floats(P);
   tokens_ = backend_.allocate(BT * sizeof(int32_t));
   targets_ = backend_.allocate(BT * sizeof(int32_t));
+  allocated_bytes_ += 2 * BT * sizeof(int32_t);
   encoded_ = floats(BT * C);
   ln1_ = floats(L * BT * C);
   ln1_mean_ = floats(L * BT);
@@ -56,6 +60,20 @@ Gpt::Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int ma
   dqkv_ = floats(BT * 3 * C);
   dfch_ = floats(BT * 4 * C);
   dfch_gelu_ = floats(BT * 4 * C);
+}
+
+size_t Gpt::activation_bytes(const GptConfig& config, int max_batch, int max_seq_len) {
+  const size_t L = config.n_layer, C = config.n_embd, V = config.vocab_size, NH = config.n_head;
+  const size_t BT = static_cast<size_t>(max_batch) * max_seq_len;
+  const size_t per_layer =
+      BT * (C /*ln1*/ + 2 /*ln1 mean, rstd*/ + 3 * C /*qkv*/ + C /*atty*/ + NH /*lse*/ +
+            C /*attproj*/ + C /*residual2*/ + C /*ln2*/ + 2 /*ln2 mean, rstd*/ + 4 * C /*fch*/ +
+            4 * C /*fch_gelu*/ + C /*fcproj*/ + C /*residual3*/);
+  const size_t once =
+      BT * (C /*encoded*/ + C + 2 /*lnf, mean, rstd*/ + V /*logits*/ + 1 /*losses*/);
+  const size_t backward = BT * (C /*dresidual*/ + V /*dlogits*/ + C /*dbt_c*/ + 3 * C /*dqkv*/ +
+                                8 * C /*dfch, dfch_gelu*/);
+  return (L * per_layer + once + backward) * sizeof(float) + 2 * BT * sizeof(int32_t);
 }
 
 const float* Gpt::param(const char* name) const { return params() + layout_.at(name).offset; }

@@ -18,6 +18,13 @@ class Gpt {
   // max_batch x max_seq_len tokens (max_seq_len <= context_length).
   Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len);
 
+  // Bytes of activations (and backward scratch, token ids) the constructor allocates
+  // for batches of max_batch x max_seq_len; parameters and gradients add 4 bytes each
+  // per parameter on top.
+  static size_t activation_bytes(const GptConfig& config, int max_batch, int max_seq_len);
+  // Everything this model allocated from its backend.
+  size_t allocated_bytes() const { return allocated_bytes_; }
+
   const GptConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
   ComputeBackend& backend() const { return backend_; }
@@ -100,6 +107,7 @@ class Gpt {
   Buffer dqkv_;              // [BT, 3C]
   Buffer dfch_, dfch_gelu_;  // [BT, 4C]
 
+  size_t allocated_bytes_ = 0;
   int last_B_ = 0, last_T_ = 0;
   bool have_targets_ = false;
 };

@@ -17,6 +17,8 @@ std::string_view update_schedule_name(UpdateSchedule schedule) {
       return "ratio";
     case UpdateSchedule::kInterleave:
       return "interleave";
+    case UpdateSchedule::kAuto:
+      return "auto";
   }
   return "?";
 }
@@ -60,6 +62,8 @@ OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params
   TANDEM_CHECK(settings.staging_buffers >= 1,
                "offload_optimizer.staging_buffers = ", settings.staging_buffers,
                " is out of range; allowed: 1 or more");
+  TANDEM_CHECK(settings.schedule != UpdateSchedule::kAuto,
+               "the 'auto' schedule needs measured rates: use make_auto_plan");
   OffloadPlan plan;
   plan.settings = settings;
   plan.num_params = num_params;
@@ -82,6 +86,8 @@ OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params
       }
       case UpdateSchedule::kInterleave:
         s.site = (x + 1) % settings.stride == 0 ? UpdateSite::kDeviceStaged : UpdateSite::kHost;
+        break;
+      case UpdateSchedule::kAuto:
         break;
     }
     plan.max_subgroup_size = std::max(plan.max_subgroup_size, s.size());

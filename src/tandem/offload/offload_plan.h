@@ -25,6 +25,7 @@ enum class UpdateSchedule {
   kCpu,         // every update on the CPU
   kRatio,       // offload_optimizer.ratio of the subgroups resident on the device
   kInterleave,  // one subgroup in offload_optimizer.stride staged through the device
+  kAuto,        // chosen by the performance model (perf_model.h) from measured rates
 };
 std::string_view update_schedule_name(UpdateSchedule schedule);
 
@@ -54,10 +55,10 @@ struct OffloadPlan {
   size_t params_at(UpdateSite site) const;
 };
 
-// Cuts num_params into subgroups and assigns sites. Ratio: subgroup x is resident when
-// floor((x+1) r) > floor(x r), which spreads the device subgroups evenly among the CPU
-// ones. Interleave: subgroup x is staged when (x + 1) % stride == 0. Invalid settings
-// throw tandem::Error naming the config key and the allowed range.
+// Cuts num_params into subgroups and assigns sites (kAuto: use make_auto_plan). Ratio: subgroup x
+// is resident when floor((x+1) r) > floor(x r), which spreads the device subgroups evenly among the
+// CPU ones. Interleave: subgroup x is staged when (x + 1) % stride == 0. Invalid settings throw
+// tandem::Error naming the config key and the allowed range.
 OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params);
 
 // Bytes needed in each memory space by the update engine for a plan: device (working

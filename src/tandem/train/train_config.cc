@@ -45,7 +45,7 @@ constexpr std::string_view kTopKeys[] = {"model",
 constexpr std::string_view kZeroKeys[] = {"sub_group_size"};
 constexpr std::string_view kOffloadKeys[] = {"schedule", "ratio", "stride", "staging_buffers"};
 constexpr std::string_view kDeviceKeys[] = {"type", "memory_gb"};
-constexpr std::string_view kSchedules[] = {"device", "cpu", "ratio", "interleave"};
+constexpr std::string_view kSchedules[] = {"device", "cpu", "ratio", "interleave", "auto"};
 constexpr std::string_view kDeviceTypes[] = {"cpu"};
 constexpr std::string_view kModelKeys[] = {"vocab_size", "context_length", "n_layer", "n_head",
                                            "n_embd"};
@@ -381,7 +381,7 @@ TrainConfig parse_train_config(const json& config_json) {
     const std::string name = schedule->is_string() ? lower(schedule->get<std::string>()) : "";
     bool known = false;
     for (UpdateSchedule s : {UpdateSchedule::kDevice, UpdateSchedule::kCpu, UpdateSchedule::kRatio,
-                             UpdateSchedule::kInterleave}) {
+                             UpdateSchedule::kInterleave, UpdateSchedule::kAuto}) {
       if (update_schedule_name(s) == name) {
         config.offload.schedule = s;
         known = true;

@@ -17,6 +17,7 @@
 #include "tandem/offload/update_engine.h"
 #include "tandem/optim/grad_clip.h"
 #include "tandem/optim/lr_schedule.h"
+#include "tandem/train/memory_plan.h"
 #include "tandem/train/metrics_log.h"
 #include "tandem/train/progress.h"
 #include "tandem/train/sampler.h"
@@ -58,8 +59,10 @@ class Trainer {
         device_(make_cpu_device(
             {.memory_bytes = static_cast<size_t>(config.device.memory_gb * (1ull << 30))})),
         optimizer_pool_(),
-        engine_(*device_, optimizer_pool_, model_.layout(),
-                make_offload_plan(config.offload, model_.layout().num_elements()),
+        plan_(checked_plan(config, *device_, optimizer_pool_)),
+        model_reservation_(
+            device_->allocate(MemorySpace::kDevice, plan_.activation_bytes + plan_.model_bytes)),
+        engine_(*device_, optimizer_pool_, model_.layout(), plan_.offload,
                 AdamWHyper{.lr = config.optimizer.lr,
                            .beta1 = config.optimizer.beta1,
                            .beta2 = config.optimizer.beta2,
@@ -137,6 +140,7 @@ class Trainer {
 
  private:
   void start() {
+    progress_.note(describe_plan());
     const fs::path checkpoints = checkpoints_root();
     if (!options_.resume.empty()) {
       resume(options_.resume);
@@ -156,20 +160,22 @@ class Trainer {
                        " parameters) on ", data_.train.size(), " tokens (",
                        train_loader_.batches_per_epoch(), " batches of ", B_, "x", T_,
                        " per epoch), ", config_.train.steps, " steps"));
-    progress_.note(describe_plan());
+  }
+
+  static TrainingMemoryPlan checked_plan(const TrainConfig& config, Device& device,
+                                         ThreadPool& pool) {
+    TrainingMemoryPlan plan = plan_training(config, device, pool);
+    check_fits(plan, config);
+    return plan;
   }
 
   std::string describe_plan() const {
-    const OffloadPlan& plan = engine_.plan();
-    std::string text =
-        cat("tandem: optimizer update schedule '", update_schedule_name(plan.settings.schedule),
-            "': ", plan.subgroups.size(), " subgroups of up to ", plan.max_subgroup_size,
-            " parameters");
-    for (UpdateSite site :
-         {UpdateSite::kHost, UpdateSite::kDeviceResident, UpdateSite::kDeviceStaged}) {
-      if (plan.count(site) > 0) text += cat(", ", plan.count(site), " ", update_site_name(site));
-    }
-    return text + cat(" (", device_->name(), " device)");
+    std::string text = plan_.to_text();
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    std::string indented =
+        "tandem: optimizer update plan on the " + std::string(device_->name()) + " device:\n  ";
+    for (char c : text) indented += c == '\n' ? std::string("\n  ") : std::string(1, c);
+    return indented;
   }
 
   // XXH3-64 over params, m and v: equal digests mean bit-identical optimizer state.
@@ -268,6 +274,10 @@ class Trainer {
   Gpt model_;
   std::unique_ptr<Device> device_;
   ThreadPool optimizer_pool_;  // pinned threads for the CPU AdamW, one per CPU
+  TrainingMemoryPlan plan_;
+  // The model's share of device memory (its buffers come from the compute backend), so
+  // that the engine sees only what is really left.
+  DeviceAllocation model_reservation_;
   UpdateEngine engine_;
   WarmupCosineSchedule schedule_;
   Rng sample_rng_;

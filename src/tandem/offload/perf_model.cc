@@ -1,0 +1,151 @@
+#include "tandem/offload/perf_model.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "tandem/core/timer.h"
+#include "tandem/optim/cpu_adamw.h"
+
+namespace tandem {
+namespace {
+
+constexpr size_t kStateBytes = 3 * sizeof(float);
+constexpr int kPasses = 3;
+
+template <typename Work>
+double best_seconds(Work&& work) {
+  double best = std::numeric_limits<double>::infinity();
+  for (int pass = 0; pass <= kPasses; pass++) {
+    Stopwatch watch;
+    work();
+    if (pass > 0) best = std::min(best, watch.seconds());  // pass 0 warms up
+  }
+  return best;
+}
+
+}  // namespace
+
+std::string UpdateRates::to_text() const {
+  return cat("CPU AdamW ", cpu_params_per_s / 1e9, " G params/s, device AdamW ",
+             device_params_per_s / 1e9, " G params/s, host-to-device ", h2d_bytes_per_s / 1e9,
+             " GB/s, device-to-host ", d2h_bytes_per_s / 1e9, " GB/s");
+}
+
+UpdateRates calibrate_update_rates(Device& device, ThreadPool& pool, size_t sample_params) {
+  const size_t n = std::max<size_t>(sample_params, 1024);
+  const size_t bytes = n * kStateBytes;
+  DeviceAllocation host = device.allocate(MemorySpace::kPinnedHost, bytes + n * sizeof(float));
+  DeviceAllocation dev = device.allocate(MemorySpace::kDevice, bytes + n * sizeof(float));
+  auto stream = device.create_stream("calibration");
+  // Benign values: params 1, m and v 0, gradients 1e-3 (no denormals, no overflow).
+  for (float* base : {host.as<float>(), dev.as<float>()}) {
+    std::vector<float> init(4 * n, 0.0f);
+    std::fill(init.begin(), init.begin() + n, 1.0f);
+    std::fill(init.begin() + 3 * n, init.end(), 1e-3f);
+    device.copy_async(base, init.data(), init.size() * sizeof(float), *stream);
+    stream->synchronize();
+  }
+  auto arrays = [&](float* base) {
+    return AdamWArrays{.params = base, .m = base + n, .v = base + 2 * n, .grads = base + 3 * n};
+  };
+  const AdamWStepScalars scalars =
+      adamw_step_scalars(AdamWHyper{.lr = 1e-4f, .weight_decay = 0.01f}, 1, true, 1.0f);
+  CpuAdamW cpu(pool);
+  UpdateRates rates;
+  rates.cpu_params_per_s =
+      n / best_seconds([&] { cpu.update(arrays(host.as<float>()), n, scalars); });
+  rates.device_params_per_s = n / best_seconds([&] {
+                                device.adamw_async(arrays(dev.as<float>()), n, scalars, *stream);
+                                stream->synchronize();
+                              });
+  rates.h2d_bytes_per_s = bytes / best_seconds([&] {
+                            device.copy_async(dev.data(), host.data(), bytes, *stream);
+                            stream->synchronize();
+                          });
+  rates.d2h_bytes_per_s = bytes / best_seconds([&] {
+                            device.copy_async(host.data(), dev.data(), bytes, *stream);
+                            stream->synchronize();
+                          });
+  return rates;
+}
+
+UpdatePrediction predict_update(const OffloadPlan& plan, const UpdateRates& rates) {
+  const double host = static_cast<double>(plan.params_at(UpdateSite::kHost));
+  const double resident = static_cast<double>(plan.params_at(UpdateSite::kDeviceResident));
+  const double staged = static_cast<double>(plan.params_at(UpdateSite::kDeviceStaged));
+  UpdatePrediction p;
+  p.host_seconds = host / rates.cpu_params_per_s;
+  p.h2d_seconds = (host * sizeof(float) + staged * kStateBytes) / rates.h2d_bytes_per_s;
+  p.d2h_seconds = (host * sizeof(float) + staged * kStateBytes) / rates.d2h_bytes_per_s;
+  p.compute_seconds = (resident + staged) / rates.device_params_per_s;
+  if (plan.settings.staging_buffers >= 2 || staged == 0) {
+    p.device_seconds = std::max({p.h2d_seconds, p.d2h_seconds, p.compute_seconds});
+  } else {
+    // One staging buffer: prefetch, update and write-back of staged subgroups serialise.
+    p.device_seconds = staged * kStateBytes / rates.h2d_bytes_per_s +
+                       staged * kStateBytes / rates.d2h_bytes_per_s + p.compute_seconds;
+  }
+  p.seconds = std::max(p.host_seconds, p.device_seconds);
+  return p;
+}
+
+namespace {
+
+// Residency within `budget`, then the best stride over `slots` staging buffers.
+OffloadPlan best_plan_with_slots(const OffloadPlan& all_host, const UpdateRates& rates,
+                                 size_t budget, int slots) {
+  OffloadPlan plan = all_host;
+  for (Subgroup& s : plan.subgroups) {
+    if (s.size() * kStateBytes > budget) continue;
+    s.site = UpdateSite::kDeviceResident;
+    budget -= s.size() * kStateBytes;
+  }
+  plan.settings.staging_buffers = std::max(slots, 1);
+  if (slots == 0) return plan;
+  OffloadPlan best = plan;
+  double best_seconds = predict_update(plan, rates).seconds;
+  for (int stride = 1; stride <= 16; stride++) {
+    OffloadPlan candidate = plan;
+    int x = 0;
+    for (Subgroup& s : candidate.subgroups) {
+      if (s.site != UpdateSite::kHost) continue;
+      if (++x % stride == 0) s.site = UpdateSite::kDeviceStaged;
+    }
+    candidate.settings.stride = stride;
+    const double seconds = predict_update(candidate, rates).seconds;
+    if (seconds < best_seconds) {
+      best_seconds = seconds;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+OffloadPlan make_auto_plan(const OffloadSettings& settings, size_t num_params,
+                           const UpdateRates& rates, size_t device_bytes_for_state) {
+  OffloadSettings base = settings;
+  base.schedule = UpdateSchedule::kCpu;
+  OffloadPlan all_host = make_offload_plan(base, num_params);
+  all_host.settings.schedule = UpdateSchedule::kAuto;
+  // Keeping state resident saves 24 bytes of transfers per parameter and step, but the
+  // memory could instead hold staging buffers that put many more subgroups through the
+  // device: try each number of staging buffers and keep the fastest prediction.
+  const size_t slot_bytes = all_host.max_subgroup_size * kStateBytes;
+  OffloadPlan best = best_plan_with_slots(all_host, rates, device_bytes_for_state, 0);
+  double best_seconds = predict_update(best, rates).seconds;
+  for (int slots = 1; slots <= std::max(settings.staging_buffers, 1); slots++) {
+    if (slots * slot_bytes > device_bytes_for_state) break;
+    const OffloadPlan candidate =
+        best_plan_with_slots(all_host, rates, device_bytes_for_state - slots * slot_bytes, slots);
+    const double seconds = predict_update(candidate, rates).seconds;
+    if (seconds < best_seconds) {
+      best_seconds = seconds;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+}  // namespace tandem

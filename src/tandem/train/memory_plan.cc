@@ -1,0 +1,112 @@
+#include "tandem/train/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "tandem/core/error.h"
+#include "tandem/model/gpt.h"
+
+namespace tandem {
+namespace {
+
+std::string human_bytes(size_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    unit++;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", value, units[unit]);
+  return text;
+}
+
+}  // namespace
+
+namespace {
+
+void add_up(TrainingMemoryPlan& plan) {
+  const TierBytes engine = engine_memory_needs(plan.offload, sizeof(float), sizeof(float));
+  plan.optimizer_device_bytes = engine.device - plan.model_bytes;
+  plan.total.device = plan.activation_bytes + engine.device;
+  plan.total.pinned_host = engine.pinned_host;
+  // Host: the fp32 params, m and v gathered when a checkpoint is written.
+  plan.total.host = plan.num_params * 3 * sizeof(float);
+}
+
+}  // namespace
+
+TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool) {
+  TrainingMemoryPlan plan;
+  plan.num_params = static_cast<size_t>(config.model.num_parameters());
+  plan.device_capacity = device.device_capacity();
+  plan.activation_bytes =
+      Gpt::activation_bytes(config.model, config.micro_batch_size, config.seq_len());
+  plan.model_bytes = plan.num_params * 2 * sizeof(float);
+  const bool automatic = config.offload.schedule == UpdateSchedule::kAuto;
+  // Until the rates are known, `auto` is costed as its least demanding choice (all CPU).
+  OffloadSettings fixed = config.offload;
+  if (automatic) fixed.schedule = UpdateSchedule::kCpu;
+  plan.offload = make_offload_plan(fixed, plan.num_params);
+  add_up(plan);
+  if (!plan.fits()) return plan;  // nothing to measure: the run cannot start
+
+  // A sample big enough to stream from memory, small enough to take well under a second
+  // and to fit beside nothing else in the device memory (16 bytes per parameter).
+  size_t sample = std::clamp<size_t>(plan.num_params, size_t{1} << 16, size_t{1} << 22);
+  sample = std::min(sample, device.device_free() / (2 * 4 * sizeof(float)));
+  if (sample < 1024) return plan;
+  plan.rates = calibrate_update_rates(device, pool, sample);
+  if (automatic) {
+    const size_t taken = plan.activation_bytes + plan.model_bytes;
+    plan.offload =
+        make_auto_plan(config.offload, plan.num_params, plan.rates, plan.device_capacity - taken);
+    add_up(plan);
+  }
+  plan.prediction = predict_update(plan.offload, plan.rates);
+  return plan;
+}
+
+std::string TrainingMemoryPlan::to_text() const {
+  std::string sites;
+  for (UpdateSite site :
+       {UpdateSite::kHost, UpdateSite::kDeviceResident, UpdateSite::kDeviceStaged}) {
+    if (offload.count(site) == 0) continue;
+    sites += cat(sites.empty() ? "" : ", ", offload.count(site), " ", update_site_name(site));
+  }
+  std::string text = cat("schedule: ", update_schedule_name(offload.settings.schedule), " (",
+                         offload.subgroups.size(), " subgroups of up to ",
+                         offload.max_subgroup_size, " parameters: ", sites);
+  if (offload.count(UpdateSite::kDeviceStaged) > 0)
+    text += cat("; stride ", offload.settings.stride, ", ", offload.settings.staging_buffers,
+                " staging buffers");
+  text += cat(")\n", "parameters: ", num_params, "\n", "memory per tier:\n",
+              "  device:      ", human_bytes(total.device), " of ", human_bytes(device_capacity),
+              " (activations ", human_bytes(activation_bytes), ", working params + gradients ",
+              human_bytes(model_bytes), ", optimizer state + staging ",
+              human_bytes(optimizer_device_bytes), ")", fits() ? "" : "  << does not fit", "\n",
+              "  pinned host: ", human_bytes(total.pinned_host),
+              " (offloaded fp32 params, m, v; host gradients and working copies)\n",
+              "  host:        ", human_bytes(total.host), " (checkpoint staging)\n");
+  if (rates.cpu_params_per_s == 0) return text + "measured: nothing (the plan does not fit)\n";
+  return text + cat("measured: ", rates.to_text(), "\n",
+                    "predicted update time: ", prediction.seconds * 1e3, " ms (CPU ",
+                    prediction.host_seconds * 1e3, " ms, device ", prediction.device_seconds * 1e3,
+                    " ms)\n");
+}
+
+void check_fits(const TrainingMemoryPlan& plan, const TrainConfig& config) {
+  if (plan.fits()) return;
+  fail("device memory too small: the '", update_schedule_name(plan.offload.settings.schedule),
+       "' schedule needs ", human_bytes(plan.total.device), " on the device (activations ",
+       human_bytes(plan.activation_bytes), ", working params + gradients ",
+       human_bytes(plan.model_bytes), ", optimizer state + staging ",
+       human_bytes(plan.optimizer_device_bytes), ") and ", human_bytes(plan.total.pinned_host),
+       " of pinned host memory, but device.memory_gb = ", config.device.memory_gb,
+       "; raise device.memory_gb, offload more optimizer state (offload_optimizer.schedule cpu, "
+       "interleave or auto, or a lower offload_optimizer.ratio), or lower "
+       "train_micro_batch_size_per_gpu / train.seq_len (activations)");
+}
+
+}  // namespace tandem

@@ -1,0 +1,41 @@
+// What a training run needs where, decided before it starts: the optimizer update
+// plan (fixed or `auto`), the bytes in each memory tier, the measured rates and the
+// predicted update time. `tandem plan` prints it; the trainer refuses to start when
+// the device is too small, naming the bytes per tier and the settings to change.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "tandem/core/thread_pool.h"
+#include "tandem/device/device.h"
+#include "tandem/offload/offload_plan.h"
+#include "tandem/offload/perf_model.h"
+#include "tandem/train/train_config.h"
+
+namespace tandem {
+
+struct TrainingMemoryPlan {
+  OffloadPlan offload;
+  size_t num_params = 0;
+  size_t device_capacity = 0;
+  size_t activation_bytes = 0;        // device: activations and backward scratch
+  size_t model_bytes = 0;             // device: working params + gradients
+  size_t optimizer_device_bytes = 0;  // device: resident fp32 state + staging buffers
+  TierBytes total;                    // every tier, all of the above included
+  UpdateRates rates;
+  UpdatePrediction prediction;
+
+  bool fits() const { return total.device <= device_capacity; }
+  std::string to_text() const;
+};
+
+// Calibrates the update rates on `device` and `pool`, builds the update plan (the
+// performance model's choice for `auto`) and adds up the memory.
+TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool);
+
+// Throws tandem::Error when the plan does not fit in device memory, with the bytes
+// per tier and what to change.
+void check_fits(const TrainingMemoryPlan& plan, const TrainConfig& config);
+
+}  // namespace tandem
