@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -219,6 +221,34 @@ TEST_F(CliTest, ADeviceTooSmallStopsBeforeTraining) {
                            " --set train.steps=2 --set device.memory_gb=0.0012"
                            " --set offload_optimizer.schedule=cpu");
   EXPECT_EQ(fits.exit_code, 0) << fits.output;
+}
+
+TEST_F(CliTest, TraceHasALanePerKindOfWorkAndASlicePerSubgroup) {
+  const fs::path trace = dir_ / "trace.json";
+  const auto result = tandem("train --config " + write_config().string() +
+                             " --set train.steps=4 --set offload_optimizer.schedule=interleave"
+                             " --set zero_optimization.sub_group_size=3000 --trace " +
+                             trace.string() + " --trace-steps 2-3");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto events = nlohmann::json::parse(read_file_text(trace))["traceEvents"];
+  std::map<int, std::string> lanes;
+  for (const auto& e : events)
+    if (e["ph"] == "M" && e["name"] == "thread_name") lanes[e["tid"]] = e["args"]["name"];
+  std::map<std::string, int> slices_per_lane;
+  std::set<std::string> subgroups_updated;
+  for (const auto& e : events) {
+    if (e["ph"] != "X") continue;
+    slices_per_lane[lanes.at(e["tid"])]++;
+    EXPECT_GE(e["dur"].get<double>(), 0.0);
+    const std::string name = e["name"];
+    if (name.ends_with(" adamw")) subgroups_updated.insert(name.substr(0, name.size() - 6));
+  }
+  for (const char* lane :
+       {"compute", "host-to-device", "device-to-host", "cpu update", "device update", "update"})
+    EXPECT_GT(slices_per_lane[lane], 0) << lane;
+  EXPECT_EQ(slices_per_lane["update"], 2);  // two traced steps
+  // The tiny model has ~11k parameters: 4 subgroups of 3000, every one updated.
+  EXPECT_EQ(subgroups_updated.size(), 4u);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tandem/cli/commands.h"
+#include "tandem/core/error.h"
 #include "tandem/train/train_config.h"
 #include "tandem/train/trainer.h"
 
@@ -17,6 +18,8 @@ void register_train(CLI::App& app) {
     std::string metrics;
     std::string resume;
     int64_t stop_at_step = 0;
+    std::string trace;
+    std::string trace_steps = "2-3";
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("train", "Train a model from a JSON run configuration");
@@ -30,12 +33,29 @@ void register_train(CLI::App& app) {
   cmd->add_option("--stop-at-step", args->stop_at_step,
                   "Stop (with a checkpoint) after this many steps; the schedule still spans "
                   "train.steps");
+  cmd->add_option("--trace", args->trace,
+                  "Write a Chrome trace (Perfetto, chrome://tracing) of the steps in "
+                  "--trace-steps: compute, host-to-device, device-to-host, CPU and device updates");
+  cmd->add_option("--trace-steps", args->trace_steps, "Steps to trace, FIRST-LAST (1-based)");
   cmd->callback([args] {
     const TrainConfig config = load_train_config(args->config, args->overrides);
     TrainOptions options;
     options.resume = args->resume;
     options.metrics_path = args->metrics;
     options.stop_at_step = args->stop_at_step;
+    options.trace_path = args->trace;
+    const std::string& range = args->trace_steps;
+    const size_t dash = range.find('-');
+    try {
+      options.trace_first_step = std::stoll(range.substr(0, dash));
+      options.trace_last_step =
+          dash == std::string::npos ? options.trace_first_step : std::stoll(range.substr(dash + 1));
+    } catch (const std::exception&) {
+      options.trace_first_step = 0;
+    }
+    TANDEM_CHECK(
+        options.trace_first_step >= 1 && options.trace_last_step >= options.trace_first_step,
+        "--trace-steps '", range, "' is not a step range; use FIRST-LAST, e.g. 2-3");
     const TrainResult result = train(config, options);
     std::fprintf(stderr, "tandem: %ld steps, train loss %.4f", static_cast<long>(result.steps_done),
                  result.last_train_loss);

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "tandem/core/error.h"
+#include "tandem/core/trace.h"
 #include "tandem/optim/adamw_reference.h"
 
 namespace tandem {
@@ -107,11 +108,17 @@ class Device {
   virtual void wait(Stream& stream, Event& event) = 0;
 
   // ---- asynchronous work ------------------------------------------------------
-  // Copies bytes between any two spaces, in order on the stream.
-  virtual void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) = 0;
+  // Copies bytes between any two spaces, in order on the stream. `label` names the
+  // work in a trace (e.g. "sg 3 prefetch").
+  virtual void copy_async(void* dst, const void* src, size_t bytes, Stream& stream,
+                          std::string_view label = {}) = 0;
   // AdamW on arrays in device memory, computing exactly adamw_reference's operations.
   virtual void adamw_async(const AdamWArrays& arrays, size_t n, const AdamWStepScalars& scalars,
-                           Stream& stream) = 0;
+                           Stream& stream, std::string_view label = {}) = 0;
+
+  // Work queued while `tracer` is enabled is recorded as slices on a lane named after
+  // its stream. Null turns tracing off. The tracer must outlive the queued work.
+  virtual void set_tracer(TraceRecorder* tracer) = 0;
 
  protected:
   friend class DeviceAllocation;

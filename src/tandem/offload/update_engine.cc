@@ -9,6 +9,7 @@
 namespace tandem {
 
 struct UpdateEngine::SubgroupState {
+  size_t index = 0;
   Subgroup range;
   // [params | m | v], 3 x S floats: pinned host for host and staged subgroups, device
   // memory for resident ones.
@@ -85,9 +86,9 @@ UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& 
             "offload_optimizer.staging_buffers or a smaller zero_optimization.sub_group_size)"));
   }
 
-  h2d_ = device_.create_stream("h2d");
-  d2h_ = device_.create_stream("d2h");
-  compute_ = device_.create_stream("compute");
+  h2d_ = device_.create_stream("host-to-device");
+  d2h_ = device_.create_stream("device-to-host");
+  compute_ = device_.create_stream("device update");
   for (size_t i = 0; i < slots; i++) {
     slot_free_.push_back(device_.create_event());
     slot_loaded_.push_back(device_.create_event());
@@ -99,6 +100,7 @@ UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& 
   float* device_state = device_state_.as<float>();
   for (const Subgroup& s : plan_.subgroups) {
     auto sg = std::make_unique<SubgroupState>();
+    sg->index = subgroups_.size();
     sg->range = s;
     sg->segments = segments_within(decay_segments, s.begin, s.end);
     if (s.site == UpdateSite::kDeviceResident) {
@@ -126,6 +128,16 @@ UpdateEngine::~UpdateEngine() {
       // Already reported by the step that failed.
     }
   }
+}
+
+void UpdateEngine::set_tracer(TraceRecorder* tracer) {
+  tracer_ = tracer;
+  device_.set_tracer(tracer);
+}
+
+std::string UpdateEngine::label(const SubgroupState& sg, const char* what) const {
+  if (tracer_ == nullptr || !tracer_->enabled()) return {};
+  return cat("sg ", sg.index, " ", what);
 }
 
 void UpdateEngine::synchronize_all() {
@@ -175,10 +187,10 @@ void UpdateEngine::enqueue_device_update(SubgroupState& sg, float* state,
   const AdamWArrays arrays = state_arrays(state, sg.size(), buffers_.grads + sg.range.begin);
   for (const AdamWSegment& seg : sg.segments)
     device_.adamw_async(arrays.slice(seg.begin), seg.end - seg.begin,
-                        seg.weight_decay ? decay : no_decay, *compute_);
+                        seg.weight_decay ? decay : no_decay, *compute_, label(sg, "adamw"));
   // The model computes with the fp32 working copy.
   device_.copy_async(buffers_.working_params + sg.range.begin, state, sg.size() * sizeof(float),
-                     *compute_);
+                     *compute_, label(sg, "working params"));
 }
 
 void UpdateEngine::enqueue_staged(SubgroupState& sg, size_t slot, const AdamWStepScalars& decay,
@@ -187,7 +199,7 @@ void UpdateEngine::enqueue_staged(SubgroupState& sg, size_t slot, const AdamWSte
   float* staging = staging_.as<float>() + slot * kStateFloats * plan_.max_subgroup_size;
   // Prefetch once the slot's previous subgroup has been written back.
   device_.wait(*h2d_, *slot_free_[slot]);
-  device_.copy_async(staging, sg.state, bytes, *h2d_);
+  device_.copy_async(staging, sg.state, bytes, *h2d_, label(sg, "prefetch"));
   device_.record(*slot_loaded_[slot], *h2d_);
   stats.h2d_bytes += bytes;
   // Update on the device.
@@ -196,7 +208,7 @@ void UpdateEngine::enqueue_staged(SubgroupState& sg, size_t slot, const AdamWSte
   device_.record(*slot_updated_[slot], *compute_);
   // Write back in one copy: the subgroup's host state is replaced entirely or not at all.
   device_.wait(*d2h_, *slot_updated_[slot]);
-  device_.copy_async(sg.state, staging, bytes, *d2h_);
+  device_.copy_async(sg.state, staging, bytes, *d2h_, label(sg, "write-back"));
   device_.record(*slot_free_[slot], *d2h_);
   stats.d2h_bytes += bytes;
 }
@@ -215,7 +227,8 @@ UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
     for (auto& sg : subgroups_) {
       if (sg->range.site != UpdateSite::kHost) continue;
       const size_t bytes = sg->size() * sizeof(float);
-      device_.copy_async(sg->host_grads, buffers_.grads + sg->range.begin, bytes, *d2h_);
+      device_.copy_async(sg->host_grads, buffers_.grads + sg->range.begin, bytes, *d2h_,
+                         label(*sg, "gradients"));
       device_.record(*sg->grads_on_host, *d2h_);
       stats.d2h_bytes += bytes;
     }
@@ -232,10 +245,14 @@ UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
     for (auto& sg : subgroups_) {
       if (sg->range.site != UpdateSite::kHost) continue;
       sg->grads_on_host->synchronize();
-      cpu_kernel_.update(state_arrays(sg->state, sg->size(), sg->host_grads), sg->segments, decay,
-                         no_decay);
+      {
+        TraceScope scope(tracer_, "cpu update", label(*sg, "adamw"));
+        cpu_kernel_.update(state_arrays(sg->state, sg->size(), sg->host_grads), sg->segments, decay,
+                           no_decay);
+      }
       const size_t bytes = sg->size() * sizeof(float);
-      device_.copy_async(buffers_.working_params + sg->range.begin, sg->params(), bytes, *h2d_);
+      device_.copy_async(buffers_.working_params + sg->range.begin, sg->params(), bytes, *h2d_,
+                         label(*sg, "working params"));
       stats.h2d_bytes += bytes;
     }
     synchronize_all();

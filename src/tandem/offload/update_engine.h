@@ -63,6 +63,10 @@ class UpdateEngine {
   // saying that training cannot continue; the engine then refuses further steps.
   UpdateStepStats step(float lr, float grad_scale);
 
+  // Records CPU updates on lane "cpu update" and the device's work on its stream lanes
+  // while `tracer` is enabled (null: off).
+  void set_tracer(TraceRecorder* tracer);
+
  private:
   struct SubgroupState;
   void enqueue_staged(SubgroupState& sg, size_t slot, const AdamWStepScalars& decay,
@@ -70,6 +74,8 @@ class UpdateEngine {
   void enqueue_device_update(SubgroupState& sg, float* state, const AdamWStepScalars& decay,
                              const AdamWStepScalars& no_decay);
   void synchronize_all();
+  // "sg 3 prefetch": names work in a trace; empty when not tracing.
+  std::string label(const SubgroupState& sg, const char* what) const;
 
   Device& device_;
   ThreadPool& pool_;
@@ -79,6 +85,7 @@ class UpdateEngine {
   DeviceBuffers buffers_;
   int64_t step_ = 0;
   bool failed_ = false;
+  TraceRecorder* tracer_ = nullptr;
 
   DeviceAllocation host_state_;    // pinned: [p|m|v] blocks of host and staged subgroups
   DeviceAllocation host_grads_;    // pinned: gradients of host subgroups

@@ -10,6 +10,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/rng.h"
 #include "tandem/core/timer.h"
+#include "tandem/core/trace.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/loader.h"
 #include "tandem/device/device.h"
@@ -92,7 +93,11 @@ class Trainer {
     MetricsLog metrics(options_.metrics_path);
     const double tokens_per_step =
         static_cast<double>(B_) * T_ * config_.gradient_accumulation_steps;
+    if (!options_.trace_path.empty()) engine_.set_tracer(&tracer_);
     while (step_ < last_step) {
+      const int64_t number = step_ + 1;
+      tracer_.set_enabled(!options_.trace_path.empty() && number >= options_.trace_first_step &&
+                          number <= options_.trace_last_step);
       Stopwatch watch;
       const float lr = schedule_.lr_at(step_);
       const StepTimes times = train_step(lr);
@@ -112,6 +117,12 @@ class Trainer {
                      {"h2d_bytes", times.update.h2d_bytes},
                      {"d2h_bytes", times.update.d2h_bytes}});
       progress_.update(step_, loss, tokens_per_s, ms);
+      if (tracer_.enabled() && (step_ == options_.trace_last_step || step_ == last_step)) {
+        tracer_.set_enabled(false);
+        tracer_.write(options_.trace_path);
+        progress_.note(cat("step ", step_, ": wrote the trace of steps ", options_.trace_first_step,
+                           "-", step_, " to ", options_.trace_path.string()));
+      }
       result.last_train_loss = loss;
 
       const bool finished = step_ == last_step;
@@ -218,10 +229,16 @@ class Trainer {
     for (int micro = 0; micro < accum; micro++) {
       train_loader_.next_batch(inputs_, targets_);
       Stopwatch watch;
-      loss_sum += model_.forward(inputs_.data(), targets_.data(), B_, T_);
+      {
+        TraceScope scope(&tracer_, "compute", cat("forward ", micro));
+        loss_sum += model_.forward(inputs_.data(), targets_.data(), B_, T_);
+      }
       times.forward_ms += watch.millis();
       watch.reset();
-      model_.backward(1.0f / accum);
+      {
+        TraceScope scope(&tracer_, "compute", cat("backward ", micro));
+        model_.backward(1.0f / accum);
+      }
       times.backward_ms += watch.millis();
     }
     const float loss = static_cast<float>(loss_sum / accum);
@@ -232,6 +249,7 @@ class Trainer {
     const size_t P = model_.layout().num_elements();
     times.grad_norm = global_grad_norm(model_.grads(), P);
     const float scale = clip_scale(times.grad_norm, config_.gradient_clipping);
+    TraceScope scope(&tracer_, "update", cat("optimizer step ", step_ + 1));
     times.update = engine_.step(lr, scale);
     return times;
   }
@@ -266,6 +284,7 @@ class Trainer {
 
   TrainConfig config_;
   TrainOptions options_;
+  TraceRecorder tracer_;  // before the engine and device that may write to it
   int B_, T_;
   TokenSplit data_;
   DataLoader train_loader_;

@@ -17,6 +17,12 @@ struct TrainOptions {
   // train.steps; 0 runs to train.steps. For time-sliced jobs and the resume test.
   int64_t stop_at_step = 0;
   bool show_progress = true;  // progress line and notes on stderr
+  // A Chrome trace of steps [trace_first_step, trace_last_step] (1-based, inclusive):
+  // forward/backward, the update, CPU updates and every copy and device kernel per
+  // subgroup. Empty: no trace.
+  std::filesystem::path trace_path;
+  int64_t trace_first_step = 2;
+  int64_t trace_last_step = 3;
 };
 
 struct TrainResult {

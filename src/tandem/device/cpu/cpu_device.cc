@@ -84,7 +84,10 @@ class CpuDevice final : public Device {
     });
   }
 
-  void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) override {
+  void set_tracer(TraceRecorder* tracer) override { tracer_ = tracer; }
+
+  void copy_async(void* dst, const void* src, size_t bytes, Stream& stream,
+                  std::string_view label) override {
     CpuStream& queue = own(stream);
     TANDEM_CHECK(bytes == 0 || (dst != nullptr && src != nullptr),
                  "copy_async: null pointer for a copy of ", format_bytes(bytes));
@@ -97,17 +100,20 @@ class CpuDevice final : public Device {
     // by program order and not by thread timing.
     const int64_t number = next_copy_number_.fetch_add(1);
     const bool inject = number == fail_copy_number_;
-    queue.enqueue("copy", [dst, src, bytes, number, inject] {
-      if (inject) fail("injected copy failure (copy #", number, ")");
-      std::memcpy(dst, src, bytes);
-    });
+    queue.enqueue("copy", traced(queue, label.empty() ? "copy" : label, {{"bytes", bytes}},
+                                 [dst, src, bytes, number, inject] {
+                                   if (inject) fail("injected copy failure (copy #", number, ")");
+                                   std::memcpy(dst, src, bytes);
+                                 }));
   }
 
   void adamw_async(const AdamWArrays& arrays, size_t n, const AdamWStepScalars& scalars,
-                   Stream& stream) override {
-    own(stream).enqueue("adamw", [arrays, n, scalars, target = simd_target_] {
-      adamw_kernel(target, arrays, n, scalars);
-    });
+                   Stream& stream, std::string_view label) override {
+    CpuStream& queue = own(stream);
+    queue.enqueue("adamw", traced(queue, label.empty() ? "adamw" : label, {{"params", n}},
+                                  [arrays, n, scalars, target = simd_target_] {
+                                    adamw_kernel(target, arrays, n, scalars);
+                                  }));
   }
 
  protected:
@@ -117,6 +123,20 @@ class CpuDevice final : public Device {
   }
 
  private:
+  // Wraps a task so that, when a tracer is enabled at enqueue time, it records itself as
+  // a slice on its stream's lane.
+  std::function<void()> traced(CpuStream& stream, std::string_view label, nlohmann::json args,
+                               std::function<void()> run) {
+    TraceRecorder* tracer = tracer_;
+    if (tracer == nullptr || !tracer->enabled()) return run;
+    return [tracer, lane = std::string(stream.name()), label = std::string(label),
+            args = std::move(args), run = std::move(run)] {
+      const double begin = tracer->now_us();
+      run();
+      tracer->slice(lane, label, begin, tracer->now_us(), args);
+    };
+  }
+
   // Accounts `bytes` against the arena or throws DeviceOutOfMemory. Compare-and-swap,
   // so concurrent allocations can never overshoot the capacity together.
   void reserve(size_t bytes) {
@@ -147,6 +167,7 @@ class CpuDevice final : public Device {
 
   const size_t capacity_;
   const int64_t fail_copy_number_;
+  TraceRecorder* tracer_ = nullptr;
   const SimdTarget simd_target_;
   std::atomic<size_t> in_use_{0};
   std::atomic<int64_t> next_copy_number_{0};
