@@ -6,11 +6,30 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/file_io.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
 
 namespace tandem {
 namespace {
+
+TEST(Schedules, BackwardStartsOffloadingGradientsBeforeTheUpdate) {
+  testing::ScratchDir dir("early_gradients");
+  testing::write_small_corpus(dir / "data.txt");
+  TrainOptions options;
+  options.show_progress = false;
+  options.metrics_path = dir / "metrics.jsonl";
+  nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "run");
+  json["train"]["steps"] = 2;
+  json["zero_optimization"] = {{"sub_group_size", 500}};
+  json["offload_optimizer"] = {{"schedule", "cpu"}};
+  train(parse_train_config(json), options);
+  const std::string metrics = read_file_text(options.metrics_path);
+  const auto first = nlohmann::json::parse(metrics.substr(0, metrics.find('\n')));
+  // Every block's and ln_f's subgroups go early; only those holding the embeddings
+  // (final at the very end of backward) wait for the update.
+  EXPECT_GT(first["early_gradient_subgroups"].get<int>(), 10) << first.dump();
+}
 
 TEST(Schedules, EveryScheduleTrainsToTheSameBits) {
   testing::ScratchDir dir("schedules");
@@ -27,7 +46,7 @@ TEST(Schedules, EveryScheduleTrainsToTheSameBits) {
   const std::vector<Case> cases = {
       {"device", 100000000, 0.5, 2}, {"cpu", 100000000, 0.5, 2},   {"cpu", 1000, 0.5, 2},
       {"ratio", 1000, 0.5, 2},       {"ratio", 3000, 0.3, 2},      {"interleave", 1000, 0.5, 2},
-      {"interleave", 777, 0.5, 3},   {"interleave", 5000, 0.5, 1},
+      {"interleave", 777, 0.5, 3},   {"interleave", 5000, 0.5, 1}, {"auto", 1000, 0.5, 2},
   };
   std::string first_digest;
   for (size_t i = 0; i < cases.size(); i++) {

@@ -149,6 +149,37 @@ TEST(UpdateEngine, EveryScheduleIsBitIdenticalToPlainAdamW) {
   }
 }
 
+TEST(UpdateEngine, GradientsAnnouncedDuringBackwardStartEarlyAndChangeNothing) {
+  const Problem problem;
+  std::vector<float> want_p, want_m, want_v;
+  problem.reference(want_p, want_m, want_v, kSteps);
+  const OffloadSettings settings{
+      .schedule = UpdateSchedule::kInterleave, .sub_group_size = 1000, .stride = 3};
+  EngineRun run(problem, settings);
+  const OffloadPlan& plan = run.engine->plan();
+  for (int s = 0; s < kSteps; s++) {
+    run.upload_grads(problem.grads[s]);
+    // As backward does: from the end of the flat space down, in uneven pieces.
+    size_t expected_early = 0;
+    const size_t low = problem.P / 3;
+    for (size_t end = problem.P; end > low;) {
+      const size_t begin = std::max(low, end > 1700 ? end - 1700 : 0);
+      run.engine->gradients_ready(begin, end);
+      end = begin;
+    }
+    for (const Subgroup& sg : plan.subgroups)
+      if (sg.site == UpdateSite::kHost && sg.begin >= low) expected_early++;
+    const UpdateStepStats stats = run.engine->step(Problem::lr(s), Problem::scale(s));
+    EXPECT_EQ(stats.early_gradient_subgroups, expected_early);
+    EXPECT_GT(expected_early, 0u);
+  }
+  std::vector<float> p, m, v, w;
+  run.read(problem, p, m, v, w);
+  EXPECT_TRUE(bitwise_equal(p, want_p));
+  EXPECT_TRUE(bitwise_equal(m, want_m));
+  EXPECT_TRUE(bitwise_equal(v, want_v));
+}
+
 TEST(UpdateEngine, AFailedCopyLeavesNoSubgroupHalfUpdated) {
   const Problem problem;
   std::vector<float> after_p, after_m, after_v;

@@ -1,5 +1,6 @@
 #include "tandem/model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -208,7 +209,23 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
   return static_cast<float>(sum / N);
 }
 
-void Gpt::backward(float loss_scale) {
+std::pair<size_t, size_t> Gpt::range_of(const std::string& prefix) const {
+  size_t begin = layout_.num_elements(), end = 0;
+  for (const ParamView& view : layout_.views()) {
+    if (!view.name.starts_with(prefix)) continue;
+    begin = std::min(begin, view.offset);
+    end = std::max(end, view.offset + view.numel);
+  }
+  return {begin, end};
+}
+
+void Gpt::backward(float loss_scale, const GradientsReady& ready) {
+  auto announce = [&](const std::string& prefix) {
+    if (!ready) return;
+    backend_.synchronize();  // the gradients must be written, not merely queued
+    const auto [begin, end] = range_of(prefix);
+    ready(begin, end);
+  };
   TANDEM_CHECK(have_targets_, "backward needs a forward pass with targets just before it");
   const int B = last_B_, T = last_T_;
   const int C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
@@ -229,6 +246,7 @@ void Gpt::backward(float loss_scale) {
   k.layernorm_backward(dres, grad("transformer.ln_f.weight"), grad("transformer.ln_f.bias"), dbt_c,
                        last_residual, param("transformer.ln_f.weight"), lnf_mean_.as<float>(),
                        lnf_rstd_.as<float>(), N, C);
+  announce("transformer.ln_f.");
 
   for (int l = config_.n_layer - 1; l >= 0; l--) {
     const LayerParams w = layer_params(l);
@@ -250,9 +268,11 @@ void Gpt::backward(float loss_scale) {
                       3 * C);  // dln1
     k.layernorm_backward(dres, g.ln1w, g.ln1b, dbt_c, residual, w.ln1w, a.ln1_mean, a.ln1_rstd, N,
                          C);
+    announce("transformer.h." + std::to_string(l) + ".");
   }
   k.encoder_backward(grad("transformer.wte.weight"), grad("transformer.wpe.weight"), dres,
                      tokens_.as<int32_t>(), B, T, C);
+  announce("transformer.w");  // wte and wpe
 }
 
 }  // namespace tandem

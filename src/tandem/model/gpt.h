@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "tandem/compute/compute_backend.h"
@@ -48,10 +50,16 @@ class Gpt {
   // targets (host, [B,T]) returns the mean cross-entropy loss and keeps what backward
   // needs; without, computes logits only and returns NaN.
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
+  // Called during backward with a range [begin, end) of the flat gradient buffer as
+  // soon as it is final: ln_f first, then each block from the last to the first, the
+  // embeddings last. The update engine starts offloading those gradients while the
+  // rest of backward runs.
+  using GradientsReady = std::function<void(size_t begin, size_t end)>;
+
   // Adds d(loss_scale * mean loss)/d(params) to grads(); needs the forward pass just
   // before it to have had targets. loss_scale = 1/accumulation_steps averages
-  // micro-batches.
-  void backward(float loss_scale = 1.0f);
+  // micro-batches. `ready` (optional) is told as ranges of gradients become final.
+  void backward(float loss_scale = 1.0f, const GradientsReady& ready = {});
   void zero_grads();
 
   // Logits of the last forward pass, copied to the host: [B, T, V].
@@ -72,6 +80,8 @@ class Gpt {
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *residual3;
   };
 
+  // [first, last) flat offsets of a set of tensors whose names start with `prefix`.
+  std::pair<size_t, size_t> range_of(const std::string& prefix) const;
   LayerParams layer_params(int l) const;
   LayerGrads layer_grads(int l);
   LayerActs layer_acts(int l) const;

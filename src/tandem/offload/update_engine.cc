@@ -17,6 +17,8 @@ struct UpdateEngine::SubgroupState {
   float* host_grads = nullptr;         // pinned host, host subgroups only
   std::vector<AdamWSegment> segments;  // weight-decay ranges, relative to range.begin
   std::unique_ptr<Event> grads_on_host;
+  size_t grads_final = 0;   // gradients of this step known final (host subgroups)
+  bool grads_sent = false;  // their copy to the host is queued
 
   size_t size() const { return range.size(); }
   float* params() const { return state; }
@@ -130,6 +132,29 @@ UpdateEngine::~UpdateEngine() {
   }
 }
 
+void UpdateEngine::send_gradients(SubgroupState& sg) {
+  const size_t bytes = sg.size() * sizeof(float);
+  device_.copy_async(sg.host_grads, buffers_.grads + sg.range.begin, bytes, *d2h_,
+                     label(sg, "gradients"));
+  device_.record(*sg.grads_on_host, *d2h_);
+  sg.grads_sent = true;
+  pending_.d2h_bytes += bytes;
+}
+
+void UpdateEngine::gradients_ready(size_t begin, size_t end) {
+  if (failed_) return;  // step() reports it
+  for (auto& sg : subgroups_) {
+    if (sg->range.site != UpdateSite::kHost || sg->grads_sent) continue;
+    const size_t b = std::max(begin, sg->range.begin), e = std::min(end, sg->range.end);
+    if (b >= e) continue;
+    sg->grads_final += e - b;
+    if (sg->grads_final == sg->size()) {
+      send_gradients(*sg);
+      pending_.early_gradient_subgroups++;
+    }
+  }
+}
+
 void UpdateEngine::set_tracer(TraceRecorder* tracer) {
   tracer_ = tracer;
   device_.set_tracer(tracer);
@@ -216,22 +241,21 @@ void UpdateEngine::enqueue_staged(SubgroupState& sg, size_t slot, const AdamWSte
 UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
   TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
   Stopwatch watch;
-  UpdateStepStats stats;
+  UpdateStepStats stats = pending_;
+  pending_ = UpdateStepStats{};
   AdamWHyper hyper = hyper_;
   hyper.lr = lr;
   const int64_t step = step_ + 1;
   const AdamWStepScalars decay = adamw_step_scalars(hyper, step, true, grad_scale);
   const AdamWStepScalars no_decay = adamw_step_scalars(hyper, step, false, grad_scale);
   try {
-    // 1. Gradients of CPU-updated subgroups to pinned host memory.
+    // 1. Gradients of CPU-updated subgroups to pinned host memory, those not already
+    //    on their way since backward.
     for (auto& sg : subgroups_) {
-      if (sg->range.site != UpdateSite::kHost) continue;
-      const size_t bytes = sg->size() * sizeof(float);
-      device_.copy_async(sg->host_grads, buffers_.grads + sg->range.begin, bytes, *d2h_,
-                         label(*sg, "gradients"));
-      device_.record(*sg->grads_on_host, *d2h_);
-      stats.d2h_bytes += bytes;
+      if (sg->range.site == UpdateSite::kHost && !sg->grads_sent) send_gradients(*sg);
     }
+    stats.d2h_bytes += pending_.d2h_bytes;
+    pending_ = UpdateStepStats{};
     // 2. Device work, queued up front so that it overlaps the CPU updates below.
     size_t staged = 0;
     for (auto& sg : subgroups_) {
@@ -256,6 +280,10 @@ UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
       stats.h2d_bytes += bytes;
     }
     synchronize_all();
+    for (auto& sg : subgroups_) {
+      sg->grads_final = 0;
+      sg->grads_sent = false;
+    }
   } catch (const Error& e) {
     failed_ = true;
     try {

@@ -26,8 +26,10 @@ namespace tandem {
 
 struct UpdateStepStats {
   double ms = 0;
-  size_t h2d_bytes = 0;  // host-to-device bytes queued this step
-  size_t d2h_bytes = 0;  // device-to-host bytes queued this step
+  size_t h2d_bytes = 0;  // host-to-device bytes queued this step (backward included)
+  size_t d2h_bytes = 0;  // device-to-host bytes queued this step (backward included)
+  // CPU-updated subgroups whose gradients started moving to the host during backward.
+  size_t early_gradient_subgroups = 0;
 };
 
 class UpdateEngine {
@@ -63,6 +65,12 @@ class UpdateEngine {
   // saying that training cannot continue; the engine then refuses further steps.
   UpdateStepStats step(float lr, float grad_scale);
 
+  // Tells the engine that gradients [begin, end) of the coming step are final (called
+  // from backward, see Gpt::GradientsReady): CPU-updated subgroups whose gradients are
+  // all final start copying them to pinned host memory now, overlapped with the rest
+  // of backward. Ranges of one step must not overlap.
+  void gradients_ready(size_t begin, size_t end);
+
   // Records CPU updates on lane "cpu update" and the device's work on its stream lanes
   // while `tracer` is enabled (null: off).
   void set_tracer(TraceRecorder* tracer);
@@ -74,6 +82,7 @@ class UpdateEngine {
   void enqueue_device_update(SubgroupState& sg, float* state, const AdamWStepScalars& decay,
                              const AdamWStepScalars& no_decay);
   void synchronize_all();
+  void send_gradients(SubgroupState& sg);
   // "sg 3 prefetch": names work in a trace; empty when not tracing.
   std::string label(const SubgroupState& sg, const char* what) const;
 
@@ -86,6 +95,7 @@ class UpdateEngine {
   int64_t step_ = 0;
   bool failed_ = false;
   TraceRecorder* tracer_ = nullptr;
+  UpdateStepStats pending_;  // what gradients_ready() queued before the step
 
   DeviceAllocation host_state_;    // pinned: [p|m|v] blocks of host and staged subgroups
   DeviceAllocation host_grads_;    // pinned: gradients of host subgroups

@@ -115,7 +115,8 @@ class Trainer {
                      {"backward_ms", times.backward_ms},
                      {"update_ms", times.update.ms},
                      {"h2d_bytes", times.update.h2d_bytes},
-                     {"d2h_bytes", times.update.d2h_bytes}});
+                     {"d2h_bytes", times.update.d2h_bytes},
+                     {"early_gradient_subgroups", times.update.early_gradient_subgroups}});
       progress_.update(step_, loss, tokens_per_s, ms);
       if (tracer_.enabled() && (step_ == options_.trace_last_step || step_ == last_step)) {
         tracer_.set_enabled(false);
@@ -237,7 +238,15 @@ class Trainer {
       watch.reset();
       {
         TraceScope scope(&tracer_, "compute", cat("backward ", micro));
-        model_.backward(1.0f / accum);
+        // The last micro-batch makes the gradients final: the engine starts offloading
+        // each block's gradients as soon as backward is done with it.
+        if (micro + 1 == accum) {
+          model_.backward(1.0f / accum, [this](size_t begin, size_t end) {
+            engine_.gradients_ready(begin, end);
+          });
+        } else {
+          model_.backward(1.0f / accum);
+        }
       }
       times.backward_ms += watch.millis();
     }
