@@ -5,10 +5,12 @@
 // device too small is refused with the bytes and the settings to change.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "tandem/core/half.h"
 #include "tandem/core/rng.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/device.h"
@@ -70,14 +72,17 @@ struct EngineRun {
   DeviceAllocation working, grads;
   std::unique_ptr<UpdateEngine> engine;
 
-  EngineRun(const Problem& problem, const OffloadSettings& settings,
-            CpuDeviceOptions options = {}) {
+  WorkingDType working_dtype;
+
+  EngineRun(const Problem& problem, const OffloadSettings& settings, CpuDeviceOptions options = {},
+            WorkingDType working_dtype = WorkingDType::kF32)
+      : working_dtype(working_dtype) {
     device = make_cpu_device(options);
     working = device->allocate(MemorySpace::kDevice, problem.P * sizeof(float));
     grads = device->allocate(MemorySpace::kDevice, problem.P * sizeof(float));
     engine = std::make_unique<UpdateEngine>(
         *device, pool, problem.layout, make_offload_plan(settings, problem.P), kHyper,
-        UpdateEngine::DeviceBuffers{working.as<float>(), grads.as<const float>()});
+        UpdateEngine::DeviceBuffers{working.data(), grads.as<const float>(), working_dtype});
     engine->load_state(problem.params.data(), problem.m.data(), problem.v.data(), 0);
   }
   void upload_grads(const std::vector<float>& g) {
@@ -93,8 +98,17 @@ struct EngineRun {
     w.assign(problem.P, 0);
     engine->read_state(p.data(), m.data(), v.data());
     auto stream = device->create_stream("test");
-    device->copy_async(w.data(), working.data(), problem.P * sizeof(float), *stream);
+    if (working_dtype == WorkingDType::kF32) {
+      device->copy_async(w.data(), working.data(), problem.P * sizeof(float), *stream);
+      stream->synchronize();
+      return;
+    }
+    // 16-bit working copy: widen to float, so that tests compare it with the rounded params.
+    std::vector<uint16_t> w16(problem.P);
+    device->copy_async(w16.data(), working.data(), problem.P * 2, *stream);
     stream->synchronize();
+    for (size_t i = 0; i < problem.P; i++)
+      w[i] = working_dtype == WorkingDType::kBF16 ? bf16_to_float(w16[i]) : fp16_to_float(w16[i]);
   }
 };
 
@@ -126,8 +140,18 @@ TEST(UpdateEngine, EveryScheduleIsBitIdenticalToPlainAdamW) {
                          .stride = stride,
                          .staging_buffers = staging});
   }
+  // The working copy the model reads, as each dtype rounds the final params.
+  std::vector<float> want_bf16(problem.P), want_fp16(problem.P);
+  for (size_t i = 0; i < problem.P; i++) {
+    want_bf16[i] = bf16_to_float(float_to_bf16(want_p[i]));
+    want_fp16[i] = fp16_to_float(float_to_fp16(want_p[i]));
+  }
+  size_t index = 0;
   for (const OffloadSettings& settings : cases) {
-    EngineRun run(problem, settings);
+    // fp32, bf16 and fp16 working copies in turn.
+    const WorkingDType working_dtype =
+        std::array{WorkingDType::kF32, WorkingDType::kBF16, WorkingDType::kF16}[index++ % 3];
+    EngineRun run(problem, settings, {}, working_dtype);
     for (int s = 0; s < kSteps; s++) {
       run.upload_grads(problem.grads[s]);
       const UpdateStepStats stats = run.engine->step(Problem::lr(s), Problem::scale(s));
@@ -144,7 +168,10 @@ TEST(UpdateEngine, EveryScheduleIsBitIdenticalToPlainAdamW) {
     EXPECT_TRUE(bitwise_equal(p, want_p)) << describe(settings);
     EXPECT_TRUE(bitwise_equal(m, want_m)) << describe(settings);
     EXPECT_TRUE(bitwise_equal(v, want_v)) << describe(settings);
-    EXPECT_TRUE(bitwise_equal(w, want_p)) << "working params, " << describe(settings);
+    const std::vector<float>& want_w = working_dtype == WorkingDType::kF32    ? want_p
+                                       : working_dtype == WorkingDType::kBF16 ? want_bf16
+                                                                              : want_fp16;
+    EXPECT_TRUE(bitwise_equal(w, want_w)) << "working params, " << describe(settings);
     EXPECT_EQ(run.engine->step_count(), kSteps);
   }
 }
@@ -234,7 +261,7 @@ TEST(UpdateEngine, ADeviceTooSmallIsRefusedWithTheBytesAndTheSettings) {
     UpdateEngine engine(
         *device, pool, problem.layout,
         make_offload_plan({.schedule = UpdateSchedule::kDevice, .sub_group_size = 4096}, P), kHyper,
-        {working.as<float>(), grads.as<const float>()});
+        {working.data(), grads.as<const float>()});
   });
   EXPECT_CONTAINS(message, "device.memory_gb");
   EXPECT_CONTAINS(message, "'device' schedule needs");
@@ -242,7 +269,7 @@ TEST(UpdateEngine, ADeviceTooSmallIsRefusedWithTheBytesAndTheSettings) {
   UpdateEngine engine(
       *device, pool, problem.layout,
       make_offload_plan({.schedule = UpdateSchedule::kCpu, .sub_group_size = 4096}, P), kHyper,
-      {working.as<float>(), grads.as<const float>()});
+      {working.data(), grads.as<const float>()});
   EXPECT_EQ(engine.plan().count(UpdateSite::kHost), engine.plan().subgroups.size());
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tandem/core/error.h"
+#include "tandem/core/half.h"
 #include "tandem/core/timer.h"
 
 namespace tandem {
@@ -15,6 +16,7 @@ struct UpdateEngine::SubgroupState {
   // memory for resident ones.
   float* state = nullptr;
   float* host_grads = nullptr;         // pinned host, host subgroups only
+  uint16_t* host_working = nullptr;    // pinned host 16-bit working copy, host subgroups only
   std::vector<AdamWSegment> segments;  // weight-decay ranges, relative to range.begin
   std::unique_ptr<Event> grads_on_host;
   size_t grads_final = 0;   // gradients of this step known final (host subgroups)
@@ -43,6 +45,10 @@ std::vector<AdamWSegment> segments_within(const std::vector<AdamWSegment>& all, 
 
 AdamWArrays state_arrays(float* state, size_t size, const float* grads) {
   return AdamWArrays{.params = state, .m = state + size, .v = state + 2 * size, .grads = grads};
+}
+
+bool is_16_bit(WorkingDType dtype) {
+  return dtype == WorkingDType::kBF16 || dtype == WorkingDType::kF16;
 }
 
 std::string gib(size_t bytes) { return cat(static_cast<double>(bytes) / (1 << 30), " GiB"); }
@@ -74,11 +80,13 @@ UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& 
   try {
     host_state_ = device_.allocate(MemorySpace::kPinnedHost, host_state_floats * sizeof(float));
     host_grads_ = device_.allocate(MemorySpace::kPinnedHost, host_grad_floats * sizeof(float));
+    if (is_16_bit(buffers_.working_dtype))
+      host_working_ = device_.allocate(MemorySpace::kPinnedHost, host_grad_floats * 2);
     device_state_ = device_.allocate(MemorySpace::kDevice, device_state_floats * sizeof(float));
     staging_ = device_.allocate(MemorySpace::kDevice,
                                 slots * kStateFloats * plan_.max_subgroup_size * sizeof(float));
   } catch (const DeviceOutOfMemory& e) {
-    const TierBytes needs = engine_memory_needs(plan_, sizeof(float), sizeof(float));
+    const TierBytes needs = engine_memory_needs(plan_, working_bytes(), sizeof(float));
     throw DeviceOutOfMemory(
         cat(e.what(), "; the '", update_schedule_name(plan_.settings.schedule), "' schedule needs ",
             gib(needs.device), " of device memory (including working params and gradients) and ",
@@ -99,6 +107,7 @@ UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& 
 
   float* host_state = host_state_.as<float>();
   float* host_grads = host_grads_.as<float>();
+  uint16_t* host_working = host_working_.as<uint16_t>();
   float* device_state = device_state_.as<float>();
   for (const Subgroup& s : plan_.subgroups) {
     auto sg = std::make_unique<SubgroupState>();
@@ -115,6 +124,10 @@ UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& 
     if (s.site == UpdateSite::kHost) {
       sg->host_grads = host_grads;
       host_grads += s.size();
+      if (host_working != nullptr) {
+        sg->host_working = host_working;
+        host_working += s.size();
+      }
       sg->grads_on_host = device_.create_event();
     }
     subgroups_.push_back(std::move(sg));
@@ -130,6 +143,14 @@ UpdateEngine::~UpdateEngine() {
       // Already reported by the step that failed.
     }
   }
+}
+
+size_t UpdateEngine::working_bytes() const {
+  return is_16_bit(buffers_.working_dtype) ? 2 : sizeof(float);
+}
+
+void* UpdateEngine::working_at(size_t index) const {
+  return static_cast<char*>(buffers_.working_params) + index * working_bytes();
 }
 
 void UpdateEngine::send_gradients(SubgroupState& sg) {
@@ -188,7 +209,16 @@ void UpdateEngine::load_state(const float* params, const float* m, const float* 
     device_.copy_async(sg->m(), m + b, bytes, *stream);
     device_.copy_async(sg->v(), v + b, bytes, *stream);
   }
-  device_.copy_async(buffers_.working_params, params, plan_.num_params * sizeof(float), *stream);
+  std::vector<uint16_t> working16;
+  const void* working = params;
+  if (is_16_bit(buffers_.working_dtype)) {
+    working16.resize(plan_.num_params);
+    for (size_t i = 0; i < plan_.num_params; i++)
+      working16[i] = buffers_.working_dtype == WorkingDType::kBF16 ? float_to_bf16(params[i])
+                                                                   : float_to_fp16(params[i]);
+    working = working16.data();
+  }
+  device_.copy_async(buffers_.working_params, working, plan_.num_params * working_bytes(), *stream);
   stream->synchronize();
   step_ = step;
 }
@@ -209,13 +239,20 @@ void UpdateEngine::read_state(float* params, float* m, float* v) {
 void UpdateEngine::enqueue_device_update(SubgroupState& sg, float* state,
                                          const AdamWStepScalars& decay,
                                          const AdamWStepScalars& no_decay) {
-  const AdamWArrays arrays = state_arrays(state, sg.size(), buffers_.grads + sg.range.begin);
+  AdamWArrays arrays = state_arrays(state, sg.size(), buffers_.grads + sg.range.begin);
+  if (is_16_bit(buffers_.working_dtype)) {
+    // The kernel writes the 16-bit working copy in place, in the same pass.
+    arrays.params16 = working_at(sg.range.begin);
+    arrays.params16_dtype = buffers_.working_dtype;
+  }
   for (const AdamWSegment& seg : sg.segments)
     device_.adamw_async(arrays.slice(seg.begin), seg.end - seg.begin,
                         seg.weight_decay ? decay : no_decay, *compute_, label(sg, "adamw"));
-  // The model computes with the fp32 working copy.
-  device_.copy_async(buffers_.working_params + sg.range.begin, state, sg.size() * sizeof(float),
-                     *compute_, label(sg, "working params"));
+  if (!is_16_bit(buffers_.working_dtype)) {
+    // The model computes with the fp32 params themselves.
+    device_.copy_async(working_at(sg.range.begin), state, sg.size() * sizeof(float), *compute_,
+                       label(sg, "working params"));
+  }
 }
 
 void UpdateEngine::enqueue_staged(SubgroupState& sg, size_t slot, const AdamWStepScalars& decay,
@@ -271,11 +308,17 @@ UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
       sg->grads_on_host->synchronize();
       {
         TraceScope scope(tracer_, "cpu update", label(*sg, "adamw"));
-        cpu_kernel_.update(state_arrays(sg->state, sg->size(), sg->host_grads), sg->segments, decay,
-                           no_decay);
+        AdamWArrays arrays = state_arrays(sg->state, sg->size(), sg->host_grads);
+        if (sg->host_working != nullptr) {
+          arrays.params16 = sg->host_working;
+          arrays.params16_dtype = buffers_.working_dtype;
+        }
+        cpu_kernel_.update(arrays, sg->segments, decay, no_decay);
       }
-      const size_t bytes = sg->size() * sizeof(float);
-      device_.copy_async(buffers_.working_params + sg->range.begin, sg->params(), bytes, *h2d_,
+      const size_t bytes = sg->size() * working_bytes();
+      const void* source =
+          sg->host_working != nullptr ? static_cast<const void*>(sg->host_working) : sg->params();
+      device_.copy_async(working_at(sg->range.begin), source, bytes, *h2d_,
                          label(*sg, "working params"));
       stats.h2d_bytes += bytes;
     }

@@ -34,11 +34,13 @@ struct UpdateStepStats {
 
 class UpdateEngine {
  public:
-  // What the model computes with, in device memory: the fp32 working parameters
-  // (written by every update) and the gradients (read by it), both [num_params].
+  // What the model computes with, in device memory: the working parameters (written by
+  // every update, in `working_dtype`: fp32 for the CPU compute backend, bf16 or fp16
+  // for mixed precision) and the fp32 gradients (read by it), both [num_params].
   struct DeviceBuffers {
-    float* working_params = nullptr;
+    void* working_params = nullptr;
     const float* grads = nullptr;
+    WorkingDType working_dtype = WorkingDType::kF32;
   };
 
   // Allocates everything the plan needs up front (so that no step can fail for lack
@@ -85,6 +87,9 @@ class UpdateEngine {
   void send_gradients(SubgroupState& sg);
   // "sg 3 prefetch": names work in a trace; empty when not tracing.
   std::string label(const SubgroupState& sg, const char* what) const;
+  size_t working_bytes() const;
+  // The working copy of parameter `index` in device memory.
+  void* working_at(size_t index) const;
 
   Device& device_;
   ThreadPool& pool_;
@@ -99,6 +104,7 @@ class UpdateEngine {
 
   DeviceAllocation host_state_;    // pinned: [p|m|v] blocks of host and staged subgroups
   DeviceAllocation host_grads_;    // pinned: gradients of host subgroups
+  DeviceAllocation host_working_;  // pinned: 16-bit working copies of host subgroups
   DeviceAllocation device_state_;  // device: [p|m|v] blocks of resident subgroups
   DeviceAllocation staging_;       // device: staging_buffers x [p|m|v] of the largest subgroup
   std::unique_ptr<Stream> h2d_, d2h_, compute_;

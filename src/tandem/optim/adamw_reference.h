@@ -34,9 +34,10 @@ AdamWStepScalars adamw_step_scalars(const AdamWHyper& hyper, int64_t step, bool 
                                     float grad_scale);
 
 enum class GradDType { kF32, kBF16 };
-// The 16-bit working copy of the parameters (what forward and backward read), written
-// in the same pass as the update.
-enum class WorkingDType { kNone, kBF16, kF16 };
+// The working copy of the parameters (what forward and backward read), written in the
+// same pass as the update: 16-bit for mixed precision. (kF32: the copy is the fp32
+// params themselves; the kernels write no extra copy, the update engine copies them.)
+enum class WorkingDType { kNone, kBF16, kF16, kF32 };
 
 // The arrays one AdamW update touches; element i of each belongs to parameter i.
 struct AdamWArrays {

@@ -133,7 +133,9 @@ TANDEM_AVX512 void adamw_avx512_loop(const AdamWArrays& a, size_t n, const AdamW
 // Instantiates loop<G, W> for the runtime dtypes.
 template <template <GradDType, WorkingDType> class Loop>
 void dispatch_dtypes(const AdamWArrays& a, size_t n, const AdamWStepScalars& s) {
-  const WorkingDType w = a.params16 == nullptr ? WorkingDType::kNone : a.params16_dtype;
+  const bool writes_16_bit = a.params16 != nullptr && (a.params16_dtype == WorkingDType::kBF16 ||
+                                                       a.params16_dtype == WorkingDType::kF16);
+  const WorkingDType w = writes_16_bit ? a.params16_dtype : WorkingDType::kNone;
   if (a.grad_dtype == GradDType::kF32) {
     if (w == WorkingDType::kNone) return Loop<GradDType::kF32, WorkingDType::kNone>::run(a, n, s);
     if (w == WorkingDType::kBF16) return Loop<GradDType::kF32, WorkingDType::kBF16>::run(a, n, s);
