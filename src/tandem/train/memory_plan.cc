@@ -4,25 +4,11 @@
 #include <cstdio>
 
 #include "tandem/core/error.h"
+#include "tandem/core/format.h"
 #include "tandem/model/gpt.h"
 
 namespace tandem {
-namespace {
-
-std::string human_bytes(size_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024 && unit < 4) {
-    value /= 1024;
-    unit++;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", value, units[unit]);
-  return text;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 namespace {
 
@@ -82,13 +68,13 @@ std::string TrainingMemoryPlan::to_text() const {
     text += cat("; stride ", offload.settings.stride, ", ", offload.settings.staging_buffers,
                 " staging buffers");
   text += cat(")\n", "parameters: ", num_params, "\n", "memory per tier:\n",
-              "  device:      ", human_bytes(total.device), " of ", human_bytes(device_capacity),
-              " (activations ", human_bytes(activation_bytes), ", working params + gradients ",
-              human_bytes(model_bytes), ", optimizer state + staging ",
-              human_bytes(optimizer_device_bytes), ")", fits() ? "" : "  << does not fit", "\n",
-              "  pinned host: ", human_bytes(total.pinned_host),
+              "  device:      ", format_bytes(total.device), " of ", format_bytes(device_capacity),
+              " (activations ", format_bytes(activation_bytes), ", working params + gradients ",
+              format_bytes(model_bytes), ", optimizer state + staging ",
+              format_bytes(optimizer_device_bytes), ")", fits() ? "" : "  << does not fit", "\n",
+              "  pinned host: ", format_bytes(total.pinned_host),
               " (offloaded fp32 params, m, v; host gradients and working copies)\n",
-              "  host:        ", human_bytes(total.host), " (checkpoint staging)\n");
+              "  host:        ", format_bytes(total.host), " (checkpoint staging)\n");
   if (rates.cpu_params_per_s == 0) return text + "measured: nothing (the plan does not fit)\n";
   return text + cat("measured: ", rates.to_text(), "\n",
                     "predicted update time: ", prediction.seconds * 1e3, " ms (CPU ",
@@ -99,10 +85,10 @@ std::string TrainingMemoryPlan::to_text() const {
 void check_fits(const TrainingMemoryPlan& plan, const TrainConfig& config) {
   if (plan.fits()) return;
   fail("device memory too small: the '", update_schedule_name(plan.offload.settings.schedule),
-       "' schedule needs ", human_bytes(plan.total.device), " on the device (activations ",
-       human_bytes(plan.activation_bytes), ", working params + gradients ",
-       human_bytes(plan.model_bytes), ", optimizer state + staging ",
-       human_bytes(plan.optimizer_device_bytes), ") and ", human_bytes(plan.total.pinned_host),
+       "' schedule needs ", format_bytes(plan.total.device), " on the device (activations ",
+       format_bytes(plan.activation_bytes), ", working params + gradients ",
+       format_bytes(plan.model_bytes), ", optimizer state + staging ",
+       format_bytes(plan.optimizer_device_bytes), ") and ", format_bytes(plan.total.pinned_host),
        " of pinned host memory, but device.memory_gb = ", config.device.memory_gb,
        "; raise device.memory_gb, offload more optimizer state (offload_optimizer.schedule cpu, "
        "interleave or auto, or a lower offload_optimizer.ratio), or lower "

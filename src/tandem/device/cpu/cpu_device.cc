@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "tandem/core/cpu_features.h"
+#include "tandem/core/format.h"
 #include "tandem/device/cpu/cpu_stream.h"
 #include "tandem/optim/adamw_simd.h"
 
@@ -17,19 +18,6 @@ namespace {
 constexpr std::align_val_t kAlignment{64};
 
 // "1.50 GiB", "768.00 KiB": readable at any scale, including tests' tiny arenas.
-std::string format_bytes(size_t bytes) {
-  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  size_t unit = 0;
-  while (value >= 1024.0 && unit + 1 < std::size(units)) {
-    value /= 1024.0;
-    unit++;
-  }
-  char text[64];
-  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", value, units[unit]);
-  return text;
-}
-
 class CpuDevice final : public Device {
  public:
   explicit CpuDevice(const CpuDeviceOptions& options)
