@@ -2,19 +2,22 @@
 //
 // Conversions from float round to nearest, ties to even, and keep NaN a (quiet) NaN.
 // These scalar functions are the definition: the SIMD kernels (F16C's vcvtps2ph, the
-// integer bf16 rounding) produce exactly the same bits, which the tests check.
+// integer bf16 rounding) produce exactly the same bits, which the tests check, and the
+// CUDA kernels call these very functions.
 #pragma once
 
 #include <bit>
 #include <cstdint>
 
+#include "tandem/core/host_device.h"
+
 namespace tandem {
 
-inline float bf16_to_float(uint16_t h) {
+TANDEM_HOST_DEVICE inline float bf16_to_float(uint16_t h) {
   return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
 }
 
-inline uint16_t float_to_bf16(float f) {
+TANDEM_HOST_DEVICE inline uint16_t float_to_bf16(float f) {
   const uint32_t bits = std::bit_cast<uint32_t>(f);
   // NaN: truncating could clear every mantissa bit left (giving infinity); set the quiet bit.
   if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
@@ -22,7 +25,7 @@ inline uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>((bits + rounding) >> 16);
 }
 
-inline float fp16_to_float(uint16_t h) {
+TANDEM_HOST_DEVICE inline float fp16_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exponent = (h >> 10) & 0x1fu;
   const uint32_t mantissa = h & 0x3ffu;
@@ -34,7 +37,7 @@ inline float fp16_to_float(uint16_t h) {
   return sign ? -magnitude : magnitude;
 }
 
-inline uint16_t float_to_fp16(float f) {
+TANDEM_HOST_DEVICE inline uint16_t float_to_fp16(float f) {
   const uint32_t bits = std::bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t magnitude = bits & 0x7fffffffu;

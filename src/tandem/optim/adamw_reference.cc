@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tandem/core/half.h"
+#include "tandem/optim/adamw_math.h"
 
 namespace tandem {
 
@@ -43,15 +44,11 @@ void adamw_reference(const AdamWArrays& a, size_t n, const AdamWStepScalars& s) 
   for (size_t i = 0; i < n; i++) {
     const float grad =
         a.grad_dtype == GradDType::kF32 ? grads_f32[i] : bf16_to_float(grads_bf16[i]);
-    const float g = grad * s.grad_scale;
-    const float m_new = std::fma(s.beta1, a.m[i], s.one_minus_beta1 * g);
-    const float v_new = std::fma(s.beta2, a.v[i], (s.one_minus_beta2 * g) * g);
-    const float denom = std::fma(std::sqrt(v_new), s.inv_sqrt_bc2, s.eps);
-    const float decayed = a.params[i] * s.decay_factor;
-    const float p = std::fma(-s.step_size, m_new / denom, decayed);
+    const AdamWElement e = adamw_element(a.params[i], grad, a.m[i], a.v[i], s);
+    const float p = e.param;
+    a.m[i] = e.m;
+    a.v[i] = e.v;
     a.params[i] = p;
-    a.m[i] = m_new;
-    a.v[i] = v_new;
     if (a.params16_dtype == WorkingDType::kBF16) params16[i] = float_to_bf16(p);
     if (a.params16_dtype == WorkingDType::kF16) params16[i] = float_to_fp16(p);
   }
