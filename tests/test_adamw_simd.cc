@@ -22,6 +22,7 @@
 #include "tandem/core/thread_pool.h"
 #include "tandem/optim/adamw_simd.h"
 #include "tandem/optim/cpu_adamw.h"
+#include "test_util.h"
 
 namespace tandem {
 namespace {
@@ -36,32 +37,6 @@ bool same_half(uint16_t a, uint16_t b, bool bf16) {
   return (a_nan && b_nan) || a == b;
 }
 
-// A value from a mix of regimes: zeros, denormals, tiny, ordinary, huge, and (for
-// gradients) NaN and infinities.
-float nasty_value(Rng& rng, bool allow_nonfinite) {
-  const uint64_t kind = rng.next_u64() % 16;
-  const float sign = rng.uniform() < 0.5f ? -1.0f : 1.0f;
-  switch (kind) {
-    case 0:
-      return 0.0f * sign;
-    case 1:
-      return sign * std::numeric_limits<float>::denorm_min() *
-             static_cast<float>(rng.next_u64() % 1000);
-    case 2:
-      return sign * 1e-30f * rng.uniform();
-    case 3:
-      return sign * 1e30f * rng.uniform();
-    case 4:
-      return sign * 3.0e38f;
-    case 5:
-      return allow_nonfinite ? std::numeric_limits<float>::quiet_NaN() : 1.0f;
-    case 6:
-      return allow_nonfinite ? sign * std::numeric_limits<float>::infinity() : -1.0f;
-    default:
-      return rng.normal() * (kind < 10 ? 1e-3f : 1.0f);
-  }
-}
-
 struct State {
   std::vector<float> params, m, v, grads_f32;
   std::vector<uint16_t> grads_bf16, params16;
@@ -69,13 +44,13 @@ struct State {
   State(size_t n, uint64_t seed)
       : params(n), m(n), v(n), grads_f32(n), grads_bf16(n), params16(n, 0xdead) {
     Rng rng(seed);
-    for (size_t i = 0; i < n; i++) params[i] = nasty_value(rng, false);
+    for (size_t i = 0; i < n; i++) params[i] = testing::nasty_value(rng, false);
   }
   void new_gradients(uint64_t seed) {
     Rng rng(seed);
     for (size_t i = 0; i < grads_f32.size(); i++) {
-      grads_f32[i] = nasty_value(rng, true);
-      grads_bf16[i] = float_to_bf16(nasty_value(rng, true));
+      grads_f32[i] = testing::nasty_value(rng, true);
+      grads_bf16[i] = float_to_bf16(testing::nasty_value(rng, true));
     }
   }
   AdamWArrays arrays(GradDType g, WorkingDType w) {

@@ -7,12 +7,14 @@
 
 #include <array>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "tandem/core/half.h"
 #include "tandem/core/rng.h"
 #include "tandem/core/thread_pool.h"
+#include "tandem/device/cuda/cuda_device.h"
 #include "tandem/device/device.h"
 #include "tandem/model/param_layout.h"
 #include "tandem/offload/offload_plan.h"
@@ -76,8 +78,11 @@ struct EngineRun {
 
   EngineRun(const Problem& problem, const OffloadSettings& settings, CpuDeviceOptions options = {},
             WorkingDType working_dtype = WorkingDType::kF32)
-      : working_dtype(working_dtype) {
-    device = make_cpu_device(options);
+      : EngineRun(problem, settings, make_cpu_device(options), working_dtype) {}
+
+  EngineRun(const Problem& problem, const OffloadSettings& settings,
+            std::unique_ptr<Device> device_in, WorkingDType working_dtype)
+      : device(std::move(device_in)), working_dtype(working_dtype) {
     working = device->allocate(MemorySpace::kDevice, problem.P * sizeof(float));
     grads = device->allocate(MemorySpace::kDevice, problem.P * sizeof(float));
     engine = std::make_unique<UpdateEngine>(
@@ -121,7 +126,9 @@ std::string describe(const OffloadSettings& s) {
              " ratio=", s.ratio, " stride=", s.stride, " staging=", s.staging_buffers);
 }
 
-TEST(UpdateEngine, EveryScheduleIsBitIdenticalToPlainAdamW) {
+// Every schedule x subgroup size x stride x staging count, with fp32, bf16 and fp16
+// working copies in turn, on the device that make_device returns.
+void check_every_schedule(const std::function<std::unique_ptr<Device>()>& make_device) {
   const Problem problem;
   std::vector<float> want_p, want_m, want_v;
   problem.reference(want_p, want_m, want_v, kSteps);
@@ -151,7 +158,8 @@ TEST(UpdateEngine, EveryScheduleIsBitIdenticalToPlainAdamW) {
     // fp32, bf16 and fp16 working copies in turn.
     const WorkingDType working_dtype =
         std::array{WorkingDType::kF32, WorkingDType::kBF16, WorkingDType::kF16}[index++ % 3];
-    EngineRun run(problem, settings, {}, working_dtype);
+    EngineRun run(problem, settings, make_device(), working_dtype);
+    const size_t working_bytes = working_dtype == WorkingDType::kF32 ? 4 : 2;
     for (int s = 0; s < kSteps; s++) {
       run.upload_grads(problem.grads[s]);
       const UpdateStepStats stats = run.engine->step(Problem::lr(s), Problem::scale(s));
@@ -160,7 +168,7 @@ TEST(UpdateEngine, EveryScheduleIsBitIdenticalToPlainAdamW) {
       }
       if (settings.schedule == UpdateSchedule::kCpu) {
         EXPECT_EQ(stats.d2h_bytes, problem.P * sizeof(float)) << "gradients, 4 bytes each";
-        EXPECT_EQ(stats.h2d_bytes, problem.P * sizeof(float)) << "working params, 4 bytes each";
+        EXPECT_EQ(stats.h2d_bytes, problem.P * working_bytes) << "working params";
       }
     }
     std::vector<float> p, m, v, w;
@@ -174,6 +182,18 @@ TEST(UpdateEngine, EveryScheduleIsBitIdenticalToPlainAdamW) {
     EXPECT_TRUE(bitwise_equal(w, want_w)) << "working params, " << describe(settings);
     EXPECT_EQ(run.engine->step_count(), kSteps);
   }
+}
+
+TEST(UpdateEngine, EveryScheduleIsBitIdenticalToPlainAdamW) {
+  check_every_schedule([] { return make_cpu_device({}); });
+}
+
+// The same on a GPU: the CUDA AdamW kernel, cudaMemcpyAsync staging and CUDA events
+// must give the CPU's bits.
+TEST(UpdateEngine, EveryScheduleIsBitIdenticalOnTheCudaDevice) {
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no GPU to run on: " << why;
+  check_every_schedule([] { return make_cuda_device({}); });
 }
 
 TEST(UpdateEngine, GradientsAnnouncedDuringBackwardStartEarlyAndChangeNothing) {

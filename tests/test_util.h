@@ -8,11 +8,13 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/rng.h"
 
 namespace tandem::testing {
 
@@ -80,6 +82,32 @@ inline CommandResult run_command(const std::string& command) {
   const int status = ::pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// A value from a mix of regimes: zeros, denormals, tiny, ordinary, huge, and (for
+// gradients) NaN and infinities.
+inline float nasty_value(Rng& rng, bool allow_nonfinite) {
+  const uint64_t kind = rng.next_u64() % 16;
+  const float sign = rng.uniform() < 0.5f ? -1.0f : 1.0f;
+  switch (kind) {
+    case 0:
+      return 0.0f * sign;
+    case 1:
+      return sign * std::numeric_limits<float>::denorm_min() *
+             static_cast<float>(rng.next_u64() % 1000);
+    case 2:
+      return sign * 1e-30f * rng.uniform();
+    case 3:
+      return sign * 1e30f * rng.uniform();
+    case 4:
+      return sign * 3.0e38f;
+    case 5:
+      return allow_nonfinite ? std::numeric_limits<float>::quiet_NaN() : 1.0f;
+    case 6:
+      return allow_nonfinite ? sign * std::numeric_limits<float>::infinity() : -1.0f;
+    default:
+      return rng.normal() * (kind < 10 ? 1e-3f : 1.0f);
+  }
 }
 
 // The first `bytes` of the bundled Tiny Shakespeare, as a small training text.

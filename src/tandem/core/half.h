@@ -6,19 +6,28 @@
 // CUDA kernels call these very functions.
 #pragma once
 
-#include <bit>
 #include <cstdint>
+#include <cstring>
 
 #include "tandem/core/host_device.h"
 
 namespace tandem {
 
+// std::bit_cast for host and device code (CUDA sources are compiled as C++17).
+template <typename To, typename From>
+TANDEM_HOST_DEVICE inline To bit_copy(const From& from) {
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  std::memcpy(&to, &from, sizeof(To));
+  return to;
+}
+
 TANDEM_HOST_DEVICE inline float bf16_to_float(uint16_t h) {
-  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+  return bit_copy<float>(static_cast<uint32_t>(h) << 16);
 }
 
 TANDEM_HOST_DEVICE inline uint16_t float_to_bf16(float f) {
-  const uint32_t bits = std::bit_cast<uint32_t>(f);
+  const uint32_t bits = bit_copy<uint32_t>(f);
   // NaN: truncating could clear every mantissa bit left (giving infinity); set the quiet bit.
   if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
   const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
@@ -29,16 +38,16 @@ TANDEM_HOST_DEVICE inline float fp16_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exponent = (h >> 10) & 0x1fu;
   const uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0x1f) return bit_copy<float>(sign | 0x7f800000u | (mantissa << 13));
   if (exponent != 0)
-    return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+    return bit_copy<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
   // Zero or subnormal: mantissa * 2^-24, exact in float.
   const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
   return sign ? -magnitude : magnitude;
 }
 
 TANDEM_HOST_DEVICE inline uint16_t float_to_fp16(float f) {
-  const uint32_t bits = std::bit_cast<uint32_t>(f);
+  const uint32_t bits = bit_copy<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t magnitude = bits & 0x7fffffffu;
   if (magnitude > 0x7f800000u)  // NaN: quiet, payload truncated (as vcvtps2ph does)

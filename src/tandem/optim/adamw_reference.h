@@ -64,7 +64,12 @@ void adamw_reference(const AdamWArrays& arrays, size_t n, const AdamWStepScalars
 // fp32 gradients, no working copy.
 inline void adamw_reference(float* params, const float* grads, float* m, float* v, size_t n,
                             const AdamWStepScalars& s) {
-  adamw_reference(AdamWArrays{.params = params, .m = m, .v = v, .grads = grads}, n, s);
+  AdamWArrays arrays;
+  arrays.params = params;
+  arrays.m = m;
+  arrays.v = v;
+  arrays.grads = grads;
+  adamw_reference(arrays, n, s);
 }
 
 }  // namespace tandem

@@ -1,0 +1,22 @@
+// The `cuda` device in a build without the CUDA toolkit: it reports why it is absent.
+#include "tandem/device/cuda/cuda_device.h"
+
+#ifndef TANDEM_HAVE_CUDA
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+int cuda_device_count(std::string* why) {
+  if (why != nullptr) *why = "tandem was built without CUDA (no nvcc found by CMake)";
+  return 0;
+}
+
+std::unique_ptr<Device> make_cuda_device(const CudaDeviceOptions&) {
+  fail("this tandem was built without CUDA; install the CUDA toolkit (nvcc) and rebuild, or "
+       "use device.type = \"cpu\"");
+}
+
+}  // namespace tandem
+
+#endif  // TANDEM_HAVE_CUDA
