@@ -11,6 +11,7 @@
 
 #include "tandem/core/file_io.h"
 #include "tandem/data/token_shard.h"
+#include "tandem/device/cuda/cuda_device.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -249,6 +250,14 @@ TEST_F(CliTest, TraceHasALanePerKindOfWorkAndASlicePerSubgroup) {
   EXPECT_EQ(slices_per_lane["update"], 2);  // two traced steps
   // The tiny model has ~11k parameters: 4 subgroups of 3000, every one updated.
   EXPECT_EQ(subgroups_updated.size(), 4u);
+}
+
+TEST_F(CliTest, GpuBenchmarksSayWhyTheyCannotRunWithoutAGpu) {
+  std::string why;
+  if (cuda_device_count(&why) > 0)
+    GTEST_SKIP() << "a GPU is present; this test is for machines without one";
+  for (const char* command : {"bench pcie --bytes 1000", "bench adamw --device cuda --params 1000"})
+    expect_error(tandem(command), {"cannot use a CUDA GPU", "device.type"});
 }
 
 }  // namespace

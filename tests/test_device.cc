@@ -11,6 +11,7 @@
 #include <numeric>
 #include <vector>
 
+#include "tandem/bench/device_bench.h"
 #include "tandem/core/half.h"
 #include "tandem/core/rng.h"
 #include "tandem/device/cpu/cpu_device.h"
@@ -461,6 +462,21 @@ TEST(Device, DestroyingStreamsWithQueuedWorkDrainsThem) {
   EXPECT_TRUE(same(src, dst));
   EXPECT_TRUE(healthy_done->ready());
   EXPECT_NO_THROW(healthy_done->synchronize());
+}
+
+// The device benchmarks run on any backend; on the CPU device they measure memcpy and
+// the CPU kernel, which checks their bookkeeping (not GPU speed).
+TEST(DeviceBench, PcieAndAdamWReportConsistentFigures) {
+  auto device = make_cpu_device({.memory_bytes = 64 << 20});
+  const PcieBenchResult pcie = run_pcie_bench(*device, 4 << 20, 2);
+  EXPECT_GT(pcie.h2d_gb_per_s, 0.0);
+  EXPECT_GT(pcie.d2h_gb_per_s, 0.0);
+  EXPECT_GT(pcie.both_gb_per_s, 0.0);
+  const DeviceAdamWBenchResult adamw = run_device_adamw_bench(*device, 1 << 20, 2);
+  EXPECT_EQ(adamw.bytes_per_param, 30.0);
+  EXPECT_NEAR(adamw.gb_per_s, adamw.params_per_s * 30 / 1e9, 1e-9 * adamw.gb_per_s);
+  EXPECT_NEAR(adamw.ratio, adamw.gb_per_s / adamw.copy_gb_per_s, 1e-12);
+  EXPECT_EQ(device->device_in_use(), 0u);  // everything released
 }
 
 }  // namespace

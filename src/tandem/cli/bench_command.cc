@@ -3,8 +3,10 @@
 #include <string>
 
 #include "tandem/bench/adamw_bench.h"
+#include "tandem/bench/device_bench.h"
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
+#include "tandem/device/cuda/cuda_device.h"
 
 namespace tandem::cli {
 
@@ -20,6 +22,7 @@ void register_bench(CLI::App& app) {
     std::string target;
     int repetitions = 5;
     bool json = false;
+    std::string device = "cpu";
   };
   auto args = std::make_shared<AdamWArgs>();
   CLI::App* adamw = bench->add_subcommand(
@@ -39,7 +42,19 @@ void register_bench(CLI::App& app) {
   adamw->add_option("--repetitions", args->repetitions, "Timed passes (best is reported)")
       ->check(CLI::Range(1, 1000));
   adamw->add_flag("--json", args->json, "Print one JSON object");
+  adamw
+      ->add_option("--device", args->device,
+                   "cpu: the CPU kernel vs a triad; cuda: the GPU kernel vs a device copy")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   adamw->callback([args] {
+    if (args->device == "cuda") {
+      auto device = make_cuda_device({});
+      const DeviceAdamWBenchResult r =
+          run_device_adamw_bench(*device, static_cast<size_t>(args->params), args->repetitions);
+      const std::string out = args->json ? r.to_json().dump() + "\n" : r.to_text(device->name());
+      std::fputs(out.c_str(), stdout);
+      return;
+    }
     AdamWBenchOptions options;
     options.params = static_cast<size_t>(args->params);
     options.grad_dtype = args->grad_dtype == "bf16" ? GradDType::kBF16 : GradDType::kF32;
@@ -51,6 +66,26 @@ void register_bench(CLI::App& app) {
     options.repetitions = args->repetitions;
     const AdamWBenchResult result = run_adamw_bench(options);
     const std::string out = args->json ? result.to_json().dump() + "\n" : result.to_text();
+    std::fputs(out.c_str(), stdout);
+  });
+
+  struct PcieArgs {
+    double bytes = 256.0 * (1 << 20);
+    int repetitions = 5;
+    bool json = false;
+  };
+  auto pcie_args = std::make_shared<PcieArgs>();
+  CLI::App* pcie = bench->add_subcommand(
+      "pcie", "Pinned host-to-device, device-to-host and both-at-once copy bandwidth (GPU)");
+  pcie->add_option("--bytes", pcie_args->bytes, "Bytes per copy")->check(CLI::Range(1.0, 1e11));
+  pcie->add_option("--repetitions", pcie_args->repetitions, "Timed copies (best is reported)")
+      ->check(CLI::Range(1, 1000));
+  pcie->add_flag("--json", pcie_args->json, "Print one JSON object");
+  pcie->callback([pcie_args] {
+    auto device = make_cuda_device({});
+    const PcieBenchResult r =
+        run_pcie_bench(*device, static_cast<size_t>(pcie_args->bytes), pcie_args->repetitions);
+    const std::string out = pcie_args->json ? r.to_json().dump() + "\n" : r.to_text(device->name());
     std::fputs(out.c_str(), stdout);
   });
 }

@@ -118,7 +118,7 @@ class CudaDevice final : public Device {
               "cudaHostAlloc (pinned host memory)");
         break;
       case MemorySpace::kHost:
-        data = ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t{64});
+        data = ::operator new (bytes == 0 ? 1 : bytes, std::align_val_t{64});
         break;
     }
     return DeviceAllocation(this, space, data, bytes);
@@ -171,7 +171,7 @@ class CudaDevice final : public Device {
         cudaFreeHost(data);
         break;
       case MemorySpace::kHost:
-        ::operator delete(data, std::align_val_t{64});
+        ::operator delete (data, std::align_val_t{64});
         break;
     }
   }
@@ -192,13 +192,14 @@ class CudaDevice final : public Device {
 
   TraceMark* begin_trace(CudaStream& stream, std::string_view label, nlohmann::json args) {
     if (tracer_ == nullptr || !tracer_->enabled()) return nullptr;
-    auto* mark = new TraceMark{tracer_, std::string(stream.name()), std::string(label),
-                               std::move(args)};
+    auto* mark =
+        new TraceMark{tracer_, std::string(stream.name()), std::string(label), std::move(args)};
     check(cudaLaunchHostFunc(stream.get(), trace_begin, mark), "cudaLaunchHostFunc");
     return mark;
   }
   void end_trace(CudaStream& stream, TraceMark* mark) {
-    if (mark != nullptr) check(cudaLaunchHostFunc(stream.get(), trace_end, mark), "cudaLaunchHostFunc");
+    if (mark != nullptr)
+      check(cudaLaunchHostFunc(stream.get(), trace_end, mark), "cudaLaunchHostFunc");
   }
 
   int index_;
@@ -225,7 +226,8 @@ int cuda_device_count(std::string* why) {
 std::unique_ptr<Device> make_cuda_device(const CudaDeviceOptions& options) {
   std::string why;
   const int count = cuda_device_count(&why);
-  TANDEM_CHECK(count > 0, "device.type = \"cuda\" but ", why, "; use device.type = \"cpu\"");
+  TANDEM_CHECK(count > 0, "cannot use a CUDA GPU: ", why,
+               " (without a GPU, tandem runs on the cpu device: device.type = \"cpu\")");
   TANDEM_CHECK(options.device_index >= 0 && options.device_index < count, "CUDA device ",
                options.device_index, " does not exist (", count, " found)");
   return std::make_unique<CudaDevice>(options);
