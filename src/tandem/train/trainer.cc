@@ -85,6 +85,7 @@ class Trainer {
 
   TrainResult run() {
     start();
+    start_step_ = step_;
     const int64_t last_step = options_.stop_at_step > 0
                                   ? std::min(options_.stop_at_step, config_.train.steps)
                                   : config_.train.steps;
@@ -94,6 +95,7 @@ class Trainer {
     const double tokens_per_step =
         static_cast<double>(B_) * T_ * config_.gradient_accumulation_steps;
     if (!options_.trace_path.empty()) engine_.set_tracer(&tracer_);
+    bool trace_written = false;
     while (step_ < last_step) {
       const int64_t number = step_ + 1;
       tracer_.set_enabled(!options_.trace_path.empty() && number >= options_.trace_first_step &&
@@ -121,6 +123,7 @@ class Trainer {
       if (tracer_.enabled() && (step_ == options_.trace_last_step || step_ == last_step)) {
         tracer_.set_enabled(false);
         tracer_.write(options_.trace_path);
+        trace_written = true;
         progress_.note(cat("step ", step_, ": wrote the trace of steps ", options_.trace_first_step,
                            "-", step_, " to ", options_.trace_path.string()));
       }
@@ -140,6 +143,10 @@ class Trainer {
       }
     }
     progress_.finish();
+    if (!options_.trace_path.empty() && !trace_written)
+      progress_.note(cat("tandem: no trace written: no step of --trace-steps ",
+                         options_.trace_first_step, "-", options_.trace_last_step, " ran (steps ",
+                         start_step_ + 1, "-", step_, " did)"));
     result.steps_done = step_;
     result.state_digest = state_digest();
     metrics.write({{"step", step_},
@@ -312,6 +319,7 @@ class Trainer {
   ProgressLine progress_;
   std::vector<int32_t> inputs_, targets_;
   int64_t step_ = 0;
+  int64_t start_step_ = 0;  // where this invocation began (after a resume: the checkpoint's)
 };
 
 }  // namespace
