@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""A plain PyTorch GPT-2 training loop: the baseline tandem's GPU step is measured against.
+
+What the CUDA backend issue asks to compare with: bf16 autocast,
+F.scaled_dot_product_attention, fused AdamW, no torch.compile. GPT-2 124M with
+B=16, T=1024 by default. Prints tokens/s per step and, at the end, one JSON object
+(median tokens/s over the timed steps).
+
+  python3 bench/pytorch_gpt2_train.py --device cuda               # GPT-2 124M
+  python3 bench/pytorch_gpt2_train.py --device cpu --model tiny --steps 3   # smoke test
+"""
+import argparse
+import json
+import math
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+MODELS = {
+    # vocab padded to 50304 as llm.c and nanoGPT do
+    "124M": dict(vocab_size=50304, context_length=1024, n_layer=12, n_head=12, n_embd=768),
+    "tiny": dict(vocab_size=256, context_length=64, n_layer=2, n_head=2, n_embd=64),
+}
+
+
+class Block(nn.Module):
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.c_fc = nn.Linear(n_embd, 4 * n_embd)
+        self.mlp_proj = nn.Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size, context_length, n_layer, n_head, n_embd):
+        super().__init__()
+        self.wte = nn.Embedding(vocab_size, n_embd)
+        self.wpe = nn.Embedding(context_length, n_embd)
+        self.h = nn.ModuleList(Block(n_embd, n_head) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(n_embd)
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * n_layer) if name.endswith(("c_proj.weight", "mlp_proj.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+        for block in self.h:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--model", default="124M", choices=sorted(MODELS))
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--seq-len", type=int, default=0, help="0: the model's context length")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5, help="steps not timed")
+    args = parser.parse_args()
+
+    torch.manual_seed(1337)
+    cfg = MODELS[args.model]
+    T = args.seq_len or cfg["context_length"]
+    device = torch.device(args.device)
+    model = GPT(**cfg).to(device)
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    fused = device.type == "cuda"
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=fused)
+    data = torch.randint(0, cfg["vocab_size"], (args.batch, T + 1), device=device)
+    x, y = data[:, :-1], data[:, 1:].contiguous()
+    rates = []
+    for step in range(args.warmup + args.steps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+            loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+        tokens_per_s = args.batch * T / elapsed
+        if step >= args.warmup:
+            rates.append(tokens_per_s)
+        print(f"step {step + 1}: loss {loss.item():.4f}, {elapsed * 1e3:.1f} ms, {tokens_per_s:.0f} tok/s")
+    params = sum(p.numel() for p in model.parameters())
+    print(json.dumps({"framework": "pytorch", "torch": torch.__version__, "device": str(device),
+                      "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
+                      "model": args.model, "params": params, "batch": args.batch, "seq_len": T,
+                      "tokens_per_s": statistics.median(rates) if rates else None}))
+
+
+if __name__ == "__main__":
+    main()
