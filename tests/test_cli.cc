@@ -258,6 +258,9 @@ TEST_F(CliTest, GpuBenchmarksSayWhyTheyCannotRunWithoutAGpu) {
     GTEST_SKIP() << "a GPU is present; this test is for machines without one";
   for (const char* command : {"bench pcie --bytes 1000", "bench adamw --device cuda --params 1000"})
     expect_error(tandem(command), {"cannot use a CUDA GPU", "device.type"});
+  expect_error(tandem("train --config " + write_config().string() + " --set device.type=cuda"),
+               {"cannot use a CUDA GPU", "device.type"});
+  EXPECT_FALSE(fs::exists(dir_ / "run/checkpoints"));
 }
 
 }  // namespace

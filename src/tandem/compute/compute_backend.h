@@ -73,6 +73,11 @@ class ComputeBackend {
   // Waits for all queued work (a no-op for synchronous backends).
   virtual void synchronize() = 0;
 
+  // ---- reductions -------------------------------------------------------------
+  // sum of x[i]^2 in double (for the global gradient norm), in an order fixed by the
+  // backend: the same bits on every call for the same data.
+  virtual double sum_of_squares(const float* x, size_t n) = 0;
+
   // ---- forward kernels ------------------------------------------------------
   // out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]
   virtual void encoder_forward(float* out, const int32_t* tokens, const float* wte,
@@ -126,5 +131,9 @@ inline Buffer::~Buffer() {
 
 // The host backend: OpenBLAS matmuls, OpenMP loops.
 std::unique_ptr<ComputeBackend> make_cpu_backend();
+
+// The CUDA backend on GPU `device_index` (fp32 kernels, cuBLAS matmuls). Throws
+// tandem::Error, saying why, when tandem was built without CUDA or there is no GPU.
+std::unique_ptr<ComputeBackend> make_cuda_backend(int device_index = 0);
 
 }  // namespace tandem

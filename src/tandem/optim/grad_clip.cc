@@ -6,6 +6,10 @@
 namespace tandem {
 
 double global_grad_norm(const float* grads, size_t n) {
+  return std::sqrt(sum_of_squares(grads, n));
+}
+
+double sum_of_squares(const float* grads, size_t n) {
   constexpr size_t kBlock = 1 << 14;
   const size_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<double> partial(blocks, 0.0);
@@ -19,7 +23,7 @@ double global_grad_norm(const float* grads, size_t n) {
   }
   double total = 0.0;
   for (double p : partial) total += p;
-  return std::sqrt(total);
+  return total;
 }
 
 float clip_scale(double norm, float max_norm) {

@@ -5,9 +5,12 @@
 
 namespace tandem {
 
-// sqrt(sum of squares) over all n gradients, accumulated in double in fixed-size
-// blocks summed in order: the same bits for any thread count, which the update
-// schedules rely on (every schedule must clip by the same factor).
+// Sum of squares of n floats (host memory), accumulated in double in fixed-size blocks
+// summed in order: the same bits for any thread count, which the update schedules rely
+// on (every schedule must clip by the same factor).
+double sum_of_squares(const float* x, size_t n);
+
+// sqrt(sum_of_squares(grads, n)).
 double global_grad_norm(const float* grads, size_t n);
 
 // The factor to multiply gradients by: max_norm / (norm + 1e-6) when norm exceeds

@@ -23,10 +23,11 @@ void add_up(TrainingMemoryPlan& plan) {
 
 }  // namespace
 
-TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool) {
+TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
+                                 size_t model_allocated) {
   TrainingMemoryPlan plan;
   plan.num_params = static_cast<size_t>(config.model.num_parameters());
-  plan.device_capacity = device.device_capacity();
+  plan.device_capacity = device.device_capacity() + model_allocated;
   plan.activation_bytes =
       Gpt::activation_bytes(config.model, config.micro_batch_size, config.seq_len());
   plan.model_bytes = plan.num_params * 2 * sizeof(float);

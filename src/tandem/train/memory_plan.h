@@ -31,8 +31,12 @@ struct TrainingMemoryPlan {
 };
 
 // Calibrates the update rates on `device` and `pool`, builds the update plan (the
-// performance model's choice for `auto`) and adds up the memory.
-TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool);
+// performance model's choice for `auto`) and adds up the memory. `model_allocated`:
+// device bytes the model already holds outside the device's own accounting (a GPU
+// compute backend allocates them before the device measures what is free); they count
+// as part of the capacity. 0 when the model's memory is to be reserved in the device.
+TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
+                                 size_t model_allocated = 0);
 
 // Throws tandem::Error when the plan does not fit in device memory, with the bytes
 // per tier and what to change.

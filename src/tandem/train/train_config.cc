@@ -46,7 +46,7 @@ constexpr std::string_view kZeroKeys[] = {"sub_group_size"};
 constexpr std::string_view kOffloadKeys[] = {"schedule", "ratio", "stride", "staging_buffers"};
 constexpr std::string_view kDeviceKeys[] = {"type", "memory_gb"};
 constexpr std::string_view kSchedules[] = {"device", "cpu", "ratio", "interleave", "auto"};
-constexpr std::string_view kDeviceTypes[] = {"cpu"};
+constexpr std::string_view kDeviceTypes[] = {"cpu", "cuda"};
 constexpr std::string_view kModelKeys[] = {"vocab_size", "context_length", "n_layer", "n_head",
                                            "n_embd"};
 constexpr std::string_view kDataKeys[] = {"train_path", "val_path", "val_fraction"};
@@ -398,8 +398,9 @@ TrainConfig parse_train_config(const json& config_json) {
   const Section device = top.section("device");
   device.check_keys(kDeviceKeys);
   device.read_string("type", config.device.type);
-  TANDEM_CHECK(config.device.type == "cpu", "device.type must be one of ", join(kDeviceTypes),
-               ", got \"", config.device.type, "\" (the CUDA device comes with the CUDA backend)");
+  TANDEM_CHECK(config.device.type == "cpu" || config.device.type == "cuda",
+               "device.type must be one of ", join(kDeviceTypes), ", got \"", config.device.type,
+               "\"");
   device.read_real("memory_gb", config.device.memory_gb, "a number > 0",
                    [](double v) { return v > 0; });
 

@@ -46,9 +46,11 @@ struct TrainLoopConfig {  // JSON: "train": {...}
   int sample_bytes = 300;  // bytes sampled and printed at the end; 0 disables
 };
 
-struct DeviceConfig {        // JSON: "device": {...}
-  std::string type = "cpu";  // "cpu": the host-only device backend (see device/device.h)
-  double memory_gb = 16.0;   // capacity of the device memory the update engine may use
+struct DeviceConfig {  // JSON: "device": {...}
+  // "cpu": model and optimizer on the host (the host-only device backend, see
+  // device/device.h); "cuda": the model on the GPU, the optimizer state per schedule.
+  std::string type = "cpu";
+  double memory_gb = 16.0;  // capacity of the device memory the update engine may use
 };
 
 struct TrainConfig {

@@ -13,6 +13,7 @@
 #include "tandem/core/trace.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/loader.h"
+#include "tandem/device/cuda/cuda_device.h"
 #include "tandem/device/device.h"
 #include "tandem/model/gpt.h"
 #include "tandem/offload/update_engine.h"
@@ -55,14 +56,16 @@ class Trainer {
         data_(load_dataset(config.data.train_path, config.data.val_path, config.data.val_fraction,
                            config.model.vocab_size)),
         train_loader_(data_.train, B_, T_, config.train.seed, true, "train"),
-        backend_(make_cpu_backend()),
+        backend_(config.device.type == "cuda" ? make_cuda_backend() : make_cpu_backend()),
         model_(config.model, *backend_, B_, T_),
-        device_(make_cpu_device(
-            {.memory_bytes = static_cast<size_t>(config.device.memory_gb * (1ull << 30))})),
+        device_(make_device(config, model_.allocated_bytes())),
         optimizer_pool_(),
-        plan_(checked_plan(config, *device_, optimizer_pool_)),
-        model_reservation_(
-            device_->allocate(MemorySpace::kDevice, plan_.activation_bytes + plan_.model_bytes)),
+        plan_(checked_plan(config, *device_, optimizer_pool_,
+                           on_gpu() ? model_.allocated_bytes() : 0)),
+        model_reservation_(on_gpu()
+                               ? DeviceAllocation()
+                               : device_->allocate(MemorySpace::kDevice,
+                                                   plan_.activation_bytes + plan_.model_bytes)),
         engine_(*device_, optimizer_pool_, model_.layout(), plan_.offload,
                 AdamWHyper{.lr = config.optimizer.lr,
                            .beta1 = config.optimizer.beta1,
@@ -181,9 +184,21 @@ class Trainer {
                        " per epoch), ", config_.train.steps, " steps"));
   }
 
+  bool on_gpu() const { return config_.device.type == "cuda"; }
+
+  // The device the update engine works with. On a GPU, the model's buffers are already
+  // allocated (by the CUDA compute backend): the device gets what is left of
+  // device.memory_gb.
+  static std::unique_ptr<Device> make_device(const TrainConfig& config, size_t model_bytes) {
+    const auto budget = static_cast<size_t>(config.device.memory_gb * (1ull << 30));
+    if (config.device.type == "cuda")
+      return make_cuda_device({.memory_bytes = budget > model_bytes ? budget - model_bytes : 1});
+    return make_cpu_device({.memory_bytes = budget});
+  }
+
   static TrainingMemoryPlan checked_plan(const TrainConfig& config, Device& device,
-                                         ThreadPool& pool) {
-    TrainingMemoryPlan plan = plan_training(config, device, pool);
+                                         ThreadPool& pool, size_t model_allocated) {
+    TrainingMemoryPlan plan = plan_training(config, device, pool, model_allocated);
     check_fits(plan, config);
     return plan;
   }
@@ -263,7 +278,7 @@ class Trainer {
         std::isfinite(loss), "the training loss became ", loss, " at step ", step_ + 1,
         "; lower optimizer.params.lr or set gradient_clipping (the last checkpoint is intact)");
     const size_t P = model_.layout().num_elements();
-    times.grad_norm = global_grad_norm(model_.grads(), P);
+    times.grad_norm = std::sqrt(backend_->sum_of_squares(model_.grads(), P));
     const float scale = clip_scale(times.grad_norm, config_.gradient_clipping);
     TraceScope scope(&tracer_, "update", cat("optimizer step ", step_ + 1));
     times.update = engine_.step(lr, scale);

@@ -5,6 +5,7 @@
 #include "tandem/compute/compute_backend.h"
 #include "tandem/compute/cpu/cpu_kernels.h"
 #include "tandem/core/error.h"
+#include "tandem/optim/grad_clip.h"
 
 namespace tandem {
 namespace {
@@ -31,6 +32,7 @@ class CpuBackend final : public ComputeBackend {
   }
   void fill_zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
   void synchronize() override {}
+  double sum_of_squares(const float* x, size_t n) override { return tandem::sum_of_squares(x, n); }
 
   void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                        int T, int C) override {
