@@ -9,14 +9,13 @@
 #include "tandem/compute/compute_backend.h"
 #include "tandem/compute/cuda/kernels.cuh"
 #include "tandem/core/error.h"
+#include "tandem/device/cuda/cuda_check.h"
 #include "tandem/device/cuda/cuda_device.h"
 
 namespace tandem {
 namespace {
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) fail("CUDA error in ", what, ": ", cudaGetErrorString(err));
-}
+void check(cudaError_t err, const char* what) { cuda_check(err, what); }
 
 void check(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS)

@@ -7,20 +7,17 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
+#include "tandem/device/cuda/cuda_check.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/optim/adamw_cuda.h"
 
 namespace tandem {
 namespace {
 
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) fail("CUDA error in ", what, ": ", cudaGetErrorString(err));
-}
-
 class CudaStream final : public Stream {
  public:
   CudaStream(const void* owner, std::string name) : owner_(owner), name_(std::move(name)) {
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
   ~CudaStream() override {
     cudaStreamSynchronize(stream_);  // queued work must not outlive its buffers
@@ -43,10 +40,10 @@ class CudaStream final : public Stream {
 class CudaEvent final : public Event {
  public:
   explicit CudaEvent(const void* owner) : owner_(owner) {
-    check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
+    cuda_check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
   }
   ~CudaEvent() override { cudaEventDestroy(event_); }
-  void synchronize() override { check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+  void synchronize() override { cuda_check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
   bool ready() override { return cudaEventQuery(event_) == cudaSuccess; }
   cudaEvent_t get() const { return event_; }
   const void* owner() const { return owner_; }
@@ -79,19 +76,19 @@ void CUDART_CB trace_end(void* data) {
 class CudaDevice final : public Device {
  public:
   explicit CudaDevice(const CudaDeviceOptions& options) : index_(options.device_index) {
-    check(cudaSetDevice(index_), "cudaSetDevice");
+    cuda_check(cudaSetDevice(index_), "cudaSetDevice");
     cudaDeviceProp prop{};
-    check(cudaGetDeviceProperties(&prop, index_), "cudaGetDeviceProperties");
+    cuda_check(cudaGetDeviceProperties(&prop, index_), "cudaGetDeviceProperties");
     name_ = std::string("cuda:") + std::to_string(index_) + " (" + prop.name + ")";
     size_t free_bytes = 0, total_bytes = 0;
-    check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
     capacity_ = options.memory_bytes == 0 ? free_bytes : std::min(options.memory_bytes, free_bytes);
   }
 
   std::string_view name() const override { return name_; }
 
   DeviceAllocation allocate(MemorySpace space, size_t bytes) override {
-    check(cudaSetDevice(index_), "cudaSetDevice");
+    cuda_check(cudaSetDevice(index_), "cudaSetDevice");
     void* data = nullptr;
     switch (space) {
       case MemorySpace::kDevice: {
@@ -114,8 +111,8 @@ class CudaDevice final : public Device {
         break;
       }
       case MemorySpace::kPinnedHost:
-        check(cudaHostAlloc(&data, bytes == 0 ? 1 : bytes, cudaHostAllocDefault),
-              "cudaHostAlloc (pinned host memory)");
+        cuda_check(cudaHostAlloc(&data, bytes == 0 ? 1 : bytes, cudaHostAllocDefault),
+                   "cudaHostAlloc (pinned host memory)");
         break;
       case MemorySpace::kHost:
         data = ::operator new (bytes == 0 ? 1 : bytes, std::align_val_t{64});
@@ -128,25 +125,25 @@ class CudaDevice final : public Device {
   size_t device_in_use() const override { return in_use_.load(); }
 
   std::unique_ptr<Stream> create_stream(std::string name) override {
-    check(cudaSetDevice(index_), "cudaSetDevice");
+    cuda_check(cudaSetDevice(index_), "cudaSetDevice");
     return std::make_unique<CudaStream>(this, std::move(name));
   }
   std::unique_ptr<Event> create_event() override {
-    check(cudaSetDevice(index_), "cudaSetDevice");
+    cuda_check(cudaSetDevice(index_), "cudaSetDevice");
     return std::make_unique<CudaEvent>(this);
   }
   void record(Event& event, Stream& stream) override {
-    check(cudaEventRecord(own(event).get(), own(stream).get()), "cudaEventRecord");
+    cuda_check(cudaEventRecord(own(event).get(), own(stream).get()), "cudaEventRecord");
   }
   void wait(Stream& stream, Event& event) override {
-    check(cudaStreamWaitEvent(own(stream).get(), own(event).get(), 0), "cudaStreamWaitEvent");
+    cuda_check(cudaStreamWaitEvent(own(stream).get(), own(event).get(), 0), "cudaStreamWaitEvent");
   }
 
   void copy_async(void* dst, const void* src, size_t bytes, Stream& stream,
                   std::string_view label) override {
     CudaStream& s = own(stream);
     TraceMark* mark = begin_trace(s, label.empty() ? "copy" : label, {{"bytes", bytes}});
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s.get()), "cudaMemcpyAsync");
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s.get()), "cudaMemcpyAsync");
     end_trace(s, mark);
   }
 
@@ -194,12 +191,12 @@ class CudaDevice final : public Device {
     if (tracer_ == nullptr || !tracer_->enabled()) return nullptr;
     auto* mark =
         new TraceMark{tracer_, std::string(stream.name()), std::string(label), std::move(args)};
-    check(cudaLaunchHostFunc(stream.get(), trace_begin, mark), "cudaLaunchHostFunc");
+    cuda_check(cudaLaunchHostFunc(stream.get(), trace_begin, mark), "cudaLaunchHostFunc");
     return mark;
   }
   void end_trace(CudaStream& stream, TraceMark* mark) {
     if (mark != nullptr)
-      check(cudaLaunchHostFunc(stream.get(), trace_end, mark), "cudaLaunchHostFunc");
+      cuda_check(cudaLaunchHostFunc(stream.get(), trace_end, mark), "cudaLaunchHostFunc");
   }
 
   int index_;

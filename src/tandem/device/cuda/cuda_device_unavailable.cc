@@ -13,8 +13,9 @@ int cuda_device_count(std::string* why) {
 }
 
 std::unique_ptr<Device> make_cuda_device(const CudaDeviceOptions&) {
-  fail("cannot use a CUDA GPU: tandem was built without CUDA; install the CUDA toolkit (nvcc) "
-       "and rebuild (without a GPU, tandem runs on the cpu device: device.type = \"cpu\")");
+  fail(
+      "cannot use a CUDA GPU: tandem was built without CUDA; install the CUDA toolkit (nvcc) "
+      "and rebuild (without a GPU, tandem runs on the cpu device: device.type = \"cpu\")");
 }
 
 }  // namespace tandem
