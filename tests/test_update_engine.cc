@@ -46,22 +46,29 @@ struct Problem {
       for (float& g : grads.back()) g = rng.normal() * 0.1f;
     }
   }
+  // bf16 gradients hold exactly the bf16-rounded values.
+  static std::vector<float> rounded(const std::vector<float>& g, GradDType dtype) {
+    if (dtype == GradDType::kF32) return g;
+    std::vector<float> r(g.size());
+    for (size_t i = 0; i < g.size(); i++) r[i] = bf16_to_float(float_to_bf16(g[i]));
+    return r;
+  }
   static float lr(int s) { return kHyper.lr * (1.0f - 0.2f * s); }
   static float scale(int s) { return s == 1 ? 0.5f : 1.0f; }
 
   // Plain AdamW over the flat arrays: the expected result of every schedule.
-  void reference(std::vector<float>& p, std::vector<float>& mm, std::vector<float>& vv,
-                 int steps) const {
+  void reference(std::vector<float>& p, std::vector<float>& mm, std::vector<float>& vv, int steps,
+                 GradDType grad_dtype = GradDType::kF32) const {
     p = params;
     mm = m;
     vv = v;
     for (int s = 0; s < steps; s++) {
       AdamWHyper hyper = kHyper;
       hyper.lr = lr(s);
+      const std::vector<float> g = rounded(grads[s], grad_dtype);
       for (const AdamWSegment& seg : adamw_segments(layout))
         adamw_reference(
-            AdamWArrays{
-                .params = p.data(), .m = mm.data(), .v = vv.data(), .grads = grads[s].data()}
+            AdamWArrays{.params = p.data(), .m = mm.data(), .v = vv.data(), .grads = g.data()}
                 .slice(seg.begin),
             seg.end - seg.begin, adamw_step_scalars(hyper, s + 1, seg.weight_decay, scale(s)));
     }
@@ -80,19 +87,28 @@ struct EngineRun {
             WorkingDType working_dtype = WorkingDType::kF32)
       : EngineRun(problem, settings, make_cpu_device(options), working_dtype) {}
 
+  GradDType grad_dtype = GradDType::kF32;
+
   EngineRun(const Problem& problem, const OffloadSettings& settings,
-            std::unique_ptr<Device> device_in, WorkingDType working_dtype)
-      : device(std::move(device_in)), working_dtype(working_dtype) {
+            std::unique_ptr<Device> device_in, WorkingDType working_dtype,
+            GradDType grad_dtype = GradDType::kF32)
+      : device(std::move(device_in)), working_dtype(working_dtype), grad_dtype(grad_dtype) {
     working = device->allocate(MemorySpace::kDevice, problem.P * sizeof(float));
     grads = device->allocate(MemorySpace::kDevice, problem.P * sizeof(float));
     engine = std::make_unique<UpdateEngine>(
         *device, pool, problem.layout, make_offload_plan(settings, problem.P), kHyper,
-        UpdateEngine::DeviceBuffers{working.data(), grads.as<const float>(), working_dtype});
+        UpdateEngine::DeviceBuffers{working.data(), grads.data(), working_dtype, grad_dtype});
     engine->load_state(problem.params.data(), problem.m.data(), problem.v.data(), 0);
   }
   void upload_grads(const std::vector<float>& g) {
     auto stream = device->create_stream("test");
-    device->copy_async(grads.data(), g.data(), g.size() * sizeof(float), *stream);
+    std::vector<uint16_t> g16;
+    if (grad_dtype == GradDType::kBF16) {
+      for (float x : g) g16.push_back(float_to_bf16(x));
+      device->copy_async(grads.data(), g16.data(), g16.size() * 2, *stream);
+    } else {
+      device->copy_async(grads.data(), g.data(), g.size() * sizeof(float), *stream);
+    }
     stream->synchronize();
   }
   void read(const Problem& problem, std::vector<float>& p, std::vector<float>& m,
@@ -128,10 +144,28 @@ std::string describe(const OffloadSettings& s) {
 
 // Every schedule x subgroup size x stride x staging count, with fp32, bf16 and fp16
 // working copies in turn, on the device that make_device returns.
+// The expected state after kSteps for one gradient dtype, and the working copy as each
+// working dtype rounds the params.
+struct Want {
+  std::vector<float> p, m, v, p_bf16, p_fp16;
+
+  Want(const Problem& problem, GradDType grad_dtype) {
+    problem.reference(p, m, v, kSteps, grad_dtype);
+    for (float x : p) {
+      p_bf16.push_back(bf16_to_float(float_to_bf16(x)));
+      p_fp16.push_back(fp16_to_float(float_to_fp16(x)));
+    }
+  }
+  const std::vector<float>& working(WorkingDType dtype) const {
+    return dtype == WorkingDType::kF32 ? p : dtype == WorkingDType::kBF16 ? p_bf16 : p_fp16;
+  }
+};
+
+// Every schedule x subgroup size x stride x staging count, with fp32/bf16/fp16 working
+// copies and fp32/bf16 gradients in turn, on the device that make_device returns.
 void check_every_schedule(const std::function<std::unique_ptr<Device>()>& make_device) {
   const Problem problem;
-  std::vector<float> want_p, want_m, want_v;
-  problem.reference(want_p, want_m, want_v, kSteps);
+  const Want want_f32_grads(problem, GradDType::kF32), want_bf16_grads(problem, GradDType::kBF16);
 
   std::vector<OffloadSettings> cases;
   for (size_t sub_group_size : {size_t{777}, size_t{4096}, problem.P, problem.P + 5}) {
@@ -147,19 +181,17 @@ void check_every_schedule(const std::function<std::unique_ptr<Device>()>& make_d
                          .stride = stride,
                          .staging_buffers = staging});
   }
-  // The working copy the model reads, as each dtype rounds the final params.
-  std::vector<float> want_bf16(problem.P), want_fp16(problem.P);
-  for (size_t i = 0; i < problem.P; i++) {
-    want_bf16[i] = bf16_to_float(float_to_bf16(want_p[i]));
-    want_fp16[i] = fp16_to_float(float_to_fp16(want_p[i]));
-  }
   size_t index = 0;
   for (const OffloadSettings& settings : cases) {
-    // fp32, bf16 and fp16 working copies in turn.
     const WorkingDType working_dtype =
-        std::array{WorkingDType::kF32, WorkingDType::kBF16, WorkingDType::kF16}[index++ % 3];
-    EngineRun run(problem, settings, make_device(), working_dtype);
+        std::array{WorkingDType::kF32, WorkingDType::kBF16, WorkingDType::kF16}[index % 3];
+    // Out of step with the working dtypes, so that every pair occurs.
+    const GradDType grad_dtype = (index / 3) % 2 == 0 ? GradDType::kF32 : GradDType::kBF16;
+    index++;
+    const Want& want = grad_dtype == GradDType::kF32 ? want_f32_grads : want_bf16_grads;
+    EngineRun run(problem, settings, make_device(), working_dtype, grad_dtype);
     const size_t working_bytes = working_dtype == WorkingDType::kF32 ? 4 : 2;
+    const size_t grad_bytes = grad_dtype == GradDType::kF32 ? 4 : 2;
     for (int s = 0; s < kSteps; s++) {
       run.upload_grads(problem.grads[s]);
       const UpdateStepStats stats = run.engine->step(Problem::lr(s), Problem::scale(s));
@@ -167,21 +199,23 @@ void check_every_schedule(const std::function<std::unique_ptr<Device>()>& make_d
         EXPECT_EQ(stats.h2d_bytes + stats.d2h_bytes, 0u);
       }
       if (settings.schedule == UpdateSchedule::kCpu) {
-        EXPECT_EQ(stats.d2h_bytes, problem.P * sizeof(float)) << "gradients, 4 bytes each";
+        EXPECT_EQ(stats.d2h_bytes, problem.P * grad_bytes) << "gradients";
         EXPECT_EQ(stats.h2d_bytes, problem.P * working_bytes) << "working params";
       }
     }
     std::vector<float> p, m, v, w;
     run.read(problem, p, m, v, w);
-    EXPECT_TRUE(bitwise_equal(p, want_p)) << describe(settings);
-    EXPECT_TRUE(bitwise_equal(m, want_m)) << describe(settings);
-    EXPECT_TRUE(bitwise_equal(v, want_v)) << describe(settings);
-    const std::vector<float>& want_w = working_dtype == WorkingDType::kF32    ? want_p
-                                       : working_dtype == WorkingDType::kBF16 ? want_bf16
-                                                                              : want_fp16;
-    EXPECT_TRUE(bitwise_equal(w, want_w)) << "working params, " << describe(settings);
+    const std::string what =
+        describe(settings) + cat(" working dtype ", static_cast<int>(working_dtype), " grad dtype ",
+                                 static_cast<int>(grad_dtype));
+    EXPECT_TRUE(bitwise_equal(p, want.p)) << what;
+    EXPECT_TRUE(bitwise_equal(m, want.m)) << what;
+    EXPECT_TRUE(bitwise_equal(v, want.v)) << what;
+    EXPECT_TRUE(bitwise_equal(w, want.working(working_dtype))) << "working params, " << what;
     EXPECT_EQ(run.engine->step_count(), kSteps);
   }
+  // The two gradient dtypes really lead to different states (the test could tell them apart).
+  EXPECT_FALSE(bitwise_equal(want_f32_grads.p, want_bf16_grads.p));
 }
 
 TEST(UpdateEngine, EveryScheduleIsBitIdenticalToPlainAdamW) {

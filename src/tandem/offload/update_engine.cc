@@ -15,7 +15,7 @@ struct UpdateEngine::SubgroupState {
   // [params | m | v], 3 x S floats: pinned host for host and staged subgroups, device
   // memory for resident ones.
   float* state = nullptr;
-  float* host_grads = nullptr;         // pinned host, host subgroups only
+  void* host_grads = nullptr;          // pinned host, host subgroups only
   uint16_t* host_working = nullptr;    // pinned host 16-bit working copy, host subgroups only
   std::vector<AdamWSegment> segments;  // weight-decay ranges, relative to range.begin
   std::unique_ptr<Event> grads_on_host;
@@ -41,10 +41,6 @@ std::vector<AdamWSegment> segments_within(const std::vector<AdamWSegment>& all, 
     if (b < e) out.push_back({b - begin, e - begin, s.weight_decay});
   }
   return out;
-}
-
-AdamWArrays state_arrays(float* state, size_t size, const float* grads) {
-  return AdamWArrays{.params = state, .m = state + size, .v = state + 2 * size, .grads = grads};
 }
 
 bool is_16_bit(WorkingDType dtype) {
@@ -79,14 +75,14 @@ UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& 
   const size_t slots = std::min<size_t>(plan_.settings.staging_buffers, staged);
   try {
     host_state_ = device_.allocate(MemorySpace::kPinnedHost, host_state_floats * sizeof(float));
-    host_grads_ = device_.allocate(MemorySpace::kPinnedHost, host_grad_floats * sizeof(float));
+    host_grads_ = device_.allocate(MemorySpace::kPinnedHost, host_grad_floats * grad_bytes());
     if (is_16_bit(buffers_.working_dtype))
       host_working_ = device_.allocate(MemorySpace::kPinnedHost, host_grad_floats * 2);
     device_state_ = device_.allocate(MemorySpace::kDevice, device_state_floats * sizeof(float));
     staging_ = device_.allocate(MemorySpace::kDevice,
                                 slots * kStateFloats * plan_.max_subgroup_size * sizeof(float));
   } catch (const DeviceOutOfMemory& e) {
-    const TierBytes needs = engine_memory_needs(plan_, working_bytes(), sizeof(float));
+    const TierBytes needs = engine_memory_needs(plan_, working_bytes(), grad_bytes());
     throw DeviceOutOfMemory(
         cat(e.what(), "; the '", update_schedule_name(plan_.settings.schedule), "' schedule needs ",
             gib(needs.device), " of device memory (including working params and gradients) and ",
@@ -106,7 +102,7 @@ UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& 
   }
 
   float* host_state = host_state_.as<float>();
-  float* host_grads = host_grads_.as<float>();
+  char* host_grads = host_grads_.as<char>();
   uint16_t* host_working = host_working_.as<uint16_t>();
   float* device_state = device_state_.as<float>();
   for (const Subgroup& s : plan_.subgroups) {
@@ -123,7 +119,7 @@ UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& 
     }
     if (s.site == UpdateSite::kHost) {
       sg->host_grads = host_grads;
-      host_grads += s.size();
+      host_grads += s.size() * grad_bytes();
       if (host_working != nullptr) {
         sg->host_working = host_working;
         host_working += s.size();
@@ -149,14 +145,31 @@ size_t UpdateEngine::working_bytes() const {
   return is_16_bit(buffers_.working_dtype) ? 2 : sizeof(float);
 }
 
+size_t UpdateEngine::grad_bytes() const {
+  return buffers_.grad_dtype == GradDType::kF32 ? sizeof(float) : 2;
+}
+
+const void* UpdateEngine::grad_at(size_t index) const {
+  return static_cast<const char*>(buffers_.grads) + index * grad_bytes();
+}
+
+AdamWArrays UpdateEngine::arrays(float* state, size_t size, const void* grads) const {
+  AdamWArrays a;
+  a.params = state;
+  a.m = state + size;
+  a.v = state + 2 * size;
+  a.grads = grads;
+  a.grad_dtype = buffers_.grad_dtype;
+  return a;
+}
+
 void* UpdateEngine::working_at(size_t index) const {
   return static_cast<char*>(buffers_.working_params) + index * working_bytes();
 }
 
 void UpdateEngine::send_gradients(SubgroupState& sg) {
-  const size_t bytes = sg.size() * sizeof(float);
-  device_.copy_async(sg.host_grads, buffers_.grads + sg.range.begin, bytes, *d2h_,
-                     label(sg, "gradients"));
+  const size_t bytes = sg.size() * grad_bytes();
+  device_.copy_async(sg.host_grads, grad_at(sg.range.begin), bytes, *d2h_, label(sg, "gradients"));
   device_.record(*sg.grads_on_host, *d2h_);
   sg.grads_sent = true;
   pending_.d2h_bytes += bytes;
@@ -239,7 +252,7 @@ void UpdateEngine::read_state(float* params, float* m, float* v) {
 void UpdateEngine::enqueue_device_update(SubgroupState& sg, float* state,
                                          const AdamWStepScalars& decay,
                                          const AdamWStepScalars& no_decay) {
-  AdamWArrays arrays = state_arrays(state, sg.size(), buffers_.grads + sg.range.begin);
+  AdamWArrays arrays = this->arrays(state, sg.size(), grad_at(sg.range.begin));
   if (is_16_bit(buffers_.working_dtype)) {
     // The kernel writes the 16-bit working copy in place, in the same pass.
     arrays.params16 = working_at(sg.range.begin);
@@ -308,7 +321,7 @@ UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
       sg->grads_on_host->synchronize();
       {
         TraceScope scope(tracer_, "cpu update", label(*sg, "adamw"));
-        AdamWArrays arrays = state_arrays(sg->state, sg->size(), sg->host_grads);
+        AdamWArrays arrays = this->arrays(sg->state, sg->size(), sg->host_grads);
         if (sg->host_working != nullptr) {
           arrays.params16 = sg->host_working;
           arrays.params16_dtype = buffers_.working_dtype;

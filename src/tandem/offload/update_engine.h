@@ -35,12 +35,14 @@ struct UpdateStepStats {
 class UpdateEngine {
  public:
   // What the model computes with, in device memory: the working parameters (written by
-  // every update, in `working_dtype`: fp32 for the CPU compute backend, bf16 or fp16
-  // for mixed precision) and the fp32 gradients (read by it), both [num_params].
+  // every update, in `working_dtype`: fp32 for the fp32 compute backends, bf16 or fp16
+  // for mixed precision) and the gradients (read by it, fp32 or bf16), both
+  // [num_params].
   struct DeviceBuffers {
     void* working_params = nullptr;
-    const float* grads = nullptr;
+    const void* grads = nullptr;
     WorkingDType working_dtype = WorkingDType::kF32;
+    GradDType grad_dtype = GradDType::kF32;
   };
 
   // Allocates everything the plan needs up front (so that no step can fail for lack
@@ -88,6 +90,10 @@ class UpdateEngine {
   // "sg 3 prefetch": names work in a trace; empty when not tracing.
   std::string label(const SubgroupState& sg, const char* what) const;
   size_t working_bytes() const;
+  size_t grad_bytes() const;
+  // The gradient of parameter `index` in device memory.
+  const void* grad_at(size_t index) const;
+  AdamWArrays arrays(float* state, size_t size, const void* grads) const;
   // The working copy of parameter `index` in device memory.
   void* working_at(size_t index) const;
 
