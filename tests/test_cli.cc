@@ -263,5 +263,19 @@ TEST_F(CliTest, GpuBenchmarksSayWhyTheyCannotRunWithoutAGpu) {
   EXPECT_FALSE(fs::exists(dir_ / "run/checkpoints"));
 }
 
+TEST_F(CliTest, BenchStepReportsThroughputAndPhasesWithoutWritingCheckpoints) {
+  const auto result = tandem("bench step --config " + write_config().string() +
+                             " --steps 3 --warmup 1 --json --set offload_optimizer.schedule=cpu");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto json = nlohmann::json::parse(result.output);
+  for (const char* key : {"tokens_per_s", "ms", "forward_ms", "backward_ms", "update_ms"})
+    EXPECT_GT(json[key].get<double>(), 0.0) << key;
+  EXPECT_LE(json["forward_ms"].get<double>() + json["backward_ms"].get<double>() +
+                json["update_ms"].get<double>(),
+            json["ms"].get<double>() * 1.5);
+  EXPECT_EQ(json["schedule"], "cpu");
+  EXPECT_FALSE(fs::exists(dir_ / "run/checkpoints"));
+}
+
 }  // namespace
 }  // namespace tandem

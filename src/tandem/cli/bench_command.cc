@@ -1,12 +1,16 @@
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tandem/bench/adamw_bench.h"
 #include "tandem/bench/device_bench.h"
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
 #include "tandem/device/cuda/cuda_device.h"
+#include "tandem/train/train_config.h"
+#include "tandem/train/trainer.h"
 
 namespace tandem::cli {
 
@@ -87,6 +91,70 @@ void register_bench(CLI::App& app) {
         run_pcie_bench(*device, static_cast<size_t>(pcie_args->bytes), pcie_args->repetitions);
     const std::string out = pcie_args->json ? r.to_json().dump() + "\n" : r.to_text(device->name());
     std::fputs(out.c_str(), stdout);
+  });
+
+  struct StepArgs {
+    std::string config;
+    std::vector<std::string> overrides;
+    int steps = 10;
+    int warmup = 3;
+    bool json = false;
+  };
+  auto step_args = std::make_shared<StepArgs>();
+  CLI::App* step = bench->add_subcommand(
+      "step", "Training-step throughput: tokens/s and per-phase ms for a config and schedule");
+  step->add_option("--config", step_args->config, "Run configuration (JSON)")->required();
+  step->add_option("--set", step_args->overrides, "Override a config value (repeatable)");
+  step->add_option("--steps", step_args->steps, "Timed steps (the median is reported)")
+      ->check(CLI::Range(1, 100000));
+  step->add_option("--warmup", step_args->warmup, "Steps run first and not timed")
+      ->check(CLI::Range(0, 100000));
+  step->add_flag("--json", step_args->json, "Print one JSON object");
+  step->callback([step_args] {
+    TrainConfig config = load_train_config(step_args->config, step_args->overrides);
+    config.train.steps = step_args->warmup + step_args->steps;
+    config.train.eval_interval = 0;
+    config.train.sample_bytes = 0;
+    TrainOptions options;
+    options.save_checkpoints = false;
+    options.show_progress = false;
+    const TrainResult result = train(config, options);
+    // Medians over the timed steps: robust to a noisy neighbour on a shared machine.
+    auto median = [&](double StepRecord::*field) {
+      std::vector<double> values;
+      for (size_t i = step_args->warmup; i < result.steps.size(); i++)
+        values.push_back(result.steps[i].*field);
+      std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+      return values[values.size() / 2];
+    };
+    const nlohmann::json report = {
+        {"tokens_per_s", median(&StepRecord::tokens_per_s)},
+        {"ms", median(&StepRecord::ms)},
+        {"forward_ms", median(&StepRecord::forward_ms)},
+        {"backward_ms", median(&StepRecord::backward_ms)},
+        {"update_ms", median(&StepRecord::update_ms)},
+        {"params", config.model.num_parameters()},
+        {"batch", config.micro_batch_size},
+        {"seq_len", config.seq_len()},
+        {"gradient_accumulation_steps", config.gradient_accumulation_steps},
+        {"schedule", std::string(update_schedule_name(config.offload.schedule))},
+        {"device", config.device.type},
+        {"timed_steps", step_args->steps}};
+    if (step_args->json) {
+      std::printf("%s\n", report.dump().c_str());
+      return;
+    }
+    std::printf(
+        "tandem bench step: %ld parameters, %d x %d tokens x %d micro-batches, schedule %s, "
+        "%s device\n  %.0f tokens/s, %.1f ms/step (forward %.1f, backward %.1f, update %.1f); "
+        "medians of %d steps after %d warm-up\n",
+        static_cast<long>(config.model.num_parameters()), config.micro_batch_size, config.seq_len(),
+        config.gradient_accumulation_steps,
+        std::string(update_schedule_name(config.offload.schedule)).c_str(),
+        config.device.type.c_str(), report["tokens_per_s"].get<double>(),
+        report["ms"].get<double>(), report["forward_ms"].get<double>(),
+        report["backward_ms"].get<double>(), report["update_ms"].get<double>(), step_args->steps,
+        step_args->warmup);
   });
 }
 

@@ -122,6 +122,15 @@ class Trainer {
                      {"h2d_bytes", times.update.h2d_bytes},
                      {"d2h_bytes", times.update.d2h_bytes},
                      {"early_gradient_subgroups", times.update.early_gradient_subgroups}});
+      result.steps.push_back({.step = step_,
+                              .loss = loss,
+                              .ms = ms,
+                              .forward_ms = times.forward_ms,
+                              .backward_ms = times.backward_ms,
+                              .update_ms = times.update.ms,
+                              .tokens_per_s = tokens_per_s,
+                              .h2d_bytes = times.update.h2d_bytes,
+                              .d2h_bytes = times.update.d2h_bytes});
       progress_.update(step_, loss, tokens_per_s, ms);
       if (tracer_.enabled() && (step_ == options_.trace_last_step || step_ == last_step)) {
         tracer_.set_enabled(false);
@@ -140,7 +149,7 @@ class Trainer {
         progress_.note(cat("step ", step_, ": val_loss ", result.last_val_loss));
       }
       const int64_t ckpt_every = config_.train.checkpoint_interval;
-      if (finished || (ckpt_every > 0 && step_ % ckpt_every == 0)) {
+      if (options_.save_checkpoints && (finished || (ckpt_every > 0 && step_ % ckpt_every == 0))) {
         result.last_checkpoint = save();
         progress_.note(cat("step ", step_, ": saved ", result.last_checkpoint.string()));
       }
@@ -168,8 +177,8 @@ class Trainer {
       resume(options_.resume);
       return;
     }
-    TANDEM_CHECK(!fs::exists(checkpoints / "latest"), "train.output_dir '",
-                 config_.train.output_dir,
+    TANDEM_CHECK(!options_.save_checkpoints || !fs::exists(checkpoints / "latest"),
+                 "train.output_dir '", config_.train.output_dir,
                  "' already holds checkpoints of an earlier run; resume it "
                  "with --resume ",
                  config_.train.output_dir,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "tandem/train/train_config.h"
 
@@ -16,7 +17,8 @@ struct TrainOptions {
   // Stop (with a checkpoint) once this many steps are done, though the schedule spans
   // train.steps; 0 runs to train.steps. For time-sliced jobs and the resume test.
   int64_t stop_at_step = 0;
-  bool show_progress = true;  // progress line and notes on stderr
+  bool show_progress = true;     // progress line and notes on stderr
+  bool save_checkpoints = true;  // false: nothing is written under train.output_dir (benchmarks)
   // A Chrome trace of steps [trace_first_step, trace_last_step] (1-based, inclusive):
   // forward/backward, the update, CPU updates and every copy and device kernel per
   // subgroup. Empty: no trace.
@@ -25,7 +27,17 @@ struct TrainOptions {
   int64_t trace_last_step = 3;
 };
 
+// What one training step took (also what --metrics records).
+struct StepRecord {
+  int64_t step = 0;
+  float loss = 0;
+  double ms = 0, forward_ms = 0, backward_ms = 0, update_ms = 0;
+  double tokens_per_s = 0;
+  size_t h2d_bytes = 0, d2h_bytes = 0;
+};
+
 struct TrainResult {
+  std::vector<StepRecord> steps;  // every step of this invocation
   int64_t steps_done = 0;
   float last_train_loss = 0.0f;
   float last_val_loss = 0.0f;  // NaN when no evaluation ran
