@@ -10,6 +10,23 @@
 
 namespace tandem {
 
+namespace {
+
+// A block's tensors, in the order of Gpt::LayerParams and Gpt::LayerGrads.
+constexpr const char* kLayerTensors[12] = {
+    "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
+    "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+
+// The 12 pointers base + offset[i], as LayerParams or LayerGrads.
+template <typename Layer, typename Pointer>
+Layer layer_at(Pointer base, const std::array<size_t, 12>& o) {
+  return {base + o[0], base + o[1], base + o[2], base + o[3], base + o[4],  base + o[5],
+          base + o[6], base + o[7], base + o[8], base + o[9], base + o[10], base + o[11]};
+}
+
+}  // namespace
+
 Gpt::Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len)
     : config_(config),
       backend_(backend),
@@ -17,6 +34,20 @@ Gpt::Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int ma
       max_seq_len_(max_seq_len),
       layout_(ParamLayout::gpt2(config)) {
   config_.validate();
+  wte_ = layout_.at("transformer.wte.weight").offset;
+  wpe_ = layout_.at("transformer.wpe.weight").offset;
+  lnfw_ = layout_.at("transformer.ln_f.weight").offset;
+  lnfb_ = layout_.at("transformer.ln_f.bias").offset;
+  for (int l = 0; l < config_.n_layer; l++) {
+    const std::string prefix = "transformer.h." + std::to_string(l) + ".";
+    std::array<size_t, 12> offsets;
+    for (size_t i = 0; i < offsets.size(); i++)
+      offsets[i] = layout_.at(prefix + kLayerTensors[i]).offset;
+    layer_offsets_.push_back(offsets);
+    layer_ranges_.push_back(range_of(prefix));
+  }
+  lnf_range_ = range_of("transformer.ln_f.");
+  embedding_range_ = range_of("transformer.w");  // wte and wpe
   TANDEM_CHECK(max_batch >= 1, "batch size must be at least 1, got ", max_batch);
   TANDEM_CHECK(max_seq_len >= 1 && max_seq_len <= config.context_length, "sequence length ",
                max_seq_len, " must be in 1..", config.context_length, " (model.context_length)");
@@ -77,26 +108,11 @@ size_t Gpt::activation_bytes(const GptConfig& config, int max_batch, int max_seq
   return (L * per_layer + once + backward) * sizeof(float) + 2 * BT * sizeof(int32_t);
 }
 
-const float* Gpt::param(const char* name) const { return params() + layout_.at(name).offset; }
-float* Gpt::grad(const char* name) { return grads() + layout_.at(name).offset; }
-
 Gpt::LayerParams Gpt::layer_params(int l) const {
-  const std::string p = "transformer.h." + std::to_string(l) + ".";
-  auto at = [&](const char* suffix) { return param((p + suffix).c_str()); };
-  return {at("ln_1.weight"),      at("ln_1.bias"),          at("attn.c_attn.weight"),
-          at("attn.c_attn.bias"), at("attn.c_proj.weight"), at("attn.c_proj.bias"),
-          at("ln_2.weight"),      at("ln_2.bias"),          at("mlp.c_fc.weight"),
-          at("mlp.c_fc.bias"),    at("mlp.c_proj.weight"),  at("mlp.c_proj.bias")};
+  return layer_at<LayerParams>(params(), layer_offsets_[l]);
 }
 
-Gpt::LayerGrads Gpt::layer_grads(int l) {
-  const std::string p = "transformer.h." + std::to_string(l) + ".";
-  auto at = [&](const char* suffix) { return grad((p + suffix).c_str()); };
-  return {at("ln_1.weight"),      at("ln_1.bias"),          at("attn.c_attn.weight"),
-          at("attn.c_attn.bias"), at("attn.c_proj.weight"), at("attn.c_proj.bias"),
-          at("ln_2.weight"),      at("ln_2.bias"),          at("mlp.c_fc.weight"),
-          at("mlp.c_fc.bias"),    at("mlp.c_proj.weight"),  at("mlp.c_proj.bias")};
-}
+Gpt::LayerGrads Gpt::layer_grads(int l) { return layer_at<LayerGrads>(grads(), layer_offsets_[l]); }
 
 Gpt::LayerActs Gpt::layer_acts(int l) const {
   const size_t C = config_.n_embd, NH = config_.n_head;
@@ -176,8 +192,8 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
   have_targets_ = targets != nullptr;
 
   ComputeBackend& k = backend_;
-  k.encoder_forward(encoded_.as<float>(), tokens_.as<int32_t>(), param("transformer.wte.weight"),
-                    param("transformer.wpe.weight"), B, T, C);
+  k.encoder_forward(encoded_.as<float>(), tokens_.as<int32_t>(), params() + wte_, params() + wpe_,
+                    B, T, C);
   const float* residual = encoded_.as<float>();  // [N, C]
   for (int l = 0; l < config_.n_layer; l++) {
     const LayerParams w = layer_params(l);
@@ -195,10 +211,9 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
     residual = a.residual3;
   }
   k.layernorm_forward(lnf_.as<float>(), lnf_mean_.as<float>(), lnf_rstd_.as<float>(), residual,
-                      param("transformer.ln_f.weight"), param("transformer.ln_f.bias"), N, C);
+                      params() + lnfw_, params() + lnfb_, N, C);
   // Tied LM head: logits[N, V] = lnf[N, C] @ wte[V, C]^T
-  k.matmul_forward(logits_.as<float>(), lnf_.as<float>(), param("transformer.wte.weight"), nullptr,
-                   N, C, V);
+  k.matmul_forward(logits_.as<float>(), lnf_.as<float>(), params() + wte_, nullptr, N, C, V);
   if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
 
   k.cross_entropy_forward(losses_.as<float>(), logits_.as<float>(), targets_.as<int32_t>(), N, V);
@@ -220,11 +235,10 @@ std::pair<size_t, size_t> Gpt::range_of(const std::string& prefix) const {
 }
 
 void Gpt::backward(float loss_scale, const GradientsReady& ready) {
-  auto announce = [&](const std::string& prefix) {
+  auto announce = [&](std::pair<size_t, size_t> range) {
     if (!ready) return;
     backend_.synchronize();  // the gradients must be written, not merely queued
-    const auto [begin, end] = range_of(prefix);
-    ready(begin, end);
+    ready(range.first, range.second);
   };
   TANDEM_CHECK(have_targets_, "backward needs a forward pass with targets just before it");
   const int B = last_B_, T = last_T_;
@@ -238,15 +252,14 @@ void Gpt::backward(float loss_scale, const GradientsReady& ready) {
   // loss = loss_scale * mean over N positions
   k.cross_entropy_backward(dlogits, logits_.as<float>(), targets_.as<int32_t>(), loss_scale / N, N,
                            V);
-  k.matmul_backward(dbt_c, grad("transformer.wte.weight"), nullptr, dlogits, lnf_.as<float>(),
-                    param("transformer.wte.weight"), N, C, V);  // dbt_c = dlnf
+  k.matmul_backward(dbt_c, grads() + wte_, nullptr, dlogits, lnf_.as<float>(), params() + wte_, N,
+                    C, V);  // dbt_c = dlnf
   k.fill_zero(dres, static_cast<size_t>(N) * C * sizeof(float));
   const float* last_residual =
       config_.n_layer > 0 ? layer_acts(config_.n_layer - 1).residual3 : encoded_.as<float>();
-  k.layernorm_backward(dres, grad("transformer.ln_f.weight"), grad("transformer.ln_f.bias"), dbt_c,
-                       last_residual, param("transformer.ln_f.weight"), lnf_mean_.as<float>(),
-                       lnf_rstd_.as<float>(), N, C);
-  announce("transformer.ln_f.");
+  k.layernorm_backward(dres, grads() + lnfw_, grads() + lnfb_, dbt_c, last_residual,
+                       params() + lnfw_, lnf_mean_.as<float>(), lnf_rstd_.as<float>(), N, C);
+  announce(lnf_range_);
 
   for (int l = config_.n_layer - 1; l >= 0; l--) {
     const LayerParams w = layer_params(l);
@@ -268,11 +281,10 @@ void Gpt::backward(float loss_scale, const GradientsReady& ready) {
                       3 * C);  // dln1
     k.layernorm_backward(dres, g.ln1w, g.ln1b, dbt_c, residual, w.ln1w, a.ln1_mean, a.ln1_rstd, N,
                          C);
-    announce("transformer.h." + std::to_string(l) + ".");
+    announce(layer_ranges_[l]);
   }
-  k.encoder_backward(grad("transformer.wte.weight"), grad("transformer.wpe.weight"), dres,
-                     tokens_.as<int32_t>(), B, T, C);
-  announce("transformer.w");  // wte and wpe
+  k.encoder_backward(grads() + wte_, grads() + wpe_, dres, tokens_.as<int32_t>(), B, T, C);
+  announce(embedding_range_);
 }
 
 }  // namespace tandem

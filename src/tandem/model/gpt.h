@@ -3,6 +3,7 @@
 // All compute goes through a ComputeBackend; this file only orchestrates.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <utility>
@@ -85,14 +86,19 @@ class Gpt {
   LayerParams layer_params(int l) const;
   LayerGrads layer_grads(int l);
   LayerActs layer_acts(int l) const;
-  const float* param(const char* name) const;
-  float* grad(const char* name);
 
   GptConfig config_;
   ComputeBackend& backend_;
   int max_batch_;
   int max_seq_len_;
   ParamLayout layout_;
+  // Flat offsets looked up once, by name, at construction: forward and backward only
+  // add them to the buffer base pointers.
+  size_t wte_ = 0, wpe_ = 0, lnfw_ = 0, lnfb_ = 0;
+  std::vector<std::array<size_t, 12>> layer_offsets_;  // in LayerParams order
+  // The ranges backward announces as final: ln_f, each block, the embeddings.
+  std::pair<size_t, size_t> lnf_range_, embedding_range_;
+  std::vector<std::pair<size_t, size_t>> layer_ranges_;
   Buffer params_;
   Buffer grads_;
 
