@@ -6,25 +6,9 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/timer.h"
+#include "tandem/offload/perf_model.h"
 
 namespace tandem {
-namespace {
-
-// Runs `queue` (which queues work and returns the streams to wait for) once to warm
-// up, then `repetitions` times, and returns the best time in seconds.
-template <typename Queue>
-double best_seconds(int repetitions, Queue&& queue) {
-  double best = std::numeric_limits<double>::infinity();
-  for (int pass = 0; pass <= repetitions; pass++) {
-    Stopwatch watch;
-    queue();
-    if (pass > 0) best = std::min(best, watch.seconds());
-  }
-  return best;
-}
-
-}  // namespace
-
 PcieBenchResult run_pcie_bench(Device& device, size_t bytes, int repetitions) {
   TANDEM_CHECK(bytes >= 1 && repetitions >= 1, "bench pcie needs bytes >= 1 and repetitions >= 1");
   DeviceAllocation host_a = device.allocate(MemorySpace::kPinnedHost, bytes);
@@ -71,20 +55,8 @@ DeviceAdamWBenchResult run_device_adamw_bench(Device& device, size_t params, int
   DeviceAllocation state = device.allocate(MemorySpace::kDevice, 4 * n * sizeof(float));
   DeviceAllocation working = device.allocate(MemorySpace::kDevice, n * 2);
   auto stream = device.create_stream("bench");
-  {
-    // params 1, m and v 0, gradients 1e-3: no denormals, no overflow.
-    std::vector<float> init(4 * n, 0.0f);
-    std::fill(init.begin(), init.begin() + n, 1.0f);
-    std::fill(init.begin() + 3 * n, init.end(), 1e-3f);
-    device.copy_async(state.data(), init.data(), init.size() * sizeof(float), *stream);
-    stream->synchronize();
-  }
   float* base = state.as<float>();
-  AdamWArrays arrays;
-  arrays.params = base;
-  arrays.m = base + n;
-  arrays.v = base + 2 * n;
-  arrays.grads = base + 3 * n;
+  AdamWArrays arrays = fill_adamw_timing_state(device, *stream, base, n);
   arrays.params16 = working.data();
   arrays.params16_dtype = WorkingDType::kBF16;
   AdamWHyper hyper;

@@ -316,9 +316,8 @@ std::span<const uint8_t> SafetensorsFile::checked_bytes(
 
 std::vector<float> SafetensorsFile::read_f32(const std::string& name,
                                              const std::vector<int64_t>& expected_shape) const {
-  const std::span<const uint8_t> src = checked_bytes(name, DType::kF32, expected_shape);
-  std::vector<float> out(src.size() / sizeof(float));
-  if (!src.empty()) std::memcpy(out.data(), src.data(), src.size());
+  std::vector<float> out(info(name).numel);
+  copy_f32(name, expected_shape, out);
   return out;
 }
 
@@ -332,9 +331,8 @@ void SafetensorsFile::copy_f32(const std::string& name, const std::vector<int64_
 
 std::vector<int32_t> SafetensorsFile::read_i32(const std::string& name,
                                                const std::vector<int64_t>& expected_shape) const {
-  const std::span<const uint8_t> src = checked_bytes(name, DType::kI32, expected_shape);
-  std::vector<int32_t> out(src.size() / sizeof(int32_t));
-  if (!src.empty()) std::memcpy(out.data(), src.data(), src.size());
+  std::vector<int32_t> out(info(name).numel);
+  copy_i32(name, expected_shape, out);
   return out;
 }
 

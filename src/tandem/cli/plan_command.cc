@@ -5,7 +5,6 @@
 
 #include "tandem/cli/commands.h"
 #include "tandem/core/thread_pool.h"
-#include "tandem/device/cuda/cuda_device.h"
 #include "tandem/device/device.h"
 #include "tandem/train/memory_plan.h"
 #include "tandem/train/train_config.h"
@@ -26,9 +25,7 @@ void register_plan(CLI::App& app) {
   cmd->add_option("--set", args->overrides, "Override a config value (repeatable)");
   cmd->callback([args] {
     const TrainConfig config = load_train_config(args->config, args->overrides);
-    const auto budget = static_cast<size_t>(config.device.memory_gb * (1ull << 30));
-    auto device = config.device.type == "cuda" ? make_cuda_device({.memory_bytes = budget})
-                                               : make_cpu_device({.memory_bytes = budget});
+    auto device = make_training_device(config);
     ThreadPool pool;
     const TrainingMemoryPlan plan = plan_training(config, *device, pool);
     std::printf("tandem plan for %s on the %s device\n%s", args->config.c_str(),

@@ -17,4 +17,19 @@ class Stopwatch {
   Clock::time_point start_;
 };
 
+// Runs `work` once to warm up (caches, page faults, lazy initialisation), then
+// `repetitions` more times, and returns the fastest of those in seconds: the figure
+// least disturbed by other load on a shared machine.
+template <typename Work>
+double best_seconds(int repetitions, Work&& work) {
+  double best = 0;
+  for (int pass = 0; pass <= repetitions; pass++) {
+    Stopwatch watch;
+    work();
+    const double seconds = watch.seconds();
+    if (pass == 1 || (pass > 1 && seconds < best)) best = seconds;
+  }
+  return best;
+}
+
 }  // namespace tandem

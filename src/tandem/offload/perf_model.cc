@@ -12,17 +12,6 @@ namespace {
 constexpr size_t kStateBytes = 3 * sizeof(float);
 constexpr int kPasses = 3;
 
-template <typename Work>
-double best_seconds(Work&& work) {
-  double best = std::numeric_limits<double>::infinity();
-  for (int pass = 0; pass <= kPasses; pass++) {
-    Stopwatch watch;
-    work();
-    if (pass > 0) best = std::min(best, watch.seconds());  // pass 0 warms up
-  }
-  return best;
-}
-
 }  // namespace
 
 std::string UpdateRates::to_text() const {
@@ -31,38 +20,42 @@ std::string UpdateRates::to_text() const {
              " GB/s, device-to-host ", d2h_bytes_per_s / 1e9, " GB/s");
 }
 
+AdamWArrays fill_adamw_timing_state(Device& device, Stream& stream, float* state, size_t n) {
+  std::vector<float> init(4 * n, 0.0f);
+  std::fill(init.begin(), init.begin() + n, 1.0f);
+  std::fill(init.begin() + 3 * n, init.end(), 1e-3f);
+  device.copy_async(state, init.data(), init.size() * sizeof(float), stream);
+  stream.synchronize();
+  AdamWArrays arrays;
+  arrays.params = state;
+  arrays.m = state + n;
+  arrays.v = state + 2 * n;
+  arrays.grads = state + 3 * n;
+  return arrays;
+}
+
 UpdateRates calibrate_update_rates(Device& device, ThreadPool& pool, size_t sample_params) {
   const size_t n = std::max<size_t>(sample_params, 1024);
   const size_t bytes = n * kStateBytes;
   DeviceAllocation host = device.allocate(MemorySpace::kPinnedHost, bytes + n * sizeof(float));
   DeviceAllocation dev = device.allocate(MemorySpace::kDevice, bytes + n * sizeof(float));
   auto stream = device.create_stream("calibration");
-  // Benign values: params 1, m and v 0, gradients 1e-3 (no denormals, no overflow).
-  for (float* base : {host.as<float>(), dev.as<float>()}) {
-    std::vector<float> init(4 * n, 0.0f);
-    std::fill(init.begin(), init.begin() + n, 1.0f);
-    std::fill(init.begin() + 3 * n, init.end(), 1e-3f);
-    device.copy_async(base, init.data(), init.size() * sizeof(float), *stream);
-    stream->synchronize();
-  }
-  auto arrays = [&](float* base) {
-    return AdamWArrays{.params = base, .m = base + n, .v = base + 2 * n, .grads = base + 3 * n};
-  };
+  const AdamWArrays on_host = fill_adamw_timing_state(device, *stream, host.as<float>(), n);
+  const AdamWArrays on_device = fill_adamw_timing_state(device, *stream, dev.as<float>(), n);
   const AdamWStepScalars scalars =
       adamw_step_scalars(AdamWHyper{.lr = 1e-4f, .weight_decay = 0.01f}, 1, true, 1.0f);
   CpuAdamW cpu(pool);
   UpdateRates rates;
-  rates.cpu_params_per_s =
-      n / best_seconds([&] { cpu.update(arrays(host.as<float>()), n, scalars); });
-  rates.device_params_per_s = n / best_seconds([&] {
-                                device.adamw_async(arrays(dev.as<float>()), n, scalars, *stream);
+  rates.cpu_params_per_s = n / best_seconds(kPasses, [&] { cpu.update(on_host, n, scalars); });
+  rates.device_params_per_s = n / best_seconds(kPasses, [&] {
+                                device.adamw_async(on_device, n, scalars, *stream);
                                 stream->synchronize();
                               });
-  rates.h2d_bytes_per_s = bytes / best_seconds([&] {
+  rates.h2d_bytes_per_s = bytes / best_seconds(kPasses, [&] {
                             device.copy_async(dev.data(), host.data(), bytes, *stream);
                             stream->synchronize();
                           });
-  rates.d2h_bytes_per_s = bytes / best_seconds([&] {
+  rates.d2h_bytes_per_s = bytes / best_seconds(kPasses, [&] {
                             device.copy_async(host.data(), dev.data(), bytes, *stream);
                             stream->synchronize();
                           });
@@ -103,7 +96,7 @@ OffloadPlan best_plan_with_slots(const OffloadPlan& all_host, const UpdateRates&
   plan.settings.staging_buffers = std::max(slots, 1);
   if (slots == 0) return plan;
   OffloadPlan best = plan;
-  double best_seconds = predict_update(plan, rates).seconds;
+  double best_time = predict_update(plan, rates).seconds;
   for (int stride = 1; stride <= 16; stride++) {
     OffloadPlan candidate = plan;
     int x = 0;
@@ -113,8 +106,8 @@ OffloadPlan best_plan_with_slots(const OffloadPlan& all_host, const UpdateRates&
     }
     candidate.settings.stride = stride;
     const double seconds = predict_update(candidate, rates).seconds;
-    if (seconds < best_seconds) {
-      best_seconds = seconds;
+    if (seconds < best_time) {
+      best_time = seconds;
       best = candidate;
     }
   }
@@ -134,14 +127,14 @@ OffloadPlan make_auto_plan(const OffloadSettings& settings, size_t num_params,
   // device: try each number of staging buffers and keep the fastest prediction.
   const size_t slot_bytes = all_host.max_subgroup_size * kStateBytes;
   OffloadPlan best = best_plan_with_slots(all_host, rates, device_bytes_for_state, 0);
-  double best_seconds = predict_update(best, rates).seconds;
+  double best_time = predict_update(best, rates).seconds;
   for (int slots = 1; slots <= std::max(settings.staging_buffers, 1); slots++) {
     if (slots * slot_bytes > device_bytes_for_state) break;
     const OffloadPlan candidate =
         best_plan_with_slots(all_host, rates, device_bytes_for_state - slots * slot_bytes, slots);
     const double seconds = predict_update(candidate, rates).seconds;
-    if (seconds < best_seconds) {
-      best_seconds = seconds;
+    if (seconds < best_time) {
+      best_time = seconds;
       best = candidate;
     }
   }

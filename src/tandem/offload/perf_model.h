@@ -31,6 +31,11 @@ struct UpdateRates {
 // Measures the rates with `sample_params` parameters (best of a few passes).
 UpdateRates calibrate_update_rates(Device& device, ThreadPool& pool, size_t sample_params);
 
+// Fills [params | m | v | grads] (4 x n floats at `state`, in any memory space of
+// `device`) with values that time AdamW fairly: params 1, m and v 0, gradients 1e-3
+// (no denormals, no overflow). Returns the arrays over them.
+AdamWArrays fill_adamw_timing_state(Device& device, Stream& stream, float* state, size_t n);
+
 struct UpdatePrediction {
   double seconds = 0;
   double host_seconds = 0, device_seconds = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "tandem/core/error.h"
 #include "tandem/core/half.h"
@@ -291,21 +292,20 @@ void UpdateEngine::enqueue_staged(SubgroupState& sg, size_t slot, const AdamWSte
 UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
   TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
   Stopwatch watch;
-  UpdateStepStats stats = pending_;
-  pending_ = UpdateStepStats{};
   AdamWHyper hyper = hyper_;
   hyper.lr = lr;
   const int64_t step = step_ + 1;
   const AdamWStepScalars decay = adamw_step_scalars(hyper, step, true, grad_scale);
   const AdamWStepScalars no_decay = adamw_step_scalars(hyper, step, false, grad_scale);
+  // Everything queued for this step, including gradients sent during backward, is
+  // counted in pending_ and handed over as the step's stats.
+  UpdateStepStats& stats = pending_;
   try {
     // 1. Gradients of CPU-updated subgroups to pinned host memory, those not already
     //    on their way since backward.
     for (auto& sg : subgroups_) {
       if (sg->range.site == UpdateSite::kHost && !sg->grads_sent) send_gradients(*sg);
     }
-    stats.d2h_bytes += pending_.d2h_bytes;
-    pending_ = UpdateStepStats{};
     // 2. Device work, queued up front so that it overlaps the CPU updates below.
     size_t staged = 0;
     for (auto& sg : subgroups_) {
@@ -354,7 +354,7 @@ UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
   }
   step_ = step;
   stats.ms = watch.millis();
-  return stats;
+  return std::exchange(pending_, UpdateStepStats{});
 }
 
 }  // namespace tandem

@@ -5,6 +5,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
+#include "tandem/device/cuda/cuda_device.h"
 #include "tandem/model/gpt.h"
 
 namespace tandem {
@@ -22,6 +23,13 @@ void add_up(TrainingMemoryPlan& plan) {
 }
 
 }  // namespace
+
+std::unique_ptr<Device> make_training_device(const TrainConfig& config, size_t model_bytes) {
+  const auto budget = static_cast<size_t>(config.device.memory_gb * (1ull << 30));
+  if (config.device.type == "cuda")
+    return make_cuda_device({.memory_bytes = budget > model_bytes ? budget - model_bytes : 1});
+  return make_cpu_device({.memory_bytes = budget});
+}
 
 TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
                                  size_t model_allocated) {

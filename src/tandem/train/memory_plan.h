@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "tandem/core/thread_pool.h"
@@ -29,6 +30,12 @@ struct TrainingMemoryPlan {
   bool fits() const { return total.device <= device_capacity; }
   std::string to_text() const;
 };
+
+// The device the update engine uses for `config` (device.type, device.memory_gb).
+// `model_bytes`: device memory the model already holds outside the device's own
+// accounting (a GPU compute backend allocates it first); the device gets what is left
+// of device.memory_gb.
+std::unique_ptr<Device> make_training_device(const TrainConfig& config, size_t model_bytes = 0);
 
 // Calibrates the update rates on `device` and `pool`, builds the update plan (the
 // performance model's choice for `auto`) and adds up the memory. `model_allocated`:

@@ -58,7 +58,7 @@ class Trainer {
         train_loader_(data_.train, B_, T_, config.train.seed, true, "train"),
         backend_(config.device.type == "cuda" ? make_cuda_backend() : make_cpu_backend()),
         model_(config.model, *backend_, B_, T_),
-        device_(make_device(config, model_.allocated_bytes())),
+        device_(make_training_device(config, on_gpu() ? model_.allocated_bytes() : 0)),
         optimizer_pool_(),
         plan_(checked_plan(config, *device_, optimizer_pool_,
                            on_gpu() ? model_.allocated_bytes() : 0)),
@@ -194,16 +194,6 @@ class Trainer {
   }
 
   bool on_gpu() const { return config_.device.type == "cuda"; }
-
-  // The device the update engine works with. On a GPU, the model's buffers are already
-  // allocated (by the CUDA compute backend): the device gets what is left of
-  // device.memory_gb.
-  static std::unique_ptr<Device> make_device(const TrainConfig& config, size_t model_bytes) {
-    const auto budget = static_cast<size_t>(config.device.memory_gb * (1ull << 30));
-    if (config.device.type == "cuda")
-      return make_cuda_device({.memory_bytes = budget > model_bytes ? budget - model_bytes : 1});
-    return make_cpu_device({.memory_bytes = budget});
-  }
 
   static TrainingMemoryPlan checked_plan(const TrainConfig& config, Device& device,
                                          ThreadPool& pool, size_t model_allocated) {

@@ -8,6 +8,10 @@
 
 namespace tandem::cpu {
 
+// Columns per work item of a column reduction: one 64-byte cache line of floats, so
+// threads never share a line of the output.
+inline constexpr int kColumnBlock = 16;
+
 void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                      int T, int C);
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
@@ -16,13 +20,13 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int N, int C);
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C);
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC);
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC);
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC);
 
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,

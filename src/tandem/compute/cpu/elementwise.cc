@@ -8,11 +8,6 @@
 #include "tandem/compute/cpu/fast_math.h"
 
 namespace tandem::cpu {
-namespace {
-// Columns per work item of a column reduction: one 64-byte cache line of floats, so
-// threads never share a line of the output.
-constexpr int kColumnBlock = 16;
-}  // namespace
 
 void column_sums_accumulate(float* sum, const float* x, int N, int C) {
   const int blocks = (C + kColumnBlock - 1) / kColumnBlock;

@@ -7,7 +7,6 @@
 namespace tandem::cpu {
 namespace {
 constexpr float kEps = 1e-5f;
-constexpr int kColumnBlock = 16;
 }  // namespace
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
