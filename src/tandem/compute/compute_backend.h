@@ -21,6 +21,8 @@
 #include <memory>
 #include <string_view>
 
+#include "tandem/core/half.h"
+
 namespace tandem {
 
 class ComputeBackend;
@@ -58,9 +60,76 @@ class Buffer {
   ComputeBackend* owner_ = nullptr;
 };
 
-class ComputeBackend {
+// How a model stores its parameters, gradients and activations. Every kernel computes
+// in fp32 whatever the storage; with kBF16 each result is rounded once, when stored.
+// LayerNorm statistics, attention log-sum-exps and losses are always fp32.
+enum class StorageDType { kF32, kBF16 };
+
+std::string_view storage_dtype_name(StorageDType dtype);
+size_t storage_dtype_bytes(StorageDType dtype);
+
+// The kernels for tensors stored as T (float or Bf16). ComputeBackend implements both
+// sets; the model picks one by its storage type.
+template <typename Elem>
+class StorageKernels {
  public:
-  virtual ~ComputeBackend() = default;
+  virtual ~StorageKernels() = default;
+
+  // ---- reductions -------------------------------------------------------------
+  // sum of x[i]^2 in double (for the global gradient norm), in an order fixed by the
+  // backend: the same bits on every call for the same data.
+  virtual double sum_of_squares(const Elem* x, size_t n) = 0;
+
+  // ---- forward kernels ------------------------------------------------------
+  // out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]
+  virtual void encoder_forward(Elem* out, const int32_t* tokens, const Elem* wte, const Elem* wpe, int B,
+                               int T, int C) = 0;
+  // out[N,C] = (inp - mean) * rstd * weight + bias, per row; saves mean[N], rstd[N].
+  virtual void layernorm_forward(Elem* out, float* mean, float* rstd, const Elem* inp, const Elem* weight,
+                                 const Elem* bias, int N, int C) = 0;
+  // out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC]; bias may be null. fp32
+  // accumulation.
+  virtual void matmul_forward(Elem* out, const Elem* inp, const Elem* weight, const Elem* bias, int N, int C,
+                              int OC) = 0;
+  // Causal multi-head attention. qkv[B,T,3C] holds q, k, v as consecutive C-wide
+  // chunks; head h uses columns [h*hs, (h+1)*hs) of each. out[B,T,C] = softmax(q k^T /
+  // sqrt(hs)) v per head; lse[B,NH,T] saves each softmax row's log-sum-exp so the
+  // backward pass can recompute probabilities without a stored T x T matrix.
+  virtual void attention_forward(Elem* out, float* lse, const Elem* qkv, int B, int T, int C,
+                                 int NH) = 0;
+  // out[N] = GELU(inp[N]), tanh approximation (GPT-2's gelu_new).
+  virtual void gelu_forward(Elem* out, const Elem* inp, size_t N) = 0;
+  // out[N] = a[N] + b[N]
+  virtual void residual_forward(Elem* out, const Elem* a, const Elem* b, size_t N) = 0;
+  // losses[N] = logsumexp(logits[n, :]) - logits[n, targets[n]]; logits[N,V].
+  virtual void cross_entropy_forward(float* losses, const Elem* logits, const int32_t* targets, int N,
+                                     int V) = 0;
+
+  // ---- backward kernels -----------------------------------------------------
+  // dlogits[N,V] = dloss * (softmax(logits[n, :]) - onehot(targets[n]))
+  virtual void cross_entropy_backward(Elem* dlogits, const Elem* logits, const int32_t* targets,
+                                      float dloss, int N, int V) = 0;
+  // dinp[N,C] = dout[N,OC] @ weight[OC,C]; dweight[OC,C] += dout^T @ inp;
+  // dbias[OC] += sum over rows of dout (dbias may be null).
+  virtual void matmul_backward(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout, const Elem* inp,
+                               const Elem* weight, int N, int C, int OC) = 0;
+  // Accumulates: dinp[N,C] += d(layernorm)/d(inp); dweight[C] +=; dbias[C] +=.
+  virtual void layernorm_backward(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout, const Elem* inp,
+                                  const Elem* weight, const float* mean, const float* rstd, int N,
+                                  int C) = 0;
+  // dqkv[B,T,3C] from dout[B,T,C], recomputing probabilities from qkv and lse.
+  virtual void attention_backward(Elem* dqkv, const Elem* dout, const Elem* qkv, const Elem* out,
+                                  const float* lse, int B, int T, int C, int NH) = 0;
+  // dinp[N] = GELU'(inp) * dout
+  virtual void gelu_backward(Elem* dinp, const Elem* inp, const Elem* dout, size_t N) = 0;
+  // dwte[V,C] += scatter of dout[B,T,C] by token; dwpe[maxT,C] += sum over the batch.
+  virtual void encoder_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const int32_t* tokens, int B,
+                                int T, int C) = 0;
+};
+
+class ComputeBackend : public StorageKernels<float>, public StorageKernels<Bf16> {
+ public:
+  ~ComputeBackend() override = default;
   virtual std::string_view name() const = 0;
 
   // ---- memory ---------------------------------------------------------------
@@ -73,66 +142,53 @@ class ComputeBackend {
   // Waits for all queued work (a no-op for synchronous backends).
   virtual void synchronize() = 0;
 
-  // ---- reductions -------------------------------------------------------------
-  // sum of x[i]^2 in double (for the global gradient norm), in an order fixed by the
-  // backend: the same bits on every call for the same data.
-  virtual double sum_of_squares(const float* x, size_t n) = 0;
+  // The kernels for storage type Elem: `backend.kernels<Bf16>().gelu_forward(..)`.
+  template <typename Elem>
+  StorageKernels<Elem>& kernels() {
+    return *this;
+  }
 
-  // ---- forward kernels ------------------------------------------------------
-  // out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]
-  virtual void encoder_forward(float* out, const int32_t* tokens, const float* wte,
-                               const float* wpe, int B, int T, int C) = 0;
-  // out[N,C] = (inp - mean) * rstd * weight + bias, per row; saves mean[N], rstd[N].
-  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                 const float* weight, const float* bias, int N, int C) = 0;
-  // out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC]; bias may be null.
-  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                              int N, int C, int OC) = 0;
-  // Causal multi-head attention. qkv[B,T,3C] holds q, k, v as consecutive C-wide
-  // chunks; head h uses columns [h*hs, (h+1)*hs) of each. out[B,T,C] = softmax(q k^T /
-  // sqrt(hs)) v per head; lse[B,NH,T] saves each softmax row's log-sum-exp so the
-  // backward pass can recompute probabilities without a stored T x T matrix.
-  virtual void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
-                                 int NH) = 0;
-  // out[N] = GELU(inp[N]), tanh approximation (GPT-2's gelu_new).
-  virtual void gelu_forward(float* out, const float* inp, size_t N) = 0;
-  // out[N] = a[N] + b[N]
-  virtual void residual_forward(float* out, const float* a, const float* b, size_t N) = 0;
-  // losses[N] = logsumexp(logits[n, :]) - logits[n, targets[n]]; logits[N,V].
-  virtual void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
-                                     int N, int V) = 0;
-
-  // ---- backward kernels -----------------------------------------------------
-  // dlogits[N,V] = dloss * (softmax(logits[n, :]) - onehot(targets[n]))
-  virtual void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
-                                      float dloss, int N, int V) = 0;
-  // dinp[N,C] = dout[N,OC] @ weight[OC,C]; dweight[OC,C] += dout^T @ inp;
-  // dbias[OC] += sum over rows of dout (dbias may be null).
-  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* weight, int N, int C, int OC) = 0;
-  // Accumulates: dinp[N,C] += d(layernorm)/d(inp); dweight[C] +=; dbias[C] +=.
-  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                  const float* inp, const float* weight, const float* mean,
-                                  const float* rstd, int N, int C) = 0;
-  // dqkv[B,T,3C] from dout[B,T,C], recomputing probabilities from qkv and lse.
-  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                  const float* out, const float* lse, int B, int T, int C,
-                                  int NH) = 0;
-  // dinp[N] = GELU'(inp) * dout
-  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) = 0;
-  // dwte[V,C] += scatter of dout[B,T,C] by token; dwpe[maxT,C] += sum over the batch.
-  virtual void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                                int B, int T, int C) = 0;
+  // Both overload sets, callable directly on a backend.
+  using StorageKernels<float>::sum_of_squares;
+  using StorageKernels<Bf16>::sum_of_squares;
+  using StorageKernels<float>::encoder_forward;
+  using StorageKernels<Bf16>::encoder_forward;
+  using StorageKernels<float>::layernorm_forward;
+  using StorageKernels<Bf16>::layernorm_forward;
+  using StorageKernels<float>::matmul_forward;
+  using StorageKernels<Bf16>::matmul_forward;
+  using StorageKernels<float>::attention_forward;
+  using StorageKernels<Bf16>::attention_forward;
+  using StorageKernels<float>::gelu_forward;
+  using StorageKernels<Bf16>::gelu_forward;
+  using StorageKernels<float>::residual_forward;
+  using StorageKernels<Bf16>::residual_forward;
+  using StorageKernels<float>::cross_entropy_forward;
+  using StorageKernels<Bf16>::cross_entropy_forward;
+  using StorageKernels<float>::cross_entropy_backward;
+  using StorageKernels<Bf16>::cross_entropy_backward;
+  using StorageKernels<float>::matmul_backward;
+  using StorageKernels<Bf16>::matmul_backward;
+  using StorageKernels<float>::layernorm_backward;
+  using StorageKernels<Bf16>::layernorm_backward;
+  using StorageKernels<float>::attention_backward;
+  using StorageKernels<Bf16>::attention_backward;
+  using StorageKernels<float>::gelu_backward;
+  using StorageKernels<Bf16>::gelu_backward;
+  using StorageKernels<float>::encoder_backward;
+  using StorageKernels<Bf16>::encoder_backward;
 };
 
 inline Buffer::~Buffer() {
   if (owner_ != nullptr && data_ != nullptr) owner_->release(data_);
 }
 
-// The host backend: OpenBLAS matmuls, OpenMP loops.
+// The host backend: OpenBLAS matmuls, OpenMP loops. Its Bf16 kernels widen their
+// inputs to fp32, run the fp32 kernels and round what they store: slow, but the same
+// storage rounding as a GPU's, so the bf16 model can be tested without one.
 std::unique_ptr<ComputeBackend> make_cpu_backend();
 
-// The CUDA backend on GPU `device_index` (fp32 kernels, cuBLAS matmuls). Throws
+// The CUDA backend on GPU `device_index` (fp32 and bf16 kernels, cuBLASLt matmuls). Throws
 // tandem::Error, saying why, when tandem was built without CUDA or there is no GPU.
 std::unique_ptr<ComputeBackend> make_cuda_backend(int device_index = 0);
 

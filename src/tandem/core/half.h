@@ -72,4 +72,27 @@ TANDEM_HOST_DEVICE inline uint16_t float_to_fp16(float f) {
   return static_cast<uint16_t>(sign | result);
 }
 
+// A bfloat16 value as stored in a tensor. A type of its own (not a bare uint16_t) so
+// that kernels overload on it; same size and bits as CUDA's __nv_bfloat16.
+struct Bf16 {
+  uint16_t bits;
+};
+static_assert(sizeof(Bf16) == 2);
+
+// Storage conversions for code templated on the element type T (float or Bf16):
+// computing happens in float, storing rounds once (to nearest even).
+TANDEM_HOST_DEVICE inline float to_float(float x) { return x; }
+TANDEM_HOST_DEVICE inline float to_float(Bf16 x) { return bf16_to_float(x.bits); }
+
+template <typename T>
+TANDEM_HOST_DEVICE inline T from_float(float x);
+template <>
+TANDEM_HOST_DEVICE inline float from_float<float>(float x) {
+  return x;
+}
+template <>
+TANDEM_HOST_DEVICE inline Bf16 from_float<Bf16>(float x) {
+  return Bf16{float_to_bf16(x)};
+}
+
 }  // namespace tandem
