@@ -114,7 +114,7 @@ TEST(Gpt2Fixture, ThreeClippedAdamWStepsMatchPyTorch) {
     model.zero_grads();
     model.forward(fx.tokens.data(), fx.targets.data(), fx.B, fx.T);
     model.backward();
-    const double norm = global_grad_norm(model.grads(), P);
+    const double norm = global_grad_norm(model.grads_as<float>(), P);
     const float expected_norm = fx.file.read_f32("grad_norm.step" + std::to_string(step), {})[0];
     EXPECT_NEAR(norm, expected_norm, 1e-5 * expected_norm) << "step " << step;
     const float scale = clip_scale(norm, max_norm);

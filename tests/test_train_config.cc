@@ -14,6 +14,7 @@
 #include "tandem/core/error.h"
 #include "tandem/model/gpt_config.h"
 #include "tandem/train/train_config.h"
+#include "test_util.h"
 
 #ifndef TANDEM_SOURCE_DIR
 #define TANDEM_SOURCE_DIR "."  // compiled by hand from the repository root
@@ -96,6 +97,7 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.offload.staging_buffers, b.offload.staging_buffers);
   EXPECT_EQ(a.device.type, b.device.type);
   EXPECT_EQ(a.device.memory_gb, b.device.memory_gb);
+  EXPECT_EQ(a.bf16, b.bf16);
   EXPECT_EQ(a.micro_batch_size, b.micro_batch_size);
   EXPECT_EQ(a.gradient_accumulation_steps, b.gradient_accumulation_steps);
   EXPECT_EQ(a.gradient_clipping, b.gradient_clipping);
@@ -250,6 +252,7 @@ TEST(ParseTrainConfig, RoundTripThroughJson) {
   c.train.seed = UINT64_MAX - 1;
   c.data.val_path = "data/val.txt";
   c.data.val_fraction = 0.0;
+  c.bf16 = true;
   const json written = to_json(c);
   EXPECT_TRUE(written["optimizer"]["params"]["betas"].is_array());
   expect_same(parse_train_config(written), c);
@@ -328,6 +331,17 @@ TEST(ParseTrainConfig, TypeErrorsNameKeyTypeAndValue) {
             std::string::npos);
   EXPECT_NE(error_with("train.seed=\"1\"").find("train.seed"), std::string::npos);
   EXPECT_NE(parse_error(json::array()).find("must be a JSON object"), std::string::npos);
+}
+
+TEST(ParseTrainConfig, Bf16IsAnEnabledFlag) {
+  EXPECT_FALSE(parse_train_config(minimal_config()).bf16);
+  json config = minimal_config();
+  config["bf16"] = {{"enabled", true}};
+  const TrainConfig c = parse_train_config(config);
+  EXPECT_TRUE(c.bf16);
+  EXPECT_EQ(c.storage_dtype(), StorageDType::kBF16);
+  EXPECT_CONTAINS(error_with("bf16.enabled=1"), "bf16.enabled must be true or false, got 1");
+  EXPECT_CONTAINS(error_with("bf16.enable=true"), "unknown key 'bf16.enable'");
 }
 
 TEST(ParseTrainConfig, TypeValuesListAllowed) {

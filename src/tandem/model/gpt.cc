@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "tandem/core/error.h"
 #include "tandem/core/rng.h"
@@ -27,11 +28,13 @@ Layer layer_at(Pointer base, const std::array<size_t, 12>& o) {
 
 }  // namespace
 
-Gpt::Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len)
+Gpt::Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len,
+         StorageDType dtype)
     : config_(config),
       backend_(backend),
       max_batch_(max_batch),
       max_seq_len_(max_seq_len),
+      dtype_(dtype),
       layout_(ParamLayout::gpt2(config)) {
   config_.validate();
   wte_ = layout_.at("transformer.wte.weight").offset;
@@ -54,81 +57,104 @@ Gpt::Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int ma
   const size_t L = config.n_layer, C = config.n_embd, V = config.vocab_size, NH = config.n_head;
   const size_t BT = static_cast<size_t>(max_batch) * max_seq_len;
   const size_t P = layout_.num_elements();
-  auto floats = [&](size_t n) {
-    allocated_bytes_ += n * sizeof(float);
-    return backend_.allocate(n * sizeof(float));
+  auto allocate = [&](size_t bytes) {
+    allocated_bytes_ += bytes;
+    return backend_.allocate(bytes);
   };
+  const size_t elem_bytes = storage_dtype_bytes(dtype_);
+  auto elems = [&](size_t n) { return allocate(n * elem_bytes); };
+  auto floats = [&](size_t n) { return allocate(n * sizeof(float)); };
 
-  params_ = floats(P);
-  grads_ = floats(P);
-  tokens_ = backend_.allocate(BT * sizeof(int32_t));
-  targets_ = backend_.allocate(BT * sizeof(int32_t));
-  allocated_bytes_ += 2 * BT * sizeof(int32_t);
-  encoded_ = floats(BT * C);
-  ln1_ = floats(L * BT * C);
+  params_ = elems(P);
+  grads_ = elems(P);
+  tokens_ = allocate(BT * sizeof(int32_t));
+  targets_ = allocate(BT * sizeof(int32_t));
+  encoded_ = elems(BT * C);
+  ln1_ = elems(L * BT * C);
   ln1_mean_ = floats(L * BT);
   ln1_rstd_ = floats(L * BT);
-  qkv_ = floats(L * BT * 3 * C);
-  atty_ = floats(L * BT * C);
+  qkv_ = elems(L * BT * 3 * C);
+  atty_ = elems(L * BT * C);
   lse_ = floats(L * NH * BT);
-  attproj_ = floats(L * BT * C);
-  residual2_ = floats(L * BT * C);
-  ln2_ = floats(L * BT * C);
+  attproj_ = elems(L * BT * C);
+  residual2_ = elems(L * BT * C);
+  ln2_ = elems(L * BT * C);
   ln2_mean_ = floats(L * BT);
   ln2_rstd_ = floats(L * BT);
-  fch_ = floats(L * BT * 4 * C);
-  fch_gelu_ = floats(L * BT * 4 * C);
-  fcproj_ = floats(L * BT * C);
-  residual3_ = floats(L * BT * C);
-  lnf_ = floats(BT * C);
+  fch_ = elems(L * BT * 4 * C);
+  fch_gelu_ = elems(L * BT * 4 * C);
+  fcproj_ = elems(L * BT * C);
+  residual3_ = elems(L * BT * C);
+  lnf_ = elems(BT * C);
   lnf_mean_ = floats(BT);
   lnf_rstd_ = floats(BT);
-  logits_ = floats(BT * V);
+  logits_ = elems(BT * V);
   losses_ = floats(BT);
 
-  dresidual_ = floats(BT * C);
-  dlogits_ = floats(BT * V);
-  dbt_c_ = floats(BT * C);
-  dqkv_ = floats(BT * 3 * C);
-  dfch_ = floats(BT * 4 * C);
-  dfch_gelu_ = floats(BT * 4 * C);
+  dresidual_ = elems(BT * C);
+  dlogits_ = elems(BT * V);
+  dbt_c_ = elems(BT * C);
+  dqkv_ = elems(BT * 3 * C);
+  dfch_ = elems(BT * 4 * C);
+  dfch_gelu_ = elems(BT * 4 * C);
 }
 
-size_t Gpt::activation_bytes(const GptConfig& config, int max_batch, int max_seq_len) {
+size_t Gpt::activation_bytes(const GptConfig& config, int max_batch, int max_seq_len,
+                             StorageDType dtype) {
   const size_t L = config.n_layer, C = config.n_embd, V = config.vocab_size, NH = config.n_head;
   const size_t BT = static_cast<size_t>(max_batch) * max_seq_len;
-  const size_t per_layer =
-      BT * (C /*ln1*/ + 2 /*ln1 mean, rstd*/ + 3 * C /*qkv*/ + C /*atty*/ + NH /*lse*/ +
-            C /*attproj*/ + C /*residual2*/ + C /*ln2*/ + 2 /*ln2 mean, rstd*/ + 4 * C /*fch*/ +
-            4 * C /*fch_gelu*/ + C /*fcproj*/ + C /*residual3*/);
-  const size_t once =
-      BT * (C /*encoded*/ + C + 2 /*lnf, mean, rstd*/ + V /*logits*/ + 1 /*losses*/);
-  const size_t backward = BT * (C /*dresidual*/ + V /*dlogits*/ + C /*dbt_c*/ + 3 * C /*dqkv*/ +
-                                8 * C /*dfch, dfch_gelu*/);
-  return (L * per_layer + once + backward) * sizeof(float) + 2 * BT * sizeof(int32_t);
+  // Elements stored as dtype ...
+  const size_t per_layer_elems = BT * (C /*ln1*/ + 3 * C /*qkv*/ + C /*atty*/ + C /*attproj*/ +
+                                       C /*residual2*/ + C /*ln2*/ + 4 * C /*fch*/ +
+                                       4 * C /*fch_gelu*/ + C /*fcproj*/ + C /*residual3*/);
+  const size_t once_elems = BT * (C /*encoded*/ + C /*lnf*/ + V /*logits*/);
+  const size_t backward_elems = BT * (C /*dresidual*/ + V /*dlogits*/ + C /*dbt_c*/ +
+                                      3 * C /*dqkv*/ + 8 * C /*dfch, dfch_gelu*/);
+  // ... and as fp32.
+  const size_t per_layer_floats = BT * (4 /*ln1, ln2 mean and rstd*/ + NH /*lse*/);
+  const size_t once_floats = BT * (2 /*lnf mean, rstd*/ + 1 /*losses*/);
+  return (L * per_layer_elems + once_elems + backward_elems) * storage_dtype_bytes(dtype) +
+         (L * per_layer_floats + once_floats) * sizeof(float) + 2 * BT * sizeof(int32_t);
 }
 
-Gpt::LayerParams Gpt::layer_params(int l) const {
-  return layer_at<LayerParams>(params(), layer_offsets_[l]);
+template <typename Elem>
+void Gpt::check_elem() const {
+  constexpr StorageDType wanted = std::is_same_v<Elem, Bf16> ? StorageDType::kBF16
+                                                              : StorageDType::kF32;
+  TANDEM_CHECK(wanted == dtype_, "the model stores ", storage_dtype_name(dtype_),
+               ", not ", storage_dtype_name(wanted));
+}
+template void Gpt::check_elem<float>() const;
+template void Gpt::check_elem<Bf16>() const;
+
+template <typename Elem>
+Gpt::LayerParams<Elem> Gpt::layer_params(int l) const {
+  return layer_at<LayerParams<Elem>>(params_.as<const Elem>(), layer_offsets_[l]);
 }
 
-Gpt::LayerGrads Gpt::layer_grads(int l) { return layer_at<LayerGrads>(grads(), layer_offsets_[l]); }
+template <typename Elem>
+Gpt::LayerGrads<Elem> Gpt::layer_grads(int l) {
+  return layer_at<LayerGrads<Elem>>(grads_.as<Elem>(), layer_offsets_[l]);
+}
 
-Gpt::LayerActs Gpt::layer_acts(int l) const {
+template <typename Elem>
+Gpt::LayerActs<Elem> Gpt::layer_acts(int l) const {
   const size_t C = config_.n_embd, NH = config_.n_head;
   const size_t BT = static_cast<size_t>(max_batch_) * max_seq_len_;
   const size_t row = l * BT;  // first row of layer l in a [L, BT, ...] tensor
-  return {ln1_.as<float>() + row * C,          ln1_mean_.as<float>() + row,
-          ln1_rstd_.as<float>() + row,         qkv_.as<float>() + row * 3 * C,
-          atty_.as<float>() + row * C,         lse_.as<float>() + row * NH,
-          attproj_.as<float>() + row * C,      residual2_.as<float>() + row * C,
-          ln2_.as<float>() + row * C,          ln2_mean_.as<float>() + row,
-          ln2_rstd_.as<float>() + row,         fch_.as<float>() + row * 4 * C,
-          fch_gelu_.as<float>() + row * 4 * C, fcproj_.as<float>() + row * C,
-          residual3_.as<float>() + row * C};
+  return {ln1_.as<Elem>() + row * C,          ln1_mean_.as<float>() + row,
+          ln1_rstd_.as<float>() + row,        qkv_.as<Elem>() + row * 3 * C,
+          atty_.as<Elem>() + row * C,         lse_.as<float>() + row * NH,
+          attproj_.as<Elem>() + row * C,      residual2_.as<Elem>() + row * C,
+          ln2_.as<Elem>() + row * C,          ln2_mean_.as<float>() + row,
+          ln2_rstd_.as<float>() + row,        fch_.as<Elem>() + row * 4 * C,
+          fch_gelu_.as<Elem>() + row * 4 * C, fcproj_.as<Elem>() + row * C,
+          residual3_.as<Elem>() + row * C};
 }
 
-void Gpt::init_weights(uint64_t seed) {
+void Gpt::init_weights(uint64_t seed) { set_params(initial_params(seed)); }
+
+std::vector<float> Gpt::initial_params(uint64_t seed) const {
   Rng rng(seed);
   std::vector<float> host(layout_.num_elements(), 0.0f);
   const float residual_std = 0.02f / std::sqrt(2.0f * config_.n_layer);
@@ -144,39 +170,59 @@ void Gpt::init_weights(uint64_t seed) {
       for (size_t i = 0; i < view.numel; i++) p[i] = std * rng.normal();
     }  // biases stay 0
   }
-  set_params(host);
+  return host;
+}
+
+void Gpt::upload(void* dst, const float* host, size_t n) {
+  if (dtype_ == StorageDType::kF32) {
+    backend_.copy_from_host(dst, host, n * sizeof(float));
+    return;
+  }
+  std::vector<Bf16> rounded(n);
+  for (size_t i = 0; i < n; i++) rounded[i] = from_float<Bf16>(host[i]);
+  backend_.copy_from_host(dst, rounded.data(), n * sizeof(Bf16));
+}
+
+std::vector<float> Gpt::download(const void* src, size_t n) const {
+  std::vector<float> host(n);
+  if (dtype_ == StorageDType::kF32) {
+    backend_.copy_to_host(host.data(), src, n * sizeof(float));
+    return host;
+  }
+  std::vector<Bf16> stored(n);
+  backend_.copy_to_host(stored.data(), src, n * sizeof(Bf16));
+  for (size_t i = 0; i < n; i++) host[i] = to_float(stored[i]);
+  return host;
 }
 
 void Gpt::set_params(const std::vector<float>& host_params) {
   TANDEM_CHECK(host_params.size() == layout_.num_elements(), "parameter count mismatch: got ",
                host_params.size(), ", model has ", layout_.num_elements());
-  backend_.copy_from_host(params(), host_params.data(), host_params.size() * sizeof(float));
+  upload(params(), host_params.data(), host_params.size());
 }
 
-std::vector<float> Gpt::params_to_host() const {
-  std::vector<float> host(layout_.num_elements());
-  backend_.copy_to_host(host.data(), params(), host.size() * sizeof(float));
-  return host;
-}
+std::vector<float> Gpt::params_to_host() const { return download(params(), layout_.num_elements()); }
 
-std::vector<float> Gpt::grads_to_host() const {
-  std::vector<float> host(layout_.num_elements());
-  backend_.copy_to_host(host.data(), grads(), host.size() * sizeof(float));
-  return host;
-}
+std::vector<float> Gpt::grads_to_host() const { return download(grads(), layout_.num_elements()); }
 
 std::vector<float> Gpt::logits_to_host() const {
-  std::vector<float> host(static_cast<size_t>(last_B_) * last_T_ * config_.vocab_size);
-  backend_.copy_to_host(host.data(), logits_.as<float>(), host.size() * sizeof(float));
-  return host;
+  return download(logits_.as<void>(), static_cast<size_t>(last_B_) * last_T_ * config_.vocab_size);
 }
 
-void Gpt::zero_grads() { backend_.fill_zero(grads(), layout_.num_elements() * sizeof(float)); }
+void Gpt::zero_grads() {
+  backend_.fill_zero(grads(), layout_.num_elements() * storage_dtype_bytes(dtype_));
+}
+
+double Gpt::grad_sum_of_squares() {
+  const size_t n = layout_.num_elements();
+  return dtype_ == StorageDType::kBF16 ? backend_.sum_of_squares(grads_.as<Bf16>(), n)
+                                       : backend_.sum_of_squares(grads_.as<float>(), n);
+}
 
 float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
   TANDEM_CHECK(B >= 1 && B <= max_batch_ && T >= 1 && T <= max_seq_len_, "forward: batch ", B,
                " x ", T, " exceeds the allocated ", max_batch_, " x ", max_seq_len_);
-  const int C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
+  const int V = config_.vocab_size;
   const int N = B * T;
   for (int i = 0; i < N; i++) {
     TANDEM_CHECK(tokens[i] >= 0 && tokens[i] < V, "token id ", tokens[i], " at position ", i,
@@ -190,14 +236,22 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
   last_B_ = B;
   last_T_ = T;
   have_targets_ = targets != nullptr;
+  return dtype_ == StorageDType::kBF16 ? forward_as<Bf16>(B, T, have_targets_)
+                                       : forward_as<float>(B, T, have_targets_);
+}
 
-  ComputeBackend& k = backend_;
-  k.encoder_forward(encoded_.as<float>(), tokens_.as<int32_t>(), params() + wte_, params() + wpe_,
-                    B, T, C);
-  const float* residual = encoded_.as<float>();  // [N, C]
+template <typename Elem>
+float Gpt::forward_as(int B, int T, bool with_targets) {
+  const int C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
+  const int N = B * T;
+  StorageKernels<Elem>& k = backend_.kernels<Elem>();
+  const Elem* params = params_.as<Elem>();
+  Elem* encoded = encoded_.as<Elem>();
+  k.encoder_forward(encoded, tokens_.as<int32_t>(), params + wte_, params + wpe_, B, T, C);
+  const Elem* residual = encoded;  // [N, C]
   for (int l = 0; l < config_.n_layer; l++) {
-    const LayerParams w = layer_params(l);
-    const LayerActs a = layer_acts(l);
+    const LayerParams<Elem> w = layer_params<Elem>(l);
+    const LayerActs<Elem> a = layer_acts<Elem>(l);
     k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
     k.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, 3 * C);           // [N, 3C]
     k.attention_forward(a.atty, a.lse, a.qkv, B, T, C, NH);                // [N, C]
@@ -210,15 +264,17 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
     k.residual_forward(a.residual3, a.residual2, a.fcproj, static_cast<size_t>(N) * C);
     residual = a.residual3;
   }
-  k.layernorm_forward(lnf_.as<float>(), lnf_mean_.as<float>(), lnf_rstd_.as<float>(), residual,
-                      params() + lnfw_, params() + lnfb_, N, C);
+  Elem* lnf = lnf_.as<Elem>();
+  Elem* logits = logits_.as<Elem>();
+  k.layernorm_forward(lnf, lnf_mean_.as<float>(), lnf_rstd_.as<float>(), residual, params + lnfw_,
+                      params + lnfb_, N, C);
   // Tied LM head: logits[N, V] = lnf[N, C] @ wte[V, C]^T
-  k.matmul_forward(logits_.as<float>(), lnf_.as<float>(), params() + wte_, nullptr, N, C, V);
-  if (targets == nullptr) return std::numeric_limits<float>::quiet_NaN();
+  k.matmul_forward(logits, lnf, params + wte_, nullptr, N, C, V);
+  if (!with_targets) return std::numeric_limits<float>::quiet_NaN();
 
-  k.cross_entropy_forward(losses_.as<float>(), logits_.as<float>(), targets_.as<int32_t>(), N, V);
+  k.cross_entropy_forward(losses_.as<float>(), logits, targets_.as<int32_t>(), N, V);
   std::vector<float> losses(N);
-  k.copy_to_host(losses.data(), losses_.as<float>(), N * sizeof(float));
+  backend_.copy_to_host(losses.data(), losses_.as<float>(), N * sizeof(float));
   double sum = 0.0;
   for (float loss : losses) sum += loss;
   return static_cast<float>(sum / N);
@@ -235,55 +291,66 @@ std::pair<size_t, size_t> Gpt::range_of(const std::string& prefix) const {
 }
 
 void Gpt::backward(float loss_scale, const GradientsReady& ready) {
+  TANDEM_CHECK(have_targets_, "backward needs a forward pass with targets just before it");
+  if (dtype_ == StorageDType::kBF16)
+    backward_as<Bf16>(loss_scale, ready);
+  else
+    backward_as<float>(loss_scale, ready);
+}
+
+template <typename Elem>
+void Gpt::backward_as(float loss_scale, const GradientsReady& ready) {
   auto announce = [&](std::pair<size_t, size_t> range) {
     if (!ready) return;
     backend_.synchronize();  // the gradients must be written, not merely queued
     ready(range.first, range.second);
   };
-  TANDEM_CHECK(have_targets_, "backward needs a forward pass with targets just before it");
   const int B = last_B_, T = last_T_;
   const int C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
   const int N = B * T;
-  ComputeBackend& k = backend_;
-  float* dres = dresidual_.as<float>();
-  float* dlogits = dlogits_.as<float>();
-  float* dbt_c = dbt_c_.as<float>();
+  StorageKernels<Elem>& k = backend_.kernels<Elem>();
+  const Elem* params = params_.as<Elem>();
+  Elem* grads = grads_.as<Elem>();
+  const Elem* encoded = encoded_.as<Elem>();
+  Elem* dres = dresidual_.as<Elem>();
+  Elem* dlogits = dlogits_.as<Elem>();
+  Elem* dbt_c = dbt_c_.as<Elem>();
+  Elem* dqkv = dqkv_.as<Elem>();
+  Elem* dfch = dfch_.as<Elem>();
+  Elem* dfch_gelu = dfch_gelu_.as<Elem>();
 
   // loss = loss_scale * mean over N positions
-  k.cross_entropy_backward(dlogits, logits_.as<float>(), targets_.as<int32_t>(), loss_scale / N, N,
+  k.cross_entropy_backward(dlogits, logits_.as<Elem>(), targets_.as<int32_t>(), loss_scale / N, N,
                            V);
-  k.matmul_backward(dbt_c, grads() + wte_, nullptr, dlogits, lnf_.as<float>(), params() + wte_, N,
-                    C, V);  // dbt_c = dlnf
-  k.fill_zero(dres, static_cast<size_t>(N) * C * sizeof(float));
-  const float* last_residual =
-      config_.n_layer > 0 ? layer_acts(config_.n_layer - 1).residual3 : encoded_.as<float>();
-  k.layernorm_backward(dres, grads() + lnfw_, grads() + lnfb_, dbt_c, last_residual,
-                       params() + lnfw_, lnf_mean_.as<float>(), lnf_rstd_.as<float>(), N, C);
+  k.matmul_backward(dbt_c, grads + wte_, nullptr, dlogits, lnf_.as<Elem>(), params + wte_, N, C,
+                    V);  // dbt_c = dlnf
+  backend_.fill_zero(dres, static_cast<size_t>(N) * C * sizeof(Elem));
+  const Elem* last_residual =
+      config_.n_layer > 0 ? layer_acts<Elem>(config_.n_layer - 1).residual3 : encoded;
+  k.layernorm_backward(dres, grads + lnfw_, grads + lnfb_, dbt_c, last_residual, params + lnfw_,
+                       lnf_mean_.as<float>(), lnf_rstd_.as<float>(), N, C);
   announce(lnf_range_);
 
   for (int l = config_.n_layer - 1; l >= 0; l--) {
-    const LayerParams w = layer_params(l);
-    const LayerGrads g = layer_grads(l);
-    const LayerActs a = layer_acts(l);
-    const float* residual = l == 0 ? encoded_.as<float>() : layer_acts(l - 1).residual3;
+    const LayerParams<Elem> w = layer_params<Elem>(l);
+    const LayerGrads<Elem> g = layer_grads<Elem>(l);
+    const LayerActs<Elem> a = layer_acts<Elem>(l);
+    const Elem* residual = l == 0 ? encoded : layer_acts<Elem>(l - 1).residual3;
     // residual3 = residual2 + fcproj: dres is the gradient of both.
-    k.matmul_backward(dfch_gelu_.as<float>(), g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N,
-                      4 * C, C);
-    k.gelu_backward(dfch_.as<float>(), a.fch, dfch_gelu_.as<float>(),
-                    static_cast<size_t>(N) * 4 * C);
-    k.matmul_backward(dbt_c, g.fcw, g.fcb, dfch_.as<float>(), a.ln2, w.fcw, N, C, 4 * C);  // dln2
+    k.matmul_backward(dfch_gelu, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N, 4 * C, C);
+    k.gelu_backward(dfch, a.fch, dfch_gelu, static_cast<size_t>(N) * 4 * C);
+    k.matmul_backward(dbt_c, g.fcw, g.fcb, dfch, a.ln2, w.fcw, N, C, 4 * C);  // dln2
     k.layernorm_backward(dres, g.ln2w, g.ln2b, dbt_c, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd,
                          N, C);
     // residual2 = residual + attproj: dres is the gradient of both.
     k.matmul_backward(dbt_c, g.attprojw, g.attprojb, dres, a.atty, w.attprojw, N, C, C);  // datty
-    k.attention_backward(dqkv_.as<float>(), dbt_c, a.qkv, a.atty, a.lse, B, T, C, NH);
-    k.matmul_backward(dbt_c, g.qkvw, g.qkvb, dqkv_.as<float>(), a.ln1, w.qkvw, N, C,
-                      3 * C);  // dln1
+    k.attention_backward(dqkv, dbt_c, a.qkv, a.atty, a.lse, B, T, C, NH);
+    k.matmul_backward(dbt_c, g.qkvw, g.qkvb, dqkv, a.ln1, w.qkvw, N, C, 3 * C);  // dln1
     k.layernorm_backward(dres, g.ln1w, g.ln1b, dbt_c, residual, w.ln1w, a.ln1_mean, a.ln1_rstd, N,
                          C);
     announce(layer_ranges_[l]);
   }
-  k.encoder_backward(grads() + wte_, grads() + wpe_, dres, tokens_.as<int32_t>(), B, T, C);
+  k.encoder_backward(grads + wte_, grads + wpe_, dres, tokens_.as<int32_t>(), B, T, C);
   announce(embedding_range_);
 }
 

@@ -1,6 +1,11 @@
 // GPT-2: token + position embeddings, L pre-LayerNorm blocks (causal self-attention,
 // GELU MLP of width 4C), final LayerNorm, LM head tied to the token embedding.
 // All compute goes through a ComputeBackend; this file only orchestrates.
+//
+// Parameters, gradients and activations are stored as fp32 or bf16 (mixed precision:
+// fp32 arithmetic everywhere, one rounding per stored result); LayerNorm statistics,
+// attention log-sum-exps and losses stay fp32. With bf16 the parameters here are the
+// working copy: the fp32 master weights live in the optimizer (offload/update_engine).
 #pragma once
 
 #include <array>
@@ -19,12 +24,14 @@ class Gpt {
  public:
   // Allocates parameters, gradients and activations for batches of up to
   // max_batch x max_seq_len tokens (max_seq_len <= context_length).
-  Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len);
+  Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len,
+      StorageDType dtype = StorageDType::kF32);
 
   // Bytes of activations (and backward scratch, token ids) the constructor allocates
-  // for batches of max_batch x max_seq_len; parameters and gradients add 4 bytes each
-  // per parameter on top.
-  static size_t activation_bytes(const GptConfig& config, int max_batch, int max_seq_len);
+  // for batches of max_batch x max_seq_len; parameters and gradients add
+  // storage_dtype_bytes(dtype) each per parameter on top.
+  static size_t activation_bytes(const GptConfig& config, int max_batch, int max_seq_len,
+                                 StorageDType dtype = StorageDType::kF32);
   // Everything this model allocated from its backend.
   size_t allocated_bytes() const { return allocated_bytes_; }
 
@@ -33,16 +40,34 @@ class Gpt {
   ComputeBackend& backend() const { return backend_; }
   int max_batch() const { return max_batch_; }
   int max_seq_len() const { return max_seq_len_; }
+  StorageDType dtype() const { return dtype_; }
 
-  // Flat buffers of layout().num_elements() floats in backend memory.
-  float* params() { return params_.as<float>(); }
-  const float* params() const { return params_.as<float>(); }
-  float* grads() { return grads_.as<float>(); }
-  const float* grads() const { return grads_.as<float>(); }
+  // Flat buffers of layout().num_elements() elements of dtype() in backend memory.
+  void* params() { return params_.as<void>(); }
+  const void* params() const { return params_.as<void>(); }
+  void* grads() { return grads_.as<void>(); }
+  const void* grads() const { return grads_.as<void>(); }
+  // The same, typed; Elem must match dtype() (float for kF32, Bf16 for kBF16).
+  template <typename Elem>
+  Elem* params_as() {
+    check_elem<Elem>();
+    return params_.as<Elem>();
+  }
+  template <typename Elem>
+  Elem* grads_as() {
+    check_elem<Elem>();
+    return grads_.as<Elem>();
+  }
+  // sum of grads^2 in double, in the backend's fixed order (for the gradient norm).
+  double grad_sum_of_squares();
 
+  // Host copies are fp32 whatever dtype() is: set_params rounds, *_to_host widen.
   // GPT-2 initialisation from a seed: weights N(0, 0.02), residual projections
   // (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm weights 1.
   void init_weights(uint64_t seed);
+  // The same weights in fp32 on the host, without touching the model's (the fp32
+  // master copy when the model stores bf16).
+  std::vector<float> initial_params(uint64_t seed) const;
   void set_params(const std::vector<float>& host_params);
   std::vector<float> params_to_host() const;
   std::vector<float> grads_to_host() const;
@@ -67,30 +92,52 @@ class Gpt {
   std::vector<float> logits_to_host() const;
 
  private:
+  template <typename Elem>
   struct LayerParams {
-    const float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
-    const float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+    const Elem *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    const Elem *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
   };
+  template <typename Elem>
   struct LayerGrads {
-    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
-    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+    Elem *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    Elem *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
   };
   // Per-layer activations saved for backward; each points at layer l's slice.
+  template <typename Elem>
   struct LayerActs {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *attproj, *residual2;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *residual3;
+    Elem* ln1;
+    float *ln1_mean, *ln1_rstd;
+    Elem *qkv, *atty;
+    float* lse;
+    Elem *attproj, *residual2, *ln2;
+    float *ln2_mean, *ln2_rstd;
+    Elem *fch, *fch_gelu, *fcproj, *residual3;
   };
+
+  template <typename Elem>
+  void check_elem() const;
+  template <typename Elem>
+  float forward_as(int B, int T, bool with_targets);
+  template <typename Elem>
+  void backward_as(float loss_scale, const GradientsReady& ready);
+  // Host fp32 <-> backend dtype() copies of n elements.
+  void upload(void* dst, const float* host, size_t n);
+  std::vector<float> download(const void* src, size_t n) const;
 
   // [first, last) flat offsets of a set of tensors whose names start with `prefix`.
   std::pair<size_t, size_t> range_of(const std::string& prefix) const;
-  LayerParams layer_params(int l) const;
-  LayerGrads layer_grads(int l);
-  LayerActs layer_acts(int l) const;
+  template <typename Elem>
+  LayerParams<Elem> layer_params(int l) const;
+  template <typename Elem>
+  LayerGrads<Elem> layer_grads(int l);
+  template <typename Elem>
+  LayerActs<Elem> layer_acts(int l) const;
 
   GptConfig config_;
   ComputeBackend& backend_;
   int max_batch_;
   int max_seq_len_;
+  StorageDType dtype_;
   ParamLayout layout_;
   // Flat offsets looked up once, by name, at construction: forward and backward only
   // add them to the buffer base pointers.
@@ -103,7 +150,8 @@ class Gpt {
   Buffer grads_;
 
   // Activations, sized for max_batch x max_seq_len (BT below), with the L per-layer
-  // tensors stacked: e.g. qkv is [L, BT, 3C].
+  // tensors stacked: e.g. qkv is [L, BT, 3C]. dtype() elements, but the means, rstds,
+  // lse and losses, which are fp32.
   Buffer tokens_, targets_;           // [BT] int32
   Buffer encoded_;                    // [BT, C]
   Buffer ln1_, ln1_mean_, ln1_rstd_;  // [L, BT, C], [L, BT], [L, BT]
@@ -116,7 +164,7 @@ class Gpt {
   Buffer logits_;                     // [BT, V]
   Buffer losses_;                     // [BT]
 
-  // Backward scratch, reused by every layer.
+  // Backward scratch (dtype() elements), reused by every layer.
   Buffer dresidual_;         // [BT, C] gradient flowing down the residual stream
   Buffer dlogits_;           // [BT, V]
   Buffer dbt_c_;             // [BT, C]  dlnf / datty / dln1 / dln2

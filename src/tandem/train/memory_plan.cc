@@ -9,12 +9,11 @@
 #include "tandem/model/gpt.h"
 
 namespace tandem {
-namespace {}  // namespace
-
 namespace {
 
 void add_up(TrainingMemoryPlan& plan) {
-  const TierBytes engine = engine_memory_needs(plan.offload, sizeof(float), sizeof(float));
+  const TierBytes engine =
+      engine_memory_needs(plan.offload, plan.model_elem_bytes, plan.model_elem_bytes);
   plan.optimizer_device_bytes = engine.device - plan.model_bytes;
   plan.total.device = plan.activation_bytes + engine.device;
   plan.total.pinned_host = engine.pinned_host;
@@ -36,9 +35,10 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   TrainingMemoryPlan plan;
   plan.num_params = static_cast<size_t>(config.model.num_parameters());
   plan.device_capacity = device.device_capacity() + model_allocated;
-  plan.activation_bytes =
-      Gpt::activation_bytes(config.model, config.micro_batch_size, config.seq_len());
-  plan.model_bytes = plan.num_params * 2 * sizeof(float);
+  plan.activation_bytes = Gpt::activation_bytes(config.model, config.micro_batch_size,
+                                                config.seq_len(), config.storage_dtype());
+  plan.model_elem_bytes = storage_dtype_bytes(config.storage_dtype());
+  plan.model_bytes = plan.num_params * 2 * plan.model_elem_bytes;
   const bool automatic = config.offload.schedule == UpdateSchedule::kAuto;
   // Until the rates are known, `auto` is costed as its least demanding choice (all CPU).
   OffloadSettings fixed = config.offload;
@@ -79,7 +79,8 @@ std::string TrainingMemoryPlan::to_text() const {
   text += cat(")\n", "parameters: ", num_params, "\n", "memory per tier:\n",
               "  device:      ", format_bytes(total.device), " of ", format_bytes(device_capacity),
               " (activations ", format_bytes(activation_bytes), ", working params + gradients ",
-              format_bytes(model_bytes), ", optimizer state + staging ",
+              format_bytes(model_bytes), model_elem_bytes == 2 ? " in bf16" : " in fp32",
+              ", optimizer state + staging ",
               format_bytes(optimizer_device_bytes), ")", fits() ? "" : "  << does not fit", "\n",
               "  pinned host: ", format_bytes(total.pinned_host),
               " (offloaded fp32 params, m, v; host gradients and working copies)\n",

@@ -21,6 +21,7 @@ struct TrainingMemoryPlan {
   size_t num_params = 0;
   size_t device_capacity = 0;
   size_t activation_bytes = 0;        // device: activations and backward scratch
+  size_t model_elem_bytes = 4;        // bytes per working param and gradient (fp32 or bf16)
   size_t model_bytes = 0;             // device: working params + gradients
   size_t optimizer_device_bytes = 0;  // device: resident fp32 state + staging buffers
   TierBytes total;                    // every tier, all of the above included

@@ -41,12 +41,14 @@ constexpr std::string_view kTopKeys[] = {"model",
                                          "zero_optimization",
                                          "offload_optimizer",
                                          "device",
+                                         "bf16",
                                          "train"};
 constexpr std::string_view kZeroKeys[] = {"sub_group_size"};
 constexpr std::string_view kOffloadKeys[] = {"schedule", "ratio", "stride", "staging_buffers"};
 constexpr std::string_view kDeviceKeys[] = {"type", "memory_gb"};
 constexpr std::string_view kSchedules[] = {"device", "cpu", "ratio", "interleave", "auto"};
 constexpr std::string_view kDeviceTypes[] = {"cpu", "cuda"};
+constexpr std::string_view kBf16Keys[] = {"enabled"};
 constexpr std::string_view kModelKeys[] = {"vocab_size", "context_length", "n_layer", "n_head",
                                            "n_embd"};
 constexpr std::string_view kDataKeys[] = {"train_path", "val_path", "val_fraction"};
@@ -237,6 +239,13 @@ class Section {
     out = real_value<Real>(*value, path(key), wanted, ok);
   }
 
+  void read_bool(std::string_view key, bool& out) const {
+    const json* value = find(key);
+    if (value == nullptr) return;
+    if (!value->is_boolean()) fail(path(key), " must be true or false, got ", describe(*value));
+    out = value->get<bool>();
+  }
+
   std::string read_string(std::string_view key, std::string& out) const {
     const json* value = find(key);
     if (value == nullptr) return out;
@@ -403,6 +412,10 @@ TrainConfig parse_train_config(const json& config_json) {
                "\"");
   device.read_real("memory_gb", config.device.memory_gb, "a number > 0",
                    [](double v) { return v > 0; });
+
+  const Section bf16 = top.section("bf16");
+  bf16.check_keys(kBf16Keys);
+  bf16.read_bool("enabled", config.bf16);
 
   const Section train = top.section("train");
   train.check_keys(kTrainKeys);
@@ -582,6 +595,7 @@ json to_json(const TrainConfig& config) {
         {"stride", config.offload.stride},
         {"staging_buffers", config.offload.staging_buffers}}},
       {"device", {{"type", config.device.type}, {"memory_gb", config.device.memory_gb}}},
+      {"bf16", {{"enabled", config.bf16}}},
       {"train",
        {{"steps", t.steps},
         {"seed", t.seed},

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/compute/compute_backend.h"
 #include "tandem/model/gpt_config.h"
 #include "tandem/offload/offload_plan.h"
 
@@ -63,11 +64,15 @@ struct TrainConfig {
   // "stride", "staging_buffers"}
   OffloadSettings offload{.schedule = UpdateSchedule::kDevice};
   DeviceConfig device;
+  // "bf16": {"enabled": true}: the model's parameters (working copy), gradients and
+  // activations in bf16 with fp32 arithmetic; master weights and Adam moments stay fp32.
+  bool bf16 = false;
   int micro_batch_size = 8;             // "train_micro_batch_size_per_gpu" (B)
   int gradient_accumulation_steps = 1;  // "gradient_accumulation_steps"
   float gradient_clipping = 1.0f;       // "gradient_clipping"; 0 disables
 
   int seq_len() const { return train.seq_len > 0 ? train.seq_len : model.context_length; }
+  StorageDType storage_dtype() const { return bf16 ? StorageDType::kBF16 : StorageDType::kF32; }
 };
 
 // Parses and validates a configuration. Unknown keys and invalid values throw

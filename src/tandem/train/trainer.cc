@@ -57,7 +57,7 @@ class Trainer {
                            config.model.vocab_size)),
         train_loader_(data_.train, B_, T_, config.train.seed, true, "train"),
         backend_(config.device.type == "cuda" ? make_cuda_backend() : make_cpu_backend()),
-        model_(config.model, *backend_, B_, T_),
+        model_(config.model, *backend_, B_, T_, config.storage_dtype()),
         device_(make_training_device(config, on_gpu() ? model_.allocated_bytes() : 0)),
         optimizer_pool_(),
         plan_(checked_plan(config, *device_, optimizer_pool_,
@@ -72,7 +72,7 @@ class Trainer {
                            .beta2 = config.optimizer.beta2,
                            .eps = config.optimizer.eps,
                            .weight_decay = config.optimizer.weight_decay},
-                UpdateEngine::DeviceBuffers{model_.params(), model_.grads()}),
+                device_buffers(model_)),
         schedule_{.base_lr = config.optimizer.lr,
                   .warmup_steps = config.scheduler.warmup_num_steps,
                   .total_steps = config.train.steps,
@@ -183,9 +183,10 @@ class Trainer {
                  "with --resume ",
                  config_.train.output_dir,
                  ", or start afresh in another directory with --set train.output_dir=DIR");
-    model_.init_weights(config_.train.seed);
-    const std::vector<float> zeros(model_.layout().num_elements(), 0.0f);
-    engine_.load_state(model_.params_to_host().data(), zeros.data(), zeros.data(), 0);
+    // The engine holds the fp32 master weights and writes the model's working copy.
+    const std::vector<float> params = model_.initial_params(config_.train.seed);
+    const std::vector<float> zeros(params.size(), 0.0f);
+    engine_.load_state(params.data(), zeros.data(), zeros.data(), 0);
     progress_.note(cat("tandem: training GPT-2 (", config_.model.n_layer, " layers, ",
                        config_.model.n_embd, " channels, ", config_.model.num_parameters(),
                        " parameters) on ", data_.train.size(), " tokens (",
@@ -194,6 +195,15 @@ class Trainer {
   }
 
   bool on_gpu() const { return config_.device.type == "cuda"; }
+
+  // The model's working parameters and gradients, as the engine reads and writes them.
+  static UpdateEngine::DeviceBuffers device_buffers(Gpt& model) {
+    const bool bf16 = model.dtype() == StorageDType::kBF16;
+    return {.working_params = model.params(),
+            .grads = model.grads(),
+            .working_dtype = bf16 ? WorkingDType::kBF16 : WorkingDType::kF32,
+            .grad_dtype = bf16 ? GradDType::kBF16 : GradDType::kF32};
+  }
 
   static TrainingMemoryPlan checked_plan(const TrainConfig& config, Device& device,
                                          ThreadPool& pool, size_t model_allocated) {
@@ -276,8 +286,7 @@ class Trainer {
     TANDEM_CHECK(
         std::isfinite(loss), "the training loss became ", loss, " at step ", step_ + 1,
         "; lower optimizer.params.lr or set gradient_clipping (the last checkpoint is intact)");
-    const size_t P = model_.layout().num_elements();
-    times.grad_norm = std::sqrt(backend_->sum_of_squares(model_.grads(), P));
+    times.grad_norm = std::sqrt(model_.grad_sum_of_squares());
     const float scale = clip_scale(times.grad_norm, config_.gradient_clipping);
     TraceScope scope(&tracer_, "update", cat("optimizer step ", step_ + 1));
     times.update = engine_.step(lr, scale);

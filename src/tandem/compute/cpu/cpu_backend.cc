@@ -1,8 +1,10 @@
-// CpuBackend: host memory and the CPU kernels.
+// CpuBackend: host memory and the CPU kernels (fp32: cpu_kernels.h; Bf16 storage:
+// bf16_kernels.h, which widens to fp32 and rounds on store).
 #include <cstdlib>
 #include <cstring>
 
 #include "tandem/compute/compute_backend.h"
+#include "tandem/compute/cpu/bf16_kernels.h"
 #include "tandem/compute/cpu/cpu_kernels.h"
 #include "tandem/core/error.h"
 #include "tandem/optim/grad_clip.h"
@@ -83,6 +85,59 @@ class CpuBackend final : public ComputeBackend {
   void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                         int T, int C) override {
     cpu::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+  }
+
+  // ---- Bf16 storage ---------------------------------------------------------
+  double sum_of_squares(const Bf16* x, size_t n) override { return cpu::bf16::sum_of_squares(x, n); }
+  void encoder_forward(Bf16* out, const int32_t* tokens, const Bf16* wte, const Bf16* wpe, int B,
+                       int T, int C) override {
+    cpu::bf16::encoder_forward(out, tokens, wte, wpe, B, T, C);
+  }
+  void layernorm_forward(Bf16* out, float* mean, float* rstd, const Bf16* inp, const Bf16* weight,
+                         const Bf16* bias, int N, int C) override {
+    cpu::bf16::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+  }
+  void matmul_forward(Bf16* out, const Bf16* inp, const Bf16* weight, const Bf16* bias, int N,
+                      int C, int OC) override {
+    cpu::bf16::matmul_forward(out, inp, weight, bias, N, C, OC);
+  }
+  void attention_forward(Bf16* out, float* lse, const Bf16* qkv, int B, int T, int C,
+                         int NH) override {
+    cpu::bf16::attention_forward(out, lse, qkv, B, T, C, NH);
+  }
+  void gelu_forward(Bf16* out, const Bf16* inp, size_t N) override {
+    cpu::bf16::gelu_forward(out, inp, N);
+  }
+  void residual_forward(Bf16* out, const Bf16* a, const Bf16* b, size_t N) override {
+    cpu::bf16::residual_forward(out, a, b, N);
+  }
+  void cross_entropy_forward(float* losses, const Bf16* logits, const int32_t* targets, int N,
+                             int V) override {
+    cpu::bf16::cross_entropy_forward(losses, logits, targets, N, V);
+  }
+  void cross_entropy_backward(Bf16* dlogits, const Bf16* logits, const int32_t* targets,
+                              float dloss, int N, int V) override {
+    cpu::bf16::cross_entropy_backward(dlogits, logits, targets, dloss, N, V);
+  }
+  void matmul_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
+                       const Bf16* weight, int N, int C, int OC) override {
+    cpu::bf16::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  void layernorm_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout,
+                          const Bf16* inp, const Bf16* weight, const float* mean,
+                          const float* rstd, int N, int C) override {
+    cpu::bf16::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+  void attention_backward(Bf16* dqkv, const Bf16* dout, const Bf16* qkv, const Bf16* out,
+                          const float* lse, int B, int T, int C, int NH) override {
+    cpu::bf16::attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+  }
+  void gelu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, size_t N) override {
+    cpu::bf16::gelu_backward(dinp, inp, dout, N);
+  }
+  void encoder_backward(Bf16* dwte, Bf16* dwpe, const Bf16* dout, const int32_t* tokens, int B,
+                        int T, int C) override {
+    cpu::bf16::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
   }
 };
 

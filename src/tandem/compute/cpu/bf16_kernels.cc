@@ -1,0 +1,168 @@
+#include "tandem/compute/cpu/bf16_kernels.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "tandem/compute/cpu/cpu_kernels.h"
+#include "tandem/optim/grad_clip.h"
+
+namespace tandem::cpu::bf16 {
+namespace {
+
+// An fp32 copy of x[n] (empty for a null x, whose data() is then null too).
+std::vector<float> widen(const Bf16* x, size_t n) {
+  if (x == nullptr) return {};
+  std::vector<float> wide(n);
+  for (size_t i = 0; i < n; i++) wide[i] = to_float(x[i]);
+  return wide;
+}
+
+// dst[n] = src rounded to bf16; nothing for a null dst.
+void narrow(Bf16* dst, const std::vector<float>& src) {
+  if (dst == nullptr) return;
+  for (size_t i = 0; i < src.size(); i++) dst[i] = from_float<Bf16>(src[i]);
+}
+
+float* data_or_null(std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+
+// Rows of the token embedding that tokens[n] can touch: 0 .. max token.
+size_t embedding_rows(const int32_t* tokens, size_t n) {
+  int32_t max_token = 0;
+  for (size_t i = 0; i < n; i++) max_token = std::max(max_token, tokens[i]);
+  return static_cast<size_t>(max_token) + 1;
+}
+
+}  // namespace
+
+double sum_of_squares(const Bf16* x, size_t n) {
+  const std::vector<float> wide = widen(x, n);
+  return tandem::sum_of_squares(wide.data(), n);
+}
+
+void encoder_forward(Bf16* out, const int32_t* tokens, const Bf16* wte, const Bf16* wpe, int B,
+                     int T, int C) {
+  const size_t BT = static_cast<size_t>(B) * T;
+  const std::vector<float> wte32 = widen(wte, embedding_rows(tokens, BT) * C);
+  const std::vector<float> wpe32 = widen(wpe, static_cast<size_t>(T) * C);
+  std::vector<float> out32(BT * C);
+  cpu::encoder_forward(out32.data(), tokens, wte32.data(), wpe32.data(), B, T, C);
+  narrow(out, out32);
+}
+
+void encoder_backward(Bf16* dwte, Bf16* dwpe, const Bf16* dout, const int32_t* tokens, int B, int T,
+                      int C) {
+  const size_t BT = static_cast<size_t>(B) * T;
+  // Accumulating outputs: widen, add in fp32, round once. Rows no token touches
+  // round-trip unchanged (bf16 -> fp32 -> bf16 is exact).
+  std::vector<float> dwte32 = widen(dwte, embedding_rows(tokens, BT) * C);
+  std::vector<float> dwpe32 = widen(dwpe, static_cast<size_t>(T) * C);
+  const std::vector<float> dout32 = widen(dout, BT * C);
+  cpu::encoder_backward(dwte32.data(), dwpe32.data(), dout32.data(), tokens, B, T, C);
+  narrow(dwte, dwte32);
+  narrow(dwpe, dwpe32);
+}
+
+void layernorm_forward(Bf16* out, float* mean, float* rstd, const Bf16* inp, const Bf16* weight,
+                       const Bf16* bias, int N, int C) {
+  const std::vector<float> inp32 = widen(inp, static_cast<size_t>(N) * C);
+  const std::vector<float> weight32 = widen(weight, C), bias32 = widen(bias, C);
+  std::vector<float> out32(static_cast<size_t>(N) * C);
+  cpu::layernorm_forward(out32.data(), mean, rstd, inp32.data(), weight32.data(), bias32.data(), N,
+                         C);
+  narrow(out, out32);
+}
+
+void layernorm_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
+                        const Bf16* weight, const float* mean, const float* rstd, int N, int C) {
+  const size_t NC = static_cast<size_t>(N) * C;
+  std::vector<float> dinp32 = widen(dinp, NC), dweight32 = widen(dweight, C),
+                     dbias32 = widen(dbias, C);
+  const std::vector<float> dout32 = widen(dout, NC), inp32 = widen(inp, NC),
+                           weight32 = widen(weight, C);
+  cpu::layernorm_backward(dinp32.data(), dweight32.data(), dbias32.data(), dout32.data(),
+                          inp32.data(), weight32.data(), mean, rstd, N, C);
+  narrow(dinp, dinp32);
+  narrow(dweight, dweight32);
+  narrow(dbias, dbias32);
+}
+
+void matmul_forward(Bf16* out, const Bf16* inp, const Bf16* weight, const Bf16* bias, int N, int C,
+                    int OC) {
+  const std::vector<float> inp32 = widen(inp, static_cast<size_t>(N) * C);
+  const std::vector<float> weight32 = widen(weight, static_cast<size_t>(OC) * C);
+  std::vector<float> bias32 = widen(bias, OC);
+  std::vector<float> out32(static_cast<size_t>(N) * OC);
+  cpu::matmul_forward(out32.data(), inp32.data(), weight32.data(), data_or_null(bias32), N, C, OC);
+  narrow(out, out32);
+}
+
+void matmul_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
+                     const Bf16* weight, int N, int C, int OC) {
+  std::vector<float> dinp32(static_cast<size_t>(N) * C);
+  std::vector<float> dweight32 = widen(dweight, static_cast<size_t>(OC) * C);
+  std::vector<float> dbias32 = widen(dbias, OC);
+  const std::vector<float> dout32 = widen(dout, static_cast<size_t>(N) * OC);
+  const std::vector<float> inp32 = widen(inp, static_cast<size_t>(N) * C);
+  const std::vector<float> weight32 = widen(weight, static_cast<size_t>(OC) * C);
+  cpu::matmul_backward(dinp32.data(), dweight32.data(), data_or_null(dbias32), dout32.data(),
+                       inp32.data(), weight32.data(), N, C, OC);
+  narrow(dinp, dinp32);
+  narrow(dweight, dweight32);
+  narrow(dbias, dbias32);
+}
+
+void attention_forward(Bf16* out, float* lse, const Bf16* qkv, int B, int T, int C, int NH) {
+  const size_t BT = static_cast<size_t>(B) * T;
+  const std::vector<float> qkv32 = widen(qkv, BT * 3 * C);
+  std::vector<float> out32(BT * C);
+  cpu::attention_forward(out32.data(), lse, qkv32.data(), B, T, C, NH);
+  narrow(out, out32);
+}
+
+void attention_backward(Bf16* dqkv, const Bf16* dout, const Bf16* qkv, const Bf16* out,
+                        const float* lse, int B, int T, int C, int NH) {
+  const size_t BT = static_cast<size_t>(B) * T;
+  const std::vector<float> dout32 = widen(dout, BT * C), qkv32 = widen(qkv, BT * 3 * C),
+                           out32 = widen(out, BT * C);
+  std::vector<float> dqkv32(BT * 3 * C);
+  cpu::attention_backward(dqkv32.data(), dout32.data(), qkv32.data(), out32.data(), lse, B, T, C,
+                          NH);
+  narrow(dqkv, dqkv32);
+}
+
+void gelu_forward(Bf16* out, const Bf16* inp, size_t N) {
+  const std::vector<float> inp32 = widen(inp, N);
+  std::vector<float> out32(N);
+  cpu::gelu_forward(out32.data(), inp32.data(), N);
+  narrow(out, out32);
+}
+
+void gelu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, size_t N) {
+  const std::vector<float> inp32 = widen(inp, N), dout32 = widen(dout, N);
+  std::vector<float> dinp32(N);
+  cpu::gelu_backward(dinp32.data(), inp32.data(), dout32.data(), N);
+  narrow(dinp, dinp32);
+}
+
+void residual_forward(Bf16* out, const Bf16* a, const Bf16* b, size_t N) {
+  const std::vector<float> a32 = widen(a, N), b32 = widen(b, N);
+  std::vector<float> out32(N);
+  cpu::residual_forward(out32.data(), a32.data(), b32.data(), N);
+  narrow(out, out32);
+}
+
+void cross_entropy_forward(float* losses, const Bf16* logits, const int32_t* targets, int N,
+                           int V) {
+  const std::vector<float> logits32 = widen(logits, static_cast<size_t>(N) * V);
+  cpu::cross_entropy_forward(losses, logits32.data(), targets, N, V);
+}
+
+void cross_entropy_backward(Bf16* dlogits, const Bf16* logits, const int32_t* targets, float dloss,
+                            int N, int V) {
+  const std::vector<float> logits32 = widen(logits, static_cast<size_t>(N) * V);
+  std::vector<float> dlogits32(static_cast<size_t>(N) * V);
+  cpu::cross_entropy_backward(dlogits32.data(), logits32.data(), targets, dloss, N, V);
+  narrow(dlogits, dlogits32);
+}
+
+}  // namespace tandem::cpu::bf16

@@ -1,0 +1,45 @@
+// The CPU backend's kernels for Bf16 storage. Each widens its inputs to fp32, runs the
+// fp32 kernel of cpu_kernels.h and rounds what it stores (to nearest even), so a result
+// is rounded exactly once, when stored: the same storage semantics as the GPU's bf16
+// kernels (whose fp32 arithmetic may differ in summation order only). Slow (a copy per
+// call), and meant for that: testing the bf16 model without a GPU, and being the CPU
+// counterpart the GPU's bf16 kernels are checked against.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tandem/core/half.h"
+
+namespace tandem::cpu::bf16 {
+
+double sum_of_squares(const Bf16* x, size_t n);
+
+void encoder_forward(Bf16* out, const int32_t* tokens, const Bf16* wte, const Bf16* wpe, int B,
+                     int T, int C);
+void encoder_backward(Bf16* dwte, Bf16* dwpe, const Bf16* dout, const int32_t* tokens, int B, int T,
+                      int C);
+
+void layernorm_forward(Bf16* out, float* mean, float* rstd, const Bf16* inp, const Bf16* weight,
+                       const Bf16* bias, int N, int C);
+void layernorm_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
+                        const Bf16* weight, const float* mean, const float* rstd, int N, int C);
+
+void matmul_forward(Bf16* out, const Bf16* inp, const Bf16* weight, const Bf16* bias, int N, int C,
+                    int OC);
+void matmul_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
+                     const Bf16* weight, int N, int C, int OC);
+
+void attention_forward(Bf16* out, float* lse, const Bf16* qkv, int B, int T, int C, int NH);
+void attention_backward(Bf16* dqkv, const Bf16* dout, const Bf16* qkv, const Bf16* out,
+                        const float* lse, int B, int T, int C, int NH);
+
+void gelu_forward(Bf16* out, const Bf16* inp, size_t N);
+void gelu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, size_t N);
+void residual_forward(Bf16* out, const Bf16* a, const Bf16* b, size_t N);
+
+void cross_entropy_forward(float* losses, const Bf16* logits, const int32_t* targets, int N, int V);
+void cross_entropy_backward(Bf16* dlogits, const Bf16* logits, const int32_t* targets, float dloss,
+                            int N, int V);
+
+}  // namespace tandem::cpu::bf16
