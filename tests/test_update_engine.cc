@@ -6,14 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tandem/core/half.h"
 #include "tandem/core/rng.h"
 #include "tandem/core/thread_pool.h"
+#include "tandem/device/cpu/cpu_device.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/device/device.h"
 #include "tandem/model/param_layout.h"
@@ -259,6 +262,46 @@ TEST(UpdateEngine, GradientsAnnouncedDuringBackwardStartEarlyAndChangeNothing) {
   EXPECT_TRUE(bitwise_equal(p, want_p));
   EXPECT_TRUE(bitwise_equal(m, want_m));
   EXPECT_TRUE(bitwise_equal(v, want_v));
+}
+
+// A GPU's backward is still running when it announces gradients: the engine must order
+// its copies after the producer stream's work with an event. Here the producer writes
+// each step's gradients only after a delay, while the engine is told at once.
+TEST(UpdateEngine, WaitsForTheProducerStreamWithoutTheHostWaiting) {
+  const Problem problem;
+  std::vector<float> want_p, want_m, want_v;
+  problem.reference(want_p, want_m, want_v, kSteps);
+  for (const UpdateSchedule schedule :
+       {UpdateSchedule::kCpu, UpdateSchedule::kDevice, UpdateSchedule::kInterleave}) {
+    std::unique_ptr<Device> device = make_cpu_device({});
+    const DeviceAllocation working = device->allocate(MemorySpace::kDevice, problem.P * 4);
+    const DeviceAllocation grads = device->allocate(MemorySpace::kDevice, problem.P * 4);
+    const std::unique_ptr<Stream> producer = device->create_stream("model");
+    ThreadPool pool{2};
+    UpdateEngine engine(
+        *device, pool, problem.layout,
+        make_offload_plan({.schedule = schedule, .sub_group_size = 1000, .stride = 2}, problem.P),
+        kHyper,
+        {.working_params = working.data(), .grads = grads.data(), .producer = producer.get()});
+    engine.load_state(problem.params.data(), problem.m.data(), problem.v.data(), 0);
+    std::vector<float> stale(problem.P, 123.0f);
+    for (int s = 0; s < kSteps; s++) {
+      std::memcpy(grads.data(), stale.data(), problem.P * 4);
+      const std::vector<float>& g = problem.grads[s];
+      launch_host_task(*producer, [&grads, &g] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        std::memcpy(grads.data(), g.data(), g.size() * 4);
+      });
+      engine.gradients_ready(problem.P / 2, problem.P);  // "the last layers are done"
+      engine.gradients_ready(0, problem.P / 2);
+      engine.step(Problem::lr(s), Problem::scale(s));
+    }
+    std::vector<float> p(problem.P), m(problem.P), v(problem.P);
+    engine.read_state(p.data(), m.data(), v.data());
+    EXPECT_TRUE(bitwise_equal(p, want_p)) << update_schedule_name(schedule);
+    EXPECT_TRUE(bitwise_equal(m, want_m)) << update_schedule_name(schedule);
+    EXPECT_TRUE(bitwise_equal(v, want_v)) << update_schedule_name(schedule);
+  }
 }
 
 TEST(UpdateEngine, AFailedCopyLeavesNoSubgroupHalfUpdated) {

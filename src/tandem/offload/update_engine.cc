@@ -96,6 +96,7 @@ UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& 
   h2d_ = device_.create_stream("host-to-device");
   d2h_ = device_.create_stream("device-to-host");
   compute_ = device_.create_stream("device update");
+  produced_ = device_.create_event();
   for (size_t i = 0; i < slots; i++) {
     slot_free_.push_back(device_.create_event());
     slot_loaded_.push_back(device_.create_event());
@@ -176,14 +177,23 @@ void UpdateEngine::send_gradients(SubgroupState& sg) {
   pending_.d2h_bytes += bytes;
 }
 
+void UpdateEngine::wait_for_producer(std::initializer_list<Stream*> streams) {
+  if (buffers_.producer == nullptr) return;
+  device_.record(*produced_, *buffers_.producer);
+  for (Stream* stream : streams) device_.wait(*stream, *produced_);
+}
+
 void UpdateEngine::gradients_ready(size_t begin, size_t end) {
   if (failed_) return;  // step() reports it
+  bool ordered = false;  // d2h_ waits for the producer once per call, before any copy
   for (auto& sg : subgroups_) {
     if (sg->range.site != UpdateSite::kHost || sg->grads_sent) continue;
     const size_t b = std::max(begin, sg->range.begin), e = std::min(end, sg->range.end);
     if (b >= e) continue;
     sg->grads_final += e - b;
     if (sg->grads_final == sg->size()) {
+      if (!ordered) wait_for_producer({d2h_.get()});
+      ordered = true;
       send_gradients(*sg);
       pending_.early_gradient_subgroups++;
     }
@@ -301,6 +311,9 @@ UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
   // counted in pending_ and handed over as the step's stats.
   UpdateStepStats& stats = pending_;
   try {
+    // Every stream reads gradients or writes working parameters that backward may
+    // still be using.
+    wait_for_producer({d2h_.get(), compute_.get(), h2d_.get()});
     // 1. Gradients of CPU-updated subgroups to pinned host memory, those not already
     //    on their way since backward.
     for (auto& sg : subgroups_) {

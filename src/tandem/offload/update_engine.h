@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -43,6 +44,12 @@ class UpdateEngine {
     const void* grads = nullptr;
     WorkingDType working_dtype = WorkingDType::kF32;
     GradDType grad_dtype = GradDType::kF32;
+    // The stream the model's kernels run on, when they run asynchronously (a GPU): the
+    // engine's reads of the gradients, and its writes of the working parameters that
+    // backward still reads, are ordered after the work queued there with an event, so
+    // the host never waits for backward. Null: the gradients are written by the time
+    // they are announced.
+    Stream* producer = nullptr;
   };
 
   // Allocates everything the plan needs up front (so that no step can fail for lack
@@ -70,9 +77,10 @@ class UpdateEngine {
   UpdateStepStats step(float lr, float grad_scale);
 
   // Tells the engine that gradients [begin, end) of the coming step are final (called
-  // from backward, see Gpt::GradientsReady): CPU-updated subgroups whose gradients are
-  // all final start copying them to pinned host memory now, overlapped with the rest
-  // of backward. Ranges of one step must not overlap.
+  // from backward, see Gpt::GradientsReady; with a producer stream, final once the work
+  // queued on it so far is done): CPU-updated subgroups whose gradients are all final
+  // start copying them to pinned host memory now, overlapped with the rest of
+  // backward. Ranges of one step must not overlap.
   void gradients_ready(size_t begin, size_t end);
 
   // Records CPU updates on lane "cpu update" and the device's work on its stream lanes
@@ -86,6 +94,9 @@ class UpdateEngine {
   void enqueue_device_update(SubgroupState& sg, float* state, const AdamWStepScalars& decay,
                              const AdamWStepScalars& no_decay);
   void synchronize_all();
+  // Makes each of `streams` wait (on the device, not the host) for the work queued so
+  // far on the producer stream; nothing without one.
+  void wait_for_producer(std::initializer_list<Stream*> streams);
   void send_gradients(SubgroupState& sg);
   // "sg 3 prefetch": names work in a trace; empty when not tracing.
   std::string label(const SubgroupState& sg, const char* what) const;
@@ -114,6 +125,7 @@ class UpdateEngine {
   DeviceAllocation device_state_;  // device: [p|m|v] blocks of resident subgroups
   DeviceAllocation staging_;       // device: staging_buffers x [p|m|v] of the largest subgroup
   std::unique_ptr<Stream> h2d_, d2h_, compute_;
+  std::unique_ptr<Event> produced_;  // recorded on DeviceBuffers::producer
   std::vector<std::unique_ptr<Event>> slot_free_, slot_loaded_, slot_updated_;
   std::vector<std::unique_ptr<SubgroupState>> subgroups_;
 };
