@@ -1,12 +1,17 @@
-// CudaBackend: device memory, cuBLAS matmuls and the kernels of kernels.cuh, all on one
-// CUDA stream. fp32 throughout (full-precision cuBLAS SGEMM, no TF32), so that the
-// GPU model can be checked against the CPU one; bf16 comes on top of it.
-#include <cublas_v2.h>
+// CudaBackend: device memory, cuBLASLt matmuls (cublaslt_matmul.cuh), flash attention
+// (flash_attention.cuh) and the kernels of kernels.cuh, all on one CUDA stream.
+//
+// Both storage types: every kernel exists for tensors stored as float and as Bf16, and
+// each override below forwards to one template, so the two sets cannot drift apart.
+// Arithmetic is fp32 either way (true fp32 matmuls, no TF32, so the fp32 model can be
+// checked against the CPU one); with Bf16 each result is rounded once, when stored.
 #include <cuda_runtime.h>
 
-#include <vector>
+#include <memory>
 
 #include "tandem/compute/compute_backend.h"
+#include "tandem/compute/cuda/cublaslt_matmul.cuh"
+#include "tandem/compute/cuda/flash_attention.cuh"
 #include "tandem/compute/cuda/kernels.cuh"
 #include "tandem/core/error.h"
 #include "tandem/device/cuda/cuda_check.h"
@@ -17,27 +22,26 @@ namespace {
 
 void check(cudaError_t err, const char* what) { cuda_check(err, what); }
 
-void check(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    fail("cuBLAS error ", static_cast<int>(status), " in ", what);
-}
-
-constexpr size_t kSquaresBlock = 1 << 14;
+// sum_of_squares's result double sits at the start of the scratch buffer, its partial sums
+// after this many bytes (a multiple of 256 keeps them aligned).
+constexpr size_t kSquaresResultBytes = 256;
 
 class CudaBackend final : public ComputeBackend {
  public:
   explicit CudaBackend(int device_index) : device_index_(device_index) {
     check(cudaSetDevice(device_index_), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    check(cublasCreate(&cublas_), "cublasCreate");
-    check(cublasSetStream(cublas_, stream_), "cublasSetStream");
-    // Full fp32: TF32 would change results relative to the CPU reference.
-    check(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+    try {
+      matmul_ = std::make_unique<cuda::CublasLtMatmul>(stream_);
+    } catch (...) {
+      cudaStreamDestroy(stream_);
+      throw;
+    }
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
     scratch_ = Buffer();
-    cublasDestroy(cublas_);
+    matmul_.reset();
     cudaStreamDestroy(stream_);
   }
 
@@ -71,95 +75,180 @@ class CudaBackend final : public ComputeBackend {
   }
   void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
-  double sum_of_squares(const float* x, size_t n) override {
-    const size_t blocks = (n + kSquaresBlock - 1) / kSquaresBlock;
-    float* partial = scratch(blocks * 2);  // doubles
-    cuda::sum_of_squares_blocks(reinterpret_cast<double*>(partial), x, n, kSquaresBlock, stream_);
-    std::vector<double> host(blocks);
-    copy_to_host(host.data(), partial, blocks * sizeof(double));
-    double total = 0.0;
-    for (double p : host) total += p;
-    return total;
-  }
+  // ---- StorageKernels<float> and StorageKernels<Bf16> -----------------------------------
+
+  double sum_of_squares(const float* x, size_t n) override { return squares(x, n); }
+  double sum_of_squares(const Bf16* x, size_t n) override { return squares(x, n); }
 
   void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                        int T, int C) override {
     cuda::encoder_forward(out, tokens, wte, wpe, B, T, C, stream_);
   }
+  void encoder_forward(Bf16* out, const int32_t* tokens, const Bf16* wte, const Bf16* wpe, int B,
+                       int T, int C) override {
+    cuda::encoder_forward(out, tokens, wte, wpe, B, T, C, stream_);
+  }
+
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                          const float* weight, const float* bias, int N, int C) override {
     cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, stream_);
   }
+  void layernorm_forward(Bf16* out, float* mean, float* rstd, const Bf16* inp, const Bf16* weight,
+                         const Bf16* bias, int N, int C) override {
+    cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, stream_);
+  }
+
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                       int C, int OC) override {
-    // cuBLAS is column-major: a row-major [R, K] array is a column-major [K, R] one. So
-    // row-major out[N,OC] = inp[N,C] @ weight[OC,C]^T is column-major
-    // out'[OC,N] = weight'[C,OC]^T @ inp'[C,N].
-    const float one = 1.0f, zero = 0.0f;
-    check(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, C, inp, C, &zero,
-                      out, OC),
-          "matmul_forward");
-    if (bias != nullptr) cuda::add_bias(out, bias, N, OC, stream_);
+    matmul_->forward(out, inp, weight, bias, N, C, OC);
   }
+  void matmul_forward(Bf16* out, const Bf16* inp, const Bf16* weight, const Bf16* bias, int N,
+                      int C, int OC) override {
+    matmul_->forward(out, inp, weight, bias, N, C, OC);
+  }
+
   void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
                          int NH) override {
-    cuda::attention_forward(out, lse, qkv, B, T, C, NH, stream_);
+    cuda::flash_attention_forward<float>(out, lse, qkv, B, T, C, NH, stream_);
   }
+  void attention_forward(Bf16* out, float* lse, const Bf16* qkv, int B, int T, int C,
+                         int NH) override {
+    cuda::flash_attention_forward<Bf16>(out, lse, qkv, B, T, C, NH, stream_);
+  }
+
   void gelu_forward(float* out, const float* inp, size_t N) override {
     cuda::gelu_forward(out, inp, N, stream_);
   }
+  void gelu_forward(Bf16* out, const Bf16* inp, size_t N) override {
+    cuda::gelu_forward(out, inp, N, stream_);
+  }
+
   void residual_forward(float* out, const float* a, const float* b, size_t N) override {
     cuda::residual_forward(out, a, b, N, stream_);
   }
+  void residual_forward(Bf16* out, const Bf16* a, const Bf16* b, size_t N) override {
+    cuda::residual_forward(out, a, b, N, stream_);
+  }
+
   void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int N,
                              int V) override {
     cuda::cross_entropy_forward(losses, logits, targets, N, V, stream_);
   }
+  void cross_entropy_forward(float* losses, const Bf16* logits, const int32_t* targets, int N,
+                             int V) override {
+    cuda::cross_entropy_forward(losses, logits, targets, N, V, stream_);
+  }
+
   void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
                               float dloss, int N, int V) override {
     cuda::cross_entropy_backward(dlogits, logits, targets, dloss, N, V, stream_);
   }
+  void cross_entropy_backward(Bf16* dlogits, const Bf16* logits, const int32_t* targets,
+                              float dloss, int N, int V) override {
+    cuda::cross_entropy_backward(dlogits, logits, targets, dloss, N, V, stream_);
+  }
+
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int N, int C, int OC) override {
-    const float one = 1.0f, zero = 0.0f;
-    // dinp[N,C] = dout[N,OC] @ weight[OC,C]
-    check(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C, dout, OC, &zero,
-                      dinp, C),
-          "matmul_backward (dinp)");
-    // dweight[OC,C] += dout^T @ inp
-    check(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one,
-                      dweight, C),
-          "matmul_backward (dweight)");
-    if (dbias != nullptr) cuda::column_sums_accumulate(dbias, dout, N, OC, stream_);
+    matmul_backward_impl(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
+  void matmul_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
+                       const Bf16* weight, int N, int C, int OC) override {
+    matmul_backward_impl(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean,
                           const float* rstd, int N, int C) override {
-    cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream_);
+    layernorm_backward_impl(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
+  void layernorm_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
+                          const Bf16* weight, const float* mean, const float* rstd, int N,
+                          int C) override {
+    layernorm_backward_impl(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                           const float* lse, int B, int T, int C, int NH) override {
-    float* delta = scratch(static_cast<size_t>(B) * NH * T);
-    cuda::attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, stream_);
+    attention_backward_impl(dqkv, dout, qkv, out, lse, B, T, C, NH);
   }
+  void attention_backward(Bf16* dqkv, const Bf16* dout, const Bf16* qkv, const Bf16* out,
+                          const float* lse, int B, int T, int C, int NH) override {
+    attention_backward_impl(dqkv, dout, qkv, out, lse, B, T, C, NH);
+  }
+
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) override {
     cuda::gelu_backward(dinp, inp, dout, N, stream_);
   }
+  void gelu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, size_t N) override {
+    cuda::gelu_backward(dinp, inp, dout, N, stream_);
+  }
+
   void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                         int T, int C) override {
-    cuda::encoder_backward(dwte, dwpe, dout, tokens, B, T, C, stream_);
+    encoder_backward_impl(dwte, dwpe, dout, tokens, B, T, C);
+  }
+  void encoder_backward(Bf16* dwte, Bf16* dwpe, const Bf16* dout, const int32_t* tokens, int B,
+                        int T, int C) override {
+    encoder_backward_impl(dwte, dwpe, dout, tokens, B, T, C);
   }
 
  private:
-  // A scratch buffer of at least `floats` floats, grown on demand (stream-ordered use).
-  float* scratch(size_t floats) {
-    if (scratch_.bytes() < floats * sizeof(float)) scratch_ = allocate(floats * sizeof(float));
-    return scratch_.as<float>();
+  // The kernels that need scratch memory or more than one call, once for both types.
+
+  template <typename Elem>
+  double squares(const Elem* x, size_t n) {
+    char* base = scratch(kSquaresResultBytes + cuda::sum_of_squares_scratch_bytes(n));
+    auto* result = reinterpret_cast<double*>(base);
+    cuda::sum_of_squares(result, x, n, base + kSquaresResultBytes, stream_);
+    double total = 0.0;
+    copy_to_host(&total, result, sizeof(total));
+    return total;
+  }
+
+  template <typename Elem>
+  void matmul_backward_impl(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout,
+                            const Elem* inp, const Elem* weight, int N, int C, int OC) {
+    matmul_->backward_input(dinp, dout, weight, N, C, OC);
+    matmul_->backward_weight(dweight, dout, inp, N, C, OC);
+    if (dbias != nullptr)
+      cuda::column_sums_accumulate(dbias, dout, N, OC,
+                                   scratch(cuda::column_sums_scratch_bytes(N, OC)), stream_);
+  }
+
+  template <typename Elem>
+  void layernorm_backward_impl(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout,
+                               const Elem* inp, const Elem* weight, const float* mean,
+                               const float* rstd, int N, int C) {
+    cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
+                             scratch(cuda::layernorm_backward_scratch_bytes(N, C)), stream_);
+  }
+
+  template <typename Elem>
+  void attention_backward_impl(Elem* dqkv, const Elem* dout, const Elem* qkv, const Elem* out,
+                               const float* lse, int B, int T, int C, int NH) {
+    char* work = scratch(cuda::flash_attention_backward_scratch_bytes(B, T, C, NH));
+    cuda::flash_attention_backward<Elem>(dqkv, work, dout, qkv, out, lse, B, T, C, NH, stream_);
+  }
+
+  template <typename Elem>
+  void encoder_backward_impl(Elem* dwte, Elem* dwpe, const Elem* dout, const int32_t* tokens, int B,
+                             int T, int C) {
+    cuda::encoder_backward(dwte, dwpe, dout, tokens, B, T, C,
+                           scratch(cuda::encoder_backward_scratch_bytes(B, T)), stream_);
+  }
+
+  // Device scratch of at least `bytes` (256-byte aligned), grown on demand. Kernels use it
+  // in stream order, so one buffer serves them all; replacing it first waits for the
+  // queued work that may still read the old one (release() synchronizes the stream).
+  char* scratch(size_t bytes) {
+    if (scratch_.bytes() < bytes) scratch_ = allocate(bytes);
+    return scratch_.as<char>();
   }
 
   int device_index_;
   cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<cuda::CublasLtMatmul> matmul_;
   Buffer scratch_;
 };
 

@@ -1,209 +1,674 @@
-// Elementwise, LayerNorm, cross-entropy and reduction kernels of the CUDA backend.
+// Embedding, LayerNorm, elementwise, cross-entropy and reduction kernels of the CUDA
+// backend, for float and Bf16 storage (explicitly instantiated for both at the end).
+//
+// Sizes in the comments are GPT-2 124M's: C = 768, V = 50257, N = B*T = 16384 rows.
 #include <cmath>
+#include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "tandem/compute/cuda/kernels.cuh"
 #include "tandem/core/error.h"
+#include "tandem/device/cuda/cuda_check.h"
 
 namespace tandem::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr unsigned kFullMask = 0xffffffffu;
+// Grid-stride loops never launch more blocks than this: several waves on any current GPU.
+constexpr size_t kMaxBlocks = 8192;
 
-unsigned blocks_for(size_t n, int threads = kThreads) {
-  return static_cast<unsigned>((n + threads - 1) / threads);
+constexpr float kLayerNormEps = 1e-5f;
+
+// Blocks for a grid-stride loop over `work` items (at least one, so that a loop with only
+// a scalar tail still runs).
+unsigned blocks_for(size_t work, int threads = kThreads) {
+  size_t blocks = (work + threads - 1) / threads;
+  if (blocks < 1) blocks = 1;
+  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+  return static_cast<unsigned>(blocks);
 }
 
-// Sum over a warp in a fixed butterfly order: the same bits every time.
-__device__ float warp_sum(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// ---- 16-byte loads and stores ---------------------------------------------------------
+
+// Elements in 16 bytes: 4 floats or 8 bf16 values.
+template <typename Elem>
+constexpr int kPackWidth = 16 / static_cast<int>(sizeof(Elem));
+
+// The unsigned type of each load width, so that one instruction moves a whole pack.
+template <int kBytes>
+struct RawBits;
+template <>
+struct RawBits<2> {
+  using Type = uint16_t;
+};
+template <>
+struct RawBits<4> {
+  using Type = uint32_t;
+};
+template <>
+struct RawBits<8> {
+  using Type = uint2;
+};
+template <>
+struct RawBits<16> {
+  using Type = uint4;
+};
+
+template <typename Elem, int kWidth>
+struct Pack {
+  Elem e[kWidth];
+};
+
+template <typename Elem, int kWidth>
+using RawPack = typename RawBits<static_cast<int>(sizeof(Elem)) * kWidth>::Type;
+
+// dst[0, kWidth) = src[0, kWidth) as fp32. src must be aligned to kWidth elements (16
+// bytes for a full pack); kWidth = 1 is an ordinary scalar load.
+template <int kWidth, typename Elem>
+__device__ __forceinline__ void load(float (&dst)[kWidth], const Elem* src) {
+  const auto raw = *reinterpret_cast<const RawPack<Elem, kWidth>*>(src);
+  const auto pack = bit_copy<Pack<Elem, kWidth>>(raw);
+#pragma unroll
+  for (int k = 0; k < kWidth; k++) dst[k] = to_float(pack.e[k]);
+}
+
+// dst[0, kWidth) = src rounded to Elem, with the alignment load() needs.
+template <int kWidth, typename Elem>
+__device__ __forceinline__ void store(Elem* dst, const float (&src)[kWidth]) {
+  Pack<Elem, kWidth> pack;
+#pragma unroll
+  for (int k = 0; k < kWidth; k++) pack.e[k] = from_float<Elem>(src[k]);
+  *reinterpret_cast<RawPack<Elem, kWidth>*>(dst) = bit_copy<RawPack<Elem, kWidth>>(pack);
+}
+
+// ---- reductions -----------------------------------------------------------------------
+
+// Sum over a warp in a fixed butterfly order. Every lane ends with the same bits, since
+// each step adds the same two values (a + b == b + a exactly).
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(kFullMask, x, offset);
   return x;
 }
-__device__ float warp_max(float x) {
-  for (int offset = 16; offset > 0; offset /= 2)
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
+
+// ---- elementwise kernels --------------------------------------------------------------
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCube = 0.044715f;
+// Beyond |x| = 20 GELU' is 1 or 0 to within 1e-35; clamping there keeps x^3 finite.
+constexpr float kGeluBackwardClamp = 20.0f;
+// exp(88) is finite in fp32, so sigma below is never 1 / inf and e * sigma never inf * 0.
+constexpr float kExpArgMax = 88.0f;
+
+// GELU (tanh form) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), evaluated as
+// x * sigma with sigma = 1 / (1 + exp(-2u)) = 0.5 (1 + tanh(u)): the same formulation as
+// the CPU kernel, and free of the cancellation in 1 + tanh(u) for negative x.
+struct GeluForward {
+  __device__ float operator()(float x, float) const {
+    const float u = kGeluScale * (x + kGeluCube * x * x * x);
+    const float sigma = 1.0f / (1.0f + expf(fminf(-2.0f * u, kExpArgMax)));
+    return x * sigma;  // a NaN x stays NaN
+  }
+};
+
+// GELU'(x) * dout, with sech^2(u) = 4 sigma (1 - sigma) and 1 - sigma = e sigma.
+struct GeluBackward {
+  __device__ float operator()(float x_in, float dout) const {
+    const float x = fminf(fmaxf(x_in, -kGeluBackwardClamp), kGeluBackwardClamp);
+    const float u = kGeluScale * (x + kGeluCube * x * x * x);
+    const float e = expf(fminf(-2.0f * u, kExpArgMax));
+    const float sigma = 1.0f / (1.0f + e);
+    const float sech_sq = 4.0f * sigma * (e * sigma);
+    const float grad = sigma + x * 0.5f * sech_sq * kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
+    // x_in * 0 is 0 for finite inputs and NaN for NaN or inf ones, which the clamp hides.
+    return (grad + x_in * 0.0f) * dout;
+  }
+};
+
+struct Add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+// out[i] = op(a[i], b[i]) (b unused when !kBinary), kWidth elements per step of a
+// grid-stride loop. With kWidth > 1 every pointer is 16-byte aligned; the n % kWidth
+// elements after the last whole pack are done one each by the first threads.
+template <int kWidth, bool kBinary, typename Elem, typename Op>
+__global__ void map_kernel(Elem* out, const Elem* a, const Elem* b, size_t n, Op op) {
+  const size_t packs = n / kWidth;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t stride = static_cast<size_t>(blockDim.x) * gridDim.x;
+  for (size_t p = first; p < packs; p += stride) {
+    float x[kWidth], y[kWidth] = {}, r[kWidth];
+    load(x, a + p * kWidth);
+    if constexpr (kBinary) load(y, b + p * kWidth);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) r[k] = op(x[k], y[k]);
+    store(out + p * kWidth, r);
+  }
+  const size_t i = packs * kWidth + first;
+  if (i < n) {
+    float y = 0.0f;
+    if constexpr (kBinary) y = to_float(b[i]);
+    out[i] = from_float<Elem>(op(to_float(a[i]), y));
+  }
 }
 
-// Block-wide sum or max through shared memory (blockDim.x a multiple of 32, <= 1024).
-template <bool kMax>
-__device__ float block_reduce(float x) {
-  __shared__ float warp_results[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  x = kMax ? warp_max(x) : warp_sum(x);
-  __syncthreads();  // warp_results may still be read by a previous reduction
-  if (lane == 0) warp_results[warp] = x;
-  __syncthreads();
-  x = lane < warps ? warp_results[lane] : (kMax ? -INFINITY : 0.0f);
-  return kMax ? warp_max(x) : warp_sum(x);
+template <bool kBinary, typename Elem, typename Op>
+void launch_map(Elem* out, const Elem* a, const Elem* b, size_t n, Op op, cudaStream_t stream,
+                const char* name) {
+  if (n == 0) return;
+  constexpr int kWidth = kPackWidth<Elem>;
+  if (aligned16(out) && aligned16(a) && (!kBinary || aligned16(b))) {
+    map_kernel<kWidth, kBinary><<<blocks_for(n / kWidth), kThreads, 0, stream>>>(out, a, b, n, op);
+  } else {
+    map_kernel<1, kBinary><<<blocks_for(n), kThreads, 0, stream>>>(out, a, b, n, op);
+  }
+  check_launch(name);
 }
 
-__global__ void encoder_forward_kernel(float* out, const int32_t* tokens, const float* wte,
-                                       const float* wpe, int BT, int T, int C) {
-  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= static_cast<size_t>(BT) * C) return;
-  const int bt = static_cast<int>(i / C), c = static_cast<int>(i % C);
-  out[i] = wte[static_cast<size_t>(tokens[bt]) * C + c] + wpe[static_cast<size_t>(bt % T) * C + c];
+// ---- encoder --------------------------------------------------------------------------
+
+// One thread per kWidth channels of one position.
+template <int kWidth, typename Elem>
+__global__ void encoder_forward_kernel(Elem* out, const int32_t* tokens, const Elem* wte,
+                                       const Elem* wpe, int BT, int T, int C) {
+  const int row_packs = C / kWidth;
+  const size_t packs = static_cast<size_t>(BT) * row_packs;
+  const size_t stride = static_cast<size_t>(blockDim.x) * gridDim.x;
+  for (size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs;
+       p += stride) {
+    const int bt = static_cast<int>(p / row_packs);
+    const int c = static_cast<int>(p % row_packs) * kWidth;
+    float x[kWidth], y[kWidth];
+    load(x, wte + static_cast<size_t>(tokens[bt]) * C + c);
+    load(y, wpe + static_cast<size_t>(bt % T) * C + c);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) x[k] += y[k];
+    store(out + static_cast<size_t>(bt) * C + c, x);
+  }
 }
 
-// One thread per (t, c): the batch is summed in order.
-__global__ void encoder_backward_wpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
+// dwpe[T,C] += sum over b of dout[b,t,:]: one thread per kWidth channels of a position,
+// adding the batch in order onto the old value (the CPU kernel's order).
+template <int kWidth, typename Elem>
+__global__ void encoder_backward_wpe_kernel(Elem* dwpe, const Elem* dout, int B, int T, int C) {
+  const int row_packs = C / kWidth;
+  const size_t packs = static_cast<size_t>(T) * row_packs;
+  const size_t stride = static_cast<size_t>(blockDim.x) * gridDim.x;
+  for (size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs;
+       p += stride) {
+    const int t = static_cast<int>(p / row_packs);
+    const int c = static_cast<int>(p % row_packs) * kWidth;
+    Elem* dst = dwpe + static_cast<size_t>(t) * C + c;
+    float acc[kWidth];
+    load(acc, dst);
+    for (int b = 0; b < B; b++) {
+      float d[kWidth];
+      load(d, dout + (static_cast<size_t>(b) * T + t) * C + c);
+#pragma unroll
+      for (int k = 0; k < kWidth; k++) acc[k] += d[k];
+    }
+    store(dst, acc);
+  }
+}
+
+__global__ void iota_kernel(int32_t* out, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= T * C) return;
-  const int t = i / C, c = i % C;
-  float sum = 0.0f;
-  for (int b = 0; b < B; b++) sum += dout[(static_cast<size_t>(b) * T + t) * C + c];
-  dwpe[i] += sum;
+  if (i < n) out[i] = i;
 }
 
-// One thread per channel, positions in order: repeated tokens add up in a fixed order.
-__global__ void encoder_backward_wte_kernel(float* dwte, const float* dout, const int32_t* tokens,
-                                            int BT, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  for (int bt = 0; bt < BT; bt++)
-    dwte[static_cast<size_t>(tokens[bt]) * C + c] += dout[static_cast<size_t>(bt) * C + c];
+constexpr int kEncoderWteThreads = 128;
+
+// dwte += dout by token, given the positions sorted by token (stably: positions of one
+// token in increasing order). Block i starts work only where a run of equal tokens
+// starts; that block alone owns the token's row of dwte and adds the run's rows of dout
+// onto it in position order, so the result is exactly the CPU kernel's.
+template <int kWidth, typename Elem>
+__global__ void encoder_backward_wte_kernel(Elem* dwte, const Elem* dout,
+                                            const uint32_t* sorted_tokens,
+                                            const int32_t* sorted_positions, int BT, int C) {
+  const int first = blockIdx.x;
+  const uint32_t token = sorted_tokens[first];
+  if (first > 0 && sorted_tokens[first - 1] == token) return;  // the same for the whole block
+  // The run is [first, end). Equal tokens are contiguous, so in each window of blockDim.x
+  // positions the ones that match are a prefix: their count is how far the run goes on.
+  int end = first + 1;
+  for (;;) {
+    const int j = end + static_cast<int>(threadIdx.x);
+    const int matching = __syncthreads_count(j < BT && sorted_tokens[j] == token);
+    end += matching;
+    if (matching < static_cast<int>(blockDim.x)) break;
+  }
+  Elem* row = dwte + static_cast<size_t>(token) * C;
+  for (int c = threadIdx.x * kWidth; c < C; c += blockDim.x * kWidth) {
+    float acc[kWidth];
+    load(acc, row + c);
+    // No stores in the loop, so the unrolled loads of several positions overlap.
+#pragma unroll 4
+    for (int j = first; j < end; j++) {
+      float d[kWidth];
+      load(d, dout + static_cast<size_t>(sorted_positions[j]) * C + c);
+#pragma unroll
+      for (int k = 0; k < kWidth; k++) acc[k] += d[k];
+    }
+    store(row + c, acc);
+  }
 }
 
-// One warp per row.
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
-                                         const float* weight, const float* bias, int N, int C) {
+size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// cub's temporary storage for sorting BT (token, position) pairs.
+size_t radix_sort_temp_bytes(int BT) {
+  size_t bytes = 0;
+  cuda_check(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const uint32_t*>(nullptr),
+                                             static_cast<uint32_t*>(nullptr),
+                                             static_cast<const int32_t*>(nullptr),
+                                             static_cast<int32_t*>(nullptr), BT, 0, 32),
+             "cub::DeviceRadixSort::SortPairs (temporary storage size)");
+  return bytes;
+}
+
+// ---- LayerNorm ------------------------------------------------------------------------
+
+// One warp per row [C]; lane l handles packs l, l + 32, ... The row is read three times
+// (mean, variance, output); the second and third reads mostly hit L1.
+template <int kWidth, typename Elem>
+__global__ void layernorm_forward_kernel(Elem* out, float* mean, float* rstd, const Elem* inp,
+                                         const Elem* weight, const Elem* bias, int N, int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (row >= N) return;
-  const float* x = inp + static_cast<size_t>(row) * C;
+  if (row >= N) return;  // the whole warp leaves together
+  const Elem* x = inp + static_cast<size_t>(row) * C;
   float sum = 0.0f;
-  for (int c = lane; c < C; c += 32) sum += x[c];
+  for (int c = lane * kWidth; c < C; c += 32 * kWidth) {
+    float v[kWidth];
+    load(v, x + c);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) sum += v[k];
+  }
   const float m = warp_sum(sum) / C;
   float var = 0.0f;
-  for (int c = lane; c < C; c += 32) var += (x[c] - m) * (x[c] - m);
-  const float s = 1.0f / sqrtf(warp_sum(var) / C + 1e-5f);
-  float* o = out + static_cast<size_t>(row) * C;
-  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+  for (int c = lane * kWidth; c < C; c += 32 * kWidth) {
+    float v[kWidth];
+    load(v, x + c);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) {
+      const float d = v[k] - m;
+      var += d * d;
+    }
+  }
+  const float s = 1.0f / sqrtf(warp_sum(var) / C + kLayerNormEps);
+  Elem* o = out + static_cast<size_t>(row) * C;
+  for (int c = lane * kWidth; c < C; c += 32 * kWidth) {
+    float v[kWidth], w[kWidth], b[kWidth], r[kWidth];
+    load(v, x + c);
+    load(w, weight + c);
+    load(b, bias + c);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) r[k] = (v[k] - m) * s * w[k] + b[k];
+    store(o + c, r);
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = s;
   }
 }
 
-__global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
-                                                const float* weight, const float* mean,
+// dinp[row] += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd, with
+// dnorm = weight * dout and norm = (x - mean) * rstd; one warp per row.
+template <int kWidth, typename Elem>
+__global__ void layernorm_backward_input_kernel(Elem* dinp, const Elem* dout, const Elem* inp,
+                                                const Elem* weight, const float* mean,
                                                 const float* rstd, int N, int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
-  const float* x = inp + static_cast<size_t>(row) * C;
-  const float* d = dout + static_cast<size_t>(row) * C;
+  const size_t offset = static_cast<size_t>(row) * C;
+  const Elem* x = inp + offset;
+  const Elem* d = dout + offset;
+  Elem* di = dinp + offset;
   const float m = mean[row], s = rstd[row];
   float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float dnorm = weight[c] * d[c];
-    dnorm_mean += dnorm;
-    dnorm_norm_mean += dnorm * (x[c] - m) * s;
+  for (int c = lane * kWidth; c < C; c += 32 * kWidth) {
+    float xv[kWidth], dv[kWidth], wv[kWidth];
+    load(xv, x + c);
+    load(dv, d + c);
+    load(wv, weight + c);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) {
+      const float norm = (xv[k] - m) * s;
+      const float dnorm = wv[k] * dv[k];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * norm;
+    }
   }
   dnorm_mean = warp_sum(dnorm_mean) / C;
   dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
-  float* di = dinp + static_cast<size_t>(row) * C;
-  for (int c = lane; c < C; c += 32) {
-    const float norm = (x[c] - m) * s;
-    di[c] += (weight[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+  for (int c = lane * kWidth; c < C; c += 32 * kWidth) {
+    float xv[kWidth], dv[kWidth], wv[kWidth], acc[kWidth];
+    load(xv, x + c);
+    load(dv, d + c);
+    load(wv, weight + c);
+    load(acc, di + c);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) {
+      const float norm = (xv[k] - m) * s;
+      const float dnorm = wv[k] * dv[k];
+      acc[k] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+    store(di + c, acc);
   }
 }
 
-// One thread per channel, rows in order.
-__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout,
-                                                 const float* inp, const float* mean,
-                                                 const float* rstd, int N, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+// ---- column reductions (parameter gradients) --------------------------------------------
+//
+// Summing a column of x[N, C] with one thread per column would leave C threads each
+// walking all N rows. Instead the rows are cut into fixed chunks: stage one writes the
+// sum of each (chunk, column) to partial[chunks, C] (fp32), stage two adds the chunks of
+// each column in a fixed tree and adds the result onto the output. Both stages depend
+// only on N and C, so the result is the same on every run and every GPU.
+
+struct RowChunks {
+  int rows;   // rows per chunk
+  int count;  // chunks
+};
+
+// At most 256 chunks of at least 16 rows: N = 16384 gives 256 chunks of 64 rows.
+RowChunks row_chunks(int N) {
+  constexpr int kMaxChunks = 256, kMinRows = 16;
+  int rows = (N + kMaxChunks - 1) / kMaxChunks;
+  if (rows < kMinRows) rows = kMinRows;
+  return {rows, (N + rows - 1) / rows};
+}
+
+constexpr int kPartialThreads = 64;
+
+// partial[chunk, c] = sum of x[n, c] over the chunk's rows, in row order; one thread per
+// kWidth columns, blockIdx.y the chunk.
+template <int kWidth, typename Elem>
+__global__ void column_partials_kernel(float* partial, const Elem* x, int N, int C,
+                                       int rows_per_chunk) {
+  const int c = (blockIdx.x * blockDim.x + threadIdx.x) * kWidth;
   if (c >= C) return;
-  float dw = 0.0f, db = 0.0f;
-  for (int n = 0; n < N; n++) {
-    const size_t i = static_cast<size_t>(n) * C + c;
-    dw += (inp[i] - mean[n]) * rstd[n] * dout[i];
-    db += dout[i];
+  const int n0 = blockIdx.y * rows_per_chunk;
+  const int n1 = min(N, n0 + rows_per_chunk);
+  float acc[kWidth] = {};
+#pragma unroll 4
+  for (int n = n0; n < n1; n++) {
+    float v[kWidth];
+    load(v, x + static_cast<size_t>(n) * C + c);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) acc[k] += v[k];
   }
-  dweight[c] += dw;
-  dbias[c] += db;
+  float* dst = partial + static_cast<size_t>(blockIdx.y) * C + c;
+#pragma unroll
+  for (int k = 0; k < kWidth; k++) dst[k] = acc[k];
 }
 
-__global__ void add_bias_kernel(float* out, const float* bias, int N, int OC) {
-  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < static_cast<size_t>(N) * OC) out[i] += bias[i % OC];
-}
-
-__global__ void column_sums_kernel(float* sum, const float* x, int N, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+// The LayerNorm parameter gradients' stage one: partial_dw[chunk, c] = sum of
+// (x - mean) * rstd * dout, partial_db[chunk, c] = sum of dout over the chunk's rows.
+template <int kWidth, typename Elem>
+__global__ void layernorm_param_partials_kernel(float* partial_dw, float* partial_db,
+                                                const Elem* dout, const Elem* inp,
+                                                const float* mean, const float* rstd, int N, int C,
+                                                int rows_per_chunk) {
+  const int c = (blockIdx.x * blockDim.x + threadIdx.x) * kWidth;
   if (c >= C) return;
+  const int n0 = blockIdx.y * rows_per_chunk;
+  const int n1 = min(N, n0 + rows_per_chunk);
+  float dw[kWidth] = {}, db[kWidth] = {};
+#pragma unroll 4
+  for (int n = n0; n < n1; n++) {
+    const size_t offset = static_cast<size_t>(n) * C + c;
+    const float m = mean[n], s = rstd[n];
+    float xv[kWidth], dv[kWidth];
+    load(xv, inp + offset);
+    load(dv, dout + offset);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) {
+      dw[k] += (xv[k] - m) * s * dv[k];
+      db[k] += dv[k];
+    }
+  }
+  const size_t at = static_cast<size_t>(blockIdx.y) * C + c;
+#pragma unroll
+  for (int k = 0; k < kWidth; k++) {
+    partial_dw[at + k] = dw[k];
+    partial_db[at + k] = db[k];
+  }
+}
+
+constexpr int kFinishWarps = 8;
+
+// Stage two: out[c] += sum over chunks of partial[chunk, c]. A block is 32 columns (the
+// lanes) by kFinishWarps warps; warp w adds chunks w, w + 8, ... in order, then lane c of
+// warp 0 adds the 8 warp sums in order. blockIdx.y picks (out0, partial0) or (out1,
+// partial1), so LayerNorm's two gradients take one launch.
+template <typename Elem>
+__global__ void column_finish_kernel(Elem* out0, const float* partial0, Elem* out1,
+                                     const float* partial1, int chunks, int C) {
+  __shared__ float warp_sums[kFinishWarps][32];
+  Elem* out = blockIdx.y == 0 ? out0 : out1;
+  const float* partial = blockIdx.y == 0 ? partial0 : partial1;
+  const int c = blockIdx.x * 32 + threadIdx.x;
   float acc = 0.0f;
-  for (int n = 0; n < N; n++) acc += x[static_cast<size_t>(n) * C + c];
-  sum[c] += acc;
-}
-
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-
-__global__ void gelu_forward_kernel(float* out, const float* inp, size_t N) {
-  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= N) return;
-  const float x = inp[i];
-  out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
-}
-
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t N) {
-  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= N) return;
-  const float x = inp[i];
-  const float th = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
-  const float sech_sq = 1.0f - th * th;
-  const float grad =
-      0.5f * (1.0f + th) + x * 0.5f * sech_sq * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-  dinp[i] = grad * dout[i];
-}
-
-__global__ void residual_kernel(float* out, const float* a, const float* b, size_t N) {
-  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < N) out[i] = a[i] + b[i];
-}
-
-// One block per row: log-sum-exp through two block reductions.
-__device__ float row_logsumexp(const float* row, int V) {
-  float m = -INFINITY;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, row[v]);
-  m = block_reduce<true>(m);
-  float sum = 0.0f;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(row[v] - m);
-  return m + logf(block_reduce<false>(sum));
-}
-
-__global__ void cross_entropy_forward_kernel(float* losses, const float* logits,
-                                             const int32_t* targets, int V) {
-  const float* row = logits + static_cast<size_t>(blockIdx.x) * V;
-  const float lse = row_logsumexp(row, V);
-  if (threadIdx.x == 0) losses[blockIdx.x] = lse - row[targets[blockIdx.x]];
-}
-
-__global__ void cross_entropy_backward_kernel(float* dlogits, const float* logits,
-                                              const int32_t* targets, float dloss, int V) {
-  const float* row = logits + static_cast<size_t>(blockIdx.x) * V;
-  float* drow = dlogits + static_cast<size_t>(blockIdx.x) * V;
-  const float lse = row_logsumexp(row, V);
-  const int target = targets[blockIdx.x];
-  for (int v = threadIdx.x; v < V; v += blockDim.x)
-    drow[v] = dloss * expf(row[v] - lse) - (v == target ? dloss : 0.0f);
-}
-
-__global__ void sum_of_squares_kernel(double* partial, const float* x, size_t n, size_t block) {
-  __shared__ double shared[kThreads];
-  const size_t begin = static_cast<size_t>(blockIdx.x) * block;
-  const size_t end = begin + block < n ? begin + block : n;
-  double sum = 0.0;
-  for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x)
-    sum += static_cast<double>(x[i]) * x[i];
-  shared[threadIdx.x] = sum;
+  if (c < C)
+    for (int chunk = threadIdx.y; chunk < chunks; chunk += kFinishWarps)
+      acc += partial[static_cast<size_t>(chunk) * C + c];
+  warp_sums[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+  if (threadIdx.y == 0 && c < C) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kFinishWarps; w++) total += warp_sums[w][threadIdx.x];
+    out[c] = from_float<Elem>(to_float(out[c]) + total);
+  }
+}
+
+template <typename Elem>
+void launch_column_finish(Elem* out0, const float* partial0, Elem* out1, const float* partial1,
+                          int outputs, int chunks, int C, cudaStream_t stream) {
+  const dim3 grid((C + 31) / 32, outputs), block(32, kFinishWarps);
+  column_finish_kernel<<<grid, block, 0, stream>>>(out0, partial0, out1, partial1, chunks, C);
+}
+
+// Stage one's grid: kPartialThreads threads of kWidth columns each, by chunks.
+dim3 partials_grid(int C, int width, int chunks) {
+  const int blocks = (C / width + kPartialThreads - 1) / kPartialThreads;
+  return dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(chunks));
+}
+
+template <typename Elem>
+__global__ void broadcast_rows_kernel(Elem* out, const Elem* bias, size_t total, int OC) {
+  const size_t stride = static_cast<size_t>(blockDim.x) * gridDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride)
+    out[i] = bias[i % OC];
+}
+
+// ---- cross-entropy --------------------------------------------------------------------
+
+constexpr int kCrossEntropyThreads = 512;
+
+// A running log-sum-exp: the largest value seen and the sum of exp(value - max).
+struct MaxSum {
+  float max;
+  float sum;
+};
+
+// exp() arguments are taken relative to `ref`: the max, or 0 while the max is -inf (only
+// -inf seen so far), so that -inf - -inf never makes a NaN out of nothing; a NaN input
+// still reaches the sum and makes the result NaN, as on the CPU.
+__device__ __forceinline__ float exp_reference(float max) { return max == -INFINITY ? 0.0f : max; }
+
+// Symmetric in a and b, bit for bit, so a butterfly leaves every lane the same value.
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.max, b.max);
+  const float ref = exp_reference(m);
+  return {m, a.sum * expf(a.max - ref) + b.sum * expf(b.max - ref)};
+}
+
+// Adds kWidth values to the running state, rescaling the old sum only when the maximum
+// grows (expf(0) = 1 exactly otherwise).
+template <int kWidth>
+__device__ __forceinline__ void absorb(MaxSum& state, const float (&v)[kWidth]) {
+  float m = state.max;
+#pragma unroll
+  for (int k = 0; k < kWidth; k++) m = fmaxf(m, v[k]);
+  const float ref = exp_reference(m);
+  float sum = state.sum * expf(state.max - ref);
+#pragma unroll
+  for (int k = 0; k < kWidth; k++) sum += expf(v[k] - ref);
+  state = {m, sum};
+}
+
+__device__ __forceinline__ MaxSum warp_merge(MaxSum x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const MaxSum other{__shfl_xor_sync(kFullMask, x.max, offset),
+                       __shfl_xor_sync(kFullMask, x.sum, offset)};
+    x = merge(x, other);
+  }
+  return x;
+}
+
+// Merges the states of the whole block (blockDim.x a multiple of 32, at most 1024) into
+// every thread. Called once per kernel: its shared memory is not reused.
+__device__ MaxSum block_merge(MaxSum x) {
+  __shared__ MaxSum warp_results[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  x = warp_merge(x);
+  if (lane == 0) warp_results[warp] = x;
+  __syncthreads();
+  x = lane < warps ? warp_results[lane] : MaxSum{-INFINITY, 0.0f};
+  return warp_merge(x);
+}
+
+// Elements before the first 16-byte boundary of a row (0 when kWidth = 1): a row of
+// V = 50257 values starts anywhere, so the vector loop begins after this scalar head.
+template <int kWidth, typename Elem>
+__device__ __forceinline__ int row_head(const Elem* row, int V) {
+  if (kWidth == 1) return 0;
+  const unsigned offset = static_cast<unsigned>(reinterpret_cast<uintptr_t>(row) % 16);
+  const int head = offset == 0 ? 0 : static_cast<int>((16 - offset) / sizeof(Elem));
+  return head < V ? head : V;
+}
+
+// logsumexp of row[V] in one pass (an online softmax), in every thread of the block.
+template <int kWidth, typename Elem>
+__device__ float row_logsumexp(const Elem* row, int V, int head) {
+  MaxSum state{-INFINITY, 0.0f};
+  for (int v = threadIdx.x; v < head; v += blockDim.x) {
+    const float x[1] = {to_float(row[v])};
+    absorb(state, x);
+  }
+  const int packs = (V - head) / kWidth;
+  for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+    float x[kWidth];
+    load(x, row + head + p * kWidth);
+    absorb(state, x);
+  }
+  for (int v = head + packs * kWidth + threadIdx.x; v < V; v += blockDim.x) {
+    const float x[1] = {to_float(row[v])};
+    absorb(state, x);
+  }
+  state = block_merge(state);
+  return state.max + logf(state.sum);
+}
+
+// One block per row of logits[N, V].
+template <int kWidth, typename Elem>
+__global__ void cross_entropy_forward_kernel(float* losses, const Elem* logits,
+                                             const int32_t* targets, int V) {
+  const Elem* row = logits + static_cast<size_t>(blockIdx.x) * V;
+  const float lse = row_logsumexp<kWidth>(row, V, row_head<kWidth>(row, V));
+  if (threadIdx.x == 0) losses[blockIdx.x] = lse - to_float(row[targets[blockIdx.x]]);
+}
+
+// One block per row: the log-sum-exp pass, then a pass writing dloss * (p - onehot). With
+// kWidth > 1, logits and dlogits have the same offset from a 16-byte boundary, so one
+// head serves both.
+template <int kWidth, typename Elem>
+__global__ void cross_entropy_backward_kernel(Elem* dlogits, const Elem* logits,
+                                              const int32_t* targets, float dloss, int V) {
+  const size_t offset = static_cast<size_t>(blockIdx.x) * V;
+  const Elem* row = logits + offset;
+  Elem* drow = dlogits + offset;
+  const int head = row_head<kWidth>(row, V);
+  const float lse = row_logsumexp<kWidth>(row, V, head);
+  const int target = targets[blockIdx.x];
+  // The CPU kernel's arithmetic: dloss * p, minus dloss at the target.
+  const auto grad = [&](float x, int v) {
+    return dloss * expf(x - lse) - (v == target ? dloss : 0.0f);
+  };
+  for (int v = threadIdx.x; v < head; v += blockDim.x)
+    drow[v] = from_float<Elem>(grad(to_float(row[v]), v));
+  const int packs = (V - head) / kWidth;
+  for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+    const int v0 = head + p * kWidth;
+    float x[kWidth], r[kWidth];
+    load(x, row + v0);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) r[k] = grad(x[k], v0 + k);
+    store(drow + v0, r);
+  }
+  for (int v = head + packs * kWidth + threadIdx.x; v < V; v += blockDim.x)
+    drow[v] = from_float<Elem>(grad(to_float(row[v]), v));
+}
+
+// ---- sum of squares -------------------------------------------------------------------
+
+// Elements per first-stage block: fixed (not a function of the GPU) so that the sum is
+// the same everywhere, and a multiple of every pack width so each block stays aligned.
+constexpr size_t kSquaresBlock = size_t{1} << 14;
+constexpr int kSquaresThreads = 256;
+
+size_t squares_blocks(size_t n) { return (n + kSquaresBlock - 1) / kSquaresBlock; }
+
+// Sum over the block (blockDim.x == kSquaresThreads) in a fixed tree.
+__device__ double block_sum(double x) {
+  __shared__ double shared[kSquaresThreads];
+  shared[threadIdx.x] = x;
+  __syncthreads();
+  for (int stride = kSquaresThreads / 2; stride > 0; stride /= 2) {
+    if (static_cast<int>(threadIdx.x) < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
     __syncthreads();
   }
-  if (threadIdx.x == 0) partial[blockIdx.x] = shared[0];
+  return shared[0];
+}
+
+// partial[i] = sum of x[j]^2 over j in [i * kSquaresBlock, (i + 1) * kSquaresBlock).
+template <int kWidth, typename Elem>
+__global__ void squares_partial_kernel(double* partial, const Elem* x, size_t n) {
+  const size_t begin = static_cast<size_t>(blockIdx.x) * kSquaresBlock;
+  const size_t count = n - begin < kSquaresBlock ? n - begin : kSquaresBlock;
+  const Elem* segment = x + begin;
+  const size_t packs = count / kWidth;
+  double sum = 0.0;
+  for (size_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    float v[kWidth];
+    load(v, segment + p * kWidth);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) sum += static_cast<double>(v[k]) * static_cast<double>(v[k]);
+  }
+  for (size_t i = packs * kWidth + threadIdx.x; i < count; i += blockDim.x) {
+    const double v = to_float(segment[i]);
+    sum += v * v;
+  }
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+// *result = sum of partial[blocks]: thread t adds partials t, t + 256, ... in order, then
+// the block's fixed tree.
+__global__ void squares_finish_kernel(double* result, const double* partial, size_t blocks) {
+  double sum = 0.0;
+  for (size_t i = threadIdx.x; i < blocks; i += blockDim.x) sum += partial[i];
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) *result = sum;
 }
 
 }  // namespace
@@ -214,82 +679,266 @@ void check_launch(const char* kernel) {
     fail("CUDA kernel ", kernel, " failed to launch: ", cudaGetErrorString(err));
 }
 
-void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+// ---- encoder --------------------------------------------------------------------------
+
+template <typename Elem>
+void encoder_forward(Elem* out, const int32_t* tokens, const Elem* wte, const Elem* wpe, int B,
                      int T, int C, cudaStream_t stream) {
-  encoder_forward_kernel<<<blocks_for(static_cast<size_t>(B) * T * C), kThreads, 0, stream>>>(
-      out, tokens, wte, wpe, B * T, T, C);
+  const int BT = B * T;
+  if (BT == 0 || C == 0) return;
+  constexpr int kWidth = kPackWidth<Elem>;
+  if (C % kWidth == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe)) {
+    encoder_forward_kernel<kWidth>
+        <<<blocks_for(static_cast<size_t>(BT) * (C / kWidth)), kThreads, 0, stream>>>(
+            out, tokens, wte, wpe, BT, T, C);
+  } else {
+    encoder_forward_kernel<1><<<blocks_for(static_cast<size_t>(BT) * C), kThreads, 0, stream>>>(
+        out, tokens, wte, wpe, BT, T, C);
+  }
   check_launch("encoder_forward");
 }
 
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                      int T, int C, cudaStream_t stream) {
-  encoder_backward_wpe_kernel<<<blocks_for(static_cast<size_t>(T) * C), kThreads, 0, stream>>>(
-      dwpe, dout, B, T, C);
-  encoder_backward_wte_kernel<<<blocks_for(C, 64), 64, 0, stream>>>(dwte, dout, tokens, B * T, C);
-  check_launch("encoder_backward");
+size_t encoder_backward_scratch_bytes(int B, int T) {
+  const int BT = B * T;
+  if (BT == 0) return 0;
+  // sorted tokens, positions, sorted positions (4 bytes each per position), cub's storage.
+  return 3 * round_up_256(static_cast<size_t>(BT) * 4) + round_up_256(radix_sort_temp_bytes(BT));
 }
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C, cudaStream_t stream) {
-  layernorm_forward_kernel<<<blocks_for(static_cast<size_t>(N) * 32), kThreads, 0, stream>>>(
-      out, mean, rstd, inp, weight, bias, N, C);
+template <typename Elem>
+void encoder_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const int32_t* tokens, int B, int T,
+                      int C, void* scratch, cudaStream_t stream) {
+  const int BT = B * T;
+  if (BT == 0 || C == 0) return;
+  constexpr int kWidth = kPackWidth<Elem>;
+  const bool vector = C % kWidth == 0 && aligned16(dout);
+
+  if (vector && aligned16(dwpe)) {
+    encoder_backward_wpe_kernel<kWidth>
+        <<<blocks_for(static_cast<size_t>(T) * (C / kWidth)), kThreads, 0, stream>>>(dwpe, dout, B,
+                                                                                     T, C);
+  } else {
+    encoder_backward_wpe_kernel<1>
+        <<<blocks_for(static_cast<size_t>(T) * C), kThreads, 0, stream>>>(dwpe, dout, B, T, C);
+  }
+  check_launch("encoder_backward (dwpe)");
+
+  // Sort (token, position) pairs by token. Token ids are non-negative, so as uint32 keys
+  // they sort in the same order; the radix sort is stable, so each token's positions stay
+  // in increasing order.
+  const size_t region = round_up_256(static_cast<size_t>(BT) * 4);
+  auto* base = static_cast<char*>(scratch);
+  auto* sorted_tokens = reinterpret_cast<uint32_t*>(base);
+  auto* positions = reinterpret_cast<int32_t*>(base + region);
+  auto* sorted_positions = reinterpret_cast<int32_t*>(base + 2 * region);
+  void* temp = base + 3 * region;
+  size_t temp_bytes = radix_sort_temp_bytes(BT);
+  iota_kernel<<<(BT + kThreads - 1) / kThreads, kThreads, 0, stream>>>(positions, BT);
+  check_launch("encoder_backward (positions)");
+  cuda_check(cub::DeviceRadixSort::SortPairs(
+                 temp, temp_bytes, reinterpret_cast<const uint32_t*>(tokens), sorted_tokens,
+                 positions, sorted_positions, BT, 0, 32, stream),
+             "cub::DeviceRadixSort::SortPairs (encoder_backward)");
+
+  if (vector && aligned16(dwte)) {
+    encoder_backward_wte_kernel<kWidth>
+        <<<BT, kEncoderWteThreads, 0, stream>>>(dwte, dout, sorted_tokens, sorted_positions, BT, C);
+  } else {
+    encoder_backward_wte_kernel<1>
+        <<<BT, kEncoderWteThreads, 0, stream>>>(dwte, dout, sorted_tokens, sorted_positions, BT, C);
+  }
+  check_launch("encoder_backward (dwte)");
+}
+
+// ---- LayerNorm ------------------------------------------------------------------------
+
+template <typename Elem>
+void layernorm_forward(Elem* out, float* mean, float* rstd, const Elem* inp, const Elem* weight,
+                       const Elem* bias, int N, int C, cudaStream_t stream) {
+  if (N == 0) return;
+  constexpr int kWidth = kPackWidth<Elem>;
+  const unsigned blocks = static_cast<unsigned>((N + kThreads / 32 - 1) / (kThreads / 32));
+  if (C % kWidth == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) && aligned16(bias)) {
+    layernorm_forward_kernel<kWidth>
+        <<<blocks, kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+  } else {
+    layernorm_forward_kernel<1>
+        <<<blocks, kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+  }
   check_launch("layernorm_forward");
 }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int N, int C, cudaStream_t stream) {
-  layernorm_backward_input_kernel<<<blocks_for(static_cast<size_t>(N) * 32), kThreads, 0, stream>>>(
-      dinp, dout, inp, weight, mean, rstd, N, C);
-  layernorm_backward_params_kernel<<<blocks_for(C, 64), 64, 0, stream>>>(dweight, dbias, dout, inp,
-                                                                         mean, rstd, N, C);
-  check_launch("layernorm_backward");
+size_t layernorm_backward_scratch_bytes(int N, int C) {
+  if (N == 0) return 0;
+  return 2 * round_up_256(static_cast<size_t>(row_chunks(N).count) * C * sizeof(float));
 }
 
-void add_bias(float* out, const float* bias, int N, int OC, cudaStream_t stream) {
-  add_bias_kernel<<<blocks_for(static_cast<size_t>(N) * OC), kThreads, 0, stream>>>(out, bias, N,
-                                                                                    OC);
-  check_launch("add_bias");
+template <typename Elem>
+void layernorm_backward(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout, const Elem* inp,
+                        const Elem* weight, const float* mean, const float* rstd, int N, int C,
+                        void* scratch, cudaStream_t stream) {
+  if (N == 0 || C == 0) return;
+  constexpr int kWidth = kPackWidth<Elem>;
+  const bool vector = C % kWidth == 0 && aligned16(dout) && aligned16(inp);
+
+  const unsigned blocks = static_cast<unsigned>((N + kThreads / 32 - 1) / (kThreads / 32));
+  if (vector && aligned16(dinp) && aligned16(weight)) {
+    layernorm_backward_input_kernel<kWidth>
+        <<<blocks, kThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  } else {
+    layernorm_backward_input_kernel<1>
+        <<<blocks, kThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  }
+  check_launch("layernorm_backward (dinp)");
+
+  const RowChunks chunks = row_chunks(N);
+  auto* partial_dw = static_cast<float*>(scratch);
+  auto* partial_db =
+      reinterpret_cast<float*>(static_cast<char*>(scratch) +
+                               round_up_256(static_cast<size_t>(chunks.count) * C * sizeof(float)));
+  if (vector) {
+    layernorm_param_partials_kernel<kWidth>
+        <<<partials_grid(C, kWidth, chunks.count), kPartialThreads, 0, stream>>>(
+            partial_dw, partial_db, dout, inp, mean, rstd, N, C, chunks.rows);
+  } else {
+    layernorm_param_partials_kernel<1>
+        <<<partials_grid(C, 1, chunks.count), kPartialThreads, 0, stream>>>(
+            partial_dw, partial_db, dout, inp, mean, rstd, N, C, chunks.rows);
+  }
+  check_launch("layernorm_backward (parameter partials)");
+  launch_column_finish(dweight, partial_dw, dbias, partial_db, 2, chunks.count, C, stream);
+  check_launch("layernorm_backward (parameter sums)");
 }
 
-void column_sums_accumulate(float* sum, const float* x, int N, int C, cudaStream_t stream) {
-  column_sums_kernel<<<blocks_for(C, 64), 64, 0, stream>>>(sum, x, N, C);
-  check_launch("column_sums");
+// ---- matmul helpers -------------------------------------------------------------------
+
+template <typename Elem>
+void broadcast_rows(Elem* out, const Elem* bias, int N, int OC, cudaStream_t stream) {
+  const size_t total = static_cast<size_t>(N) * OC;
+  if (total == 0) return;
+  broadcast_rows_kernel<<<blocks_for(total), kThreads, 0, stream>>>(out, bias, total, OC);
+  check_launch("broadcast_rows");
 }
 
-void gelu_forward(float* out, const float* inp, size_t N, cudaStream_t stream) {
-  gelu_forward_kernel<<<blocks_for(N), kThreads, 0, stream>>>(out, inp, N);
-  check_launch("gelu_forward");
+size_t column_sums_scratch_bytes(int N, int C) {
+  if (N == 0) return 0;
+  return round_up_256(static_cast<size_t>(row_chunks(N).count) * C * sizeof(float));
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N,
-                   cudaStream_t stream) {
-  gelu_backward_kernel<<<blocks_for(N), kThreads, 0, stream>>>(dinp, inp, dout, N);
-  check_launch("gelu_backward");
+template <typename Elem>
+void column_sums_accumulate(Elem* sum, const Elem* x, int N, int C, void* scratch,
+                            cudaStream_t stream) {
+  if (N == 0 || C == 0) return;
+  constexpr int kWidth = kPackWidth<Elem>;
+  const RowChunks chunks = row_chunks(N);
+  auto* partial = static_cast<float*>(scratch);
+  if (C % kWidth == 0 && aligned16(x)) {
+    column_partials_kernel<kWidth>
+        <<<partials_grid(C, kWidth, chunks.count), kPartialThreads, 0, stream>>>(partial, x, N, C,
+                                                                                 chunks.rows);
+  } else {
+    column_partials_kernel<1><<<partials_grid(C, 1, chunks.count), kPartialThreads, 0, stream>>>(
+        partial, x, N, C, chunks.rows);
+  }
+  check_launch("column_sums (partials)");
+  launch_column_finish(sum, partial, sum, partial, 1, chunks.count, C, stream);
+  check_launch("column_sums (sums)");
 }
 
-void residual_forward(float* out, const float* a, const float* b, size_t N, cudaStream_t stream) {
-  residual_kernel<<<blocks_for(N), kThreads, 0, stream>>>(out, a, b, N);
-  check_launch("residual_forward");
+// ---- elementwise ----------------------------------------------------------------------
+
+template <typename Elem>
+void gelu_forward(Elem* out, const Elem* inp, size_t N, cudaStream_t stream) {
+  launch_map<false>(out, inp, static_cast<const Elem*>(nullptr), N, GeluForward{}, stream,
+                    "gelu_forward");
 }
 
-void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V,
+template <typename Elem>
+void gelu_backward(Elem* dinp, const Elem* inp, const Elem* dout, size_t N, cudaStream_t stream) {
+  launch_map<true>(dinp, inp, dout, N, GeluBackward{}, stream, "gelu_backward");
+}
+
+template <typename Elem>
+void residual_forward(Elem* out, const Elem* a, const Elem* b, size_t N, cudaStream_t stream) {
+  launch_map<true>(out, a, b, N, Add{}, stream, "residual_forward");
+}
+
+// ---- cross-entropy --------------------------------------------------------------------
+
+template <typename Elem>
+void cross_entropy_forward(float* losses, const Elem* logits, const int32_t* targets, int N, int V,
                            cudaStream_t stream) {
-  cross_entropy_forward_kernel<<<N, kThreads, 0, stream>>>(losses, logits, targets, V);
+  if (N == 0) return;
+  // Any row start works: each row finds its own 16-byte boundary.
+  cross_entropy_forward_kernel<kPackWidth<Elem>>
+      <<<N, kCrossEntropyThreads, 0, stream>>>(losses, logits, targets, V);
   check_launch("cross_entropy_forward");
 }
 
-void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
-                            float dloss, int N, int V, cudaStream_t stream) {
-  cross_entropy_backward_kernel<<<N, kThreads, 0, stream>>>(dlogits, logits, targets, dloss, V);
+template <typename Elem>
+void cross_entropy_backward(Elem* dlogits, const Elem* logits, const int32_t* targets, float dloss,
+                            int N, int V, cudaStream_t stream) {
+  if (N == 0) return;
+  const bool same_offset =
+      reinterpret_cast<uintptr_t>(logits) % 16 == reinterpret_cast<uintptr_t>(dlogits) % 16;
+  if (same_offset) {
+    cross_entropy_backward_kernel<kPackWidth<Elem>>
+        <<<N, kCrossEntropyThreads, 0, stream>>>(dlogits, logits, targets, dloss, V);
+  } else {
+    cross_entropy_backward_kernel<1>
+        <<<N, kCrossEntropyThreads, 0, stream>>>(dlogits, logits, targets, dloss, V);
+  }
   check_launch("cross_entropy_backward");
 }
 
-void sum_of_squares_blocks(double* partial, const float* x, size_t n, size_t block,
-                           cudaStream_t stream) {
-  sum_of_squares_kernel<<<static_cast<unsigned>((n + block - 1) / block), kThreads, 0, stream>>>(
-      partial, x, n, block);
-  check_launch("sum_of_squares");
+// ---- sum of squares -------------------------------------------------------------------
+
+size_t sum_of_squares_scratch_bytes(size_t n) { return squares_blocks(n) * sizeof(double); }
+
+template <typename Elem>
+void sum_of_squares(double* result, const Elem* x, size_t n, void* scratch, cudaStream_t stream) {
+  const size_t blocks = squares_blocks(n);
+  auto* partial = static_cast<double*>(scratch);
+  if (blocks > 0) {
+    if (aligned16(x)) {
+      squares_partial_kernel<kPackWidth<Elem>>
+          <<<static_cast<unsigned>(blocks), kSquaresThreads, 0, stream>>>(partial, x, n);
+    } else {
+      squares_partial_kernel<1>
+          <<<static_cast<unsigned>(blocks), kSquaresThreads, 0, stream>>>(partial, x, n);
+    }
+    check_launch("sum_of_squares (blocks)");
+  }
+  squares_finish_kernel<<<1, kSquaresThreads, 0, stream>>>(result, partial, blocks);
+  check_launch("sum_of_squares (total)");
 }
+
+// ---- instantiations -------------------------------------------------------------------
+
+#define TANDEM_INSTANTIATE_KERNELS(Elem)                                                           \
+  template void encoder_forward<Elem>(Elem*, const int32_t*, const Elem*, const Elem*, int, int,   \
+                                      int, cudaStream_t);                                          \
+  template void encoder_backward<Elem>(Elem*, Elem*, const Elem*, const int32_t*, int, int, int,   \
+                                       void*, cudaStream_t);                                       \
+  template void layernorm_forward<Elem>(Elem*, float*, float*, const Elem*, const Elem*,           \
+                                        const Elem*, int, int, cudaStream_t);                      \
+  template void layernorm_backward<Elem>(Elem*, Elem*, Elem*, const Elem*, const Elem*,            \
+                                         const Elem*, const float*, const float*, int, int, void*, \
+                                         cudaStream_t);                                            \
+  template void broadcast_rows<Elem>(Elem*, const Elem*, int, int, cudaStream_t);                  \
+  template void column_sums_accumulate<Elem>(Elem*, const Elem*, int, int, void*, cudaStream_t);   \
+  template void gelu_forward<Elem>(Elem*, const Elem*, size_t, cudaStream_t);                      \
+  template void gelu_backward<Elem>(Elem*, const Elem*, const Elem*, size_t, cudaStream_t);        \
+  template void residual_forward<Elem>(Elem*, const Elem*, const Elem*, size_t, cudaStream_t);     \
+  template void cross_entropy_forward<Elem>(float*, const Elem*, const int32_t*, int, int,         \
+                                            cudaStream_t);                                         \
+  template void cross_entropy_backward<Elem>(Elem*, const Elem*, const int32_t*, float, int, int,  \
+                                             cudaStream_t);                                        \
+  template void sum_of_squares<Elem>(double*, const Elem*, size_t, void*, cudaStream_t);
+
+TANDEM_INSTANTIATE_KERNELS(float)
+TANDEM_INSTANTIATE_KERNELS(Bf16)
+
+#undef TANDEM_INSTANTIATE_KERNELS
 
 }  // namespace tandem::cuda

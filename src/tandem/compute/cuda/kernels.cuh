@@ -1,6 +1,20 @@
-// CUDA kernels behind CudaBackend (fp32); see compute_backend.h for each contract.
-// Deterministic: every output element is produced by one thread (or one fixed
-// reduction tree), never by atomics, so the same inputs give the same bits.
+// CUDA kernels behind CudaBackend (see compute_backend.h for each contract), for tensors
+// stored as Elem = float or Bf16. Every kernel loads with to_float, computes in fp32 and
+// stores with from_float<Elem>, so a bf16 result is rounded once, when it is stored.
+// LayerNorm statistics, losses and the sum of squares are fp32 (double for the sum).
+//
+// Deterministic: every output element is produced by one thread in a fixed order, or by
+// a reduction tree whose shape depends only on the sizes, never by atomics; so the same
+// inputs give the same bits on every run. Kernels load 16 bytes per instruction (4
+// floats or 8 bf16 values) where the pointers and row lengths allow it, and fall back to
+// one element at a time otherwise.
+//
+// Kernels whose reductions need room (layernorm_backward, column_sums_accumulate,
+// encoder_backward, sum_of_squares) take `scratch`: device memory of at least the
+// matching *_scratch_bytes(...) bytes, used in stream order, so one buffer can serve them
+// all.
+//
+// Attention is in flash_attention.cuh; matmuls are in cublaslt_matmul.cuh.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,37 +22,71 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tandem/core/half.h"
+
 namespace tandem::cuda {
 
-void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+// out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]
+template <typename Elem>
+void encoder_forward(Elem* out, const int32_t* tokens, const Elem* wte, const Elem* wpe, int B,
                      int T, int C, cudaStream_t stream);
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                      int T, int C, cudaStream_t stream);
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C, cudaStream_t stream);
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int N, int C, cudaStream_t stream);
-void add_bias(float* out, const float* bias, int N, int OC, cudaStream_t stream);
+
+size_t encoder_backward_scratch_bytes(int B, int T);
+// dwte[V,C] += scatter of dout[B,T,C] by token; dwpe[T,C] += sum over the batch. Each row
+// of dwte adds its positions in position order, as the CPU kernel does: the positions are
+// sorted by token first (a stable radix sort), so no two threads ever add to one row.
+template <typename Elem>
+void encoder_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const int32_t* tokens, int B, int T,
+                      int C, void* scratch, cudaStream_t stream);
+
+// out[N,C] = (inp - mean) * rstd * weight + bias per row; mean[N], rstd[N] (fp32).
+template <typename Elem>
+void layernorm_forward(Elem* out, float* mean, float* rstd, const Elem* inp, const Elem* weight,
+                       const Elem* bias, int N, int C, cudaStream_t stream);
+
+size_t layernorm_backward_scratch_bytes(int N, int C);
+// dinp[N,C] += d(layernorm)/d(inp); dweight[C] += ; dbias[C] += .
+template <typename Elem>
+void layernorm_backward(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout, const Elem* inp,
+                        const Elem* weight, const float* mean, const float* rstd, int N, int C,
+                        void* scratch, cudaStream_t stream);
+
+// out[n, :] = bias[:] for every row of out[N, OC]. With beta = 1 a GEMM then adds the
+// product to it, rounding once: the bias path for when cuBLASLt's bias epilogue cannot be
+// used.
+template <typename Elem>
+void broadcast_rows(Elem* out, const Elem* bias, int N, int OC, cudaStream_t stream);
+
+size_t column_sums_scratch_bytes(int N, int C);
 // sum[C] += column sums of x[N, C]
-void column_sums_accumulate(float* sum, const float* x, int N, int C, cudaStream_t stream);
-void gelu_forward(float* out, const float* inp, size_t N, cudaStream_t stream);
-void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N, cudaStream_t stream);
-void residual_forward(float* out, const float* a, const float* b, size_t N, cudaStream_t stream);
-void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V,
+template <typename Elem>
+void column_sums_accumulate(Elem* sum, const Elem* x, int N, int C, void* scratch,
+                            cudaStream_t stream);
+
+// out[N] = GELU(inp[N]), tanh approximation.
+template <typename Elem>
+void gelu_forward(Elem* out, const Elem* inp, size_t N, cudaStream_t stream);
+// dinp[N] = GELU'(inp) * dout
+template <typename Elem>
+void gelu_backward(Elem* dinp, const Elem* inp, const Elem* dout, size_t N, cudaStream_t stream);
+// out[N] = a[N] + b[N]
+template <typename Elem>
+void residual_forward(Elem* out, const Elem* a, const Elem* b, size_t N, cudaStream_t stream);
+
+// losses[N] = logsumexp(logits[n, :]) - logits[n, targets[n]]; logits[N,V].
+template <typename Elem>
+void cross_entropy_forward(float* losses, const Elem* logits, const int32_t* targets, int N, int V,
                            cudaStream_t stream);
-void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
-                            float dloss, int N, int V, cudaStream_t stream);
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                       cudaStream_t stream);
-// scratch: B*NH*T floats.
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* out, const float* lse, int B, int T, int C, int NH,
-                        cudaStream_t stream);
-// partial[i] = sum of squares of x[i*block, (i+1)*block) in double, for
-// ceil(n / block) blocks; the caller sums them in order.
-void sum_of_squares_blocks(double* partial, const float* x, size_t n, size_t block,
-                           cudaStream_t stream);
+// dlogits[N,V] = dloss * (softmax(logits[n, :]) - onehot(targets[n]))
+template <typename Elem>
+void cross_entropy_backward(Elem* dlogits, const Elem* logits, const int32_t* targets, float dloss,
+                            int N, int V, cudaStream_t stream);
+
+size_t sum_of_squares_scratch_bytes(size_t n);
+// *result (one double in device memory) = sum of x[i]^2 over x[n], in double: squares
+// summed over fixed blocks of 16384 elements, then the block sums in a fixed tree.
+template <typename Elem>
+void sum_of_squares(double* result, const Elem* x, size_t n, void* scratch, cudaStream_t stream);
 
 // Throws tandem::Error naming the kernel if its launch failed.
 void check_launch(const char* kernel);
