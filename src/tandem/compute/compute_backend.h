@@ -22,42 +22,24 @@
 #include <string_view>
 
 #include "tandem/core/half.h"
+#include "tandem/device/device.h"
 
 namespace tandem {
 
-class ComputeBackend;
-
-// Memory owned by a backend, released when the Buffer goes out of scope.
+// Memory a backend allocated from its device, released on destruction.
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(void* data, size_t bytes, ComputeBackend* owner)
-      : data_(data), bytes_(bytes), owner_(owner) {}
-  ~Buffer();
-  Buffer(Buffer&& other) noexcept { swap(other); }
-  Buffer& operator=(Buffer&& other) noexcept {
-    Buffer moved(std::move(other));
-    swap(moved);
-    return *this;
-  }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
+  explicit Buffer(DeviceAllocation allocation) : allocation_(std::move(allocation)) {}
 
   template <typename T>
   T* as() const {
-    return static_cast<T*>(data_);
+    return allocation_.as<T>();
   }
-  size_t bytes() const { return bytes_; }
+  size_t bytes() const { return allocation_.bytes(); }
 
  private:
-  void swap(Buffer& other) noexcept {
-    std::swap(data_, other.data_);
-    std::swap(bytes_, other.bytes_);
-    std::swap(owner_, other.owner_);
-  }
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-  ComputeBackend* owner_ = nullptr;
+  DeviceAllocation allocation_;
 };
 
 // How a model stores its parameters, gradients and activations. Every kernel computes
@@ -132,10 +114,17 @@ class ComputeBackend : public StorageKernels<float>, public StorageKernels<Bf16>
   ~ComputeBackend() override = default;
   virtual std::string_view name() const = 0;
 
+  // The device whose memory the backend's tensors live in (so that they count against
+  // its capacity, beside the optimizer state), and the stream of that device its
+  // kernels run on, in order. Work queued on other streams of the device orders itself
+  // after the kernels with an event recorded on stream().
+  virtual Device& device() = 0;
+  virtual Stream& stream() = 0;
+
   // ---- memory ---------------------------------------------------------------
-  // Zero-initialised, 64-byte aligned. Throws tandem::Error when out of memory.
+  // Zero-initialised device memory, 64-byte aligned. Throws DeviceOutOfMemory beyond the
+  // device's capacity.
   virtual Buffer allocate(size_t bytes) = 0;
-  virtual void release(void* data) noexcept = 0;
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* dst, size_t bytes) = 0;
@@ -179,17 +168,20 @@ class ComputeBackend : public StorageKernels<float>, public StorageKernels<Bf16>
   using StorageKernels<Bf16>::encoder_backward;
 };
 
-inline Buffer::~Buffer() {
-  if (owner_ != nullptr && data_ != nullptr) owner_->release(data_);
-}
-
-// The host backend: OpenBLAS matmuls, OpenMP loops. Its Bf16 kernels widen their
-// inputs to fp32, run the fp32 kernels and round what they store: slow, but the same
-// storage rounding as a GPU's, so the bf16 model can be tested without one.
+// The host backend: OpenBLAS matmuls, OpenMP loops, on a `cpu` device (device.h), whose
+// arena holds its tensors. Kernels run on the calling thread: when a call returns its
+// results are written. Its Bf16 kernels widen their inputs to fp32, run the fp32
+// kernels and round what they store: slow, but the same storage rounding as a GPU's,
+// so the bf16 model can be tested without one.
+std::unique_ptr<ComputeBackend> make_cpu_backend(Device& device);
+// The same on a device of its own without a capacity limit (tests, tools).
 std::unique_ptr<ComputeBackend> make_cpu_backend();
 
-// The CUDA backend on GPU `device_index` (fp32 and bf16 kernels, cuBLASLt matmuls). Throws
+// The CUDA backend (fp32 and bf16 kernels, cuBLASLt matmuls) on a `cuda` device
+// (device/cuda/cuda_device.h), asynchronous on a stream of that device. Throws
 // tandem::Error, saying why, when tandem was built without CUDA or there is no GPU.
+std::unique_ptr<ComputeBackend> make_cuda_backend(Device& device);
+// The same on a device of its own with all of GPU `device_index`'s free memory.
 std::unique_ptr<ComputeBackend> make_cuda_backend(int device_index = 0);
 
 }  // namespace tandem

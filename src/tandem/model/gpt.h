@@ -77,9 +77,11 @@ class Gpt {
   // needs; without, computes logits only and returns NaN.
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   // Called during backward with a range [begin, end) of the flat gradient buffer as
-  // soon as it is final: ln_f first, then each block from the last to the first, the
-  // embeddings last. The update engine starts offloading those gradients while the
-  // rest of backward runs.
+  // soon as the kernels that finish it are queued on backend().stream(): ln_f first,
+  // then each block from the last to the first, the embeddings last. The host does not
+  // wait for them: a consumer orders its reads after them with an event on that stream,
+  // as the update engine does (DeviceBuffers::producer) to offload those gradients
+  // while the rest of backward runs.
   using GradientsReady = std::function<void(size_t begin, size_t end)>;
 
   // Adds d(loss_scale * mean loss)/d(params) to grads(); needs the forward pass just

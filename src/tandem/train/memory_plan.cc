@@ -23,18 +23,16 @@ void add_up(TrainingMemoryPlan& plan) {
 
 }  // namespace
 
-std::unique_ptr<Device> make_training_device(const TrainConfig& config, size_t model_bytes) {
+std::unique_ptr<Device> make_training_device(const TrainConfig& config) {
   const auto budget = static_cast<size_t>(config.device.memory_gb * (1ull << 30));
-  if (config.device.type == "cuda")
-    return make_cuda_device({.memory_bytes = budget > model_bytes ? budget - model_bytes : 1});
+  if (config.device.type == "cuda") return make_cuda_device({.memory_bytes = budget});
   return make_cpu_device({.memory_bytes = budget});
 }
 
-TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
-                                 size_t model_allocated) {
+TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool) {
   TrainingMemoryPlan plan;
   plan.num_params = static_cast<size_t>(config.model.num_parameters());
-  plan.device_capacity = device.device_capacity() + model_allocated;
+  plan.device_capacity = device.device_capacity();
   plan.activation_bytes = Gpt::activation_bytes(config.model, config.micro_batch_size,
                                                 config.seq_len(), config.storage_dtype());
   plan.model_elem_bytes = storage_dtype_bytes(config.storage_dtype());

@@ -32,19 +32,14 @@ struct TrainingMemoryPlan {
   std::string to_text() const;
 };
 
-// The device the update engine uses for `config` (device.type, device.memory_gb).
-// `model_bytes`: device memory the model already holds outside the device's own
-// accounting (a GPU compute backend allocates it first); the device gets what is left
-// of device.memory_gb.
-std::unique_ptr<Device> make_training_device(const TrainConfig& config, size_t model_bytes = 0);
+// The device a run of `config` trains on (device.type, with device.memory_gb as the
+// capacity of its memory): the model's tensors and the optimizer state share it.
+std::unique_ptr<Device> make_training_device(const TrainConfig& config);
 
 // Calibrates the update rates on `device` and `pool`, builds the update plan (the
-// performance model's choice for `auto`) and adds up the memory. `model_allocated`:
-// device bytes the model already holds outside the device's own accounting (a GPU
-// compute backend allocates them before the device measures what is free); they count
-// as part of the capacity. 0 when the model's memory is to be reserved in the device.
-TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
-                                 size_t model_allocated = 0);
+// performance model's choice for `auto`) and adds up the memory, the model's included.
+// Call it before the model allocates anything on the device.
+TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool);
 
 // Throws tandem::Error when the plan does not fit in device memory, with the bytes
 // per tier and what to change.

@@ -56,16 +56,11 @@ class Trainer {
         data_(load_dataset(config.data.train_path, config.data.val_path, config.data.val_fraction,
                            config.model.vocab_size)),
         train_loader_(data_.train, B_, T_, config.train.seed, true, "train"),
-        backend_(config.device.type == "cuda" ? make_cuda_backend() : make_cpu_backend()),
-        model_(config.model, *backend_, B_, T_, config.storage_dtype()),
-        device_(make_training_device(config, on_gpu() ? model_.allocated_bytes() : 0)),
+        device_(make_training_device(config)),
         optimizer_pool_(),
-        plan_(checked_plan(config, *device_, optimizer_pool_,
-                           on_gpu() ? model_.allocated_bytes() : 0)),
-        model_reservation_(on_gpu()
-                               ? DeviceAllocation()
-                               : device_->allocate(MemorySpace::kDevice,
-                                                   plan_.activation_bytes + plan_.model_bytes)),
+        plan_(checked_plan(config, *device_, optimizer_pool_)),
+        backend_(on_gpu() ? make_cuda_backend(*device_) : make_cpu_backend(*device_)),
+        model_(config.model, *backend_, B_, T_, config.storage_dtype()),
         engine_(*device_, optimizer_pool_, model_.layout(), plan_.offload,
                 AdamWHyper{.lr = config.optimizer.lr,
                            .beta1 = config.optimizer.beta1,
@@ -202,12 +197,13 @@ class Trainer {
     return {.working_params = model.params(),
             .grads = model.grads(),
             .working_dtype = bf16 ? WorkingDType::kBF16 : WorkingDType::kF32,
-            .grad_dtype = bf16 ? GradDType::kBF16 : GradDType::kF32};
+            .grad_dtype = bf16 ? GradDType::kBF16 : GradDType::kF32,
+            .producer = &model.backend().stream()};
   }
 
   static TrainingMemoryPlan checked_plan(const TrainConfig& config, Device& device,
-                                         ThreadPool& pool, size_t model_allocated) {
-    TrainingMemoryPlan plan = plan_training(config, device, pool, model_allocated);
+                                         ThreadPool& pool) {
+    TrainingMemoryPlan plan = plan_training(config, device, pool);
     check_fits(plan, config);
     return plan;
   }
@@ -328,14 +324,13 @@ class Trainer {
   TokenSplit data_;
   DataLoader train_loader_;
   std::unique_ptr<DataLoader> val_loader_;
-  std::unique_ptr<ComputeBackend> backend_;
-  Gpt model_;
+  // The device first: the backend's tensors and the engine's state live in it, and it
+  // must outlive them.
   std::unique_ptr<Device> device_;
   ThreadPool optimizer_pool_;  // pinned threads for the CPU AdamW, one per CPU
-  TrainingMemoryPlan plan_;
-  // The model's share of device memory (its buffers come from the compute backend), so
-  // that the engine sees only what is really left.
-  DeviceAllocation model_reservation_;
+  TrainingMemoryPlan plan_;    // made before anything is allocated on the device
+  std::unique_ptr<ComputeBackend> backend_;
+  Gpt model_;
   UpdateEngine engine_;
   WarmupCosineSchedule schedule_;
   Rng sample_rng_;

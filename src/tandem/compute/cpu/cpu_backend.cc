@@ -1,7 +1,7 @@
 // CpuBackend: host memory and the CPU kernels (fp32: cpu_kernels.h; Bf16 storage:
 // bf16_kernels.h, which widens to fp32 and rounds on store).
-#include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "tandem/compute/compute_backend.h"
 #include "tandem/compute/cpu/bf16_kernels.h"
@@ -12,20 +12,30 @@
 namespace tandem {
 namespace {
 
-constexpr size_t kAlignment = 64;
-
 class CpuBackend final : public ComputeBackend {
  public:
+  // On `device` (a cpu device: its "device" memory is host memory the kernels can use).
+  explicit CpuBackend(Device& device) : device_(device), stream_(device.create_stream("compute")) {
+    TANDEM_CHECK(device.name() == "cpu", "the cpu compute backend needs the cpu device, not '",
+                 device.name(), "'");
+  }
+  // On a device of its own.
+  explicit CpuBackend(std::unique_ptr<Device> own_device)
+      : owned_device_(std::move(own_device)),
+        device_(*owned_device_),
+        stream_(device_.create_stream("compute")) {}
+
   std::string_view name() const override { return "cpu"; }
+  Device& device() override { return device_; }
+  // Kernels run on the caller's thread, so nothing is ever queued here: an event
+  // recorded on it is reached at once, and every kernel called before is done.
+  Stream& stream() override { return *stream_; }
 
   Buffer allocate(size_t bytes) override {
-    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    void* data = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-    if (data == nullptr) fail("cpu backend: out of host memory allocating ", bytes, " bytes");
-    std::memset(data, 0, rounded);
-    return Buffer(data, bytes, this);
+    Buffer buffer(device_.allocate(MemorySpace::kDevice, bytes));
+    std::memset(buffer.as<void>(), 0, bytes);
+    return buffer;
   }
-  void release(void* data) noexcept override { std::free(data); }
   void copy_from_host(void* dst, const void* src, size_t bytes) override {
     std::memcpy(dst, src, bytes);
   }
@@ -139,10 +149,23 @@ class CpuBackend final : public ComputeBackend {
                         int T, int C) override {
     cpu::bf16::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
   }
+
+ private:
+  std::unique_ptr<Device> owned_device_;  // only for a backend with a device of its own
+  Device& device_;
+  std::unique_ptr<Stream> stream_;
 };
 
 }  // namespace
 
-std::unique_ptr<ComputeBackend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<ComputeBackend> make_cpu_backend(Device& device) {
+  return std::make_unique<CpuBackend>(device);
+}
+
+std::unique_ptr<ComputeBackend> make_cpu_backend() {
+  // Without a capacity limit: tests and tools size nothing against it.
+  return std::make_unique<CpuBackend>(
+      make_cpu_device({.memory_bytes = std::numeric_limits<size_t>::max() / 2}));
+}
 
 }  // namespace tandem

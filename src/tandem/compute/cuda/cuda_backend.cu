@@ -26,54 +26,76 @@ void check(cudaError_t err, const char* what) { cuda_check(err, what); }
 // after this many bytes (a multiple of 256 keeps them aligned).
 constexpr size_t kSquaresResultBytes = 256;
 
-class CudaBackend final : public ComputeBackend {
+// Device memory outside any Device's accounting, for the backend's own scratch (like
+// cuBLASLt's workspace): tens of MiB at most, grown on demand.
+class ScratchMemory {
  public:
-  explicit CudaBackend(int device_index) : device_index_(device_index) {
-    check(cudaSetDevice(device_index_), "cudaSetDevice");
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    try {
-      matmul_ = std::make_unique<cuda::CublasLtMatmul>(stream_);
-    } catch (...) {
-      cudaStreamDestroy(stream_);
-      throw;
-    }
-  }
-  ~CudaBackend() override {
-    cudaStreamSynchronize(stream_);
-    scratch_ = Buffer();
-    matmul_.reset();
-    cudaStreamDestroy(stream_);
-  }
+  ScratchMemory() = default;
+  ScratchMemory(const ScratchMemory&) = delete;
+  ScratchMemory& operator=(const ScratchMemory&) = delete;
+  ~ScratchMemory() { cudaFree(data_); }
 
-  std::string_view name() const override { return "cuda"; }
-
-  Buffer allocate(size_t bytes) override {
+  // At least `bytes`; growing first waits for `stream`, whose queued kernels may still
+  // read the old buffer.
+  char* get(size_t bytes, cudaStream_t stream) {
+    if (bytes <= bytes_) return data_;
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    check(cudaFree(data_), "cudaFree");
+    data_ = nullptr;
+    bytes_ = 0;
     void* data = nullptr;
-    const cudaError_t err = cudaMalloc(&data, bytes == 0 ? 1 : bytes);
+    const cudaError_t err = cudaMalloc(&data, bytes);
     if (err != cudaSuccess) {
       cudaGetLastError();
-      fail("GPU out of memory allocating ", bytes, " bytes for the model (",
-           cudaGetErrorString(err), "); lower train_micro_batch_size_per_gpu or train.seq_len");
+      fail("GPU out of memory allocating ", bytes, " bytes of kernel scratch (",
+           cudaGetErrorString(err), "); lower device.memory_gb to leave room for it");
     }
-    check(cudaMemsetAsync(data, 0, bytes, stream_), "cudaMemsetAsync");
-    return Buffer(data, bytes, this);
+    data_ = static_cast<char*>(data);
+    bytes_ = bytes;
+    return data_;
   }
-  void release(void* data) noexcept override {
-    cudaStreamSynchronize(stream_);
-    cudaFree(data);
+
+ private:
+  char* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class CudaBackend final : public ComputeBackend {
+ public:
+  // On `device` (a cuda device), or on a device of its own (`own_device`).
+  explicit CudaBackend(Device& device, std::unique_ptr<Device> own_device = nullptr)
+      : owned_device_(std::move(own_device)),
+        device_(device),
+        stream_(device.create_stream("compute")),
+        cuda_stream_(static_cast<cudaStream_t>(cuda_stream_handle(*stream_))) {
+    check(cudaSetDevice(cuda_device_index(device)), "cudaSetDevice");
+    matmul_ = std::make_unique<cuda::CublasLtMatmul>(cuda_stream_);
+  }
+  ~CudaBackend() override { cudaStreamSynchronize(cuda_stream_); }
+
+  std::string_view name() const override { return "cuda"; }
+  Device& device() override { return device_; }
+  Stream& stream() override { return *stream_; }
+
+  Buffer allocate(size_t bytes) override {
+    Buffer buffer(device_.allocate(MemorySpace::kDevice, bytes));
+    check(cudaMemsetAsync(buffer.as<void>(), 0, bytes, cuda_stream_), "cudaMemsetAsync");
+    return buffer;
   }
   void copy_from_host(void* dst, const void* src, size_t bytes) override {
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "copy_from_host");
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream_), "copy_from_host");
     synchronize();
   }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "copy_to_host");
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream_), "copy_to_host");
     synchronize();
   }
   void fill_zero(void* dst, size_t bytes) override {
-    check(cudaMemsetAsync(dst, 0, bytes, stream_), "fill_zero");
+    check(cudaMemsetAsync(dst, 0, bytes, cuda_stream_), "fill_zero");
   }
-  void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  void synchronize() override {
+    check(cudaStreamSynchronize(cuda_stream_), "cudaStreamSynchronize");
+  }
 
   // ---- StorageKernels<float> and StorageKernels<Bf16> -----------------------------------
 
@@ -82,20 +104,20 @@ class CudaBackend final : public ComputeBackend {
 
   void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                        int T, int C) override {
-    cuda::encoder_forward(out, tokens, wte, wpe, B, T, C, stream_);
+    cuda::encoder_forward(out, tokens, wte, wpe, B, T, C, cuda_stream_);
   }
   void encoder_forward(Bf16* out, const int32_t* tokens, const Bf16* wte, const Bf16* wpe, int B,
                        int T, int C) override {
-    cuda::encoder_forward(out, tokens, wte, wpe, B, T, C, stream_);
+    cuda::encoder_forward(out, tokens, wte, wpe, B, T, C, cuda_stream_);
   }
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                          const float* weight, const float* bias, int N, int C) override {
-    cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, stream_);
+    cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, cuda_stream_);
   }
   void layernorm_forward(Bf16* out, float* mean, float* rstd, const Bf16* inp, const Bf16* weight,
                          const Bf16* bias, int N, int C) override {
-    cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, stream_);
+    cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, cuda_stream_);
   }
 
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
@@ -109,43 +131,43 @@ class CudaBackend final : public ComputeBackend {
 
   void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
                          int NH) override {
-    cuda::flash_attention_forward<float>(out, lse, qkv, B, T, C, NH, stream_);
+    cuda::flash_attention_forward<float>(out, lse, qkv, B, T, C, NH, cuda_stream_);
   }
   void attention_forward(Bf16* out, float* lse, const Bf16* qkv, int B, int T, int C,
                          int NH) override {
-    cuda::flash_attention_forward<Bf16>(out, lse, qkv, B, T, C, NH, stream_);
+    cuda::flash_attention_forward<Bf16>(out, lse, qkv, B, T, C, NH, cuda_stream_);
   }
 
   void gelu_forward(float* out, const float* inp, size_t N) override {
-    cuda::gelu_forward(out, inp, N, stream_);
+    cuda::gelu_forward(out, inp, N, cuda_stream_);
   }
   void gelu_forward(Bf16* out, const Bf16* inp, size_t N) override {
-    cuda::gelu_forward(out, inp, N, stream_);
+    cuda::gelu_forward(out, inp, N, cuda_stream_);
   }
 
   void residual_forward(float* out, const float* a, const float* b, size_t N) override {
-    cuda::residual_forward(out, a, b, N, stream_);
+    cuda::residual_forward(out, a, b, N, cuda_stream_);
   }
   void residual_forward(Bf16* out, const Bf16* a, const Bf16* b, size_t N) override {
-    cuda::residual_forward(out, a, b, N, stream_);
+    cuda::residual_forward(out, a, b, N, cuda_stream_);
   }
 
   void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int N,
                              int V) override {
-    cuda::cross_entropy_forward(losses, logits, targets, N, V, stream_);
+    cuda::cross_entropy_forward(losses, logits, targets, N, V, cuda_stream_);
   }
   void cross_entropy_forward(float* losses, const Bf16* logits, const int32_t* targets, int N,
                              int V) override {
-    cuda::cross_entropy_forward(losses, logits, targets, N, V, stream_);
+    cuda::cross_entropy_forward(losses, logits, targets, N, V, cuda_stream_);
   }
 
   void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
                               float dloss, int N, int V) override {
-    cuda::cross_entropy_backward(dlogits, logits, targets, dloss, N, V, stream_);
+    cuda::cross_entropy_backward(dlogits, logits, targets, dloss, N, V, cuda_stream_);
   }
   void cross_entropy_backward(Bf16* dlogits, const Bf16* logits, const int32_t* targets,
                               float dloss, int N, int V) override {
-    cuda::cross_entropy_backward(dlogits, logits, targets, dloss, N, V, stream_);
+    cuda::cross_entropy_backward(dlogits, logits, targets, dloss, N, V, cuda_stream_);
   }
 
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -178,10 +200,10 @@ class CudaBackend final : public ComputeBackend {
   }
 
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) override {
-    cuda::gelu_backward(dinp, inp, dout, N, stream_);
+    cuda::gelu_backward(dinp, inp, dout, N, cuda_stream_);
   }
   void gelu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, size_t N) override {
-    cuda::gelu_backward(dinp, inp, dout, N, stream_);
+    cuda::gelu_backward(dinp, inp, dout, N, cuda_stream_);
   }
 
   void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
@@ -200,7 +222,7 @@ class CudaBackend final : public ComputeBackend {
   double squares(const Elem* x, size_t n) {
     char* base = scratch(kSquaresResultBytes + cuda::sum_of_squares_scratch_bytes(n));
     auto* result = reinterpret_cast<double*>(base);
-    cuda::sum_of_squares(result, x, n, base + kSquaresResultBytes, stream_);
+    cuda::sum_of_squares(result, x, n, base + kSquaresResultBytes, cuda_stream_);
     double total = 0.0;
     copy_to_host(&total, result, sizeof(total));
     return total;
@@ -213,7 +235,7 @@ class CudaBackend final : public ComputeBackend {
     matmul_->backward_weight(dweight, dout, inp, N, C, OC);
     if (dbias != nullptr)
       cuda::column_sums_accumulate(dbias, dout, N, OC,
-                                   scratch(cuda::column_sums_scratch_bytes(N, OC)), stream_);
+                                   scratch(cuda::column_sums_scratch_bytes(N, OC)), cuda_stream_);
   }
 
   template <typename Elem>
@@ -221,44 +243,49 @@ class CudaBackend final : public ComputeBackend {
                                const Elem* inp, const Elem* weight, const float* mean,
                                const float* rstd, int N, int C) {
     cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
-                             scratch(cuda::layernorm_backward_scratch_bytes(N, C)), stream_);
+                             scratch(cuda::layernorm_backward_scratch_bytes(N, C)), cuda_stream_);
   }
 
   template <typename Elem>
   void attention_backward_impl(Elem* dqkv, const Elem* dout, const Elem* qkv, const Elem* out,
                                const float* lse, int B, int T, int C, int NH) {
     char* work = scratch(cuda::flash_attention_backward_scratch_bytes(B, T, C, NH));
-    cuda::flash_attention_backward<Elem>(dqkv, work, dout, qkv, out, lse, B, T, C, NH, stream_);
+    cuda::flash_attention_backward<Elem>(dqkv, work, dout, qkv, out, lse, B, T, C, NH, cuda_stream_);
   }
 
   template <typename Elem>
   void encoder_backward_impl(Elem* dwte, Elem* dwpe, const Elem* dout, const int32_t* tokens, int B,
                              int T, int C) {
     cuda::encoder_backward(dwte, dwpe, dout, tokens, B, T, C,
-                           scratch(cuda::encoder_backward_scratch_bytes(B, T)), stream_);
+                           scratch(cuda::encoder_backward_scratch_bytes(B, T)), cuda_stream_);
   }
 
-  // Device scratch of at least `bytes` (256-byte aligned), grown on demand. Kernels use it
-  // in stream order, so one buffer serves them all; replacing it first waits for the
-  // queued work that may still read the old one (release() synchronizes the stream).
-  char* scratch(size_t bytes) {
-    if (scratch_.bytes() < bytes) scratch_ = allocate(bytes);
-    return scratch_.as<char>();
-  }
+  // Device scratch of at least `bytes` (256-byte aligned: cudaMalloc's), grown on
+  // demand. Kernels use it in stream order, so one buffer serves them all.
+  char* scratch(size_t bytes) { return scratch_.get(bytes, cuda_stream_); }
 
-  int device_index_;
-  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Device> owned_device_;  // only for a backend with a device of its own
+  Device& device_;
+  // Declared after the device: destroyed (and drained) before it.
+  std::unique_ptr<Stream> stream_;
+  cudaStream_t cuda_stream_;
   std::unique_ptr<cuda::CublasLtMatmul> matmul_;
-  Buffer scratch_;
+  ScratchMemory scratch_;
 };
 
 }  // namespace
+
+std::unique_ptr<ComputeBackend> make_cuda_backend(Device& device) {
+  return std::make_unique<CudaBackend>(device);
+}
 
 std::unique_ptr<ComputeBackend> make_cuda_backend(int device_index) {
   std::string why;
   TANDEM_CHECK(cuda_device_count(&why) > device_index, "cannot use a CUDA GPU: ", why,
                " (without a GPU, tandem runs on the cpu device: device.type = \"cpu\")");
-  return std::make_unique<CudaBackend>(device_index);
+  std::unique_ptr<Device> device = make_cuda_device({.device_index = device_index});
+  Device& on = *device;
+  return std::make_unique<CudaBackend>(on, std::move(device));
 }
 
 }  // namespace tandem

@@ -100,16 +100,20 @@ constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCube = 0.044715f;
 // Beyond |x| = 20 GELU' is 1 or 0 to within 1e-35; clamping there keeps x^3 finite.
 constexpr float kGeluBackwardClamp = 20.0f;
-// exp(88) is finite in fp32, so sigma below is never 1 / inf and e * sigma never inf * 0.
+// exp(88) is finite in fp32, so the backward pass's sigma is never 1 / inf and e * sigma
+// never inf * 0 (the CPU kernel clamps there too).
 constexpr float kExpArgMax = 88.0f;
 
 // GELU (tanh form) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), evaluated as
 // x * sigma with sigma = 1 / (1 + exp(-2u)) = 0.5 (1 + tanh(u)): the same formulation as
-// the CPU kernel, and free of the cancellation in 1 + tanh(u) for negative x.
+// the CPU kernel, and free of the cancellation in 1 + tanh(u) for negative x. No clamp at
+// 88 here: below x = -10.07 exp(-2u) overflows to inf and sigma is exactly 0, as on the CPU
+// (whose fast_exp overflows from 88.73 on); clamped, sigma would stop at 1 / exp(88) and
+// GELU(-20) come out -1.2e-37 instead of -0.
 struct GeluForward {
   __device__ float operator()(float x, float) const {
     const float u = kGeluScale * (x + kGeluCube * x * x * x);
-    const float sigma = 1.0f / (1.0f + expf(fminf(-2.0f * u, kExpArgMax)));
+    const float sigma = 1.0f / (1.0f + expf(-2.0f * u));
     return x * sigma;  // a NaN x stays NaN
   }
 };

@@ -86,6 +86,7 @@ class CudaDevice final : public Device {
   }
 
   std::string_view name() const override { return name_; }
+  int index() const { return index_; }
 
   DeviceAllocation allocate(MemorySpace space, size_t bytes) override {
     cuda_check(cudaSetDevice(index_), "cudaSetDevice");
@@ -207,6 +208,18 @@ class CudaDevice final : public Device {
 };
 
 }  // namespace
+
+int cuda_device_index(Device& device) {
+  auto* cuda = dynamic_cast<CudaDevice*>(&device);
+  TANDEM_CHECK(cuda != nullptr, "device '", device.name(), "' is not a CUDA device");
+  return cuda->index();
+}
+
+void* cuda_stream_handle(Stream& stream) {
+  auto* cuda = dynamic_cast<CudaStream*>(&stream);
+  TANDEM_CHECK(cuda != nullptr, "stream '", stream.name(), "' is not a CUDA stream");
+  return cuda->get();
+}
 
 int cuda_device_count(std::string* why) {
   int count = 0;

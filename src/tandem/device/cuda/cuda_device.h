@@ -27,4 +27,10 @@ int cuda_device_count(std::string* why = nullptr);
 // Throws tandem::Error when built without CUDA or when the GPU cannot be used.
 std::unique_ptr<Device> make_cuda_device(const CudaDeviceOptions& options);
 
+// For CUDA code working on a `cuda` device's streams (the CUDA compute backend): the
+// GPU index of the device, and the cudaStream_t behind one of its streams (as void*,
+// so that this header needs no CUDA headers). Throw tandem::Error for another device's.
+int cuda_device_index(Device& device);
+void* cuda_stream_handle(Stream& stream);
+
 }  // namespace tandem

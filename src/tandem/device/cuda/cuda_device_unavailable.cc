@@ -18,6 +18,14 @@ std::unique_ptr<Device> make_cuda_device(const CudaDeviceOptions&) {
       "and rebuild (without a GPU, tandem runs on the cpu device: device.type = \"cpu\")");
 }
 
+int cuda_device_index(Device& device) {
+  fail("device '", device.name(), "' is not a CUDA device: tandem was built without CUDA");
+}
+
+void* cuda_stream_handle(Stream& stream) {
+  fail("stream '", stream.name(), "' is not a CUDA stream: tandem was built without CUDA");
+}
+
 }  // namespace tandem
 
 #endif  // TANDEM_HAVE_CUDA
