@@ -13,6 +13,7 @@
 
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/rng.h"
+#include "tandem/device/device.h"
 #include "tandem/model/gpt.h"
 
 namespace tandem {
@@ -130,6 +131,23 @@ TEST(GptMemory, ActivationBytesFormulaMatchesWhatTheModelAllocates) {
   Gpt model(config, *backend, 3, 10);
   EXPECT_EQ(model.allocated_bytes(), 2 * sizeof(float) * model.layout().num_elements() +
                                          Gpt::activation_bytes(config, 3, 10));
+}
+
+TEST(GptMemory, TheModelsTensorsCountAgainstTheDevicesCapacity) {
+  const GptConfig config{
+      .vocab_size = 50, .context_length = 12, .n_layer = 3, .n_head = 2, .n_embd = 8};
+  const size_t needed = 2 * sizeof(float) * ParamLayout::gpt2(config).num_elements() +
+                        Gpt::activation_bytes(config, 3, 10);
+  {
+    auto device = make_cpu_device({.memory_bytes = needed});
+    auto backend = make_cpu_backend(*device);
+    Gpt model(config, *backend, 3, 10);
+    EXPECT_EQ(device->device_in_use(), needed);
+  }
+  auto device = make_cpu_device({.memory_bytes = needed - 1});
+  auto backend = make_cpu_backend(*device);
+  EXPECT_THROW(Gpt(config, *backend, 3, 10), DeviceOutOfMemory);
+  EXPECT_EQ(device->device_in_use(), 0u) << "a failed construction must give back what it took";
 }
 
 TEST(GptGradcheck, ShorterSequenceThanAllocatedGivesSameLoss) {
