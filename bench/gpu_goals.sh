@@ -57,6 +57,8 @@ pcie, adamw = load("pcie.json"), load("adamw_cuda.json")
 ours, torch = load("step_tandem.json"), load("step_pytorch.json")
 print("pinned copies GB/s: h2d %s, d2h %s, both %s" % (
     pcie.get("h2d_gb_per_s"), pcie.get("d2h_gb_per_s"), pcie.get("both_gb_per_s")))
+print("  vs plain cudaMemcpyAsync: h2d ratio %s, d2h ratio %s (goal >= 0.85)" % (
+    pcie.get("h2d_ratio"), pcie.get("d2h_ratio")))
 print("device AdamW: %s GB/s, device copy %s GB/s, ratio %s (goal >= 0.85)" % (
     adamw.get("gb_per_s"), adamw.get("copy_gb_per_s"), adamw.get("ratio")))
 t, p = ours.get("tokens_per_s"), torch.get("tokens_per_s")

@@ -37,16 +37,29 @@ PcieBenchResult run_pcie_bench(Device& device, size_t bytes, int repetitions) {
 }
 
 nlohmann::json PcieBenchResult::to_json() const {
-  return {{"bytes", bytes},
-          {"h2d_gb_per_s", h2d_gb_per_s},
-          {"d2h_gb_per_s", d2h_gb_per_s},
-          {"both_gb_per_s", both_gb_per_s}};
+  nlohmann::json j = {{"bytes", bytes},
+                      {"h2d_gb_per_s", h2d_gb_per_s},
+                      {"d2h_gb_per_s", d2h_gb_per_s},
+                      {"both_gb_per_s", both_gb_per_s}};
+  if (peak_h2d_gb_per_s > 0 && peak_d2h_gb_per_s > 0) {
+    j["peak_h2d_gb_per_s"] = peak_h2d_gb_per_s;
+    j["peak_d2h_gb_per_s"] = peak_d2h_gb_per_s;
+    j["h2d_ratio"] = h2d_gb_per_s / peak_h2d_gb_per_s;
+    j["d2h_ratio"] = d2h_gb_per_s / peak_d2h_gb_per_s;
+  }
+  return j;
 }
 
 std::string PcieBenchResult::to_text(std::string_view device) const {
-  return cat("tandem bench pcie on ", device, ": ", bytes, " bytes per copy, pinned host memory\n",
-             "  host-to-device: ", h2d_gb_per_s, " GB/s\n", "  device-to-host: ", d2h_gb_per_s,
-             " GB/s\n", "  both at once:   ", both_gb_per_s, " GB/s in total\n");
+  std::string text =
+      cat("tandem bench pcie on ", device, ": ", bytes, " bytes per copy, pinned host memory\n",
+          "  host-to-device: ", h2d_gb_per_s, " GB/s\n", "  device-to-host: ", d2h_gb_per_s,
+          " GB/s\n", "  both at once:   ", both_gb_per_s, " GB/s in total\n");
+  if (peak_h2d_gb_per_s > 0 && peak_d2h_gb_per_s > 0)
+    text += cat("  plain cudaMemcpyAsync, best: ", peak_h2d_gb_per_s, " GB/s host-to-device (ratio ",
+                h2d_gb_per_s / peak_h2d_gb_per_s, "), ", peak_d2h_gb_per_s,
+                " GB/s device-to-host (ratio ", d2h_gb_per_s / peak_d2h_gb_per_s, ")\n");
+  return text;
 }
 
 DeviceAdamWBenchResult run_device_adamw_bench(Device& device, size_t params, int repetitions) {

@@ -15,6 +15,10 @@ struct PcieBenchResult {
   double h2d_gb_per_s = 0;   // pinned host -> device
   double d2h_gb_per_s = 0;   // device -> pinned host
   double both_gb_per_s = 0;  // both directions at once, total bytes moved per second
+  // The machine's best cudaMemcpyAsync figures, same sizes, same run (0: not measured,
+  // e.g. on the cpu device); the goal is h2d and d2h at >= 85% of them.
+  double peak_h2d_gb_per_s = 0;
+  double peak_d2h_gb_per_s = 0;
   nlohmann::json to_json() const;
   std::string to_text(std::string_view device) const;
 };

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tandem/bench/adamw_bench.h"
+#include "tandem/bench/cuda/memcpy_peak.h"
 #include "tandem/bench/device_bench.h"
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
@@ -87,8 +88,11 @@ void register_bench(CLI::App& app) {
   pcie->add_flag("--json", pcie_args->json, "Print one JSON object");
   pcie->callback([pcie_args] {
     auto device = make_cuda_device({});
-    const PcieBenchResult r =
-        run_pcie_bench(*device, static_cast<size_t>(pcie_args->bytes), pcie_args->repetitions);
+    const auto bytes = static_cast<size_t>(pcie_args->bytes);
+    PcieBenchResult r = run_pcie_bench(*device, bytes, pcie_args->repetitions);
+    const MemcpyPeak peak = measure_memcpy_peak(bytes, pcie_args->repetitions);
+    r.peak_h2d_gb_per_s = peak.h2d_gb_per_s;
+    r.peak_d2h_gb_per_s = peak.d2h_gb_per_s;
     const std::string out = pcie_args->json ? r.to_json().dump() + "\n" : r.to_text(device->name());
     std::fputs(out.c_str(), stdout);
   });

@@ -1,0 +1,20 @@
+// The machine's reference figure for pinned copies: cudaMemcpyAsync called directly,
+// without tandem's device layer, so `tandem bench pcie` can report how close tandem's
+// copies come to it (the goal: at least 85%).
+#pragma once
+
+#include <cstddef>
+
+namespace tandem {
+
+struct MemcpyPeak {
+  double h2d_gb_per_s = 0;  // pinned host -> device
+  double d2h_gb_per_s = 0;  // device -> pinned host
+};
+
+// Best of `repetitions` copies of `bytes` each way on GPU 0, between cudaHostAlloc'ed
+// and cudaMalloc'ed buffers, timed with CUDA events around each copy. Throws
+// tandem::Error when tandem was built without CUDA or there is no GPU.
+MemcpyPeak measure_memcpy_peak(size_t bytes, int repetitions);
+
+}  // namespace tandem
