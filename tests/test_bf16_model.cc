@@ -39,8 +39,7 @@ void expect_rounded_once(const std::vector<Bf16>& got, const std::vector<float>&
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < want.size(); i++)
     ASSERT_EQ(got[i].bits, from_float<Bf16>(want[i]).bits)
-        << what << "[" << i << "]: fp32 result " << want[i] << ", bf16 got "
-        << to_float(got[i]);
+        << what << "[" << i << "]: fp32 result " << want[i] << ", bf16 got " << to_float(got[i]);
 }
 
 TEST(Bf16Kernels, EveryCpuKernelRoundsTheFp32ResultOnce) {
@@ -97,8 +96,8 @@ TEST(Bf16Kernels, EveryCpuKernelRoundsTheFp32ResultOnce) {
   {  // LayerNorm forward (fp32 statistics) and backward (accumulating)
     std::vector<float> out(N * C), mean(N), rstd(N), mean16(N), rstd16(N);
     std::vector<Bf16> out16(N * C);
-    k.layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), ln_w.data(), ln_b.data(),
-                        N, C);
+    k.layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), ln_w.data(), ln_b.data(), N,
+                        C);
     k.layernorm_forward(out16.data(), mean16.data(), rstd16.data(), to_bf16(x).data(),
                         to_bf16(ln_w).data(), to_bf16(ln_b).data(), N, C);
     expect_rounded_once(out16, out, "layernorm_forward");
@@ -157,8 +156,7 @@ TEST(Bf16Kernels, EveryCpuKernelRoundsTheFp32ResultOnce) {
     k.cross_entropy_forward(losses16.data(), to_bf16(logits).data(), targets.data(), N, V);
     EXPECT_EQ(losses, losses16);
     k.cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), 0.25f, N, V);
-    k.cross_entropy_backward(dlogits16.data(), to_bf16(logits).data(), targets.data(), 0.25f, N,
-                             V);
+    k.cross_entropy_backward(dlogits16.data(), to_bf16(logits).data(), targets.data(), 0.25f, N, V);
     expect_rounded_once(dlogits16, dlogits, "cross_entropy_backward");
   }
   EXPECT_EQ(k.sum_of_squares(x.data(), x.size()), k.sum_of_squares(to_bf16(x).data(), x.size()));

@@ -297,15 +297,16 @@ TEST(CudaBackend, Bf16MatmulIsTheFp32MatmulRoundedOnce) {
   }
 }
 
-TEST(CudaBackend, TinyModelLogitsLossAndGradientsMatchTheCpu) {
-  SKIP_WITHOUT_GPU();
+// The tiny model on both backends from the same weights: loss within loss_rel, every
+// gradient within grad_rel of its tensor's largest one.
+void expect_tiny_model_matches(StorageDType dtype, double loss_rel, double grad_rel) {
   const GptConfig config{
       .vocab_size = 64, .context_length = 16, .n_layer = 2, .n_head = 4, .n_embd = 32};
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend();
-  Gpt a(config, *cpu, 2, 16), b(config, *gpu, 2, 16);
+  Gpt a(config, *cpu, 2, 16, dtype), b(config, *gpu, 2, 16, dtype);
   a.init_weights(5);
-  b.set_params(a.params_to_host());
+  b.set_params(a.params_to_host());  // exact: already rounded to dtype
   Rng rng(9);
   std::vector<int32_t> tokens(32), targets(32);
   for (int i = 0; i < 32; i++) {
@@ -316,7 +317,7 @@ TEST(CudaBackend, TinyModelLogitsLossAndGradientsMatchTheCpu) {
   b.zero_grads();
   const float la = a.forward(tokens.data(), targets.data(), 2, 16);
   const float lb = b.forward(tokens.data(), targets.data(), 2, 16);
-  EXPECT_NEAR(la, lb, 1e-5 * la);
+  EXPECT_NEAR(la, lb, loss_rel * la) << storage_dtype_name(dtype);
   a.backward();
   b.backward();
   const auto ga = a.grads_to_host(), gb = b.grads_to_host();
@@ -325,9 +326,21 @@ TEST(CudaBackend, TinyModelLogitsLossAndGradientsMatchTheCpu) {
     for (size_t i = 0; i < view.numel; i++)
       scale = std::max(scale, std::fabs(static_cast<double>(ga[view.offset + i])));
     for (size_t i = 0; i < view.numel; i++)
-      ASSERT_NEAR(ga[view.offset + i], gb[view.offset + i], 1e-4 * scale + 1e-7)
-          << view.name << "[" << i << "]";
+      ASSERT_NEAR(ga[view.offset + i], gb[view.offset + i], grad_rel * scale + 1e-7)
+          << storage_dtype_name(dtype) << " " << view.name << "[" << i << "]";
   }
+}
+
+TEST(CudaBackend, TinyModelLogitsLossAndGradientsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  expect_tiny_model_matches(StorageDType::kF32, 1e-5, 1e-4);
+}
+
+// bf16 on both sides (the CPU rounds each stored result once, like the GPU), so only
+// the fp32 summation order and the GPU attention's bf16 probabilities differ.
+TEST(CudaBackend, TinyBf16ModelLossAndGradientsMatchTheCpuWithinBf16Accuracy) {
+  SKIP_WITHOUT_GPU();
+  expect_tiny_model_matches(StorageDType::kBF16, 1e-2, 5e-2);
 }
 
 std::vector<double> losses_of(const std::filesystem::path& metrics) {
@@ -341,9 +354,9 @@ std::vector<double> losses_of(const std::filesystem::path& metrics) {
   return losses;
 }
 
-TEST(CudaBackend, FiftyTrainingStepsMatchTheCpuRun) {
-  SKIP_WITHOUT_GPU();
-  testing::ScratchDir dir("cuda_training");
+// 50 steps on the bundled data on the CPU and on the GPU, in fp32 or bf16 on both.
+void expect_fifty_steps_match(bool bf16, double rel) {
+  testing::ScratchDir dir(bf16 ? "cuda_training_bf16" : "cuda_training");
   TrainOptions options;
   options.show_progress = false;
   std::vector<std::vector<double>> runs;
@@ -352,6 +365,7 @@ TEST(CudaBackend, FiftyTrainingStepsMatchTheCpuRun) {
         std::string(TANDEM_SOURCE_DIR) + "/data/tinyshakespeare.txt", dir / type);
     json["train"]["steps"] = 50;
     json["device"] = {{"type", type}};
+    json["bf16"] = {{"enabled", bf16}};
     options.metrics_path = dir / (std::string(type) + ".jsonl");
     train(parse_train_config(json), options);
     runs.push_back(losses_of(options.metrics_path));
@@ -359,12 +373,22 @@ TEST(CudaBackend, FiftyTrainingStepsMatchTheCpuRun) {
   ASSERT_EQ(runs[0].size(), 50u);
   ASSERT_EQ(runs[1].size(), 50u);
   for (size_t i = 0; i < 50; i++)
-    EXPECT_NEAR(runs[0][i], runs[1][i], 2e-3 * runs[0][i]) << "step " << i + 1;
+    EXPECT_NEAR(runs[0][i], runs[1][i], rel * runs[0][i]) << "step " << i + 1;
 }
 
-TEST(CudaBackend, EveryScheduleTrainsToTheSameBitsOnTheGpu) {
+TEST(CudaBackend, FiftyTrainingStepsMatchTheCpuRun) {
   SKIP_WITHOUT_GPU();
-  testing::ScratchDir dir("cuda_schedules");
+  expect_fifty_steps_match(false, 2e-3);
+}
+
+TEST(CudaBackend, FiftyBf16TrainingStepsMatchTheCpuBf16Run) {
+  SKIP_WITHOUT_GPU();
+  expect_fifty_steps_match(true, 3e-2);
+}
+
+// Every schedule gives the same optimizer state on the GPU, fp32 or bf16 model.
+void expect_every_schedule_identical_on_the_gpu(bool bf16) {
+  testing::ScratchDir dir(bf16 ? "cuda_schedules_bf16" : "cuda_schedules");
   testing::write_small_corpus(dir / "data.txt");
   TrainOptions quiet;
   quiet.show_progress = false;
@@ -376,12 +400,19 @@ TEST(CudaBackend, EveryScheduleTrainsToTheSameBitsOnTheGpu) {
     json["train"]["steps"] = 6;
     json["gradient_clipping"] = 0.05;
     json["device"] = {{"type", "cuda"}};
+    json["bf16"] = {{"enabled", bf16}};
     json["zero_optimization"] = {{"sub_group_size", 1000}};
     json["offload_optimizer"] = {{"schedule", schedule}};
     const TrainResult result = train(parse_train_config(json), quiet);
     if (first.empty()) first = result.state_digest;
-    EXPECT_EQ(result.state_digest, first) << schedule;
+    EXPECT_EQ(result.state_digest, first) << schedule << (bf16 ? " (bf16)" : " (fp32)");
   }
+}
+
+TEST(CudaBackend, EveryScheduleTrainsToTheSameBitsOnTheGpu) {
+  SKIP_WITHOUT_GPU();
+  expect_every_schedule_identical_on_the_gpu(false);
+  expect_every_schedule_identical_on_the_gpu(true);
 }
 
 }  // namespace

@@ -567,8 +567,9 @@ TEST(ParseTrainConfig, OffloadSettings) {
 
   config["offload_optimizer"] = {{"schedule", "sometimes"}};
   std::string msg = parse_error(config);
-  EXPECT_NE(msg.find("offload_optimizer.schedule must be one of device, cpu, ratio, interleave, auto"),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find("offload_optimizer.schedule must be one of device, cpu, ratio, interleave, auto"),
+      std::string::npos)
       << msg;
   config["offload_optimizer"] = {{"schedule", "ratio"}, {"ratio", 1.5}};
   msg = parse_error(config);

@@ -56,9 +56,10 @@ std::string PcieBenchResult::to_text(std::string_view device) const {
           "  host-to-device: ", h2d_gb_per_s, " GB/s\n", "  device-to-host: ", d2h_gb_per_s,
           " GB/s\n", "  both at once:   ", both_gb_per_s, " GB/s in total\n");
   if (peak_h2d_gb_per_s > 0 && peak_d2h_gb_per_s > 0)
-    text += cat("  plain cudaMemcpyAsync, best: ", peak_h2d_gb_per_s, " GB/s host-to-device (ratio ",
-                h2d_gb_per_s / peak_h2d_gb_per_s, "), ", peak_d2h_gb_per_s,
-                " GB/s device-to-host (ratio ", d2h_gb_per_s / peak_d2h_gb_per_s, ")\n");
+    text +=
+        cat("  plain cudaMemcpyAsync, best: ", peak_h2d_gb_per_s, " GB/s host-to-device (ratio ",
+            h2d_gb_per_s / peak_h2d_gb_per_s, "), ", peak_d2h_gb_per_s,
+            " GB/s device-to-host (ratio ", d2h_gb_per_s / peak_d2h_gb_per_s, ")\n");
   return text;
 }
 

@@ -64,15 +64,15 @@ class StorageKernels {
 
   // ---- forward kernels ------------------------------------------------------
   // out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]
-  virtual void encoder_forward(Elem* out, const int32_t* tokens, const Elem* wte, const Elem* wpe, int B,
-                               int T, int C) = 0;
+  virtual void encoder_forward(Elem* out, const int32_t* tokens, const Elem* wte, const Elem* wpe,
+                               int B, int T, int C) = 0;
   // out[N,C] = (inp - mean) * rstd * weight + bias, per row; saves mean[N], rstd[N].
-  virtual void layernorm_forward(Elem* out, float* mean, float* rstd, const Elem* inp, const Elem* weight,
-                                 const Elem* bias, int N, int C) = 0;
+  virtual void layernorm_forward(Elem* out, float* mean, float* rstd, const Elem* inp,
+                                 const Elem* weight, const Elem* bias, int N, int C) = 0;
   // out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC]; bias may be null. fp32
   // accumulation.
-  virtual void matmul_forward(Elem* out, const Elem* inp, const Elem* weight, const Elem* bias, int N, int C,
-                              int OC) = 0;
+  virtual void matmul_forward(Elem* out, const Elem* inp, const Elem* weight, const Elem* bias,
+                              int N, int C, int OC) = 0;
   // Causal multi-head attention. qkv[B,T,3C] holds q, k, v as consecutive C-wide
   // chunks; head h uses columns [h*hs, (h+1)*hs) of each. out[B,T,C] = softmax(q k^T /
   // sqrt(hs)) v per head; lse[B,NH,T] saves each softmax row's log-sum-exp so the
@@ -84,8 +84,8 @@ class StorageKernels {
   // out[N] = a[N] + b[N]
   virtual void residual_forward(Elem* out, const Elem* a, const Elem* b, size_t N) = 0;
   // losses[N] = logsumexp(logits[n, :]) - logits[n, targets[n]]; logits[N,V].
-  virtual void cross_entropy_forward(float* losses, const Elem* logits, const int32_t* targets, int N,
-                                     int V) = 0;
+  virtual void cross_entropy_forward(float* losses, const Elem* logits, const int32_t* targets,
+                                     int N, int V) = 0;
 
   // ---- backward kernels -----------------------------------------------------
   // dlogits[N,V] = dloss * (softmax(logits[n, :]) - onehot(targets[n]))
@@ -93,20 +93,20 @@ class StorageKernels {
                                       float dloss, int N, int V) = 0;
   // dinp[N,C] = dout[N,OC] @ weight[OC,C]; dweight[OC,C] += dout^T @ inp;
   // dbias[OC] += sum over rows of dout (dbias may be null).
-  virtual void matmul_backward(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout, const Elem* inp,
-                               const Elem* weight, int N, int C, int OC) = 0;
+  virtual void matmul_backward(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout,
+                               const Elem* inp, const Elem* weight, int N, int C, int OC) = 0;
   // Accumulates: dinp[N,C] += d(layernorm)/d(inp); dweight[C] +=; dbias[C] +=.
-  virtual void layernorm_backward(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout, const Elem* inp,
-                                  const Elem* weight, const float* mean, const float* rstd, int N,
-                                  int C) = 0;
+  virtual void layernorm_backward(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout,
+                                  const Elem* inp, const Elem* weight, const float* mean,
+                                  const float* rstd, int N, int C) = 0;
   // dqkv[B,T,3C] from dout[B,T,C], recomputing probabilities from qkv and lse.
   virtual void attention_backward(Elem* dqkv, const Elem* dout, const Elem* qkv, const Elem* out,
                                   const float* lse, int B, int T, int C, int NH) = 0;
   // dinp[N] = GELU'(inp) * dout
   virtual void gelu_backward(Elem* dinp, const Elem* inp, const Elem* dout, size_t N) = 0;
   // dwte[V,C] += scatter of dout[B,T,C] by token; dwpe[maxT,C] += sum over the batch.
-  virtual void encoder_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const int32_t* tokens, int B,
-                                int T, int C) = 0;
+  virtual void encoder_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const int32_t* tokens,
+                                int B, int T, int C) = 0;
 };
 
 class ComputeBackend : public StorageKernels<float>, public StorageKernels<Bf16> {

@@ -39,8 +39,7 @@ TANDEM_HOST_DEVICE inline float fp16_to_float(uint16_t h) {
   const uint32_t exponent = (h >> 10) & 0x1fu;
   const uint32_t mantissa = h & 0x3ffu;
   if (exponent == 0x1f) return bit_copy<float>(sign | 0x7f800000u | (mantissa << 13));
-  if (exponent != 0)
-    return bit_copy<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  if (exponent != 0) return bit_copy<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
   // Zero or subnormal: mantissa * 2^-24, exact in float.
   const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
   return sign ? -magnitude : magnitude;

@@ -104,9 +104,9 @@ size_t Gpt::activation_bytes(const GptConfig& config, int max_batch, int max_seq
   const size_t L = config.n_layer, C = config.n_embd, V = config.vocab_size, NH = config.n_head;
   const size_t BT = static_cast<size_t>(max_batch) * max_seq_len;
   // Elements stored as dtype ...
-  const size_t per_layer_elems = BT * (C /*ln1*/ + 3 * C /*qkv*/ + C /*atty*/ + C /*attproj*/ +
-                                       C /*residual2*/ + C /*ln2*/ + 4 * C /*fch*/ +
-                                       4 * C /*fch_gelu*/ + C /*fcproj*/ + C /*residual3*/);
+  const size_t per_layer_elems =
+      BT * (C /*ln1*/ + 3 * C /*qkv*/ + C /*atty*/ + C /*attproj*/ + C /*residual2*/ + C /*ln2*/ +
+            4 * C /*fch*/ + 4 * C /*fch_gelu*/ + C /*fcproj*/ + C /*residual3*/);
   const size_t once_elems = BT * (C /*encoded*/ + C /*lnf*/ + V /*logits*/);
   const size_t backward_elems = BT * (C /*dresidual*/ + V /*dlogits*/ + C /*dbt_c*/ +
                                       3 * C /*dqkv*/ + 8 * C /*dfch, dfch_gelu*/);
@@ -119,10 +119,10 @@ size_t Gpt::activation_bytes(const GptConfig& config, int max_batch, int max_seq
 
 template <typename Elem>
 void Gpt::check_elem() const {
-  constexpr StorageDType wanted = std::is_same_v<Elem, Bf16> ? StorageDType::kBF16
-                                                              : StorageDType::kF32;
-  TANDEM_CHECK(wanted == dtype_, "the model stores ", storage_dtype_name(dtype_),
-               ", not ", storage_dtype_name(wanted));
+  constexpr StorageDType wanted =
+      std::is_same_v<Elem, Bf16> ? StorageDType::kBF16 : StorageDType::kF32;
+  TANDEM_CHECK(wanted == dtype_, "the model stores ", storage_dtype_name(dtype_), ", not ",
+               storage_dtype_name(wanted));
 }
 template void Gpt::check_elem<float>() const;
 template void Gpt::check_elem<Bf16>() const;
@@ -201,7 +201,9 @@ void Gpt::set_params(const std::vector<float>& host_params) {
   upload(params(), host_params.data(), host_params.size());
 }
 
-std::vector<float> Gpt::params_to_host() const { return download(params(), layout_.num_elements()); }
+std::vector<float> Gpt::params_to_host() const {
+  return download(params(), layout_.num_elements());
+}
 
 std::vector<float> Gpt::grads_to_host() const { return download(grads(), layout_.num_elements()); }
 

@@ -184,7 +184,7 @@ void UpdateEngine::wait_for_producer(std::initializer_list<Stream*> streams) {
 }
 
 void UpdateEngine::gradients_ready(size_t begin, size_t end) {
-  if (failed_) return;  // step() reports it
+  if (failed_) return;   // step() reports it
   bool ordered = false;  // d2h_ waits for the producer once per call, before any copy
   for (auto& sg : subgroups_) {
     if (sg->range.site != UpdateSite::kHost || sg->grads_sent) continue;

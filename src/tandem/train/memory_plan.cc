@@ -78,8 +78,8 @@ std::string TrainingMemoryPlan::to_text() const {
               "  device:      ", format_bytes(total.device), " of ", format_bytes(device_capacity),
               " (activations ", format_bytes(activation_bytes), ", working params + gradients ",
               format_bytes(model_bytes), model_elem_bytes == 2 ? " in bf16" : " in fp32",
-              ", optimizer state + staging ",
-              format_bytes(optimizer_device_bytes), ")", fits() ? "" : "  << does not fit", "\n",
+              ", optimizer state + staging ", format_bytes(optimizer_device_bytes), ")",
+              fits() ? "" : "  << does not fit", "\n",
               "  pinned host: ", format_bytes(total.pinned_host),
               " (offloaded fp32 params, m, v; host gradients and working copies)\n",
               "  host:        ", format_bytes(total.host), " (checkpoint staging)\n");

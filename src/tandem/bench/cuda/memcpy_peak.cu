@@ -68,10 +68,8 @@ MemcpyPeak measure_memcpy_peak(size_t bytes, int repetitions) {
   TANDEM_CHECK(bytes >= 1 && repetitions >= 1, "memcpy peak needs bytes >= 1, repetitions >= 1");
   PeakResources r(bytes);
   MemcpyPeak peak;
-  peak.h2d_gb_per_s =
-      r.best_gb_per_s(r.device, r.host, bytes, cudaMemcpyHostToDevice, repetitions);
-  peak.d2h_gb_per_s =
-      r.best_gb_per_s(r.host, r.device, bytes, cudaMemcpyDeviceToHost, repetitions);
+  peak.h2d_gb_per_s = r.best_gb_per_s(r.device, r.host, bytes, cudaMemcpyHostToDevice, repetitions);
+  peak.d2h_gb_per_s = r.best_gb_per_s(r.host, r.device, bytes, cudaMemcpyDeviceToHost, repetitions);
   return peak;
 }
 

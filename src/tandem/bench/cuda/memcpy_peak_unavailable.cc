@@ -8,8 +8,9 @@
 namespace tandem {
 
 MemcpyPeak measure_memcpy_peak(size_t, int) {
-  fail("cannot measure cudaMemcpyAsync: tandem was built without CUDA; install the CUDA "
-       "toolkit (nvcc) and rebuild");
+  fail(
+      "cannot measure cudaMemcpyAsync: tandem was built without CUDA; install the CUDA "
+      "toolkit (nvcc) and rebuild");
 }
 
 }  // namespace tandem

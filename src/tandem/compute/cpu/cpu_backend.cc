@@ -98,7 +98,9 @@ class CpuBackend final : public ComputeBackend {
   }
 
   // ---- Bf16 storage ---------------------------------------------------------
-  double sum_of_squares(const Bf16* x, size_t n) override { return cpu::bf16::sum_of_squares(x, n); }
+  double sum_of_squares(const Bf16* x, size_t n) override {
+    return cpu::bf16::sum_of_squares(x, n);
+  }
   void encoder_forward(Bf16* out, const int32_t* tokens, const Bf16* wte, const Bf16* wpe, int B,
                        int T, int C) override {
     cpu::bf16::encoder_forward(out, tokens, wte, wpe, B, T, C);
@@ -133,9 +135,9 @@ class CpuBackend final : public ComputeBackend {
                        const Bf16* weight, int N, int C, int OC) override {
     cpu::bf16::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
-  void layernorm_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout,
-                          const Bf16* inp, const Bf16* weight, const float* mean,
-                          const float* rstd, int N, int C) override {
+  void layernorm_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
+                          const Bf16* weight, const float* mean, const float* rstd, int N,
+                          int C) override {
     cpu::bf16::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
   void attention_backward(Bf16* dqkv, const Bf16* dout, const Bf16* qkv, const Bf16* out,

@@ -250,7 +250,8 @@ class CudaBackend final : public ComputeBackend {
   void attention_backward_impl(Elem* dqkv, const Elem* dout, const Elem* qkv, const Elem* out,
                                const float* lse, int B, int T, int C, int NH) {
     char* work = scratch(cuda::flash_attention_backward_scratch_bytes(B, T, C, NH));
-    cuda::flash_attention_backward<Elem>(dqkv, work, dout, qkv, out, lse, B, T, C, NH, cuda_stream_);
+    cuda::flash_attention_backward<Elem>(dqkv, work, dout, qkv, out, lse, B, T, C, NH,
+                                         cuda_stream_);
   }
 
   template <typename Elem>
