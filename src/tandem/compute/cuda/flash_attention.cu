@@ -11,9 +11,9 @@
 //
 // Tiles: 64 queries x 64 keys, 128 threads (4 warps). 16 rows per warp is the mma's M;
 // 64 keys keep a warp's score fragment at 32 registers per thread; a bf16 tile of 64 rows
-// x hs=64 is 9 KiB, so the forward kernel's q, k, v tiles (27 KiB) let several blocks
-// share an SM and hide each other's global loads; and only the diagonal tile needs a
-// causal mask. GPT-2 at T = 1024 gives 16 query tiles per head, so 16 * B * NH blocks:
+// x hs=64 is 9 KiB, so the forward kernel's q tile and double-buffered k, v tiles (45 KiB)
+// let several blocks share an SM (registers allow 3 at hs=64); and only the diagonal tile
+// needs a causal mask. GPT-2 at T = 1024 gives 16 query tiles per head, so 16 * B * NH blocks:
 // many waves, scheduled heaviest (longest causal row) first.
 //
 // The head size is a template parameter HSP, hs rounded up to 16, 32, 64 or 128: register
@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(kThreads)
   float* vs = ks + kTile * P;
   float* qs = vs + kTile * P;
   float* dos = qs + kTile * P;
-  float* ps = dos + kTile * P;         // P^T [64 keys][65]
+  float* ps = dos + kTile * P;            // P^T [64 keys][65]
   float* dss = ps + kTile * (kTile + 1);  // dS^T * scale [64 keys][65]
   float* lse_s = dss + kTile * (kTile + 1);
   float* delta_s = lse_s + kTile;
@@ -388,14 +388,15 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncwarp();  // p, dS rows 16 w .. 16 w + 15 belong to warp w
     const int n = min(kTile, g.T - q0);
-    simt_weighted_rows<HSP>(dv, ps, dos, n, ty, tx);   // dv += P^T dout
-    simt_weighted_rows<HSP>(dk, dss, qs, n, ty, tx);   // dk += dS^T q (scale included)
+    simt_weighted_rows<HSP>(dv, ps, dos, n, ty, tx);  // dv += P^T dout
+    simt_weighted_rows<HSP>(dk, dss, qs, n, ty, tx);  // dk += dS^T q (scale included)
   }
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     const int key = k0 + 4 * ty + i;
     if (key >= g.T) continue;
-    Elem* row = dqkv + (static_cast<size_t>(b) * g.T + key) * stride + static_cast<size_t>(h) * g.hs;
+    Elem* row =
+        dqkv + (static_cast<size_t>(b) * g.T + key) * stride + static_cast<size_t>(h) * g.hs;
 #pragma unroll
     for (int jd = 0; jd < HSP / 8; jd++) {
       const int d = tx + 8 * jd;
@@ -416,7 +417,7 @@ __global__ void __launch_bounds__(kThreads)
   float* dos = qs + kTile * P;
   float* ks = dos + kTile * P;
   float* vs = ks + kTile * P;
-  float* dss = vs + kTile * P;  // dS * scale [64 queries][65]
+  float* dss = vs + kTile * P;                                    // dS * scale [64 queries][65]
   const int tile = static_cast<int>(gridDim.y - 1 - blockIdx.y);  // longest rows first
   const int q0 = tile * kTile;
   const int b = static_cast<int>(blockIdx.x) / g.NH, h = static_cast<int>(blockIdx.x) % g.NH;
@@ -498,8 +499,8 @@ __device__ __forceinline__ void copy_rows_async(uint16_t* dst, const uint16_t* s
     const int i = round * kThreads + threadIdx.x;
     const int r = i / kChunks, c = (i % kChunks) * 8;
     const bool valid = row0 + r < T && c < hs;
-    cp_async_16(dst + r * (HSP + 8) + c, valid ? src + static_cast<size_t>(row0 + r) * stride + c : src,
-                valid);
+    cp_async_16(dst + r * (HSP + 8) + c,
+                valid ? src + static_cast<size_t>(row0 + r) * stride + c : src, valid);
   }
 }
 
@@ -558,7 +559,8 @@ __device__ __forceinline__ void warp_mma_pb(float (&acc)[DN][4], const float (&p
       // Transposed loads of rows 0-7 and 8-15 of column block dn, then of dn + 1: b[k][n]
       // = x[k][n] with k = 2 (lane % 4) + {0, 1} (+ 8), n = lane / 4.
       uint32_t bf[4];
-      ldmatrix_x4_trans(bf, x + (kk * 16 + (matrix % 2) * 8 + row) * stride + (dn + matrix / 2) * 8);
+      ldmatrix_x4_trans(bf,
+                        x + (kk * 16 + (matrix % 2) * 8 + row) * stride + (dn + matrix / 2) * 8);
       mma_bf16_16816(acc[dn], af, bf[0], bf[1]);
       mma_bf16_16816(acc[dn + 1], af, bf[2], bf[3]);
     }
@@ -567,8 +569,8 @@ __device__ __forceinline__ void warp_mma_pb(float (&acc)[DN][4], const float (&p
 
 // Stores two floats as adjacent bf16 (4-byte aligned), rounded as from_float<Bf16>.
 __device__ __forceinline__ void store_bf16x2(Bf16* dst, float lo, float hi) {
-  *reinterpret_cast<uint32_t*>(dst) = static_cast<uint32_t>(float_to_bf16(lo)) |
-                                      static_cast<uint32_t>(float_to_bf16(hi)) << 16;
+  *reinterpret_cast<uint32_t*>(dst) =
+      static_cast<uint32_t>(float_to_bf16(lo)) | static_cast<uint32_t>(float_to_bf16(hi)) << 16;
 }
 
 // The backward kernels step through the other sequence dimension 32 rows at a time when
@@ -598,8 +600,8 @@ __global__ void __launch_bounds__(kThreads)
     mma_forward_kernel(Bf16* out, float* lse, const Bf16* qkv, Geometry g) {
   constexpr int S = HSP + 8;
   uint16_t* qs = reinterpret_cast<uint16_t*>(dynamic_smem());
-  uint16_t* ks = qs + kTile * S;      // [2][kTile][S]
-  uint16_t* vs = ks + 2 * kTile * S;  // [2][kTile][S]
+  uint16_t* ks = qs + kTile * S;                                  // [2][kTile][S]
+  uint16_t* vs = ks + 2 * kTile * S;                              // [2][kTile][S]
   const int tile = static_cast<int>(gridDim.y - 1 - blockIdx.y);  // longest rows first
   const int q0 = tile * kTile;
   const int b = static_cast<int>(blockIdx.x) / g.NH, h = static_cast<int>(blockIdx.x) % g.NH;
@@ -701,11 +703,11 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kStep = mma_backward_step<HSP>();
   uint16_t* ks = reinterpret_cast<uint16_t*>(dynamic_smem());
   uint16_t* vs = ks + kTile * S;
-  uint16_t* qs = vs + kTile * S;      // [2][kStep][S]
-  uint16_t* dos = qs + 2 * kStep * S;  // [2][kStep][S]
+  uint16_t* qs = vs + kTile * S;                                 // [2][kStep][S]
+  uint16_t* dos = qs + 2 * kStep * S;                            // [2][kStep][S]
   float* lse_s = reinterpret_cast<float*>(dos + 2 * kStep * S);  // [2][kStep]
   float* delta_s = lse_s + 2 * kStep;                            // [2][kStep]
-  const int k0 = static_cast<int>(blockIdx.y) * kTile;  // key tile 0 (the most work) first
+  const int k0 = static_cast<int>(blockIdx.y) * kTile;           // key tile 0 (the most work) first
   const int b = static_cast<int>(blockIdx.x) / g.NH, h = static_cast<int>(blockIdx.x) % g.NH;
   const size_t stride = 3 * static_cast<size_t>(g.C);
   const uint16_t* q_head = reinterpret_cast<const uint16_t*>(qkv) + head_offset(g, b, h, stride);
@@ -765,7 +767,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < 2; r++) {
     const int key = k0 + row0 + 8 * r;
     if (key >= g.T) continue;
-    Bf16* row = dqkv + (static_cast<size_t>(b) * g.T + key) * stride + static_cast<size_t>(h) * g.hs;
+    Bf16* row =
+        dqkv + (static_cast<size_t>(b) * g.T + key) * stride + static_cast<size_t>(h) * g.hs;
 #pragma unroll
     for (int dn = 0; dn < HSP / 8; dn++) {
       const int d = dn * 8 + col0;
@@ -786,8 +789,8 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kStep = mma_backward_step<HSP>();
   uint16_t* qs = reinterpret_cast<uint16_t*>(dynamic_smem());
   uint16_t* dos = qs + kTile * S;
-  uint16_t* ks = dos + kTile * S;    // [2][kStep][S]
-  uint16_t* vs = ks + 2 * kStep * S;  // [2][kStep][S]
+  uint16_t* ks = dos + kTile * S;                                 // [2][kStep][S]
+  uint16_t* vs = ks + 2 * kStep * S;                              // [2][kStep][S]
   const int tile = static_cast<int>(gridDim.y - 1 - blockIdx.y);  // longest rows first
   const int q0 = tile * kTile;
   const int b = static_cast<int>(blockIdx.x) / g.NH, h = static_cast<int>(blockIdx.x) % g.NH;
@@ -863,15 +866,14 @@ __global__ void __launch_bounds__(kThreads)
 // ======================================================================================
 
 Geometry geometry(int B, int T, int C, int NH) {
-  TANDEM_CHECK(B >= 0 && T >= 0 && C > 0 && NH > 0, "flash attention: bad sizes B=", B,
-               " T=", T, " C=", C, " NH=", NH);
+  TANDEM_CHECK(B >= 0 && T >= 0 && C > 0 && NH > 0, "flash attention: bad sizes B=", B, " T=", T,
+               " C=", C, " NH=", NH);
   TANDEM_CHECK(C % NH == 0, "flash attention: n_embd ", C, " is not a multiple of n_head ", NH);
   const int hs = C / NH;
   TANDEM_CHECK(hs <= kFlashMaxHeadSize, "flash attention supports head sizes up to ",
                kFlashMaxHeadSize, ", got ", hs, " (n_embd ", C, " / n_head ", NH,
                "); use more heads");
-  TANDEM_CHECK(static_cast<long long>(B) * NH <= 0x7fffffffLL &&
-                   (T + kTile - 1) / kTile <= 65535,
+  TANDEM_CHECK(static_cast<long long>(B) * NH <= 0x7fffffffLL && (T + kTile - 1) / kTile <= 65535,
                "flash attention: too many heads or positions (B*NH=",
                static_cast<long long>(B) * NH, ", T=", T, ")");
   return Geometry{B, T, C, NH, hs, 1.0f / std::sqrt(static_cast<float>(hs))};
@@ -963,8 +965,8 @@ void flash_attention_backward(Elem* dqkv, void* scratch, const Elem* dout, const
            "flash_attention_backward (dk, dv)", dqkv, dout, qkv, lse,
            static_cast<const float*>(delta), g);
     launch(simt_backward_dq_kernel<Elem, HSP>, grid(g), simt_dq_smem<HSP>(), stream,
-           "flash_attention_backward (dq)", dqkv, dout, qkv, lse,
-           static_cast<const float*>(delta), g);
+           "flash_attention_backward (dq)", dqkv, dout, qkv, lse, static_cast<const float*>(delta),
+           g);
   });
 }
 
