@@ -1,0 +1,44 @@
+# test_flash_attention_emulated: the CUDA flash-attention kernels run on the CPU by the
+# SIMT emulator (see README.md). Included from the top-level CMakeLists.txt inside
+# if(TANDEM_BUILD_TESTS); it is plain C++, so it is built and run with or without nvcc.
+#
+# The emulated translation unit is generated at build time from the current
+# flash_attention.cu, so the test always exercises the kernels as they are.
+
+set(TANDEM_EMULATION_DIR ${PROJECT_SOURCE_DIR}/tests/cuda_emulation)
+# A cache variable so that the test can be pointed at a modified copy of the kernels (to
+# see that it catches a deliberate bug, say) without touching the tree.
+set(TANDEM_EMULATED_FLASH_SOURCE ${PROJECT_SOURCE_DIR}/src/tandem/compute/cuda/flash_attention.cu
+    CACHE FILEPATH "The flash-attention CUDA source that test_flash_attention_emulated runs")
+set(TANDEM_FLASH_EMULATED_TU ${PROJECT_BINARY_DIR}/cuda_emulation/flash_attention_emulated.cc)
+
+add_custom_command(
+  OUTPUT ${TANDEM_FLASH_EMULATED_TU}
+  COMMAND ${CMAKE_COMMAND} -DKERNEL_SOURCE=${TANDEM_EMULATED_FLASH_SOURCE}
+          -DPRIMITIVES=${TANDEM_EMULATION_DIR}/hardware_primitives.inc
+          -DOUTPUT=${TANDEM_FLASH_EMULATED_TU}
+          -P ${TANDEM_EMULATION_DIR}/generate_emulated_source.cmake
+  DEPENDS ${TANDEM_EMULATED_FLASH_SOURCE}
+          ${TANDEM_EMULATION_DIR}/hardware_primitives.inc
+          ${TANDEM_EMULATION_DIR}/generate_emulated_source.cmake
+  COMMENT "Generating the emulated flash_attention.cu"
+  VERBATIM)
+
+add_executable(test_flash_attention_emulated
+  ${PROJECT_SOURCE_DIR}/tests/test_flash_attention_emulated.cc
+  ${TANDEM_FLASH_EMULATED_TU}
+  ${TANDEM_EMULATION_DIR}/simt_emulator.cc)
+target_compile_options(test_flash_attention_emulated PRIVATE -Wall -Wextra)
+# The kernels' CUDA-only "#pragma unroll" means nothing to GCC.
+set_source_files_properties(${TANDEM_FLASH_EMULATED_TU} PROPERTIES
+  COMPILE_OPTIONS -Wno-unknown-pragmas)
+# stub/ first: its cuda_runtime.h and cuda_bf16.h must win over the toolkit's. Nothing of
+# tandem_lib is linked (the kernels' headers are self-contained), so the real kernels and
+# the CUDA runtime stay out of this executable.
+target_include_directories(test_flash_attention_emulated PRIVATE
+  ${TANDEM_EMULATION_DIR}/stub ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+target_link_libraries(test_flash_attention_emulated PRIVATE GTest::gtest GTest::gtest_main)
+gtest_discover_tests(test_flash_attention_emulated
+  TEST_PREFIX flash_attention_emulated.
+  DISCOVERY_TIMEOUT 60
+  PROPERTIES TIMEOUT 300 LABELS cuda_emulation)
