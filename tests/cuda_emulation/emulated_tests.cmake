@@ -42,3 +42,42 @@ gtest_discover_tests(test_flash_attention_emulated
   TEST_PREFIX flash_attention_emulated.
   DISCOVERY_TIMEOUT 60
   PROPERTIES TIMEOUT 300 LABELS cuda_emulation)
+
+# test_kernels_emulated: the kernels of kernels.cu (embedding, LayerNorm, elementwise,
+# cross-entropy, reductions) on the emulator, against the CPU backend's kernels. kernels.cu
+# has no hardware-primitives section: the generator (MODE=launches) keeps all of it and
+# rewrites its <<<...>>> launches and static __shared__ arrays; stub/ supplies the rest
+# (uint2/uint4, cudaGetLastError, cub::DeviceRadixSort).
+set(TANDEM_EMULATED_KERNELS_SOURCE ${PROJECT_SOURCE_DIR}/src/tandem/compute/cuda/kernels.cu
+    CACHE FILEPATH "The CUDA kernels source that test_kernels_emulated runs")
+set(TANDEM_KERNELS_EMULATED_TU ${PROJECT_BINARY_DIR}/cuda_emulation/kernels_emulated.cc)
+
+add_custom_command(
+  OUTPUT ${TANDEM_KERNELS_EMULATED_TU}
+  COMMAND ${CMAKE_COMMAND} -DKERNEL_SOURCE=${TANDEM_EMULATED_KERNELS_SOURCE} -DMODE=launches
+          -DOUTPUT=${TANDEM_KERNELS_EMULATED_TU}
+          -P ${TANDEM_EMULATION_DIR}/generate_emulated_source.cmake
+  DEPENDS ${TANDEM_EMULATED_KERNELS_SOURCE}
+          ${TANDEM_EMULATION_DIR}/generate_emulated_source.cmake
+  COMMENT "Generating the emulated kernels.cu"
+  VERBATIM)
+
+add_executable(test_kernels_emulated
+  ${PROJECT_SOURCE_DIR}/tests/test_kernels_emulated.cc
+  ${TANDEM_KERNELS_EMULATED_TU}
+  ${TANDEM_EMULATION_DIR}/simt_emulator.cc)
+target_compile_options(test_kernels_emulated PRIVATE -Wall -Wextra)
+# The kernels load and store through uint2/uint4 (as nvcc allows); on the host that is
+# type punning, which strict aliasing would let GCC miscompile.
+set_source_files_properties(${TANDEM_KERNELS_EMULATED_TU} PROPERTIES
+  COMPILE_OPTIONS "-Wno-unknown-pragmas;-fno-strict-aliasing")
+target_include_directories(test_kernels_emulated BEFORE PRIVATE
+  ${TANDEM_EMULATION_DIR}/stub ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+# tandem_lib for the CPU reference kernels. The emulated translation unit defines every
+# tandem::cuda symbol that kernels.cu does, so the linker never takes the real kernels'
+# object (present in a CUDA build) from the archive.
+target_link_libraries(test_kernels_emulated PRIVATE tandem_lib GTest::gtest GTest::gtest_main)
+gtest_discover_tests(test_kernels_emulated
+  TEST_PREFIX kernels_emulated.
+  DISCOVERY_TIMEOUT 60
+  PROPERTIES TIMEOUT 300 LABELS cuda_emulation)

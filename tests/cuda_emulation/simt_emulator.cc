@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -76,6 +77,10 @@ Barrier block;
 std::vector<Barrier> warps;
 std::vector<std::array<LaneSlot, kWarpSize>> slots;
 std::vector<unsigned char> shared_storage;
+// The block's static __shared__ variables (see static_shared), by declaration, and the
+// threads' votes in __syncthreads_count.
+std::map<const void*, std::vector<unsigned char>> static_shared_storage;
+std::vector<int> votes;
 unsigned char* shared = nullptr;
 size_t shared_bytes = 0;
 const std::function<void()>* body = nullptr;
@@ -136,7 +141,8 @@ void thread_main() {
 __attribute__((noinline)) void resume(unsigned i) {
   Thread& t = threads[i];
   current = static_cast<int>(i);
-  detail::thread_index = dim3(i);
+  const dim3& d = detail::block_dim;
+  detail::thread_index = dim3(i % d.x, i / d.x % d.y, i / (d.x * d.y));
 #if defined(CUDA_EMULATION_ASAN)
   void* fake_stack = nullptr;
   __sanitizer_start_switch_fiber(&fake_stack, t.stack.get(), kStackBytes);
@@ -277,6 +283,8 @@ void run_block() {
   }
   slots.assign(warps.size(), {});
   fill_shared();
+  static_shared_storage.clear();
+  votes.assign(n, 0);
 
   unsigned last = n - 1;  // so that round robin starts at thread 0
   for (;;) {
@@ -348,7 +356,6 @@ void fault(const std::string& what) {
 void launch(dim3 grid, dim3 block_dim, size_t bytes, const std::function<void()>& kernel) {
   if (body != nullptr) fault("launch() from inside a kernel");
   const unsigned n = block_dim.x * block_dim.y * block_dim.z;
-  if (block_dim.y != 1 || block_dim.z != 1) fault("only one-dimensional blocks are emulated");
   if (n == 0 || n > 1024) fault("a block of " + std::to_string(n) + " threads");
   if (grid.y > 65535 || grid.z > 65535 || grid.x == 0 || grid.y == 0 || grid.z == 0) {
     fault("grid (" + std::to_string(grid.x) + ", " + std::to_string(grid.y) + ", " +
@@ -382,11 +389,36 @@ size_t shared_memory_bytes() { return shared_bytes; }
 void block_barrier() { arrive(block, "__syncthreads"); }
 void warp_barrier(const char* operation) {
   if (current < 0) fault(std::string(operation) + " outside a kernel");
-  arrive(warps[detail::thread_index.x / kWarpSize], operation);
+  arrive(warps[static_cast<unsigned>(current) / kWarpSize], operation);
 }
 
-LaneSlot* warp_slots() { return slots[detail::thread_index.x / kWarpSize].data(); }
-unsigned lane_id() { return detail::thread_index.x % kWarpSize; }
+LaneSlot* warp_slots() { return slots[static_cast<unsigned>(current) / kWarpSize].data(); }
+unsigned lane_id() { return static_cast<unsigned>(current) % kWarpSize; }
+
+int syncthreads_count(int predicate) {
+  if (current < 0) fault("__syncthreads_count outside a kernel");
+  votes[static_cast<unsigned>(current)] = predicate != 0;
+  arrive(block, "__syncthreads_count");
+  int count = 0;
+  for (unsigned i = 0; i < block_threads; i++) count += votes[i];
+  // Every thread has counted before any thread's next vote overwrites its slot.
+  arrive(block, "__syncthreads_count");
+  return count;
+}
+
+void* static_shared(const void* key, size_t bytes) {
+  if (current < 0) fault("a __shared__ variable outside a kernel");
+  std::vector<unsigned char>& storage = static_shared_storage[key];
+  if (storage.empty()) {
+    // 16 bytes of slack so that the variable can be 16-byte aligned; filled like dynamic
+    // shared memory, so that a value read before it was written is NaN.
+    storage.assign(bytes + 16, kSharedFill);
+  } else if (storage.size() != bytes + 16) {
+    fault("a __shared__ variable whose size changed");
+  }
+  const uintptr_t address = reinterpret_cast<uintptr_t>(storage.data());
+  return storage.data() + (16 - address % 16) % 16;
+}
 
 AsyncCopies& async_copies() {
   if (current < 0) fault("cp.async outside a kernel");

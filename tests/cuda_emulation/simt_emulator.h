@@ -69,10 +69,19 @@ class EmulationError : public std::runtime_error {
 };
 
 // Runs body() as every thread of every block of `grid` (one block at a time, each thread
-// with threadIdx, blockIdx, blockDim and gridDim set) and returns when all are done. Each
+// with threadIdx, blockIdx, blockDim and gridDim set; threads are numbered x fastest, and
+// each 32 consecutive ones are a warp, as on the hardware) and returns when all are done. Each
 // block gets `shared_bytes` of dynamic shared memory filled with 0xff bytes, which read as
 // NaN in float and bf16, so a value read before it was written stands out.
 void launch(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& body);
+
+// A kernel launch as generate_emulated_source.cmake rewrites `kernel<<<grid, block,
+// shared_bytes, stream>>>(args)`: body calls the kernel with the arguments. Streams are
+// ignored: the launch runs to completion before it returns.
+inline void launch_kernel(const std::function<void()>& body, dim3 grid, dim3 block,
+                          size_t shared_bytes = 0, cudaStream_t = nullptr) {
+  launch(grid, block, shared_bytes, body);
+}
 
 // ---- For emulated device code (only valid inside launch()) ------------------------------
 
@@ -97,6 +106,23 @@ struct LaneSlot {
 };
 LaneSlot* warp_slots();  // the calling thread's warp: 32 slots, one per lane
 unsigned lane_id();
+
+// __syncthreads_count: a block barrier that returns how many threads passed a non-zero
+// predicate.
+int syncthreads_count(int predicate);
+
+// The storage of a static __shared__ variable of `bytes` bytes, 16-byte aligned: one per
+// `key` (the declaration) and block, filled with 0xff bytes when the block's first thread
+// reaches the declaration, shared by all the block's threads.
+void* static_shared(const void* key, size_t bytes);
+// The generated sources declare `__shared__ T name[N];` as
+// `T (&name)[N] = cuda_emulation::shared_variable<T[N]>([] {});`: the lambda's type is
+// unique to the declaration (and to each instantiation of a template holding it).
+template <typename T, typename Key>
+T& shared_variable(Key) {
+  static const char key = 0;
+  return *static_cast<T*>(static_shared(&key, sizeof(T)));
+}
 
 // The calling thread's cp.async copies: those issued since the last commit (open) and the
 // committed groups still in flight, oldest first.
@@ -125,6 +151,9 @@ inline const dim3& blockDim = cuda_emulation::detail::block_dim;
 inline const dim3& gridDim = cuda_emulation::detail::grid_dim;
 
 inline void __syncthreads() { cuda_emulation::block_barrier(); }
+inline int __syncthreads_count(int predicate) {
+  return cuda_emulation::syncthreads_count(predicate);
+}
 
 // Only whole-warp masks: the kernels this emulates never use partial ones, and emulating
 // one needs the semantics of lanes that are not named.
