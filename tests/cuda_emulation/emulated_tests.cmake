@@ -62,15 +62,25 @@ add_custom_command(
   COMMENT "Generating the emulated kernels.cu"
   VERBATIM)
 
-add_executable(test_kernels_emulated
-  ${PROJECT_SOURCE_DIR}/tests/test_kernels_emulated.cc
+# The emulated kernels.cu and the emulator, compiled once for every test that runs them
+# (test_kernels_emulated, and test_cublaslt_emulated for broadcast_rows).
+add_library(tandem_kernels_emulated OBJECT
   ${TANDEM_KERNELS_EMULATED_TU}
   ${TANDEM_EMULATION_DIR}/simt_emulator.cc)
-target_compile_options(test_kernels_emulated PRIVATE -Wall -Wextra)
+target_compile_options(tandem_kernels_emulated PRIVATE -Wall -Wextra)
 # The kernels load and store through uint2/uint4 (as nvcc allows); on the host that is
 # type punning, which strict aliasing would let GCC miscompile.
 set_source_files_properties(${TANDEM_KERNELS_EMULATED_TU} PROPERTIES
   COMPILE_OPTIONS "-Wno-unknown-pragmas;-fno-strict-aliasing")
+target_include_directories(tandem_kernels_emulated BEFORE PRIVATE
+  ${TANDEM_EMULATION_DIR}/stub ${PROJECT_SOURCE_DIR}/src)
+# For tandem_lib's compile definitions, as the tests that use these objects see them.
+target_link_libraries(tandem_kernels_emulated PRIVATE tandem_lib)
+
+add_executable(test_kernels_emulated
+  ${PROJECT_SOURCE_DIR}/tests/test_kernels_emulated.cc
+  $<TARGET_OBJECTS:tandem_kernels_emulated>)
+target_compile_options(test_kernels_emulated PRIVATE -Wall -Wextra)
 target_include_directories(test_kernels_emulated BEFORE PRIVATE
   ${TANDEM_EMULATION_DIR}/stub ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
 # tandem_lib for the CPU reference kernels. The emulated translation unit defines every
@@ -79,5 +89,43 @@ target_include_directories(test_kernels_emulated BEFORE PRIVATE
 target_link_libraries(test_kernels_emulated PRIVATE tandem_lib GTest::gtest GTest::gtest_main)
 gtest_discover_tests(test_kernels_emulated
   TEST_PREFIX kernels_emulated.
+  DISCOVERY_TIMEOUT 60
+  PROPERTIES TIMEOUT 300 LABELS cuda_emulation)
+
+# test_cublaslt_emulated: cublaslt_matmul.cu (the matmuls through cuBLASLt) against the CPU
+# backend's matmuls, with stub/cublasLt.h computing what NVIDIA documents cublasLtMatmul to
+# compute, on the host. The source has no launches of its own; the generator (MODE=launches)
+# copies it into a .cc so that the host compiler builds it, and broadcast_rows (its bias
+# fallback) comes from the emulated kernels.cu above.
+set(TANDEM_EMULATED_CUBLASLT_SOURCE
+    ${PROJECT_SOURCE_DIR}/src/tandem/compute/cuda/cublaslt_matmul.cu
+    CACHE FILEPATH "The cuBLASLt matmul CUDA source that test_cublaslt_emulated runs")
+set(TANDEM_CUBLASLT_EMULATED_TU ${PROJECT_BINARY_DIR}/cuda_emulation/cublaslt_matmul_emulated.cc)
+
+add_custom_command(
+  OUTPUT ${TANDEM_CUBLASLT_EMULATED_TU}
+  COMMAND ${CMAKE_COMMAND} -DKERNEL_SOURCE=${TANDEM_EMULATED_CUBLASLT_SOURCE} -DMODE=launches
+          -DOUTPUT=${TANDEM_CUBLASLT_EMULATED_TU}
+          -P ${TANDEM_EMULATION_DIR}/generate_emulated_source.cmake
+  DEPENDS ${TANDEM_EMULATED_CUBLASLT_SOURCE}
+          ${TANDEM_EMULATION_DIR}/generate_emulated_source.cmake
+  COMMENT "Generating the emulated cublaslt_matmul.cu"
+  VERBATIM)
+
+add_executable(test_cublaslt_emulated
+  ${PROJECT_SOURCE_DIR}/tests/test_cublaslt_emulated.cc
+  ${TANDEM_CUBLASLT_EMULATED_TU}
+  $<TARGET_OBJECTS:tandem_kernels_emulated>)
+target_compile_options(test_cublaslt_emulated PRIVATE -Wall -Wextra)
+# stub/ first: its cublasLt.h and cuda_runtime.h must win over the toolkit's.
+target_include_directories(test_cublaslt_emulated BEFORE PRIVATE
+  ${TANDEM_EMULATION_DIR}/stub ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+# tandem_lib for the CPU reference matmuls. The emulated translation units define every
+# tandem::cuda symbol of cublaslt_matmul.cu and kernels.cu, so the linker never takes the
+# real objects (present in a CUDA build) from the archive, and the stub's functions, C++
+# rather than extern "C", never meet the real cuBLASLt's.
+target_link_libraries(test_cublaslt_emulated PRIVATE tandem_lib GTest::gtest GTest::gtest_main)
+gtest_discover_tests(test_cublaslt_emulated
+  TEST_PREFIX cublaslt_emulated.
   DISCOVERY_TIMEOUT 60
   PROPERTIES TIMEOUT 300 LABELS cuda_emulation)
