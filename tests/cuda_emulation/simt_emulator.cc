@@ -18,6 +18,7 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 
 // AddressSanitizer must be told about stack switches and may guard shared memory.
@@ -353,7 +354,18 @@ void fault(const std::string& what) {
   std::abort();  // unreachable: an exiting thread is never resumed
 }
 
+// The launch state above is global: launches from several host threads (the emulated
+// runtime runs every stream's work on the thread that queues it) take turns.
+std::mutex launch_mutex;
+thread_local bool launching = false;  // on this host thread, or a fiber of its launch
+
 void launch(dim3 grid, dim3 block_dim, size_t bytes, const std::function<void()>& kernel) {
+  if (launching) fault("launch() from inside a kernel");
+  std::lock_guard<std::mutex> lock(launch_mutex);
+  launching = true;
+  struct Done {
+    ~Done() { launching = false; }
+  } done;
   if (body != nullptr) fault("launch() from inside a kernel");
   const unsigned n = block_dim.x * block_dim.y * block_dim.z;
   if (n == 0 || n > 1024) fault("a block of " + std::to_string(n) + " threads");
