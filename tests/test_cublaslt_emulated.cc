@@ -26,9 +26,14 @@
 #include "tandem/compute/cuda/cublaslt_matmul.cuh"
 #include "tandem/core/half.h"
 #include "tandem/core/rng.h"
+#include "test_util.h"
 
 namespace tandem {
 namespace {
+
+using testing::nans;
+using testing::randn;
+using testing::stored;
 
 constexpr int kGuard = 64;           // guard elements on each side of a tensor
 constexpr float kGuardValue = 3072;  // exact in bf16
@@ -72,25 +77,6 @@ class Tensor {
   size_t total_;
   std::unique_ptr<Elem, Free> p_;
 };
-
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = scale * rng.normal();
-  return v;
-}
-
-template <typename Elem>
-std::vector<Elem> stored(const std::vector<float>& x) {
-  std::vector<Elem> out(x.size());
-  for (size_t i = 0; i < x.size(); i++) out[i] = from_float<Elem>(x[i]);
-  return out;
-}
-
-template <typename Elem>
-std::vector<Elem> nans(size_t n) {
-  return stored<Elem>(std::vector<float>(n, NAN));
-}
 
 // The CPU reference matmuls for each storage type.
 void cpu_forward(float* out, const float* inp, const float* w, const float* b, int N, int C,

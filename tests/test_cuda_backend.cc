@@ -23,6 +23,9 @@
 namespace tandem {
 namespace {
 
+using testing::randn;
+using testing::stored;
+
 #define SKIP_WITHOUT_GPU()                                                         \
   do {                                                                             \
     std::string why;                                                               \
@@ -61,21 +64,6 @@ struct Twin {
       ASSERT_NEAR(to_float(a[i]), to_float(b[i]), rel * scale + 1e-6) << what << "[" << i << "]";
   }
 };
-
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = scale * rng.normal();
-  return v;
-}
-
-// x stored as Elem (rounded once for Bf16).
-template <typename Elem>
-std::vector<Elem> stored(const std::vector<float>& x) {
-  std::vector<Elem> out(x.size());
-  for (size_t i = 0; i < x.size(); i++) out[i] = from_float<Elem>(x[i]);
-  return out;
-}
 
 struct Sizes {
   int B, T, C, NH, V, OC;

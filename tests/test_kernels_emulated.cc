@@ -28,9 +28,14 @@
 #include "tandem/core/half.h"
 #include "tandem/core/rng.h"
 #include "tandem/optim/grad_clip.h"
+#include "test_util.h"
 
 namespace tandem {
 namespace {
+
+using testing::nans;
+using testing::randn;
+using testing::stored;
 
 using cuda_emulation::Schedule;
 
@@ -82,25 +87,6 @@ class Scratch {
   size_t bytes_;
   std::vector<Chunk> storage_;
 };
-
-std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = scale * rng.normal();
-  return v;
-}
-
-template <typename Elem>
-std::vector<Elem> stored(const std::vector<float>& x) {
-  std::vector<Elem> out(x.size());
-  for (size_t i = 0; i < x.size(); i++) out[i] = from_float<Elem>(x[i]);
-  return out;
-}
-
-template <typename Elem>
-std::vector<Elem> nans(size_t n) {
-  return stored<Elem>(std::vector<float>(n, NAN));
-}
 
 // The CPU reference kernels for each storage type.
 template <typename Elem>

@@ -11,9 +11,11 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/half.h"
 #include "tandem/core/rng.h"
 
 namespace tandem::testing {
@@ -144,6 +146,28 @@ inline nlohmann::json tiny_run_config(const std::filesystem::path& data,
         {"output_dir", output_dir.string()},
         {"sample_bytes", 0}}},
   };
+}
+
+// n samples of scale * N(0, 1) from a seed.
+inline std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = scale * rng.normal();
+  return v;
+}
+
+// x stored as Elem (float, or Bf16 rounded once).
+template <typename Elem>
+std::vector<Elem> stored(const std::vector<float>& x) {
+  std::vector<Elem> out(x.size());
+  for (size_t i = 0; i < x.size(); i++) out[i] = from_float<Elem>(x[i]);
+  return out;
+}
+
+// n NaNs as Elem: an output a kernel never writes stays NaN and fails any comparison.
+template <typename Elem>
+std::vector<Elem> nans(size_t n) {
+  return stored<Elem>(std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()));
 }
 
 }  // namespace tandem::testing

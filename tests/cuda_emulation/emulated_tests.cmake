@@ -81,6 +81,8 @@ add_executable(test_kernels_emulated
   ${PROJECT_SOURCE_DIR}/tests/test_kernels_emulated.cc
   $<TARGET_OBJECTS:tandem_kernels_emulated>)
 target_compile_options(test_kernels_emulated PRIVATE -Wall -Wextra)
+# test_util.h names the repository (for the bundled data).
+target_compile_definitions(test_kernels_emulated PRIVATE TANDEM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 target_include_directories(test_kernels_emulated BEFORE PRIVATE
   ${TANDEM_EMULATION_DIR}/stub ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
 # tandem_lib for the CPU reference kernels. The emulated translation unit defines every
@@ -117,6 +119,8 @@ add_executable(test_cublaslt_emulated
   ${TANDEM_CUBLASLT_EMULATED_TU}
   $<TARGET_OBJECTS:tandem_kernels_emulated>)
 target_compile_options(test_cublaslt_emulated PRIVATE -Wall -Wextra)
+# test_util.h names the repository (for the bundled data).
+target_compile_definitions(test_cublaslt_emulated PRIVATE TANDEM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 # stub/ first: its cublasLt.h and cuda_runtime.h must win over the toolkit's.
 target_include_directories(test_cublaslt_emulated BEFORE PRIVATE
   ${TANDEM_EMULATION_DIR}/stub ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
