@@ -19,18 +19,13 @@
 namespace tandem {
 namespace {
 
+std::vector<Bf16> to_bf16(const std::vector<float>& x) { return testing::stored<Bf16>(x); }
+
 // Random values that are exact in bf16, so fp32 and Bf16 kernels see the same inputs.
 std::vector<float> bf16_exact_randn(size_t n, uint64_t seed, float scale = 1.0f) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = to_float(from_float<Bf16>(scale * rng.normal()));
+  std::vector<float> v = testing::randn(n, seed, scale);
+  for (float& x : v) x = to_float(from_float<Bf16>(x));
   return v;
-}
-
-std::vector<Bf16> to_bf16(const std::vector<float>& x) {
-  std::vector<Bf16> out(x.size());
-  for (size_t i = 0; i < x.size(); i++) out[i] = from_float<Bf16>(x[i]);
-  return out;
 }
 
 // Expects got[i] to be want[i] rounded to bf16, bit for bit.

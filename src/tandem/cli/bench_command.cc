@@ -90,7 +90,7 @@ void register_bench(CLI::App& app) {
     auto device = make_cuda_device({});
     const auto bytes = static_cast<size_t>(pcie_args->bytes);
     PcieBenchResult r = run_pcie_bench(*device, bytes, pcie_args->repetitions);
-    const MemcpyPeak peak = measure_memcpy_peak(bytes, pcie_args->repetitions);
+    const MemcpyPeak peak = measure_memcpy_peak(*device, bytes, pcie_args->repetitions);
     r.peak_h2d_gb_per_s = peak.h2d_gb_per_s;
     r.peak_d2h_gb_per_s = peak.d2h_gb_per_s;
     const std::string out = pcie_args->json ? r.to_json().dump() + "\n" : r.to_text(device->name());

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 
+#include "tandem/device/device.h"
+
 namespace tandem {
 
 struct MemcpyPeak {
@@ -12,9 +14,9 @@ struct MemcpyPeak {
   double d2h_gb_per_s = 0;  // device -> pinned host
 };
 
-// Best of `repetitions` copies of `bytes` each way on GPU 0, between cudaHostAlloc'ed
-// and cudaMalloc'ed buffers, timed with CUDA events around each copy. Throws
-// tandem::Error when tandem was built without CUDA or there is no GPU.
-MemcpyPeak measure_memcpy_peak(size_t bytes, int repetitions);
+// Best of `repetitions` copies of `bytes` each way on a `cuda` device, between its
+// pinned host and device memory, each a plain cudaMemcpyAsync timed with CUDA events.
+// Throws tandem::Error when tandem was built without CUDA or `device` is not a GPU.
+MemcpyPeak measure_memcpy_peak(Device& device, size_t bytes, int repetitions);
 
 }  // namespace tandem

@@ -7,7 +7,7 @@
 
 namespace tandem {
 
-MemcpyPeak measure_memcpy_peak(size_t, int) {
+MemcpyPeak measure_memcpy_peak(Device&, size_t, int) {
   fail(
       "cannot measure cudaMemcpyAsync: tandem was built without CUDA; install the CUDA "
       "toolkit (nvcc) and rebuild");
