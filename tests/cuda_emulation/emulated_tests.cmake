@@ -206,3 +206,7 @@ tandem_emulated_gpu_test(test_cuda_backend_emulated ${PROJECT_SOURCE_DIR}/tests/
   "-CudaBackend.FiftyTrainingStepsMatchTheCpuRun")
 # Only its CUDA test: the others run on the CPU device, in test_update_engine already.
 tandem_emulated_gpu_test(test_update_engine_emulated ${PROJECT_SOURCE_DIR}/tests/test_update_engine.cc "*Cuda*")
+# The emulated GPU with its streams run out of order (emulated_streams.h): training gives
+# the same bits whatever order the streams' work runs in, as long as CUDA's promises hold.
+tandem_emulated_gpu_test(test_stream_order_emulated
+  ${PROJECT_SOURCE_DIR}/tests/test_stream_order_emulated.cc "*")

@@ -9,7 +9,7 @@
 # keeps the whole source and rewrites the two CUDA constructs that C++ has no syntax for,
 # keeping every line on its line:
 #  - a launch `kernel<...><<<grid, block, smem, stream>>>(args);` becomes
-#    `::cuda_emulation::launch_kernel([&] { kernel<...>(args); }, grid, block, smem, stream);`
+#    `::cuda_emulation::launch_kernel([=] { kernel<...>(args); }, grid, block, smem, stream);`
 #  - a static shared array `__shared__ T name[N]...;` becomes
 #    `auto& name = ::cuda_emulation::shared_variable<T[N]...>([] {});` (one per block).
 # Anything of either kind that the patterns miss is an error here rather than code that
@@ -71,7 +71,7 @@ if(MODE STREQUAL "launches")
   # arguments hold a `;`.
   string(REGEX REPLACE
          "([A-Za-z_][A-Za-z0-9_]*(<([^<>;(){}]|<[^<>;(){}]*>)*>)?)([ \t\n]*)<<<([^;]*)>>>\\(([^;]*)\\);"
-         "::cuda_emulation::launch_kernel([&] { \\1(\\6); },\\4 \\5);" source "${source}")
+         "::cuda_emulation::launch_kernel([=] { \\1(\\6); },\\4 \\5);" source "${source}")
   string(REGEX REPLACE
          "__shared__ ([A-Za-z_][A-Za-z0-9_:]*) ([A-Za-z_][A-Za-z0-9_]*)(\\[[^\n;]*\\]);"
          "auto& \\2 = ::cuda_emulation::shared_variable<\\1\\3>([] {});" source "${source}")

@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "emulated_streams.h"
+
 // ---- CUDA keywords: plain C++ on the host -----------------------------------------------
 
 #define __global__
@@ -40,8 +42,6 @@ struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
-// Streams are accepted and ignored: launches run to completion before they return.
-typedef struct CUstream_st* cudaStream_t;
 
 // CUDA's device-side integer min and max.
 inline int min(int a, int b) { return a < b ? a : b; }
@@ -76,11 +76,14 @@ class EmulationError : public std::runtime_error {
 void launch(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& body);
 
 // A kernel launch as generate_emulated_source.cmake rewrites `kernel<<<grid, block,
-// shared_bytes, stream>>>(args)`: body calls the kernel with the arguments. Streams are
-// ignored: the launch runs to completion before it returns.
-inline void launch_kernel(const std::function<void()>& body, dim3 grid, dim3 block,
-                          size_t shared_bytes = 0, cudaStream_t = nullptr) {
-  launch(grid, block, shared_bytes, body);
+// shared_bytes, stream>>>(args)`: body calls the kernel with copies of the arguments (as a
+// launch copies them), since it runs when the stream gets to it: at once in the default
+// StreamOrder::kImmediate, later in the others (emulated_streams.h).
+inline void launch_kernel(std::function<void()> body, dim3 grid, dim3 block,
+                          size_t shared_bytes = 0, cudaStream_t stream = nullptr) {
+  stream_scheduler().submit(stream, [body = std::move(body), grid, block, shared_bytes] {
+    launch(grid, block, shared_bytes, body);
+  });
 }
 
 // ---- For emulated device code (only valid inside launch()) ------------------------------

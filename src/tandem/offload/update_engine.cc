@@ -97,6 +97,7 @@ UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& 
   d2h_ = device_.create_stream("device-to-host");
   compute_ = device_.create_stream("device update");
   produced_ = device_.create_event();
+  for (size_t i = 0; i < kReleaseEvents; i++) released_.push_back(device_.create_event());
   for (size_t i = 0; i < slots; i++) {
     slot_free_.push_back(device_.create_event());
     slot_loaded_.push_back(device_.create_event());
@@ -183,6 +184,17 @@ void UpdateEngine::wait_for_producer(std::initializer_list<Stream*> streams) {
   for (Stream* stream : streams) device_.wait(*stream, *produced_);
 }
 
+void UpdateEngine::release_to_producer(std::initializer_list<Stream*> streams) {
+  if (buffers_.producer == nullptr) return;
+  TANDEM_CHECK(streams.size() <= released_.size(), "release_to_producer: at most ",
+               released_.size(), " streams");
+  size_t i = 0;
+  for (Stream* stream : streams) {
+    device_.record(*released_[i], *stream);
+    device_.wait(*buffers_.producer, *released_[i++]);
+  }
+}
+
 void UpdateEngine::gradients_ready(size_t begin, size_t end) {
   if (failed_) return;   // step() reports it
   bool ordered = false;  // d2h_ waits for the producer once per call, before any copy
@@ -227,6 +239,9 @@ void UpdateEngine::synchronize_all() {
 void UpdateEngine::load_state(const float* params, const float* m, const float* v, int64_t step) {
   TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
   const auto stream = device_.create_stream("load_state");
+  // The working parameters may still be being zeroed on the model's stream (a new model's
+  // buffers are), or read by the last forward.
+  wait_for_producer({stream.get()});
   for (auto& sg : subgroups_) {
     const size_t b = sg->range.begin, bytes = sg->size() * sizeof(float);
     device_.copy_async(sg->params(), params + b, bytes, *stream);
@@ -243,6 +258,7 @@ void UpdateEngine::load_state(const float* params, const float* m, const float* 
     working = working16.data();
   }
   device_.copy_async(buffers_.working_params, working, plan_.num_params * working_bytes(), *stream);
+  release_to_producer({stream.get()});
   stream->synchronize();
   step_ = step;
 }
@@ -348,6 +364,9 @@ UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
                          label(*sg, "working params"));
       stats.h2d_bytes += bytes;
     }
+    // The model's next kernels wait on the device for the new working parameters (and
+    // for the gradient reads to finish), whatever the host does below.
+    release_to_producer({d2h_.get(), compute_.get(), h2d_.get()});
     synchronize_all();
     for (auto& sg : subgroups_) {
       sg->grads_final = 0;

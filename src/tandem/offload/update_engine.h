@@ -44,11 +44,13 @@ class UpdateEngine {
     const void* grads = nullptr;
     WorkingDType working_dtype = WorkingDType::kF32;
     GradDType grad_dtype = GradDType::kF32;
-    // The stream the model's kernels run on, when they run asynchronously (a GPU): the
-    // engine's reads of the gradients, and its writes of the working parameters that
-    // backward still reads, are ordered after the work queued there with an event, so
-    // the host never waits for backward. Null: the gradients are written by the time
-    // they are announced.
+    // The stream the model's kernels run on, when they run asynchronously (a GPU). Both
+    // ways are ordered on the device, with events, never by the host: the engine's reads
+    // of the gradients and its writes of the working parameters wait for the work queued
+    // there so far (backward, or the zeroing of a new model's buffers), and the work
+    // queued there after a step or load_state waits for all of the engine's (so the next
+    // forward reads the new parameters and the next backward writes gradients the engine
+    // has finished reading). Null: the model's work is done by the time it returns.
     Stream* producer = nullptr;
   };
 
@@ -97,6 +99,9 @@ class UpdateEngine {
   // Makes each of `streams` wait (on the device, not the host) for the work queued so
   // far on the producer stream; nothing without one.
   void wait_for_producer(std::initializer_list<Stream*> streams);
+  // The reverse: later work on the producer stream waits for the work queued so far on
+  // each of `streams` (at most kReleaseEvents); nothing without a producer.
+  void release_to_producer(std::initializer_list<Stream*> streams);
   void send_gradients(SubgroupState& sg);
   // "sg 3 prefetch": names work in a trace; empty when not tracing.
   std::string label(const SubgroupState& sg, const char* what) const;
@@ -126,6 +131,8 @@ class UpdateEngine {
   DeviceAllocation staging_;       // device: staging_buffers x [p|m|v] of the largest subgroup
   std::unique_ptr<Stream> h2d_, d2h_, compute_;
   std::unique_ptr<Event> produced_;  // recorded on DeviceBuffers::producer
+  static constexpr size_t kReleaseEvents = 3;
+  std::vector<std::unique_ptr<Event>> released_;  // waited for on DeviceBuffers::producer
   std::vector<std::unique_ptr<Event>> slot_free_, slot_loaded_, slot_updated_;
   std::vector<std::unique_ptr<SubgroupState>> subgroups_;
 };

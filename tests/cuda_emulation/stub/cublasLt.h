@@ -399,7 +399,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc
                                      const void* B, cublasLtMatrixLayout_t b, const void* beta,
                                      const void* C, cublasLtMatrixLayout_t c, void* D,
                                      cublasLtMatrixLayout_t d, const cublasLtMatmulAlgo_t* algo,
-                                     void* workspace, size_t workspace_bytes, cudaStream_t) {
+                                     void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   (void)workspace;
   (void)workspace_bytes;  // the stub's algorithm needs none
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
@@ -431,28 +431,34 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc
   const cudaDataType_t bias_type =
       desc->bias_type == -1 ? d->type : static_cast<cudaDataType_t>(desc->bias_type);
 
-  using cublaslt_emulation::load;
   const bool ta = desc->transa == CUBLAS_OP_T, tb = desc->transb == CUBLAS_OP_T;
   const uint64_t lda = a->ld, ldb = b->ld, ldc = c->ld, ldd = d->ld;
-  // Computed into a separate buffer first: C may be D.
-  std::vector<float> result(m * n);
-  for (uint64_t j = 0; j < n; j++) {
-    for (uint64_t i = 0; i < m; i++) {
-      float sum = 0.0f;
-      for (uint64_t p = 0; p < k; p++) {
-        const float a_ip = load(A, a->type, ta ? p + i * lda : i + p * lda);
-        const float b_pj = load(B, b->type, tb ? j + p * ldb : p + j * ldb);
-        sum += a_ip * b_pj;
+  const cudaDataType_t a_type = a->type, b_type = b->type, c_type = c->type, d_type = d->type;
+  const void* bias_data = desc->bias;
+  // In stream order (../emulated_streams.h); alpha, beta and the descriptors are read now,
+  // as the library reads host-side arguments when it is called.
+  cuda_emulation::stream_scheduler().submit(stream, [=] {
+    using cublaslt_emulation::load;
+    // Computed into a separate buffer first: C may be D.
+    std::vector<float> result(m * n);
+    for (uint64_t j = 0; j < n; j++) {
+      for (uint64_t i = 0; i < m; i++) {
+        float sum = 0.0f;
+        for (uint64_t p = 0; p < k; p++) {
+          const float a_ip = load(A, a_type, ta ? p + i * lda : i + p * lda);
+          const float b_pj = load(B, b_type, tb ? j + p * ldb : p + j * ldb);
+          sum += a_ip * b_pj;
+        }
+        float value = alpha_value * sum;
+        if (beta_value != 0.0f) value += beta_value * load(C, c_type, i + j * ldc);
+        if (bias) value += load(bias_data, bias_type, i);
+        result[i + j * m] = value;
       }
-      float value = alpha_value * sum;
-      if (beta_value != 0.0f) value += beta_value * load(C, c->type, i + j * ldc);
-      if (bias) value += load(desc->bias, bias_type, i);
-      result[i + j * m] = value;
     }
-  }
-  for (uint64_t j = 0; j < n; j++)
-    for (uint64_t i = 0; i < m; i++)
-      cublaslt_emulation::store(D, d->type, i + j * ldd, result[i + j * m]);
+    for (uint64_t j = 0; j < n; j++)
+      for (uint64_t i = 0; i < m; i++)
+        cublaslt_emulation::store(D, d_type, i + j * ldd, result[i + j * m]);
+  });
 
   auto& counters = cublaslt_emulation::counters();
   counters.matmul_calls++;

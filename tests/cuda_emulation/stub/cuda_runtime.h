@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include "../simt_emulator.h"
 
@@ -170,8 +171,10 @@ inline cudaError_t cudaMalloc(void** p, size_t bytes) {
   a.device[*p] = bytes;
   return cudaSuccess;
 }
+// Like the runtime's, cudaFree and cudaFreeHost first wait for all queued work.
 inline cudaError_t cudaFree(void* p) {
   if (p == nullptr) return cudaSuccess;
+  cuda_emulation::stream_scheduler().drain_all();
   cuda_emulation::Allocations& a = cuda_emulation::allocations();
   {
     std::lock_guard<std::mutex> lock(a.mutex);
@@ -206,6 +209,7 @@ inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int /*flags*/)
 }
 inline cudaError_t cudaFreeHost(void* p) {
   if (p == nullptr) return cudaSuccess;
+  cuda_emulation::stream_scheduler().drain_all();
   cuda_emulation::Allocations& a = cuda_emulation::allocations();
   {
     std::lock_guard<std::mutex> lock(a.mutex);
@@ -216,18 +220,18 @@ inline cudaError_t cudaFreeHost(void* p) {
 }
 
 // ---- Streams, events and asynchronous operations ---------------------------------------
-// Every stream operation (a copy, a memset, a kernel launch, a host function, an event
-// record) runs to completion on the calling thread before the call returns. So each stream
-// is trivially in order, an event is complete as soon as it is recorded, and a
-// cudaStreamWaitEvent has nothing left to wait for. The emulation therefore cannot find a
-// missing cross-stream synchronisation (or a missing cudaStreamSynchronize before the host
-// reads a result): on a GPU that code races, here it is always lucky.
+// Stream work (copies, memsets, kernel launches, host functions, event records) runs in the
+// order that ../emulated_streams.h sets: by default each operation runs to completion on
+// the calling thread before the call returns, so every stream is trivially in order, an
+// event is complete when it is recorded, and no missing cross-stream synchronisation can
+// show; with set_stream_order(kLazy or kRandom) work is queued per stream and runs only as
+// CUDA promises (stream order, events), when the host synchronises.
 struct CUstream_st {
   unsigned int flags;
 };
 struct CUevent_st {
   unsigned int flags;
-  bool recorded = false;
+  bool recorded = false;  // a record has completed
   std::chrono::steady_clock::time_point when;
 };
 typedef struct CUevent_st* cudaEvent_t;
@@ -244,9 +248,25 @@ enum cudaMemcpyKind {
   cudaMemcpyDefault = 4,
 };
 
+namespace cuda_emulation {
+// Whether p lies in a cudaMalloc or cudaHostAlloc block (otherwise: pageable host memory).
+inline bool runtime_allocated(const void* p) {
+  Allocations& a = allocations();
+  std::lock_guard<std::mutex> lock(a.mutex);
+  for (const auto* blocks : {&a.device, &a.pinned}) {
+    auto it = blocks->upper_bound(p);
+    if (it == blocks->begin()) continue;
+    --it;
+    if (static_cast<const char*>(p) < static_cast<const char*>(it->first) + it->second) return true;
+  }
+  return false;
+}
+}  // namespace cuda_emulation
+
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
   if (stream == nullptr || (flags & ~1u) != 0) return cuda_emulation::report(cudaErrorInvalidValue);
   *stream = new CUstream_st{flags};
+  cuda_emulation::stream_scheduler().stream_created(*stream);
   return cudaSuccess;
 }
 inline cudaError_t cudaStreamCreate(cudaStream_t* stream) {
@@ -254,12 +274,19 @@ inline cudaError_t cudaStreamCreate(cudaStream_t* stream) {
 }
 inline cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (stream == nullptr) return cuda_emulation::report(cudaErrorInvalidResourceHandle);
+  cuda_emulation::stream_scheduler().stream_destroyed(stream);
   delete stream;
   return cudaSuccess;
 }
-// Nothing is ever pending (null is the legacy default stream).
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+// Null is the legacy default stream: it waits for everything.
+inline cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  cuda_emulation::stream_scheduler().drain_stream(stream);
+  return cudaSuccess;
+}
+inline cudaError_t cudaDeviceSynchronize() {
+  cuda_emulation::stream_scheduler().drain_all();
+  return cudaSuccess;
+}
 
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
   if (event == nullptr || (flags & ~3u) != 0) return cuda_emulation::report(cudaErrorInvalidValue);
@@ -271,21 +298,29 @@ inline cudaError_t cudaEventCreate(cudaEvent_t* event) {
 }
 inline cudaError_t cudaEventDestroy(cudaEvent_t event) {
   if (event == nullptr) return cuda_emulation::report(cudaErrorInvalidResourceHandle);
+  cuda_emulation::stream_scheduler().event_destroyed(event);
   delete event;
   return cudaSuccess;
 }
-// The work before the record on `stream` is already done: the event completes at once.
-inline cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t = nullptr) {
+// The event completes (and takes its time stamp) once the work queued before it has run.
+inline cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr) {
   if (event == nullptr) return cuda_emulation::report(cudaErrorInvalidResourceHandle);
-  event->recorded = true;
-  event->when = std::chrono::steady_clock::now();
+  cuda_emulation::stream_scheduler().record(event, stream, [event] {
+    event->recorded = true;
+    event->when = std::chrono::steady_clock::now();
+  });
   return cudaSuccess;
 }
 // As documented, an event that was never recorded counts as complete.
 inline cudaError_t cudaEventQuery(cudaEvent_t event) {
-  return event == nullptr ? cuda_emulation::report(cudaErrorInvalidResourceHandle) : cudaSuccess;
+  if (event == nullptr) return cuda_emulation::report(cudaErrorInvalidResourceHandle);
+  return cuda_emulation::stream_scheduler().query_event(event) ? cudaSuccess : cudaErrorNotReady;
 }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t event) { return cudaEventQuery(event); }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (event == nullptr) return cuda_emulation::report(cudaErrorInvalidResourceHandle);
+  cuda_emulation::stream_scheduler().drain_event(event);
+  return cudaSuccess;
+}
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (ms == nullptr) return cuda_emulation::report(cudaErrorInvalidValue);
   if (start == nullptr || end == nullptr ||
@@ -297,29 +332,49 @@ inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_
   *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
   return cudaSuccess;
 }
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int flags = 0) {
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
+                                       unsigned int flags = 0) {
   if (event == nullptr) return cuda_emulation::report(cudaErrorInvalidResourceHandle);
-  return cuda_emulation::report(flags == 0 ? cudaSuccess : cudaErrorInvalidValue);
+  if (flags != 0) return cuda_emulation::report(cudaErrorInvalidValue);
+  cuda_emulation::stream_scheduler().wait(stream, event);
+  return cudaSuccess;
 }
 
+// As on a GPU, a copy from pageable host memory reads its source before the call returns
+// (the runtime stages it), and a copy into pageable host memory returns once it is done.
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
-                                   cudaStream_t = nullptr) {
+                                   cudaStream_t stream = nullptr) {
   if (static_cast<int>(kind) < 0 || static_cast<int>(kind) > cudaMemcpyDefault) {
     return cuda_emulation::report(cudaErrorInvalidValue);
   }
   if (bytes == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return cuda_emulation::report(cudaErrorInvalidValue);
-  std::memmove(dst, src, bytes);
+  auto& scheduler = cuda_emulation::stream_scheduler();
+  if (!cuda_emulation::runtime_allocated(dst)) {
+    scheduler.drain_stream(stream);
+    std::memmove(dst, src, bytes);
+  } else if (!cuda_emulation::runtime_allocated(src)) {
+    const auto* first = static_cast<const unsigned char*>(src);
+    scheduler.submit(stream, [dst, staged = std::vector<unsigned char>(first, first + bytes)] {
+      std::memcpy(dst, staged.data(), staged.size());
+    });
+  } else {
+    scheduler.submit(stream, [dst, src, bytes] { std::memmove(dst, src, bytes); });
+  }
   return cudaSuccess;
 }
-inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t = nullptr) {
+inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes,
+                                   cudaStream_t stream = nullptr) {
   if (p == nullptr && bytes != 0) return cuda_emulation::report(cudaErrorInvalidValue);
-  if (bytes != 0) std::memset(p, value, bytes);
+  if (bytes != 0) {
+    cuda_emulation::stream_scheduler().submit(stream,
+                                              [p, value, bytes] { std::memset(p, value, bytes); });
+  }
   return cudaSuccess;
 }
-// The host function runs now, on the calling thread: the stream's earlier work is done.
-inline cudaError_t cudaLaunchHostFunc(cudaStream_t, cudaHostFn_t fn, void* user_data) {
+// The host function runs, on a host thread, once the stream's earlier work is done.
+inline cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_data) {
   if (fn == nullptr) return cuda_emulation::report(cudaErrorInvalidValue);
-  fn(user_data);
+  cuda_emulation::stream_scheduler().submit(stream, [fn, user_data] { fn(user_data); });
   return cudaSuccess;
 }

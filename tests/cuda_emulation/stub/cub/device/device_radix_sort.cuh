@@ -23,7 +23,7 @@ struct DeviceRadixSort {
   static cudaError_t SortPairs(void* d_temp_storage, size_t& temp_storage_bytes,
                                const KeyT* d_keys_in, KeyT* d_keys_out, const ValueT* d_values_in,
                                ValueT* d_values_out, NumItemsT num_items, int begin_bit = 0,
-                               int end_bit = sizeof(KeyT) * 8, cudaStream_t = nullptr) {
+                               int end_bit = sizeof(KeyT) * 8, cudaStream_t stream = nullptr) {
     static_assert(std::is_unsigned_v<KeyT>, "the emulated SortPairs takes unsigned keys only");
     const size_t n = num_items > 0 ? static_cast<size_t>(num_items) : 0;
     // What CUB needs is of this order: room for a second copy of keys and values.
@@ -36,21 +36,24 @@ struct DeviceRadixSort {
         end_bit > static_cast<int>(8 * sizeof(KeyT)) || begin_bit >= end_bit) {
       return cudaErrorInvalidValue;
     }
-    // The storage must be writable device memory of the size promised: scribble on it.
-    std::memset(d_temp_storage, 0xa5, temp_storage_bytes);
-    const int width = end_bit - begin_bit;
-    const uint64_t mask = width >= 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1;
-    const auto bits = [&](KeyT key) { return (static_cast<uint64_t>(key) >> begin_bit) & mask; };
-    std::vector<size_t> order(n);
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return bits(d_keys_in[a]) < bits(d_keys_in[b]); });
-    const std::vector<KeyT> keys(d_keys_in, d_keys_in + n);
-    const std::vector<ValueT> values(d_values_in, d_values_in + n);
-    for (size_t i = 0; i < n; i++) {
-      d_keys_out[i] = keys[order[i]];
-      d_values_out[i] = values[order[i]];
-    }
+    // In stream order (../emulated_streams.h).
+    cuda_emulation::stream_scheduler().submit(stream, [=] {
+      // The storage must be writable device memory of the size promised: scribble on it.
+      std::memset(d_temp_storage, 0xa5, temp_storage_bytes);
+      const int width = end_bit - begin_bit;
+      const uint64_t mask = width >= 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1;
+      const auto bits = [&](KeyT key) { return (static_cast<uint64_t>(key) >> begin_bit) & mask; };
+      std::vector<size_t> order(n);
+      std::iota(order.begin(), order.end(), size_t{0});
+      std::stable_sort(order.begin(), order.end(),
+                       [&](size_t a, size_t b) { return bits(d_keys_in[a]) < bits(d_keys_in[b]); });
+      const std::vector<KeyT> keys(d_keys_in, d_keys_in + n);
+      const std::vector<ValueT> values(d_values_in, d_values_in + n);
+      for (size_t i = 0; i < n; i++) {
+        d_keys_out[i] = keys[order[i]];
+        d_values_out[i] = values[order[i]];
+      }
+    });
     return cudaSuccess;
   }
 };
