@@ -1,68 +1,171 @@
 #!/usr/bin/env bash
-# Every GPU goal of the CUDA backend in one command, on one GPU, in one run (so the
-# figures compare like with like): the GPU tests, pinned copies, device AdamW against a
-# device-to-device copy, and GPT-2 124M training tokens/s against the PyTorch baseline.
+# The whole GPU validation in one command, on one GPU, in one run (so the figures compare
+# like with like): the GPU, the libraries every binary loads, the GPU tests,
+# compute-sanitizer (racecheck and memcheck) on the kernel tests, then the three goals:
+# pinned copies against plain cudaMemcpyAsync, device AdamW against a device-to-device
+# copy, and GPT-2 124M training tokens/s against the PyTorch baseline on the same tokens.
 #
-#   bench/gpu_goals.sh [BUILD_DIR] [OUT_DIR]      (defaults: build, $OUT or runs/gpu-goals)
+#   bench/gpu_goals.sh [PAYLOAD_OR_BUILD_DIR] [OUT_DIR]   (defaults: gpu-payload, $OUT or
+#                                                          runs/gpu-goals)
 #
-# BUILD_DIR holds a Release build with CUDA (make build). Shared libraries the GPU
-# machine lacks can be put in BUILD_DIR/device-libs (tools/pack_device_libs.sh does).
-# Prints a summary; every raw result stays in OUT_DIR.
+# PAYLOAD_OR_BUILD_DIR is what tools/pack_gpu_payload.sh made (its tandem-gpu.tar.xz is
+# unpacked there), or a build directory with the binaries in it (a machine that built
+# tandem itself). Run from the repository root. Writes at most 7 files into OUT_DIR (at
+# most 8 come back from the GPU machine): summary.txt (everything that matters, also
+# printed at the end), tests.log (the tests' output and the benchmarks' messages),
+# sanitizer.log, pcie.json, adamw_cuda.json,
+# step_tandem.json, step_pytorch.json. Exits non-zero if anything failed.
 set -uo pipefail
+cd "$(dirname "$0")/.."
 
-build=${1:-build}
+from=${1:-gpu-payload}
 out=${2:-${OUT:-runs/gpu-goals}}
 mkdir -p "$out"
-if [[ -d $build/device-libs ]]; then
-  export LD_LIBRARY_PATH="$build/device-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+summary="$out/summary.txt"
+: >"$summary"
 status=0
+note() { echo "$*" | tee -a "$summary"; }
 step() { echo "== $*" >&2; }
+# Each step has a time limit, so that one hang leaves time for the rest.
+limited() { timeout --kill-after=10 "$@"; }
+
+if [[ -f $from/tandem-gpu.tar.xz ]]; then
+  tar -C "$from" -xJf "$from/tandem-gpu.tar.xz" || {
+    note "FAIL: cannot unpack $from/tandem-gpu.tar.xz"
+    exit 1
+  }
+  bin="$from/bin"
+  export LD_LIBRARY_PATH="$from/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  sed 's/^/payload: /' "$from/MANIFEST" | tee -a "$summary"
+else
+  bin="$from"
+fi
+for binary in tandem test_cuda_device test_cuda_backend test_update_engine; do
+  [[ -x $bin/$binary ]] || {
+    note "FAIL: $bin/$binary is missing (run tools/pack_gpu_payload.sh first)"
+    exit 1
+  }
+done
+# The test binaries find data/ and configs/ from here (tests/test_util.h: source_dir()).
+export TANDEM_SOURCE_DIR=$PWD TANDEM_BINARY=$PWD/$bin/tandem
+
+# CUDA 13's own libraries (cuBLASLt) come from this machine: the toolkit's, else PyTorch's.
+cuda_libs=""
+for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+  $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null); do
+  if compgen -G "$dir/libcublasLt.so.13*" >/dev/null; then
+    cuda_libs=$dir
+    break
+  fi
+done
+if [[ -n $cuda_libs ]]; then
+  export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$cuda_libs"
+  note "cuBLASLt from: $cuda_libs"
+else
+  note "WARNING: no libcublasLt.so.13 found in the CUDA toolkit or PyTorch's nvidia packages"
+fi
 
 step "GPU"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+note "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader 2>&1)"
+nvidia-smi >&2
+
+step "libraries"
+for binary in tandem test_cuda_device test_cuda_backend test_update_engine; do
+  missing=$(ldd "$bin/$binary" 2>&1 | grep 'not found')
+  if [[ -n $missing ]]; then
+    note "FAIL: $binary cannot load: $(echo "$missing" | awk '{ print $1 }' | tr '\n' ' ')"
+    status=1
+  fi
+  ldd "$bin/$binary" >&2
+done
 
 step "GPU tests"
-for test in test_cuda_device test_cuda_backend; do
-  "$build/$test" 2>&1 | tee "$out/$test.txt" | grep -E '^\[ +(OK|FAILED|SKIPPED) ' || status=1
-done
-"$build/test_update_engine" --gtest_filter='*Cuda*' 2>&1 | tee "$out/test_update_engine_cuda.txt" |
-  grep -E '^\[ +(OK|FAILED|SKIPPED) ' || status=1
+: >"$out/tests.log"
+run_tests() {  # name, binary, gtest args...
+  local name=$1 binary=$2
+  shift 2
+  local log
+  log=$(limited 600 "$bin/$binary" "$@" 2>&1)
+  local rc=$?
+  echo "$log" >>"$out/tests.log"
+  local passed failed skipped
+  # gtest names a failed or skipped test twice (as it ends, and in the closing list).
+  passed=$(grep -E '^\[       OK \] [A-Za-z]' <<<"$log" | awk '{ print $4 }' | sort -u | wc -l)
+  failed=$(grep -E '^\[  FAILED  \] [A-Za-z]' <<<"$log" | awk '{ print $4 }' | sort -u | wc -l)
+  skipped=$(grep -E '^\[  SKIPPED \] [A-Za-z]' <<<"$log" | awk '{ print $4 }' | sort -u | wc -l)
+  note "tests $name: $passed passed, $failed failed, $skipped skipped (exit $rc)"
+  grep -E '^\[  (FAILED|SKIPPED) \] [A-Za-z]' <<<"$log" | awk '{ print "  " $2, $4 }' | sort -u |
+    tee -a "$summary"
+  ((rc == 0 && passed > 0 && skipped == 0)) || status=1
+}
+run_tests cuda_device test_cuda_device
+run_tests cuda_backend test_cuda_backend
+run_tests update_engine_cuda test_update_engine --gtest_filter='*Cuda*'
+
+step "compute-sanitizer"
+: >"$out/sanitizer.log"
+# Small shapes only: every kernel (flash attention included), fp32 and bf16.
+kernel_tests='CudaBackend.Every*Kernel*:CudaBackend.Bf16Matmul*:CudaBackend.FlashAttention*'
+if command -v compute-sanitizer >/dev/null; then
+  for tool in racecheck memcheck; do
+    limited 600 compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      "$bin/test_cuda_backend" --gtest_filter="$kernel_tests" >>"$out/sanitizer.log" 2>&1
+    rc=$?
+    errors=$(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$out/sanitizer.log" | tail -1)
+    note "compute-sanitizer $tool: exit $rc, ${errors:-no summary line}"
+    ((rc == 0)) || status=1
+  done
+else
+  note "FAIL: compute-sanitizer not found"
+  status=1
+fi
 
 step "pinned host <-> device copies"
-"$build/tandem" bench pcie --json | tee "$out/pcie.json" || status=1
+# Their messages (stderr) go to tests.log beside the tests' output.
+limited 300 "$bin/tandem" bench pcie --json >"$out/pcie.json" 2>>"$out/tests.log" || status=1
 
 step "device AdamW vs device-to-device copy"
-"$build/tandem" bench adamw --device cuda --params 1e8 --json | tee "$out/adamw_cuda.json" ||
-  status=1
+limited 300 "$bin/tandem" bench adamw --device cuda --params 1e8 --json >"$out/adamw_cuda.json" \
+  2>>"$out/tests.log" || status=1
+
+# Both sides of the throughput comparison train on the same token shard.
+shard=$(mktemp -d)/tinyshakespeare.bin
+"$bin/tandem" tokenize --input data/tinyshakespeare.txt --output "$shard" >&2 || status=1
 
 step "GPT-2 124M, B=16, T=1024, bf16: tandem"
-"$build/tandem" bench step --config configs/gpt2-124m.json --warmup 3 --steps 10 --json |
-  tee "$out/step_tandem.json" || status=1
+limited 600 "$bin/tandem" bench step --config configs/gpt2-124m.json \
+  --set data.train_path="$shard" --warmup 3 --steps 10 --json >"$out/step_tandem.json" \
+  2>>"$out/tests.log" || status=1
 
 step "GPT-2 124M, B=16, T=1024, bf16: PyTorch baseline"
-python3 bench/pytorch_gpt2_train.py --device cuda --warmup 3 --steps 10 |
-  tail -n 1 | tee "$out/step_pytorch.json" || status=1
+PYTHONUNBUFFERED=1 limited 600 python3 bench/pytorch_gpt2_train.py --device cuda \
+  --data "$shard" --warmup 3 --steps 10 2>>"$out/tests.log" | tee -a "$out/tests.log" |
+  tail -n 1 >"$out/step_pytorch.json" || status=1
 
 step "summary"
-python3 - "$out" <<'PY' || status=1
+python3 - "$out" <<'PY' | tee -a "$summary" || status=1
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 def load(name):
     try:
         return json.loads((out / name).read_text().strip().splitlines()[-1])
-    except Exception as e:  # a failed step above already said why
-        return {"error": str(e)}
+    except Exception as e:  # the step above failed and said why, in tests.log
+        return {"error": f"{name}: no result ({e}); see tests.log"}
 pcie, adamw = load("pcie.json"), load("adamw_cuda.json")
 ours, torch = load("step_tandem.json"), load("step_pytorch.json")
+for r in (pcie, adamw, ours, torch):
+    if "error" in r:
+        print("FAIL:", r["error"])
 print("pinned copies GB/s: h2d %s, d2h %s, both %s" % (
     pcie.get("h2d_gb_per_s"), pcie.get("d2h_gb_per_s"), pcie.get("both_gb_per_s")))
-print("  vs plain cudaMemcpyAsync: h2d ratio %s, d2h ratio %s (goal >= 0.85)" % (
+print("  / plain cudaMemcpyAsync: h2d %s, d2h %s (goal >= 0.85)" % (
     pcie.get("h2d_ratio"), pcie.get("d2h_ratio")))
-print("device AdamW: %s GB/s, device copy %s GB/s, ratio %s (goal >= 0.85)" % (
+print("device AdamW: %s GB/s; device copy %s GB/s; ratio %s (goal >= 0.85)" % (
     adamw.get("gb_per_s"), adamw.get("copy_gb_per_s"), adamw.get("ratio")))
 t, p = ours.get("tokens_per_s"), torch.get("tokens_per_s")
-ratio = t / p if t and p else None
-print("GPT-2 124M tokens/s: tandem %s, PyTorch %s, ratio %s (goal >= 1)" % (t, p, ratio))
+ratio = "%.3f" % (t / p) if t and p else None
+print("GPT-2 124M tokens/s: tandem %s (fwd %s, bwd %s, update %s ms), PyTorch %s; ratio %s (goal >= 1)"
+      % (t, ours.get("forward_ms"), ours.get("backward_ms"), ours.get("update_ms"), p, ratio))
 PY
+note "gpu_goals: $([[ $status == 0 ]] && echo 'everything passed' || echo 'SOMETHING FAILED (see above)')"
 exit $status

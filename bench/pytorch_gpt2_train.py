@@ -6,13 +6,19 @@ F.scaled_dot_product_attention, fused AdamW, no torch.compile. GPT-2 124M with
 B=16, T=1024 by default. Prints tokens/s per step and, at the end, one JSON object
 (median tokens/s over the timed steps).
 
-  python3 bench/pytorch_gpt2_train.py --device cuda               # GPT-2 124M
+With --data it trains on an llm.c token shard (the format `tandem tokenize` writes, which
+tandem's own run reads too), taking consecutive windows of T+1 tokens, so that both sides
+of the comparison see the same tokens; without it, on uniformly random tokens.
+
+  python3 bench/pytorch_gpt2_train.py --device cuda --data run/tokens.bin   # GPT-2 124M
   python3 bench/pytorch_gpt2_train.py --device cpu --model tiny --steps 3   # smoke test
 """
 import argparse
 import json
 import math
+import array
 import statistics
+import sys
 import time
 
 import torch
@@ -71,6 +77,33 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
 
 
+SHARD_FORMATS = {20240520: (1, "H"), 20240801: (7, "I")}  # magic: version, array typecode
+
+
+def read_token_shard(path):
+    """An llm.c shard: 256 little-endian int32 (magic, version, token count), then tokens."""
+    with open(path, "rb") as f:
+        header = array.array("i", f.read(256 * 4))
+        body = f.read()
+    if sys.byteorder != "little":
+        header.byteswap()
+    if len(header) != 256 or header[0] not in SHARD_FORMATS:
+        sys.exit(f"{path}: not an llm.c token shard (bad header); write one with "
+                 "`tandem tokenize --input TEXT --output FILE.bin`")
+    version, typecode = SHARD_FORMATS[header[0]]
+    if header[1] != version:
+        sys.exit(f"{path}: version {header[1]} does not match its magic (expected {version})")
+    tokens = array.array(typecode)
+    if len(body) % tokens.itemsize:
+        sys.exit(f"{path}: the body is not a whole number of tokens")
+    tokens.frombytes(body)
+    if sys.byteorder != "little":
+        tokens.byteswap()
+    if len(tokens) != header[2]:
+        sys.exit(f"{path}: the header says {header[2]} tokens, the file holds {len(tokens)}")
+    return tokens
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
@@ -79,6 +112,7 @@ def main():
     parser.add_argument("--seq-len", type=int, default=0, help="0: the model's context length")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5, help="steps not timed")
+    parser.add_argument("--data", help="llm.c token shard to train on (default: random tokens)")
     args = parser.parse_args()
 
     torch.manual_seed(1337)
@@ -92,10 +126,26 @@ def main():
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
         lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=fused)
-    data = torch.randint(0, cfg["vocab_size"], (args.batch, T + 1), device=device)
-    x, y = data[:, :-1], data[:, 1:].contiguous()
+    window = args.batch * (T + 1)
+    if args.data:
+        tokens = torch.tensor(read_token_shard(args.data), dtype=torch.int64)
+        if tokens.numel() < window:
+            sys.exit(f"{args.data}: {tokens.numel()} tokens, fewer than one batch of {window}")
+        if int(tokens.max()) >= cfg["vocab_size"]:
+            sys.exit(f"{args.data}: token {int(tokens.max())} is outside the vocabulary of {cfg['vocab_size']}")
+
+    def batch(step):
+        if not args.data:
+            data = torch.randint(0, cfg["vocab_size"], (args.batch, T + 1))
+        else:
+            start = (step * window) % (tokens.numel() - window + 1)
+            data = tokens[start:start + window].view(args.batch, T + 1)
+        data = data.to(device)
+        return data[:, :-1], data[:, 1:].contiguous()
+
     rates = []
     for step in range(args.warmup + args.steps):
+        x, y = batch(step)
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
@@ -116,6 +166,7 @@ def main():
     print(json.dumps({"framework": "pytorch", "torch": torch.__version__, "device": str(device),
                       "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
                       "model": args.model, "params": params, "batch": args.batch, "seq_len": T,
+                      "data": args.data or "random tokens",
                       "tokens_per_s": statistics.median(rates) if rates else None}))
 
 

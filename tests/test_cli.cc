@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 using testing::run_command;
 using testing::ScratchDir;
 
-const std::string kTandem = TANDEM_BINARY;
+const std::string kTandem = testing::tandem_binary().string();
 
 class CliTest : public ::testing::Test {
  protected:
@@ -275,6 +275,21 @@ TEST_F(CliTest, BenchStepReportsThroughputAndPhasesWithoutWritingCheckpoints) {
             json["ms"].get<double>() * 1.5);
   EXPECT_EQ(json["schedule"], "cpu");
   EXPECT_FALSE(fs::exists(dir_ / "run/checkpoints"));
+}
+
+// Test binaries find the repository from where they are, not from the path they were
+// built at: the GPU machine runs them from a checkout at another path.
+TEST(SourceDir, TheRepositoryIsFoundAboveTheBinary) {
+  ScratchDir dir("source_dir");
+  fs::create_directories(dir / "data");
+  fs::create_directories(dir / "gpu-payload" / "bin");
+  write_file_atomic(dir / "data" / "tinyshakespeare.txt", "x");
+  EXPECT_TRUE(testing::repository_above(dir / "gpu-payload" / "bin").empty())
+      << "no CMakeLists.txt: not a repository";
+  write_file_atomic(dir / "CMakeLists.txt", "x");
+  EXPECT_EQ(testing::repository_above(dir / "gpu-payload" / "bin"), dir.path());
+  EXPECT_EQ(testing::repository_above(dir.path()), dir.path());
+  EXPECT_TRUE(fs::exists(testing::source_dir() / "configs" / "shakespeare-char.json"));
 }
 
 }  // namespace

@@ -350,7 +350,7 @@ void expect_fifty_steps_match(bool bf16, double rel) {
   std::vector<std::vector<double>> runs;
   for (const char* type : {"cpu", "cuda"}) {
     nlohmann::json json = testing::tiny_run_config(
-        std::string(TANDEM_SOURCE_DIR) + "/data/tinyshakespeare.txt", dir / type);
+        testing::source_dir() / "data" / "tinyshakespeare.txt", dir / type);
     json["train"]["steps"] = 50;
     json["device"] = {{"type", type}};
     json["bf16"] = {{"enabled", bf16}};

@@ -27,7 +27,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kShakespeare = fs::path(TANDEM_SOURCE_DIR) / "data" / "tinyshakespeare.txt";
+const fs::path kShakespeare = testing::source_dir() / "data" / "tinyshakespeare.txt";
 
 using testing::error_of;
 

@@ -21,12 +21,13 @@
 #include "tandem/model/gpt.h"
 #include "tandem/offload/update_engine.h"
 #include "tandem/optim/grad_clip.h"
+#include "test_util.h"
 
 namespace tandem {
 namespace {
 
 const std::string kFixture =
-    std::string(TANDEM_SOURCE_DIR) + "/tests/fixtures/gpt2_tiny.safetensors";
+    (testing::source_dir() / "tests" / "fixtures" / "gpt2_tiny.safetensors").string();
 
 struct Fixture {
   SafetensorsFile file = SafetensorsFile::read(kFixture);

@@ -16,10 +16,6 @@
 #include "tandem/train/train_config.h"
 #include "test_util.h"
 
-#ifndef TANDEM_SOURCE_DIR
-#define TANDEM_SOURCE_DIR "."  // compiled by hand from the repository root
-#endif
-
 namespace tandem {
 namespace {
 
@@ -545,7 +541,7 @@ TEST(LoadTrainConfig, MissingFileNamed) {
 }
 
 TEST(LoadTrainConfig, ShippedShakespeareConfigParses) {
-  const fs::path path = fs::path(TANDEM_SOURCE_DIR) / "configs" / "shakespeare-char.json";
+  const fs::path path = testing::source_dir() / "configs" / "shakespeare-char.json";
   ASSERT_TRUE(fs::exists(path)) << path << " is missing";
   const TrainConfig c = load_train_config(path, {});
   EXPECT_FALSE(c.data.train_path.empty());

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -18,7 +19,53 @@
 #include "tandem/core/half.h"
 #include "tandem/core/rng.h"
 
+// Where the build put the repository and the tandem binary (CMakeLists.txt); only the
+// last resort of source_dir() and tandem_binary() below.
+#ifndef TANDEM_SOURCE_DIR
+#define TANDEM_SOURCE_DIR ""
+#endif
+#ifndef TANDEM_BINARY
+#define TANDEM_BINARY ""
+#endif
+
 namespace tandem::testing {
+
+// The repository (for data/, configs/, tests/fixtures/), found at run time so that a test
+// built on one machine runs from a checkout elsewhere (the GPU machine gets the tree at
+// another path): $TANDEM_SOURCE_DIR, else the first directory above the test binary that
+// holds data/tinyshakespeare.txt, else the directory the test was built from.
+// The first directory from `start` upwards that looks like the repository (empty if none).
+inline std::filesystem::path repository_above(std::filesystem::path start) {
+  namespace fs = std::filesystem;
+  for (fs::path dir = std::move(start); !dir.empty(); dir = dir.parent_path()) {
+    if (fs::exists(dir / "data" / "tinyshakespeare.txt") && fs::exists(dir / "CMakeLists.txt"))
+      return dir;
+    if (dir == dir.root_path()) break;
+  }
+  return {};
+}
+inline std::filesystem::path source_dir() {
+  namespace fs = std::filesystem;
+  if (const char* env = std::getenv("TANDEM_SOURCE_DIR"); env != nullptr && *env != '\0')
+    return env;
+  std::error_code ec;
+  const fs::path binary = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    if (fs::path found = repository_above(binary.parent_path()); !found.empty()) return found;
+  }
+  return TANDEM_SOURCE_DIR;
+}
+
+// The `tandem` binary: $TANDEM_BINARY, else the one beside the test binary, else where the
+// build put it.
+inline std::filesystem::path tandem_binary() {
+  namespace fs = std::filesystem;
+  if (const char* env = std::getenv("TANDEM_BINARY"); env != nullptr && *env != '\0') return env;
+  std::error_code ec;
+  const fs::path beside = fs::read_symlink("/proc/self/exe", ec).parent_path() / "tandem";
+  if (!ec && fs::exists(beside)) return beside;
+  return TANDEM_BINARY;
+}
 
 // gtest's EXPECT_THAT/HasSubstr live in gmock, which the tests do not link.
 inline ::testing::AssertionResult contains(const char* text_expr, const char* part_expr,
@@ -114,8 +161,7 @@ inline float nasty_value(Rng& rng, bool allow_nonfinite) {
 
 // The first `bytes` of the bundled Tiny Shakespeare, as a small training text.
 inline void write_small_corpus(const std::filesystem::path& path, size_t bytes = 20000) {
-  const std::string text =
-      read_file_text(std::string(TANDEM_SOURCE_DIR) + "/data/tinyshakespeare.txt");
+  const std::string text = read_file_text((source_dir() / "data" / "tinyshakespeare.txt").string());
   write_file_atomic(path, text.substr(0, bytes));
 }
 

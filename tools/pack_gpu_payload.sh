@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Packs what the GPU machine needs to run tandem's GPU validation (bench/gpu_goals.sh) into
+# one small archive, because that machine has no package registries and none of tandem's
+# build dependencies, and at most 64 MiB may travel to it (the working tree plus what is
+# carried). The archive holds:
+#   bin/  tandem and the GPU test binaries, stripped, built for sm_90 (H100/H200) only;
+#   lib/  the shared libraries they load that the GPU machine lacks (OpenBLAS, gfortran,
+#         quadmath, gomp, xxHash). Left out: the C/C++ runtime (the GPU machine's is newer
+#         than this Debian 12's), the driver, and the CUDA libraries (cuBLASLt): the GPU
+#         machine has CUDA 13 itself, and bench/gpu_goals.sh puts its toolkit's or PyTorch's
+#         copy on LD_LIBRARY_PATH.
+# It prints the archive's size, the working tree's, and their sum against the limit, and
+# fails when the sum is over it.
+#
+#   tools/pack_gpu_payload.sh [BUILD_DIR] [DEST]     (defaults: build-gpu, gpu-payload)
+#
+# BUILD_DIR is configured (Release, CUDA architecture 90, no Google Benchmark programs) if
+# it has no CMakeCache.txt yet, and the binaries are built in it. DEST is ignored by git:
+# carry it (run's `carry: ["gpu-payload"]`), then on the GPU machine run
+# `bench/gpu_goals.sh gpu-payload`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-gpu}
+dest=${2:-gpu-payload}
+limit_bytes=$((64 * 1024 * 1024))
+binaries=(tandem test_cuda_device test_cuda_backend test_update_engine)
+
+# TANDEM_PACK_NO_BUILD=1: pack what BUILD_DIR holds, building nothing (the size test does).
+if [[ ${TANDEM_PACK_NO_BUILD:-0} != 1 && ! -f $build/CMakeCache.txt ]]; then
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DTANDEM_BUILD_BENCH=OFF
+fi
+if ! compgen -G "$build/CMakeFiles/*/CMakeCUDACompiler.cmake" >/dev/null; then
+  echo "pack_gpu_payload: $build was configured without CUDA (no nvcc found); install the CUDA" \
+    "toolkit, or configure it with -DCMAKE_CUDA_COMPILER=/path/to/nvcc" >&2
+  exit 1
+fi
+if [[ ${TANDEM_PACK_NO_BUILD:-0} != 1 ]]; then
+  cmake --build "$build" -j "$(nproc)" --target "${binaries[@]}"
+fi
+
+staging=$(mktemp -d)
+trap 'rm -rf "$staging"' EXIT
+mkdir -p "$staging/bin" "$staging/lib"
+for binary in "${binaries[@]}"; do
+  strip -o "$staging/bin/$binary" "$build/$binary"
+done
+# Every library the binaries load, except what the GPU machine has (see the top).
+for binary in "${binaries[@]}"; do
+  ldd "$build/$binary" | awk '/=> \// { print $3 }'
+done | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | ld-linux*) continue ;;
+    libstdc++.so* | libgcc_s.so*) continue ;;
+    libcuda.so* | libnvidia*) continue ;;
+    libcublas* | libcudart* | libnccl* | libcudnn*) continue ;;
+  esac
+  cp -L "$lib" "$staging/lib/"
+  strip --strip-unneeded "$staging/lib/$(basename "$lib")" 2>/dev/null || true
+done
+{
+  echo "tandem GPU payload, made $(date -u +%Y-%m-%dT%H:%MZ) from $(git rev-parse --short HEAD)$(git diff --quiet || echo '+uncommitted')"
+  echo "built on: $(. /etc/os-release && echo "$PRETTY_NAME"), $(ldd --version | head -1)"
+  arch=$(grep -h "^CMAKE_CUDA_ARCHITECTURES" "$build/CMakeCache.txt" | cut -d= -f2 || true)
+  echo "CUDA architectures: ${arch:-the CMakeLists.txt default (80 90)}"
+  echo "binaries: ${binaries[*]}"
+  echo "libraries: $(cd "$staging/lib" && ls | tr '\n' ' ')"
+} >"$staging/MANIFEST"
+
+mkdir -p "$dest"
+# Only the archive travels: what an earlier unpacking left there would travel too.
+rm -rf "$dest"/tandem-gpu.tar.xz "$dest"/MANIFEST "$dest"/bin "$dest"/lib
+tar -C "$staging" -cf - MANIFEST bin lib | xz -6 -T "$(nproc)" >"$dest/tandem-gpu.tar.xz"
+
+listed=$(tar -tJf "$dest/tandem-gpu.tar.xz" | grep -c '^bin/.')
+if ((listed != ${#binaries[@]})); then
+  echo "pack_gpu_payload: $dest/tandem-gpu.tar.xz lists $listed binaries, not ${#binaries[@]}" >&2
+  exit 1
+fi
+payload=$(stat -c %s "$dest/tandem-gpu.tar.xz")
+# What else travels: tracked files and untracked ones git does not ignore.
+tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null |
+  awk '{ s += $1 } END { print s + 0 }')
+total=$((payload + tree))
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
+cat "$staging/MANIFEST"
+echo "unpacked: $(mib "$(du -sb "$staging" | cut -f1)")"
+echo "payload $dest/tandem-gpu.tar.xz: $(mib "$payload"); working tree: $(mib "$tree");" \
+  "together $(mib "$total") of the $(mib "$limit_bytes") that may travel"
+if ((total > limit_bytes)); then
+  echo "pack_gpu_payload: over the limit by $(mib $((total - limit_bytes))); leave a binary out" \
+    "or build for fewer CUDA architectures" >&2
+  exit 1
+fi
