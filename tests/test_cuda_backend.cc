@@ -1,7 +1,8 @@
 // The CUDA compute backend against the CPU one (skipped, with the reason, where there is
-// no GPU): every kernel on random data with fp32 and with bf16 storage, the bf16 matmuls
-// against the fp32 ones, a tiny model's logits, loss and gradients, 50 training steps on
-// the bundled data, and every update schedule bit-identical on the GPU.
+// no GPU): every kernel on random data with fp32 and with bf16 storage, flash attention
+// over several tiles, the bf16 matmuls against the fp32 ones, a tiny model's logits, loss
+// and gradients, 50 training steps on the bundled data, and every update schedule
+// bit-identical on the GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -283,6 +284,49 @@ TEST(CudaBackend, Bf16MatmulIsTheFp32MatmulRoundedOnce) {
     expect_rounded(get(dw32, OC * C), get(dw16, OC * C), "matmul_backward dweight");
     expect_rounded(get(db32, OC), get(db16, OC), "matmul_backward dbias");
   }
+}
+
+// Flash attention over several query and key tiles (T not a multiple of any tile size,
+// head sizes of the tensor-core path), GPU against the CPU's attention: small enough for
+// compute-sanitizer (bench/gpu_goals.sh runs racecheck and memcheck on it).
+template <typename Elem>
+void expect_flash_attention_matches(int B, int T, int NH, int hs, double rel) {
+  SCOPED_TRACE(::testing::Message() << "B " << B << " T " << T << " NH " << NH << " hs " << hs
+                                    << (sizeof(Elem) == 2 ? " bf16" : " fp32"));
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  Twin t{*cpu, *gpu, {}};
+  const int C = NH * hs, N = B * T;
+  const auto qkv = t.upload(stored<Elem>(randn(static_cast<size_t>(N) * 3 * C, 31)));
+  const auto dout = t.upload(stored<Elem>(randn(static_cast<size_t>(N) * C, 32)));
+  const auto out = t.upload(std::vector<Elem>(static_cast<size_t>(N) * C));
+  const auto lse = t.floats(std::vector<float>(static_cast<size_t>(B) * NH * T));
+  cpu->attention_forward(out.first, lse.first, qkv.first, B, T, C, NH);
+  gpu->attention_forward(out.second, lse.second, qkv.second, B, T, C, NH);
+  t.expect_near(out, static_cast<size_t>(N) * C, rel, "attention_forward");
+  t.expect_near(lse, static_cast<size_t>(B) * NH * T, rel, "attention_forward lse");
+  // Both backward passes from the GPU's forward output and lse, so they differ only by
+  // the backward itself.
+  std::vector<Elem> gpu_out(static_cast<size_t>(N) * C);
+  std::vector<float> gpu_lse(static_cast<size_t>(B) * NH * T);
+  gpu->copy_to_host(gpu_out.data(), out.second, gpu_out.size() * sizeof(Elem));
+  gpu->copy_to_host(gpu_lse.data(), lse.second, gpu_lse.size() * sizeof(float));
+  cpu->copy_from_host(out.first, gpu_out.data(), gpu_out.size() * sizeof(Elem));
+  cpu->copy_from_host(lse.first, gpu_lse.data(), gpu_lse.size() * sizeof(float));
+  const auto dqkv = t.upload(std::vector<Elem>(static_cast<size_t>(N) * 3 * C));
+  cpu->attention_backward(dqkv.first, dout.first, qkv.first, out.first, lse.first, B, T, C, NH);
+  gpu->attention_backward(dqkv.second, dout.second, qkv.second, out.second, lse.second, B, T, C,
+                          NH);
+  t.expect_near(dqkv, static_cast<size_t>(N) * 3 * C, rel, "attention_backward");
+}
+
+TEST(CudaBackend, FlashAttentionMatchesTheCpuAcrossTiles) {
+  SKIP_WITHOUT_GPU();
+  expect_flash_attention_matches<float>(2, 130, 2, 64, 1e-4);
+  expect_flash_attention_matches<float>(1, 77, 1, 128, 1e-4);
+  expect_flash_attention_matches<Bf16>(2, 130, 2, 64, 3e-2);
+  expect_flash_attention_matches<Bf16>(1, 77, 1, 128, 3e-2);
+  expect_flash_attention_matches<Bf16>(1, 33, 3, 32, 3e-2);
 }
 
 // The tiny model on both backends from the same weights: loss within loss_rel, every
