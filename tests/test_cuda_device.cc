@@ -1,15 +1,19 @@
 // The `cuda` device backend on a GPU (skipped, with the reason printed, where there is
 // none): the CUDA AdamW kernel is bit-identical to the scalar reference for every
-// gradient and working-copy dtype on nasty data; copies between every pair of memory
+// gradient and working-copy dtype on nasty data, also over many segments in one launch
+// from misaligned starts; copies between every pair of memory
 // spaces round-trip; events order streams; the capacity is enforced.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "tandem/core/half.h"
 #include "tandem/device/cuda/cuda_device.h"
+#include "tandem/optim/adamw_cuda.h"
 #include "tandem/optim/adamw_reference.h"
 #include "test_util.h"
 
@@ -101,6 +105,85 @@ TEST_F(CudaDeviceTest, AdamWKernelIsBitIdenticalToTheReference) {
               w == WorkingDType::kBF16 ? bf16_to_float(gp16[i]) : fp16_to_float(gp16[i]);
           const float b = w == WorkingDType::kBF16 ? bf16_to_float(p16[i]) : fp16_to_float(p16[i]);
           ASSERT_TRUE(same_float(a, b)) << "params16[" << i << "]";
+        }
+      }
+    }
+  }
+}
+
+// One launch over many segments (mixed decay, a gap left untouched, more segments than
+// one launch takes), from starts 0..3 floats past an alignment boundary (the scalar head
+// and tail around the 16-byte vector body), and with m one float off the params'
+// alignment (no vector body at all): every element as the reference computes it.
+TEST_F(CudaDeviceTest, AdamWOverSegmentsInOneLaunchIsBitIdenticalToTheReference) {
+  const AdamWHyper hyper{
+      .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+  const size_t n = 20011;
+  // Segments of random lengths, alternating decay, with [700, 750) left out.
+  Rng lengths(42);
+  std::vector<AdamWSegment> segments;
+  for (size_t begin = 0; begin < n;) {
+    const size_t end = std::min(n, begin + 1 + lengths.next_u64() % 150);
+    if (!(begin >= 700 && end <= 750)) segments.push_back({begin, end, segments.size() % 2 == 0});
+    begin = end;
+  }
+  ASSERT_GT(segments.size(), kAdamWSegmentsPerLaunch);
+  for (GradDType g : {GradDType::kF32, GradDType::kBF16}) {
+    for (WorkingDType w : {WorkingDType::kNone, WorkingDType::kBF16, WorkingDType::kF16}) {
+      for (size_t offset : {0, 1, 2, 3}) {
+        for (size_t m_skew : {0, 1}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "grads " << static_cast<int>(g) << " working " << static_cast<int>(w)
+                       << " offset " << offset << " m skew " << m_skew);
+          const size_t total = n + 4;
+          Rng rng(7 + offset);
+          std::vector<float> p(total), m(total + 1), v(total), grads(total);
+          std::vector<uint16_t> grads16(total), p16(total, 0);
+          for (size_t i = 0; i < total; i++) {
+            p[i] = testing::nasty_value(rng, false);
+            m[i] = testing::nasty_value(rng, false) * 1e-3f;
+            v[i] = std::fabs(testing::nasty_value(rng, false)) * 1e-6f;
+            grads[i] = testing::nasty_value(rng, true);
+            grads16[i] = float_to_bf16(testing::nasty_value(rng, true));
+          }
+          DeviceAllocation dp = upload(p), dm = upload(m), dv = upload(v), dg = upload(grads),
+                           dg16 = upload(grads16), dp16 = upload(p16);
+          const size_t mo = offset + m_skew;
+          AdamWArrays host{.params = p.data() + offset,
+                           .m = m.data() + mo,
+                           .v = v.data() + offset,
+                           .grads = g == GradDType::kF32
+                                        ? static_cast<const void*>(grads.data() + offset)
+                                        : grads16.data() + offset,
+                           .grad_dtype = g,
+                           .params16 = w == WorkingDType::kNone ? nullptr : p16.data() + offset,
+                           .params16_dtype = w};
+          AdamWArrays dev{
+              .params = dp.as<float>() + offset,
+              .m = dm.as<float>() + mo,
+              .v = dv.as<float>() + offset,
+              .grads = g == GradDType::kF32 ? static_cast<const void*>(dg.as<float>() + offset)
+                                            : dg16.as<uint16_t>() + offset,
+              .grad_dtype = g,
+              .params16 = w == WorkingDType::kNone ? nullptr : dp16.as<uint16_t>() + offset,
+              .params16_dtype = w};
+          const AdamWStepScalars decay = adamw_step_scalars(hyper, 3, true, 0.75f);
+          const AdamWStepScalars no_decay = adamw_step_scalars(hyper, 3, false, 0.75f);
+          for (const AdamWSegment& seg : segments)
+            adamw_reference(host.slice(seg.begin), seg.end - seg.begin,
+                            seg.weight_decay ? decay : no_decay);
+          device_->adamw_async(dev, segments.data(), segments.size(), decay, no_decay, *stream_);
+          stream_->synchronize();
+          const auto gp = download<float>(dp, total), gm = download<float>(dm, total + 1),
+                     gv = download<float>(dv, total);
+          const auto gp16 = download<uint16_t>(dp16, total);
+          for (size_t i = 0; i < total; i++) {
+            ASSERT_TRUE(same_float(gp[i], p[i])) << "params[" << i << "]";
+            ASSERT_TRUE(same_float(gv[i], v[i])) << "v[" << i << "]";
+            ASSERT_EQ(gp16[i], p16[i]) << "params16[" << i << "]";
+          }
+          for (size_t i = 0; i < total + 1; i++)
+            ASSERT_TRUE(same_float(gm[i], m[i])) << "m[" << i << "]";
         }
       }
     }

@@ -425,6 +425,15 @@ TEST(Device, AdamWIsBitIdenticalToTheReference) {
       adamw_reference(host, n, scalars);
       device->adamw_async(dev, n, scalars, *stream);
     }
+    // Then segments in one call: with and without decay, [n/2, n/2 + 5) left alone.
+    const std::vector<AdamWSegment> segments{
+        {0, 3, true}, {3, n / 2, false}, {n / 2 + 5, n - 1, true}, {n - 1, n, false}};
+    const AdamWStepScalars decay = adamw_step_scalars(hyper, 4, true, 1.0f);
+    const AdamWStepScalars no_decay = adamw_step_scalars(hyper, 4, false, 1.0f);
+    for (const AdamWSegment& seg : segments)
+      adamw_reference(host.slice(seg.begin), seg.end - seg.begin,
+                      seg.weight_decay ? decay : no_decay);
+    device->adamw_async(dev, segments.data(), segments.size(), decay, no_decay, *stream);
     stream->synchronize();
     EXPECT_EQ(std::memcmp(d_params.data(), params.data(), n * 4), 0);
     EXPECT_EQ(std::memcmp(d_m.data(), m.data(), n * 4), 0);

@@ -112,9 +112,21 @@ class Device {
   // work in a trace (e.g. "sg 3 prefetch").
   virtual void copy_async(void* dst, const void* src, size_t bytes, Stream& stream,
                           std::string_view label = {}) = 0;
-  // AdamW on arrays in device memory, computing exactly adamw_reference's operations.
-  virtual void adamw_async(const AdamWArrays& arrays, size_t n, const AdamWStepScalars& scalars,
-                           Stream& stream, std::string_view label = {}) = 0;
+  // AdamW on arrays in device memory over `segments` (ranges of the arrays, each with or
+  // without weight decay), computing exactly adamw_reference's operations: one kernel
+  // launch on a GPU for any number of segments (a subgroup's tensors). The segments are
+  // read before the call returns. (A pointer and a count, not a span: CUDA code, C++17,
+  // includes this header.)
+  virtual void adamw_async(const AdamWArrays& arrays, const AdamWSegment* segments,
+                           size_t num_segments, const AdamWStepScalars& with_decay,
+                           const AdamWStepScalars& without_decay, Stream& stream,
+                           std::string_view label = {}) = 0;
+  // The same over elements [0, n) with one set of scalars.
+  void adamw_async(const AdamWArrays& arrays, size_t n, const AdamWStepScalars& scalars,
+                   Stream& stream, std::string_view label = {}) {
+    const AdamWSegment all{0, n, true};
+    adamw_async(arrays, &all, 1, scalars, scalars, stream, label);
+  }
 
   // Work queued while `tracer` is enabled is recorded as slices on a lane named after
   // its stream. Null turns tracing off. The tracer must outlive the queued work.

@@ -285,9 +285,8 @@ void UpdateEngine::enqueue_device_update(SubgroupState& sg, float* state,
     arrays.params16 = working_at(sg.range.begin);
     arrays.params16_dtype = buffers_.working_dtype;
   }
-  for (const AdamWSegment& seg : sg.segments)
-    device_.adamw_async(arrays.slice(seg.begin), seg.end - seg.begin,
-                        seg.weight_decay ? decay : no_decay, *compute_, label(sg, "adamw"));
+  device_.adamw_async(arrays, sg.segments.data(), sg.segments.size(), decay, no_decay, *compute_,
+                      label(sg, "adamw"));
   if (!is_16_bit(buffers_.working_dtype)) {
     // The model computes with the fp32 params themselves.
     device_.copy_async(working_at(sg.range.begin), state, sg.size() * sizeof(float), *compute_,

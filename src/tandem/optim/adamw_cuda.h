@@ -9,9 +9,12 @@
 
 namespace tandem {
 
-// Queues the update of n elements (all arrays in device memory) on `stream`, a
-// cudaStream_t. Throws tandem::Error if the launch fails.
-void launch_adamw_cuda(const AdamWArrays& arrays, size_t n, const AdamWStepScalars& scalars,
+// Queues the update of `segments` of the arrays (all in device memory; each segment with
+// or without weight decay) on `stream`, a cudaStream_t: one launch for up to
+// kAdamWSegmentsPerLaunch segments. Throws tandem::Error if a launch fails.
+inline constexpr size_t kAdamWSegmentsPerLaunch = 128;
+void launch_adamw_cuda(const AdamWArrays& arrays, const AdamWSegment* segments, size_t num_segments,
+                       const AdamWStepScalars& with_decay, const AdamWStepScalars& without_decay,
                        void* stream);
 
 }  // namespace tandem

@@ -39,6 +39,13 @@ enum class GradDType { kF32, kBF16 };
 // params themselves; the kernels write no extra copy, the update engine copies them.)
 enum class WorkingDType { kNone, kBF16, kF16, kF32 };
 
+// A range of the flat parameter space (or of AdamWArrays) updated with or without weight
+// decay.
+struct AdamWSegment {
+  size_t begin = 0, end = 0;
+  bool weight_decay = false;
+};
+
 // The arrays one AdamW update touches; element i of each belongs to parameter i.
 struct AdamWArrays {
   float* params = nullptr;  // fp32 master weights, updated in place

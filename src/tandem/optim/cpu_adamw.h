@@ -15,12 +15,6 @@
 
 namespace tandem {
 
-// A range of the flat parameter space updated with or without weight decay.
-struct AdamWSegment {
-  size_t begin = 0, end = 0;
-  bool weight_decay = false;
-};
-
 // The layout's tensors as segments, neighbours with the same decay flag merged.
 std::vector<AdamWSegment> adamw_segments(const ParamLayout& layout);
 

@@ -20,6 +20,10 @@ struct alignas(8) uint2 {
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
 };
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
 // ---- Errors --------------------------------------------------------------------------
 // An emulated launch reports a fault by throwing (cuda_emulation::EmulationError), so a

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <new>
 #include <utility>
+#include <vector>
 
 #include "tandem/core/cpu_features.h"
 #include "tandem/core/format.h"
@@ -95,12 +96,19 @@ class CpuDevice final : public Device {
                                  }));
   }
 
-  void adamw_async(const AdamWArrays& arrays, size_t n, const AdamWStepScalars& scalars,
+  void adamw_async(const AdamWArrays& arrays, const AdamWSegment* segments, size_t num_segments,
+                   const AdamWStepScalars& with_decay, const AdamWStepScalars& without_decay,
                    Stream& stream, std::string_view label) override {
     CpuStream& queue = own(stream);
+    std::vector<AdamWSegment> ranges(segments, segments + num_segments);
+    size_t n = 0;
+    for (const AdamWSegment& s : ranges) n += s.end - s.begin;
     queue.enqueue("adamw", traced(queue, label.empty() ? "adamw" : label, {{"params", n}},
-                                  [arrays, n, scalars, target = simd_target_] {
-                                    adamw_kernel(target, arrays, n, scalars);
+                                  [arrays, ranges = std::move(ranges), with_decay, without_decay,
+                                   target = simd_target_] {
+                                    for (const AdamWSegment& s : ranges)
+                                      adamw_kernel(target, arrays.slice(s.begin), s.end - s.begin,
+                                                   s.weight_decay ? with_decay : without_decay);
                                   }));
   }
 

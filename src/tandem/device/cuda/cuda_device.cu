@@ -148,11 +148,14 @@ class CudaDevice final : public Device {
     end_trace(s, mark);
   }
 
-  void adamw_async(const AdamWArrays& arrays, size_t n, const AdamWStepScalars& scalars,
+  void adamw_async(const AdamWArrays& arrays, const AdamWSegment* segments, size_t num_segments,
+                   const AdamWStepScalars& with_decay, const AdamWStepScalars& without_decay,
                    Stream& stream, std::string_view label) override {
     CudaStream& s = own(stream);
+    size_t n = 0;
+    for (size_t i = 0; i < num_segments; i++) n += segments[i].end - segments[i].begin;
     TraceMark* mark = begin_trace(s, label.empty() ? "adamw" : label, {{"params", n}});
-    launch_adamw_cuda(arrays, n, scalars, s.get());
+    launch_adamw_cuda(arrays, segments, num_segments, with_decay, without_decay, s.get());
     end_trace(s, mark);
   }
 
