@@ -244,7 +244,7 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     Array<Elem> got_dwte(dwte), got_dwpe(dwpe), d(dout);
     Array<int32_t> tok(tokens);
     Cpu<Elem>::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
-    Scratch scratch(cuda::encoder_backward_scratch_bytes(B, T));
+    Scratch scratch(cuda::encoder_backward_scratch_bytes(B, T, C));
     cuda::encoder_backward(got_dwte.data(), got_dwpe.data(), d.data(), tok.data(), B, T, C,
                            scratch.get(), nullptr);
     expect_near(dwte.data(), got_dwte.data(), dwte.size(), rel, "encoder_backward dwte");
@@ -406,12 +406,52 @@ TEST(KernelsEmulated, EncoderBackwardAddsRepeatedTokensInPositionOrder) {
   Array<float> got_dwte(dwte), got_dwpe(dwpe), d(dout);
   Array<int32_t> tok(tokens);
   cpu::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
-  Scratch scratch(cuda::encoder_backward_scratch_bytes(B, T));
+  Scratch scratch(cuda::encoder_backward_scratch_bytes(B, T, C));
   cuda::encoder_backward(got_dwte.data(), got_dwpe.data(), d.data(), tok.data(), B, T, C,
                          scratch.get(), nullptr);
   // Same order of fp32 additions: the same bits.
   EXPECT_EQ(dwte, got_dwte.values());
   EXPECT_EQ(dwpe, got_dwpe.values());
+}
+
+// Byte data: one token (the space) at most positions. Its run spans many pieces, summed by
+// many blocks and added in order: the CPU kernel's bits, fp32 and bf16, and within
+// rounding of a double-precision sum.
+template <typename Elem>
+void expect_long_runs_match(const char* what) {
+  SCOPED_TRACE(what);
+  const int B = 2, T = 2048, C = 32, V = 100, BT = B * T;
+  Rng rng(77);
+  std::vector<int32_t> tokens(BT);
+  for (int& t : tokens) t = rng.next_u64() % 5 != 0 ? 32 : static_cast<int32_t>(rng.next_u64() % V);
+  const std::vector<Elem> dout = stored<Elem>(randn(static_cast<size_t>(BT) * C, 41));
+  std::vector<Elem> dwte = stored<Elem>(randn(static_cast<size_t>(V) * C, 42, 0.1f));
+  std::vector<Elem> dwpe = stored<Elem>(randn(static_cast<size_t>(T) * C, 43, 0.1f));
+  std::vector<double> exact(C);
+  for (int c = 0; c < C; c++) {
+    exact[c] = to_float(dwte[32 * C + c]);
+    for (int bt = 0; bt < BT; bt++)
+      if (tokens[bt] == 32) exact[c] += to_float(dout[static_cast<size_t>(bt) * C + c]);
+  }
+  Array<Elem> got_dwte(dwte), got_dwpe(dwpe), d(dout);
+  Array<int32_t> tok(tokens);
+  Cpu<Elem>::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  Scratch scratch(cuda::encoder_backward_scratch_bytes(B, T, C));
+  cuda::encoder_backward(got_dwte.data(), got_dwpe.data(), d.data(), tok.data(), B, T, C,
+                         scratch.get(), nullptr);
+  EXPECT_TRUE(scratch.intact()) << "encoder_backward wrote past its scratch";
+  const std::vector<Elem> gpu = got_dwte.values();
+  for (size_t i = 0; i < dwte.size(); i++)
+    ASSERT_EQ(to_float(dwte[i]), to_float(gpu[i])) << "dwte[" << i << "]";
+  for (int c = 0; c < C; c++) {
+    const double tolerance = sizeof(Elem) == 2 ? std::fabs(exact[c]) / 128 + 0.1 : 1e-3;
+    EXPECT_NEAR(to_float(gpu[32 * C + c]), exact[c], tolerance) << "dwte[space, " << c << "]";
+  }
+}
+
+TEST(KernelsEmulated, EncoderBackwardSpreadsALongRunOverPiecesInTheCpuOrder) {
+  expect_long_runs_match<float>("fp32");
+  expect_long_runs_match<Bf16>("bf16");
 }
 
 }  // namespace

@@ -3,9 +3,11 @@
 #include <cmath>
 #include <cstring>
 #include <numbers>
+#include <vector>
 
 #include "tandem/compute/cpu/cpu_kernels.h"
 #include "tandem/compute/cpu/fast_math.h"
+#include "tandem/compute/embedding_backward_order.h"
 
 namespace tandem::cpu {
 
@@ -48,17 +50,39 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
       for (int c = 0; c < C; c++) dpos[c] += d[c];
     }
   }
-  // dwte: a scatter-add by token id. Parallel over column blocks, positions in order,
-  // so that repeated tokens add up in the same order whatever the thread count.
+  // dwte: a scatter-add by token id, in the order of embedding_backward_order.h (the
+  // GPU's). A stable counting sort groups the positions by token.
+  const int BT = B * T;
+  if (BT == 0) return;
+  const int32_t V = *std::max_element(tokens, tokens + BT) + 1;
+  std::vector<int> run_start(static_cast<size_t>(V) + 1, 0);
+  for (int bt = 0; bt < BT; bt++) run_start[tokens[bt] + 1]++;
+  for (int32_t v = 0; v < V; v++) run_start[v + 1] += run_start[v];
+  std::vector<int> sorted(BT);
+  {
+    std::vector<int> cursor(run_start.begin(), run_start.end() - 1);
+    for (int bt = 0; bt < BT; bt++) sorted[cursor[tokens[bt]]++] = bt;
+  }
+  // Parallel over column blocks, so the order is the same whatever the thread count.
   const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static)
   for (int blk = 0; blk < blocks; blk++) {
     const int c0 = blk * kColumnBlock;
     const int c1 = std::min(C, c0 + kColumnBlock);
-    for (int bt = 0; bt < B * T; bt++) {
-      float* drow = dwte + static_cast<size_t>(tokens[bt]) * C;
-      const float* d = dout + static_cast<size_t>(bt) * C;
-      for (int c = c0; c < c1; c++) drow[c] += d[c];
+    float piece[kColumnBlock];
+    for (int32_t token = 0; token < V; token++) {
+      const int first = run_start[token], end = run_start[token + 1];
+      if (first == end) continue;
+      float* drow = dwte + static_cast<size_t>(token) * C;
+      std::fill(piece, piece + (c1 - c0), 0.0f);
+      for (int j = first; j < end; j++) {
+        const float* d = dout + static_cast<size_t>(sorted[j]) * C;
+        for (int c = c0; c < c1; c++) piece[c - c0] += d[c];
+        if ((j + 1) % kEmbeddingBackwardPiece == 0 || j + 1 == end) {
+          for (int c = c0; c < c1; c++) drow[c] += piece[c - c0];
+          std::fill(piece, piece + (c1 - c0), 0.0f);
+        }
+      }
     }
   }
 }

@@ -258,7 +258,7 @@ class CudaBackend final : public ComputeBackend {
   void encoder_backward_impl(Elem* dwte, Elem* dwpe, const Elem* dout, const int32_t* tokens, int B,
                              int T, int C) {
     cuda::encoder_backward(dwte, dwpe, dout, tokens, B, T, C,
-                           scratch(cuda::encoder_backward_scratch_bytes(B, T)), cuda_stream_);
+                           scratch(cuda::encoder_backward_scratch_bytes(B, T, C)), cuda_stream_);
   }
 
   // Device scratch of at least `bytes` (256-byte aligned: cudaMalloc's), grown on

@@ -7,6 +7,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "tandem/compute/cuda/kernels.cuh"
+#include "tandem/compute/embedding_backward_order.h"
 #include "tandem/core/error.h"
 #include "tandem/device/cuda/cuda_check.h"
 
@@ -226,14 +227,66 @@ __global__ void iota_kernel(int32_t* out, int n) {
 
 constexpr int kEncoderWteThreads = 128;
 
-// dwte += dout by token, given the positions sorted by token (stably: positions of one
-// token in increasing order). Block i starts work only where a run of equal tokens
-// starts; that block alone owns the token's row of dwte and adds the run's rows of dout
-// onto it in position order, so the result is exactly the CPU kernel's.
+// fp32 rows of the piece sums: 16-byte accesses where kWidth allows.
+template <int kWidth>
+__device__ __forceinline__ void load_fp32(float (&dst)[kWidth], const float* src) {
+  if constexpr (kWidth % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < kWidth; k += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(src + k);
+      dst[k] = v.x, dst[k + 1] = v.y, dst[k + 2] = v.z, dst[k + 3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) dst[k] = src[k];
+  }
+}
+template <int kWidth>
+__device__ __forceinline__ void store_fp32(float* dst, const float (&src)[kWidth]) {
+  if constexpr (kWidth % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < kWidth; k += 4)
+      *reinterpret_cast<float4*>(dst + k) = make_float4(src[k], src[k + 1], src[k + 2], src[k + 3]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) dst[k] = src[k];
+  }
+}
+
+// dwte, step 1 of 2 (the order of embedding_backward_order.h): block w sums the pieces of
+// the sorted positions [w K, w K + K), K = kEmbeddingBackwardPiece, each from zero in
+// position order, into piece_sums[first sorted index of the piece, C] (fp32). A long run
+// of one token is spread over as many blocks as it has pieces.
 template <int kWidth, typename Elem>
-__global__ void encoder_backward_wte_kernel(Elem* dwte, const Elem* dout,
-                                            const uint32_t* sorted_tokens,
-                                            const int32_t* sorted_positions, int BT, int C) {
+__global__ void encoder_backward_wte_pieces_kernel(float* piece_sums, const Elem* dout,
+                                                   const uint32_t* sorted_tokens,
+                                                   const int32_t* sorted_positions, int BT, int C) {
+  const int window = blockIdx.x * kEmbeddingBackwardPiece;
+  const int window_end = min(BT, window + kEmbeddingBackwardPiece);
+  for (int c = threadIdx.x * kWidth; c < C; c += blockDim.x * kWidth) {
+    float acc[kWidth] = {};
+    int piece = window;
+    for (int j = window; j < window_end; j++) {
+      float d[kWidth];
+      load(d, dout + static_cast<size_t>(sorted_positions[j]) * C + c);
+#pragma unroll
+      for (int k = 0; k < kWidth; k++) acc[k] += d[k];
+      if (j + 1 == window_end || sorted_tokens[j + 1] != sorted_tokens[j]) {
+        store_fp32(piece_sums + static_cast<size_t>(piece) * C + c, acc);
+#pragma unroll
+        for (int k = 0; k < kWidth; k++) acc[k] = 0.0f;
+        piece = j + 1;
+      }
+    }
+  }
+}
+
+// dwte, step 2 of 2: block i starts work only where a run of equal tokens starts; that
+// block alone owns the token's row of dwte and adds the run's pieces onto it in order,
+// so the result is exactly the CPU kernel's.
+template <int kWidth, typename Elem>
+__global__ void encoder_backward_wte_kernel(Elem* dwte, const float* piece_sums,
+                                            const uint32_t* sorted_tokens, int BT, int C) {
   const int first = blockIdx.x;
   const uint32_t token = sorted_tokens[first];
   if (first > 0 && sorted_tokens[first - 1] == token) return;  // the same for the whole block
@@ -250,13 +303,13 @@ __global__ void encoder_backward_wte_kernel(Elem* dwte, const Elem* dout,
   for (int c = threadIdx.x * kWidth; c < C; c += blockDim.x * kWidth) {
     float acc[kWidth];
     load(acc, row + c);
-    // No stores in the loop, so the unrolled loads of several positions overlap.
-#pragma unroll 4
-    for (int j = first; j < end; j++) {
-      float d[kWidth];
-      load(d, dout + static_cast<size_t>(sorted_positions[j]) * C + c);
+    // The pieces start at `first` and at every multiple of the piece size after it.
+    for (int piece = first; piece < end;
+         piece = (piece / kEmbeddingBackwardPiece + 1) * kEmbeddingBackwardPiece) {
+      float p[kWidth];
+      load_fp32(p, piece_sums + static_cast<size_t>(piece) * C + c);
 #pragma unroll
-      for (int k = 0; k < kWidth; k++) acc[k] += d[k];
+      for (int k = 0; k < kWidth; k++) acc[k] += p[k];
     }
     store(row + c, acc);
   }
@@ -702,11 +755,14 @@ void encoder_forward(Elem* out, const int32_t* tokens, const Elem* wte, const El
   check_launch("encoder_forward");
 }
 
-size_t encoder_backward_scratch_bytes(int B, int T) {
+size_t encoder_backward_scratch_bytes(int B, int T, int C) {
   const int BT = B * T;
   if (BT == 0) return 0;
-  // sorted tokens, positions, sorted positions (4 bytes each per position), cub's storage.
-  return 3 * round_up_256(static_cast<size_t>(BT) * 4) + round_up_256(radix_sort_temp_bytes(BT));
+  // sorted tokens, positions, sorted positions (4 bytes each per position), the piece sums
+  // (fp32 [BT, C]), cub's storage.
+  return 3 * round_up_256(static_cast<size_t>(BT) * 4) +
+         round_up_256(static_cast<size_t>(BT) * C * sizeof(float)) +
+         round_up_256(radix_sort_temp_bytes(BT));
 }
 
 template <typename Elem>
@@ -735,7 +791,8 @@ void encoder_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const int32_t* t
   auto* sorted_tokens = reinterpret_cast<uint32_t*>(base);
   auto* positions = reinterpret_cast<int32_t*>(base + region);
   auto* sorted_positions = reinterpret_cast<int32_t*>(base + 2 * region);
-  void* temp = base + 3 * region;
+  auto* piece_sums = reinterpret_cast<float*>(base + 3 * region);
+  void* temp = base + 3 * region + round_up_256(static_cast<size_t>(BT) * C * sizeof(float));
   size_t temp_bytes = radix_sort_temp_bytes(BT);
   iota_kernel<<<(BT + kThreads - 1) / kThreads, kThreads, 0, stream>>>(positions, BT);
   check_launch("encoder_backward (positions)");
@@ -744,12 +801,21 @@ void encoder_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const int32_t* t
                  positions, sorted_positions, BT, 0, 32, stream),
              "cub::DeviceRadixSort::SortPairs (encoder_backward)");
 
+  const unsigned windows = (BT + kEmbeddingBackwardPiece - 1) / kEmbeddingBackwardPiece;
+  if (vector) {
+    encoder_backward_wte_pieces_kernel<kWidth><<<windows, kEncoderWteThreads, 0, stream>>>(
+        piece_sums, dout, sorted_tokens, sorted_positions, BT, C);
+  } else {
+    encoder_backward_wte_pieces_kernel<1><<<windows, kEncoderWteThreads, 0, stream>>>(
+        piece_sums, dout, sorted_tokens, sorted_positions, BT, C);
+  }
+  check_launch("encoder_backward (dwte pieces)");
   if (vector && aligned16(dwte)) {
     encoder_backward_wte_kernel<kWidth>
-        <<<BT, kEncoderWteThreads, 0, stream>>>(dwte, dout, sorted_tokens, sorted_positions, BT, C);
+        <<<BT, kEncoderWteThreads, 0, stream>>>(dwte, piece_sums, sorted_tokens, BT, C);
   } else {
     encoder_backward_wte_kernel<1>
-        <<<BT, kEncoderWteThreads, 0, stream>>>(dwte, dout, sorted_tokens, sorted_positions, BT, C);
+        <<<BT, kEncoderWteThreads, 0, stream>>>(dwte, piece_sums, sorted_tokens, BT, C);
   }
   check_launch("encoder_backward (dwte)");
 }

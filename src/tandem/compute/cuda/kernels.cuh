@@ -31,10 +31,12 @@ template <typename Elem>
 void encoder_forward(Elem* out, const int32_t* tokens, const Elem* wte, const Elem* wpe, int B,
                      int T, int C, cudaStream_t stream);
 
-size_t encoder_backward_scratch_bytes(int B, int T);
-// dwte[V,C] += scatter of dout[B,T,C] by token; dwpe[T,C] += sum over the batch. Each row
-// of dwte adds its positions in position order, as the CPU kernel does: the positions are
-// sorted by token first (a stable radix sort), so no two threads ever add to one row.
+size_t encoder_backward_scratch_bytes(int B, int T, int C);
+// dwte[V,C] += scatter of dout[B,T,C] by token; dwpe[T,C] += sum over the batch. dwte is
+// summed in the order of embedding_backward_order.h, as the CPU kernel does: the positions
+// are sorted by token (a stable radix sort), fixed-size pieces of the sorted list are
+// summed in parallel, and one block per token adds its pieces in order, so no two threads
+// ever add to one row. scratch: encoder_backward_scratch_bytes(B, T, C) bytes.
 template <typename Elem>
 void encoder_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const int32_t* tokens, int B, int T,
                       int C, void* scratch, cudaStream_t stream);
