@@ -148,8 +148,58 @@ __device__ __forceinline__ size_t head_offset(const Geometry& g, int b, int h, s
   return static_cast<size_t>(b) * g.T * width + static_cast<size_t>(h) * g.hs;
 }
 
-// D[b, h, t] = dout[b, t, head h] . out[b, t, head h], in index order. This equals
-// sum_t2 P[t, t2] dP[t, t2], which the backward kernels subtract in dS = P (dP - D).
+// D[b, h, t] = dout[b, t, head h] . out[b, t, head h]. This equals sum_t2 P[t, t2]
+// dP[t, t2], which the backward kernels subtract in dS = P (dP - D).
+//
+// One warp per row (b, t) of C elements: the lanes copy consecutive 16-byte packs of dout
+// and out into shared memory as fp32 (coalesced reads), then lane h sums head h's products
+// in index order, as the fallback below does and as the SIMT kernels' dP dot products
+// run, so that D cancels against them exactly where it should (one key: dS = 0). Each
+// head's row is padded to hs + 1 floats so that the lanes' column walks hit distinct
+// banks. Needs hs a multiple of the pack and 16-byte aligned tensors; delta_kernel below
+// is the fallback.
+template <typename Elem>
+struct Pack16 {
+  Elem e[16 / sizeof(Elem)];
+};
+constexpr int kDeltaWarps = kThreads / 32;
+// Shared memory of delta_packed_kernel: dout and out rows of every warp, heads padded.
+size_t delta_packed_smem(int C, int NH) {
+  return sizeof(float) * kDeltaWarps * 2 * (static_cast<size_t>(C) + NH);
+}
+template <typename Elem>
+__global__ void __launch_bounds__(kThreads)
+    delta_packed_kernel(float* delta, const Elem* dout, const Elem* out, Geometry g) {
+  constexpr int kWidth = 16 / sizeof(Elem);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int padded = g.C + g.NH;  // floats per staged row
+  float* d_row = reinterpret_cast<float*>(dynamic_smem()) + warp * 2 * padded;
+  float* o_row = d_row + padded;
+  const size_t bt = static_cast<size_t>(blockIdx.x) * kDeltaWarps + warp;
+  if (bt >= static_cast<size_t>(g.B) * g.T) return;  // the whole warp
+  const uint4* d = reinterpret_cast<const uint4*>(dout + bt * g.C);
+  const uint4* o = reinterpret_cast<const uint4*>(out + bt * g.C);
+  for (int p = lane; p < g.C / kWidth; p += 32) {
+    const Pack16<Elem> dp = bit_copy<Pack16<Elem>>(d[p]), op = bit_copy<Pack16<Elem>>(o[p]);
+    const int i = p * kWidth, at = i + i / g.hs;  // a pack never straddles two heads
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) {
+      d_row[at + k] = to_float(dp.e[k]);
+      o_row[at + k] = to_float(op.e[k]);
+    }
+  }
+  __syncwarp();
+  const int b = static_cast<int>(bt / g.T), t = static_cast<int>(bt % g.T);
+  for (int h = lane; h < g.NH; h += 32) {
+    const float* dh = d_row + h * (g.hs + 1);
+    const float* oh = o_row + h * (g.hs + 1);
+    float sum = 0.0f;
+    for (int i = 0; i < g.hs; i++) sum += dh[i] * oh[i];
+    delta[stat_index(g, b, h, t)] = sum;
+  }
+}
+
+// The fallback: one thread per (b, t, h), in index order.
 template <typename Elem>
 __global__ void delta_kernel(float* delta, const Elem* dout, const Elem* out, Geometry g) {
   const size_t index = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // [B, T, NH]
@@ -264,7 +314,7 @@ constexpr size_t simt_dq_smem() {  // q, dout, k, v tiles and dS [64][65]
   return sizeof(float) * (4 * kTile * (HSP + 1) + kTile * (kTile + 1));
 }
 
-// Grid (B * NH, query tiles). Online softmax over key tiles 0..tile: per row a running max
+// Grid (query tiles, B * NH). Online softmax over key tiles 0..tile: per row a running max
 // m and sum l of exp(s - m); on a new max the sum and the output accumulators are scaled by
 // exp(m_old - m_new).
 template <typename Elem, int HSP>
@@ -275,9 +325,9 @@ __global__ void __launch_bounds__(kThreads)
   float* ks = qs + kTile * P;
   float* vs = ks + kTile * P;
   float* ps = vs + kTile * P;  // this tile's probabilities, [64][65]
-  const int tile = static_cast<int>(gridDim.y - 1 - blockIdx.y);  // longest rows first
+  const int tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest rows first
   const int q0 = tile * kTile;
-  const int b = static_cast<int>(blockIdx.x) / g.NH, h = static_cast<int>(blockIdx.x) % g.NH;
+  const int b = static_cast<int>(blockIdx.y) / g.NH, h = static_cast<int>(blockIdx.y) % g.NH;
   const size_t stride = 3 * static_cast<size_t>(g.C);
   const Elem* q_head = qkv + head_offset(g, b, h, stride);
   const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
@@ -336,7 +386,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Grid (B * NH, key tiles): dk and dv of one key tile, over the query tiles from the
+// Grid (key tiles, B * NH): dk and dv of one key tile, over the query tiles from the
 // diagonal on (earlier queries see none of these keys). Thread rows are keys, columns
 // queries: s^T = k q^T, dP^T = v dout^T.
 template <typename Elem, int HSP>
@@ -352,8 +402,8 @@ __global__ void __launch_bounds__(kThreads)
   float* dss = ps + kTile * (kTile + 1);  // dS^T * scale [64 keys][65]
   float* lse_s = dss + kTile * (kTile + 1);
   float* delta_s = lse_s + kTile;
-  const int k0 = static_cast<int>(blockIdx.y) * kTile;  // key tile 0 (the most work) first
-  const int b = static_cast<int>(blockIdx.x) / g.NH, h = static_cast<int>(blockIdx.x) % g.NH;
+  const int k0 = static_cast<int>(blockIdx.x) * kTile;  // key tile 0 (the most work) first
+  const int b = static_cast<int>(blockIdx.y) / g.NH, h = static_cast<int>(blockIdx.y) % g.NH;
   const size_t stride = 3 * static_cast<size_t>(g.C);
   const Elem* q_head = qkv + head_offset(g, b, h, stride);
   const Elem* dout_head = dout + head_offset(g, b, h, g.C);
@@ -407,7 +457,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Grid (B * NH, query tiles): dq of one query tile over key tiles 0..tile, recomputing P.
+// Grid (query tiles, B * NH): dq of one query tile over key tiles 0..tile, recomputing P.
 template <typename Elem, int HSP>
 __global__ void __launch_bounds__(kThreads)
     simt_backward_dq_kernel(Elem* dqkv, const Elem* dout, const Elem* qkv, const float* lse,
@@ -418,9 +468,9 @@ __global__ void __launch_bounds__(kThreads)
   float* ks = dos + kTile * P;
   float* vs = ks + kTile * P;
   float* dss = vs + kTile * P;                                    // dS * scale [64 queries][65]
-  const int tile = static_cast<int>(gridDim.y - 1 - blockIdx.y);  // longest rows first
+  const int tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest rows first
   const int q0 = tile * kTile;
-  const int b = static_cast<int>(blockIdx.x) / g.NH, h = static_cast<int>(blockIdx.x) % g.NH;
+  const int b = static_cast<int>(blockIdx.y) / g.NH, h = static_cast<int>(blockIdx.y) % g.NH;
   const size_t stride = 3 * static_cast<size_t>(g.C);
   const Elem* q_head = qkv + head_offset(g, b, h, stride);
   const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
@@ -593,18 +643,28 @@ constexpr size_t mma_dq_smem() {  // q, dout tiles, 2 x (k, v steps)
   return sizeof(uint16_t) * (2 * kTile + 4 * mma_backward_step<HSP>()) * (HSP + 8);
 }
 
-// Grid (B * NH, query tiles); as simt_forward_kernel, in the base-2 domain: scores are
+// Blocks per SM the forward kernel is compiled for (__launch_bounds__): 4 up to hs = 64
+// (at most 128 registers per thread and 46 KiB of shared memory each: 4 fit an sm_80 or
+// sm_90 SM; at hs = 64 ptxas (CUDA 13, sm_90) then spills 8 bytes, against 128 registers
+// and no spill without the bound, which a compiler change could push past 4 blocks), 2 at
+// hs = 128 (87 KiB each).
+template <int HSP>
+constexpr int mma_forward_min_blocks() {
+  return HSP <= 64 ? 4 : 2;
+}
+
+// Grid (query tiles, B * NH); as simt_forward_kernel, in the base-2 domain: scores are
 // scaled by scale * log2(e) and exponentiated with exp2f.
 template <int HSP>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, mma_forward_min_blocks<HSP>())
     mma_forward_kernel(Bf16* out, float* lse, const Bf16* qkv, Geometry g) {
   constexpr int S = HSP + 8;
   uint16_t* qs = reinterpret_cast<uint16_t*>(dynamic_smem());
   uint16_t* ks = qs + kTile * S;                                  // [2][kTile][S]
   uint16_t* vs = ks + 2 * kTile * S;                              // [2][kTile][S]
-  const int tile = static_cast<int>(gridDim.y - 1 - blockIdx.y);  // longest rows first
+  const int tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest rows first
   const int q0 = tile * kTile;
-  const int b = static_cast<int>(blockIdx.x) / g.NH, h = static_cast<int>(blockIdx.x) % g.NH;
+  const int b = static_cast<int>(blockIdx.y) / g.NH, h = static_cast<int>(blockIdx.y) % g.NH;
   const size_t stride = 3 * static_cast<size_t>(g.C);
   const uint16_t* q_head = reinterpret_cast<const uint16_t*>(qkv) + head_offset(g, b, h, stride);
   const uint16_t* k_head = q_head + g.C;
@@ -691,7 +751,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Grid (B * NH, key tiles): dk and dv of one key tile, over the queries from the diagonal
+// Grid (key tiles, B * NH): dk and dv of one key tile, over the queries from the diagonal
 // on, kStep at a time. Each warp owns 16 keys: s^T = k q^T and dP^T = v dout^T are its
 // C fragments (rows keys, columns queries), and dv += P^T dout, dk += dS^T q reuse them as
 // A fragments.
@@ -707,8 +767,8 @@ __global__ void __launch_bounds__(kThreads)
   uint16_t* dos = qs + 2 * kStep * S;                            // [2][kStep][S]
   float* lse_s = reinterpret_cast<float*>(dos + 2 * kStep * S);  // [2][kStep]
   float* delta_s = lse_s + 2 * kStep;                            // [2][kStep]
-  const int k0 = static_cast<int>(blockIdx.y) * kTile;           // key tile 0 (the most work) first
-  const int b = static_cast<int>(blockIdx.x) / g.NH, h = static_cast<int>(blockIdx.x) % g.NH;
+  const int k0 = static_cast<int>(blockIdx.x) * kTile;           // key tile 0 (the most work) first
+  const int b = static_cast<int>(blockIdx.y) / g.NH, h = static_cast<int>(blockIdx.y) % g.NH;
   const size_t stride = 3 * static_cast<size_t>(g.C);
   const uint16_t* q_head = reinterpret_cast<const uint16_t*>(qkv) + head_offset(g, b, h, stride);
   const uint16_t* dout_head = reinterpret_cast<const uint16_t*>(dout) + head_offset(g, b, h, g.C);
@@ -779,7 +839,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Grid (B * NH, query tiles): dq of one query tile over keys 0..min(q0 + 63, T - 1),
+// Grid (query tiles, B * NH): dq of one query tile over keys 0..min(q0 + 63, T - 1),
 // kStep at a time, recomputing P. Each warp owns 16 queries.
 template <int HSP>
 __global__ void __launch_bounds__(kThreads)
@@ -791,9 +851,9 @@ __global__ void __launch_bounds__(kThreads)
   uint16_t* dos = qs + kTile * S;
   uint16_t* ks = dos + kTile * S;                                 // [2][kStep][S]
   uint16_t* vs = ks + 2 * kStep * S;                              // [2][kStep][S]
-  const int tile = static_cast<int>(gridDim.y - 1 - blockIdx.y);  // longest rows first
+  const int tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest rows first
   const int q0 = tile * kTile;
-  const int b = static_cast<int>(blockIdx.x) / g.NH, h = static_cast<int>(blockIdx.x) % g.NH;
+  const int b = static_cast<int>(blockIdx.y) / g.NH, h = static_cast<int>(blockIdx.y) % g.NH;
   const size_t stride = 3 * static_cast<size_t>(g.C);
   const uint16_t* q_head = reinterpret_cast<const uint16_t*>(qkv) + head_offset(g, b, h, stride);
   const uint16_t* k_head = q_head + g.C;
@@ -873,9 +933,10 @@ Geometry geometry(int B, int T, int C, int NH) {
   TANDEM_CHECK(hs <= kFlashMaxHeadSize, "flash attention supports head sizes up to ",
                kFlashMaxHeadSize, ", got ", hs, " (n_embd ", C, " / n_head ", NH,
                "); use more heads");
-  TANDEM_CHECK(static_cast<long long>(B) * NH <= 0x7fffffffLL && (T + kTile - 1) / kTile <= 65535,
-               "flash attention: too many heads or positions (B*NH=",
-               static_cast<long long>(B) * NH, ", T=", T, ")");
+  // The grid is (tiles, B * NH): gridDim.y allows 65535.
+  TANDEM_CHECK(static_cast<long long>(B) * NH <= 65535,
+               "flash attention: batch x heads = ", static_cast<long long>(B) * NH,
+               " is more than the 65535 the kernel grid allows; use a smaller micro-batch");
   return Geometry{B, T, C, NH, hs, 1.0f / std::sqrt(static_cast<float>(hs))};
 }
 
@@ -902,8 +963,10 @@ bool tensor_core_ready(const Geometry& g, std::initializer_list<const void*> ten
   return true;
 }
 
+// x: the tiles of one head (fastest varying, so a head's blocks run together and its k, v
+// tiles are reused from L2), y: batch x head.
 dim3 grid(const Geometry& g) {
-  return dim3(static_cast<unsigned>(g.B * g.NH), static_cast<unsigned>((g.T + kTile - 1) / kTile));
+  return dim3(static_cast<unsigned>((g.T + kTile - 1) / kTile), static_cast<unsigned>(g.B * g.NH));
 }
 
 }  // namespace
@@ -942,9 +1005,19 @@ void flash_attention_backward(Elem* dqkv, void* scratch, const Elem* dout, const
   const Geometry g = geometry(B, T, C, NH);
   if (B == 0 || T == 0) return;
   float* delta = static_cast<float*>(scratch);
-  const size_t rows = static_cast<size_t>(B) * T * NH;
-  launch(delta_kernel<Elem>, dim3(static_cast<unsigned>((rows + kThreads - 1) / kThreads)), 0,
-         stream, "flash_attention_backward (delta)", delta, dout, out, g);
+  constexpr int kPackWidth = 16 / sizeof(Elem);
+  const size_t packed_smem = delta_packed_smem(C, NH);
+  if (g.hs % kPackWidth == 0 && packed_smem <= 96 * 1024 &&
+      reinterpret_cast<uintptr_t>(dout) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+    const size_t rows = static_cast<size_t>(B) * T;  // a warp each
+    launch(delta_packed_kernel<Elem>,
+           dim3(static_cast<unsigned>((rows + kDeltaWarps - 1) / kDeltaWarps)), packed_smem, stream,
+           "flash_attention_backward (delta)", delta, dout, out, g);
+  } else {
+    const size_t rows = static_cast<size_t>(B) * T * NH;
+    launch(delta_kernel<Elem>, dim3(static_cast<unsigned>((rows + kThreads - 1) / kThreads)), 0,
+           stream, "flash_attention_backward (delta)", delta, dout, out, g);
+  }
   if constexpr (std::is_same_v<Elem, Bf16>) {
     if (tensor_core_ready(g, {dqkv, dout, qkv})) {
       with_head_tile(g.hs, [&](auto tile) {
