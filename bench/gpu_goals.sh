@@ -26,8 +26,19 @@ summary="$out/summary.txt"
 status=0
 note() { echo "$*" | tee -a "$summary"; }
 step() { echo "== $*" >&2; }
-# Each step has a time limit, so that one hang leaves time for the rest.
-limited() { timeout --kill-after=10 "$@"; }
+# The whole run fits one device call (10 minutes): GPU_GOALS_BUDGET seconds (default 560)
+# are shared out so that a slow or hung step leaves each later step at least the time
+# reserved for it. limited CAP RESERVE command...: runs command for at most CAP seconds,
+# less if the budget minus RESERVE (what the later steps need) is smaller.
+budget=${GPU_GOALS_BUDGET:-560}
+limited() {
+  local cap=$1 reserve=$2
+  shift 2
+  local left=$((budget - SECONDS - reserve))
+  ((left < cap)) && cap=$left
+  ((cap < 10)) && cap=10
+  timeout --kill-after=5 "$cap" "$@"
+}
 
 if [[ -f $from/tandem-gpu.tar.xz ]]; then
   tar -C "$from" -xJf "$from/tandem-gpu.tar.xz" || {
@@ -81,11 +92,11 @@ done
 
 step "GPU tests"
 : >"$out/tests.log"
-run_tests() {  # name, binary, gtest args...
-  local name=$1 binary=$2
-  shift 2
+run_tests() {  # name, cap seconds, binary, gtest args...
+  local name=$1 cap=$2 binary=$3
+  shift 3
   local log
-  log=$(limited 600 "$bin/$binary" "$@" 2>&1)
+  log=$(limited "$cap" 330 "$bin/$binary" "$@" 2>&1)
   local rc=$?
   echo "$log" >>"$out/tests.log"
   local passed failed skipped
@@ -98,9 +109,9 @@ run_tests() {  # name, binary, gtest args...
     tee -a "$summary"
   ((rc == 0 && passed > 0 && skipped == 0)) || status=1
 }
-run_tests cuda_device test_cuda_device
-run_tests cuda_backend test_cuda_backend
-run_tests update_engine_cuda test_update_engine --gtest_filter='*Cuda*'
+run_tests cuda_device 60 test_cuda_device
+run_tests cuda_backend 180 test_cuda_backend
+run_tests update_engine_cuda 60 test_update_engine --gtest_filter='*Cuda*'
 
 step "compute-sanitizer"
 : >"$out/sanitizer.log"
@@ -108,7 +119,7 @@ step "compute-sanitizer"
 kernel_tests='CudaBackend.Every*Kernel*:CudaBackend.Bf16Matmul*:CudaBackend.FlashAttention*'
 if command -v compute-sanitizer >/dev/null; then
   for tool in racecheck memcheck; do
-    limited 600 compute-sanitizer --tool "$tool" --error-exitcode 99 \
+    limited 120 220 compute-sanitizer --tool "$tool" --error-exitcode 99 \
       "$bin/test_cuda_backend" --gtest_filter="$kernel_tests" >>"$out/sanitizer.log" 2>&1
     rc=$?
     errors=$(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$out/sanitizer.log" | tail -1)
@@ -122,10 +133,10 @@ fi
 
 step "pinned host <-> device copies"
 # Their messages (stderr) go to tests.log beside the tests' output.
-limited 300 "$bin/tandem" bench pcie --json >"$out/pcie.json" 2>>"$out/tests.log" || status=1
+limited 45 175 "$bin/tandem" bench pcie --json >"$out/pcie.json" 2>>"$out/tests.log" || status=1
 
 step "device AdamW vs device-to-device copy"
-limited 300 "$bin/tandem" bench adamw --device cuda --params 1e8 --json >"$out/adamw_cuda.json" \
+limited 45 130 "$bin/tandem" bench adamw --device cuda --params 1e8 --json >"$out/adamw_cuda.json" \
   2>>"$out/tests.log" || status=1
 
 # Both sides of the throughput comparison train on the same token shard.
@@ -133,12 +144,12 @@ shard=$(mktemp -d)/tinyshakespeare.bin
 "$bin/tandem" tokenize --input data/tinyshakespeare.txt --output "$shard" >&2 || status=1
 
 step "GPT-2 124M, B=16, T=1024, bf16: tandem"
-limited 600 "$bin/tandem" bench step --config configs/gpt2-124m.json \
+limited 120 60 "$bin/tandem" bench step --config configs/gpt2-124m.json \
   --set data.train_path="$shard" --warmup 3 --steps 10 --json >"$out/step_tandem.json" \
   2>>"$out/tests.log" || status=1
 
 step "GPT-2 124M, B=16, T=1024, bf16: PyTorch baseline"
-PYTHONUNBUFFERED=1 limited 600 python3 bench/pytorch_gpt2_train.py --device cuda \
+PYTHONUNBUFFERED=1 limited 120 5 python3 bench/pytorch_gpt2_train.py --device cuda \
   --data "$shard" --warmup 3 --steps 10 2>>"$out/tests.log" | tee -a "$out/tests.log" |
   tail -n 1 >"$out/step_pytorch.json" || status=1
 
@@ -167,5 +178,5 @@ ratio = "%.3f" % (t / p) if t and p else None
 print("GPT-2 124M tokens/s: tandem %s (fwd %s, bwd %s, update %s ms), PyTorch %s; ratio %s (goal >= 1)"
       % (t, ours.get("forward_ms"), ours.get("backward_ms"), ours.get("update_ms"), p, ratio))
 PY
-note "gpu_goals: $([[ $status == 0 ]] && echo 'everything passed' || echo 'SOMETHING FAILED (see above)')"
+note "gpu_goals: $([[ $status == 0 ]] && echo 'everything passed' || echo 'SOMETHING FAILED (see above)') in ${SECONDS} s"
 exit $status

@@ -128,7 +128,7 @@ def main():
         lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=fused)
     window = args.batch * (T + 1)
     if args.data:
-        tokens = torch.tensor(read_token_shard(args.data), dtype=torch.int64)
+        tokens = torch.tensor(list(read_token_shard(args.data)), dtype=torch.int64)
         if tokens.numel() < window:
             sys.exit(f"{args.data}: {tokens.numel()} tokens, fewer than one batch of {window}")
         if int(tokens.max()) >= cfg["vocab_size"]:
