@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -42,6 +43,8 @@ struct Case {
   int B, T, NH, hs;
   bool misaligned = false;  // tensors one element past 16-byte alignment: bf16 takes SIMT
   Schedule schedule = Schedule::kRoundRobin;
+  // The backward pass gets the least scratch (one head's dS tiles), so it runs head by head.
+  bool min_scratch = false;
 };
 
 std::string name(const Case& c) {
@@ -49,6 +52,7 @@ std::string name(const Case& c) {
                   std::to_string(c.B) + "_T" + std::to_string(c.T) + "_NH" + std::to_string(c.NH) +
                   "_hs" + std::to_string(c.hs);
   if (c.misaligned) s += "_misaligned";
+  if (c.min_scratch) s += "_chunked";
   return s + "_" + cuda_emulation::schedule_name(c.schedule);
 }
 
@@ -108,6 +112,31 @@ std::vector<Case> larger_cases() {
       }
     }
   }
+  return cases;
+}
+
+// The dq pass reads the dS tiles the dk/dv pass stored: many query tiles per head (each
+// reading every key tile up to the diagonal), T just past a tile, head sizes from 8 to 128
+// on both paths, and the backward pass in chunks of one head (scratch for one head's dS
+// tiles) with several batches and heads, so that a chunk's offsets into the heads and into
+// the scratch are both exercised.
+std::vector<Case> dq_cases() {
+  std::vector<Case> cases;
+  for (Dtype dtype : {Dtype::kF32, Dtype::kBf16}) {
+    cases.push_back({dtype, 1, 150, 2, 8});   // 3 query tiles at the smallest head size
+    cases.push_back({dtype, 1, 140, 1, 96});  // head size below its tile (128), 3 tiles
+    cases.push_back({dtype, 1, 1, 3, 64});    // T = 1: one key, dS = 0
+    Case chunked{dtype, 2, 130, 3, 32};       // 6 heads, one per chunk
+    chunked.min_scratch = true;
+    cases.push_back(chunked);
+    chunked = {dtype, 1, 200, 2, 128};
+    chunked.min_scratch = true;
+    chunked.schedule = Schedule::kRandom;
+    cases.push_back(chunked);
+  }
+  Case misaligned{Dtype::kBf16, 2, 100, 2, 16, /*misaligned=*/true};  // bf16 SIMT, chunked
+  misaligned.min_scratch = true;
+  cases.push_back(misaligned);
   return cases;
 }
 
@@ -183,9 +212,14 @@ Outputs<Elem> run_kernels(const Case& c, const Inputs<Elem>& in) {
   cuda_emulation::set_schedule(c.schedule, /*seed=*/12345);
   flash_attention_forward<Elem>(o.out.data(), o.lse.data(), in.qkv.data(), c.B, c.T, C, c.NH,
                                 nullptr);
-  std::vector<unsigned char> scratch(flash_attention_backward_scratch_bytes(c.B, c.T, C, c.NH));
-  flash_attention_backward<Elem>(o.dqkv.data(), scratch.data(), in.dout.data(), in.qkv.data(),
-                                 o.out.data(), o.lse.data(), c.B, c.T, C, c.NH, nullptr);
+  // NaN bytes, so that a dS element the dk/dv pass leaves unwritten fails the comparisons.
+  const size_t scratch_bytes =
+      c.min_scratch ? flash_attention_backward_min_scratch_bytes<Elem>(c.B, c.T, C, c.NH)
+                    : flash_attention_backward_scratch_bytes<Elem>(c.B, c.T, C, c.NH);
+  std::vector<uint64_t> scratch((scratch_bytes + 7) / 8, ~uint64_t{0});  // 8-byte aligned
+  flash_attention_backward<Elem>(o.dqkv.data(), scratch.data(), scratch_bytes, in.dout.data(),
+                                 in.qkv.data(), o.out.data(), o.lse.data(), c.B, c.T, C, c.NH,
+                                 nullptr);
   cuda_emulation::set_schedule(Schedule::kRoundRobin);
   return o;
 }
@@ -331,6 +365,8 @@ INSTANTIATE_TEST_SUITE_P(Random, FlashAttentionEmulated,
                          ::testing::ValuesIn(schedule_cases(Schedule::kRandom)), param_name);
 INSTANTIATE_TEST_SUITE_P(Larger, FlashAttentionEmulated, ::testing::ValuesIn(larger_cases()),
                          param_name);
+INSTANTIATE_TEST_SUITE_P(StoredDs, FlashAttentionEmulated, ::testing::ValuesIn(dq_cases()),
+                         param_name);
 
 // One test for all of them, so that by default one line reports them skipped.
 TEST(FlashAttentionEmulatedLong, GptSizesUnderEverySchedule) {
@@ -365,6 +401,34 @@ void expect_same_bits_under_every_schedule(Case c) {
   }
 }
 
+// The backward pass in chunks of heads (less scratch) computes each head as it does in
+// one launch: the same bits.
+template <typename Elem>
+void expect_same_bits_in_chunks(Case c) {
+  const Inputs<Elem> in = random_inputs<Elem>(c);
+  c.min_scratch = false;
+  const Outputs<Elem> whole = run_kernels<Elem>(c, in);
+  c.min_scratch = true;
+  const Outputs<Elem> chunked = run_kernels<Elem>(c, in);
+  ASSERT_EQ(whole.dqkv.size(), chunked.dqkv.size());
+  for (size_t i = 0; i < whole.dqkv.size(); i++) {
+    ASSERT_EQ(std::memcmp(whole.dqkv.data() + i, chunked.dqkv.data() + i, sizeof(Elem)), 0)
+        << "dqkv[" << i << "]: " << as_double(whole.dqkv[i]) << " in one launch, "
+        << as_double(chunked.dqkv[i]) << " in chunks";
+  }
+}
+
+TEST(FlashAttentionEmulatedDeterminism, SameBitsInChunksOfHeads) {
+  for (const Case& c : {Case{Dtype::kBf16, 2, 70, 2, 32}, Case{Dtype::kF32, 2, 70, 2, 24}}) {
+    SCOPED_TRACE(name(c));
+    if (c.dtype == Dtype::kBf16) {
+      expect_same_bits_in_chunks<Bf16>(c);
+    } else {
+      expect_same_bits_in_chunks<float>(c);
+    }
+  }
+}
+
 TEST(FlashAttentionEmulatedDeterminism, SameBitsUnderEverySchedule) {
   for (const Case& c :
        {Case{Dtype::kBf16, 1, 130, 2, 32}, Case{Dtype::kBf16, 1, 97, 1, 128},
@@ -394,6 +458,41 @@ TEST(FlashAttentionEmulatedHost, BadSizesAreRejectedWithAHint) {
   const std::string too_wide = error_of(256, 1);
   EXPECT_NE(too_wide.find("head sizes up to 128, got 256"), std::string::npos) << too_wide;
   EXPECT_NE(too_wide.find("use more heads"), std::string::npos) << too_wide;
+}
+
+// The scratch holds every head's dS tiles up to the budget, then as many heads as fit.
+TEST(FlashAttentionEmulatedHost, ScratchSizes) {
+  // GPT-2 small, B = 16, T = 1024, bf16: delta [16, 12, 1024] fp32 and 192 heads of 136
+  // tile pairs of 64 x 64 bf16, in one chunk.
+  const size_t delta = 4 * 16 * 12 * 1024, head = 136 * 64 * 64 * 2;
+  EXPECT_EQ(flash_attention_backward_scratch_bytes<Bf16>(16, 1024, 768, 12), delta + 192 * head);
+  EXPECT_EQ(flash_attention_backward_min_scratch_bytes<Bf16>(16, 1024, 768, 12), delta + head);
+  EXPECT_EQ(flash_attention_backward_scratch_bytes<float>(16, 1024, 768, 12),
+            delta + kFlashBackwardScratchBudget / (2 * head) * (2 * head));
+  // Past the budget: as many heads as fit, at least one.
+  EXPECT_LE(flash_attention_backward_scratch_bytes<Bf16>(64, 1024, 768, 12),
+            4 * 64 * 12 * 1024 + kFlashBackwardScratchBudget);
+  const size_t long_head = size_t{256} * 257 / 2 * 64 * 64 * 4;  // T = 16384, fp32: 514 MiB
+  EXPECT_EQ(flash_attention_backward_scratch_bytes<float>(2, 16384, 64, 1),
+            2 * 4 * 16384 + long_head);
+  // delta is padded to 256 bytes, so the dS tiles stay 16-byte aligned.
+  EXPECT_EQ(flash_attention_backward_min_scratch_bytes<Bf16>(1, 3, 8, 1), 256 + 2 * 64 * 64);
+  EXPECT_EQ(flash_attention_backward_scratch_bytes<Bf16>(0, 3, 8, 1), 0u);
+}
+
+TEST(FlashAttentionEmulatedHost, TooLittleScratchIsRejected) {
+  const int B = 1, T = 70, C = 32, NH = 2;
+  std::vector<float> qkv(3 * C * T), dqkv(3 * C * T), out(C * T), dout(C * T), lse(NH * T);
+  const size_t need = flash_attention_backward_min_scratch_bytes<float>(B, T, C, NH);
+  std::vector<uint64_t> scratch(need / 8);
+  try {
+    flash_attention_backward<float>(dqkv.data(), scratch.data(), need - 1, dout.data(), qkv.data(),
+                                    out.data(), lse.data(), B, T, C, NH, nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bytes of scratch, less than the"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(FlashAttentionEmulatedHost, EmptyInputsLaunchNothing) {

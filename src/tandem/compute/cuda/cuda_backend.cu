@@ -27,7 +27,9 @@ void check(cudaError_t err, const char* what) { cuda_check(err, what); }
 constexpr size_t kSquaresResultBytes = 256;
 
 // Device memory outside any Device's accounting, for the backend's own scratch (like
-// cuBLASLt's workspace): tens of MiB at most, grown on demand.
+// cuBLASLt's workspace), grown on demand: tens of MiB, but for the flash-attention
+// backward's dS tiles (up to cuda::kFlashBackwardScratchBudget, 256 MiB, plus [B, NH, T]
+// floats).
 class ScratchMemory {
  public:
   ScratchMemory() = default;
@@ -249,9 +251,9 @@ class CudaBackend final : public ComputeBackend {
   template <typename Elem>
   void attention_backward_impl(Elem* dqkv, const Elem* dout, const Elem* qkv, const Elem* out,
                                const float* lse, int B, int T, int C, int NH) {
-    char* work = scratch(cuda::flash_attention_backward_scratch_bytes(B, T, C, NH));
-    cuda::flash_attention_backward<Elem>(dqkv, work, dout, qkv, out, lse, B, T, C, NH,
-                                         cuda_stream_);
+    const size_t bytes = cuda::flash_attention_backward_scratch_bytes<Elem>(B, T, C, NH);
+    cuda::flash_attention_backward<Elem>(dqkv, scratch(bytes), bytes, dout, qkv, out, lse, B, T, C,
+                                         NH, cuda_stream_);
   }
 
   template <typename Elem>

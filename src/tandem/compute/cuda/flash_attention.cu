@@ -20,11 +20,20 @@
 // arrays need compile-time sizes. Columns hs..HSP-1 and rows past T are zero in shared
 // memory, so they add nothing to the dot products and the mma inputs are never garbage.
 //
-// Determinism: no atomics. The forward pass and dq have one block per query tile, dk and
-// dv one block per key tile; each output element is written once by one thread, and every
-// sum (register loops, fixed-order shuffles, mma chains) runs in an order fixed by the code.
+// Backward: the dk/dv pass (one block per key tile, over the query tiles from the diagonal
+// on) recomputes P from lse, forms dS = P (dP - D) and, besides dk and dv, stores dS^T tiles
+// in scratch memory (flash_attention.cuh has the layout); the dq pass (one block per query
+// tile) is then one product per tile pair, dq += dS k, where FlashAttention-2 would add
+// into dq atomically and a recomputing dq pass would redo q k^T and dout v^T. Where the
+// scratch does not hold every head's dS tiles, both passes run over chunks of heads.
+//
+// Determinism: no atomics. The forward pass and dq have one block per query tile, dk, dv
+// and dS one block per key tile; each output element is written once by one thread, and
+// every sum (register loops, fixed-order shuffles, mma chains) runs in an order fixed by
+// the code.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -146,6 +155,19 @@ __device__ __forceinline__ size_t stat_index(const Geometry& g, int b, int h, in
 // Offset of head h's first column in row (b, 0) of a [B, T, width] tensor.
 __device__ __forceinline__ size_t head_offset(const Geometry& g, int b, int h, size_t width) {
   return static_cast<size_t>(b) * g.T * width + static_cast<size_t>(h) * g.hs;
+}
+
+// Tile pairs (query tile i, key tile j <= i) of one head: those with a causal dS tile.
+__host__ __device__ __forceinline__ size_t tile_pairs(int T) {
+  const size_t tiles = (static_cast<size_t>(T) + kTile - 1) / kTile;
+  return tiles * (tiles + 1) / 2;
+}
+
+// Offset of tile pair (query tile i, key tile j) of the chunk's head `head` in the dS
+// scratch [heads][pairs][64 keys][64 queries]: the pairs of query tile i are consecutive.
+__device__ __forceinline__ size_t ds_tile_offset(const Geometry& g, int head, int i, int j) {
+  const size_t pair = static_cast<size_t>(i) * (i + 1) / 2 + j;
+  return (static_cast<size_t>(head) * tile_pairs(g.T) + pair) * kTile * kTile;
 }
 
 // D[b, h, t] = dout[b, t, head h] . out[b, t, head h]. This equals sum_t2 P[t, t2]
@@ -310,8 +332,8 @@ constexpr size_t simt_dkv_smem() {  // k, v, q, dout tiles, p and dS [64][65], l
   return sizeof(float) * (4 * kTile * (HSP + 1) + 2 * kTile * (kTile + 1) + 2 * kTile);
 }
 template <int HSP>
-constexpr size_t simt_dq_smem() {  // q, dout, k, v tiles and dS [64][65]
-  return sizeof(float) * (4 * kTile * (HSP + 1) + kTile * (kTile + 1));
+constexpr size_t simt_dq_smem() {  // k tile and dS [64][65]
+  return sizeof(float) * (kTile * (HSP + 1) + kTile * (kTile + 1));
 }
 
 // Grid (query tiles, B * NH). Online softmax over key tiles 0..tile: per row a running max
@@ -386,13 +408,14 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Grid (key tiles, B * NH): dk and dv of one key tile, over the query tiles from the
-// diagonal on (earlier queries see none of these keys). Thread rows are keys, columns
+// Grid (key tiles, heads of the chunk from bh0 on): dk and dv of one key tile, over the
+// query tiles from the diagonal on (earlier queries see none of these keys), and the dS^T
+// tiles (scale included) of those tile pairs into ds. Thread rows are keys, columns
 // queries: s^T = k q^T, dP^T = v dout^T.
 template <typename Elem, int HSP>
 __global__ void __launch_bounds__(kThreads)
-    simt_backward_dkv_kernel(Elem* dqkv, const Elem* dout, const Elem* qkv, const float* lse,
-                             const float* delta, Geometry g) {
+    simt_backward_dkv_kernel(Elem* dqkv, Elem* ds, const Elem* dout, const Elem* qkv,
+                             const float* lse, const float* delta, Geometry g, int bh0) {
   constexpr int P = HSP + 1;
   float* ks = reinterpret_cast<float*>(dynamic_smem());
   float* vs = ks + kTile * P;
@@ -403,7 +426,7 @@ __global__ void __launch_bounds__(kThreads)
   float* lse_s = dss + kTile * (kTile + 1);
   float* delta_s = lse_s + kTile;
   const int k0 = static_cast<int>(blockIdx.x) * kTile;  // key tile 0 (the most work) first
-  const int b = static_cast<int>(blockIdx.y) / g.NH, h = static_cast<int>(blockIdx.y) % g.NH;
+  const int bh = bh0 + static_cast<int>(blockIdx.y), b = bh / g.NH, h = bh % g.NH;
   const size_t stride = 3 * static_cast<size_t>(g.C);
   const Elem* q_head = qkv + head_offset(g, b, h, stride);
   const Elem* dout_head = dout + head_offset(g, b, h, g.C);
@@ -425,6 +448,9 @@ __global__ void __launch_bounds__(kThreads)
     float s[4][8], dp[4][8];
     simt_dots<HSP>(s, ks, qs, ty, tx);
     simt_dots<HSP>(dp, vs, dos, ty, tx);
+    // Every element of the tile pair is stored, zeros past T included: the dq pass reads
+    // whole tiles.
+    Elem* ds_tile = ds + ds_tile_offset(g, static_cast<int>(blockIdx.y), q0 / kTile, k0 / kTile);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       const int key = k0 + 4 * ty + i;
@@ -432,8 +458,10 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < 8; j++) {
         const int c = tx + 8 * j, t = q0 + c;
         const float p = t >= key && t < g.T ? expf(s[i][j] * g.scale - lse_s[c]) : 0.0f;
+        const float ds_scaled = p * (dp[i][j] - delta_s[c]) * g.scale;
         ps[(4 * ty + i) * (kTile + 1) + c] = p;
-        dss[(4 * ty + i) * (kTile + 1) + c] = p * (dp[i][j] - delta_s[c]) * g.scale;
+        dss[(4 * ty + i) * (kTile + 1) + c] = ds_scaled;
+        ds_tile[(4 * ty + i) * kTile + c] = from_float<Elem>(ds_scaled);  // 8 threads: 32 bytes
       }
     }
     __syncwarp();  // p, dS rows 16 w .. 16 w + 15 belong to warp w
@@ -457,54 +485,36 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Grid (query tiles, B * NH): dq of one query tile over key tiles 0..tile, recomputing P.
+// Grid (query tiles, heads of the chunk from bh0 on): dq = dS k of one query tile over key
+// tiles 0..tile, from the dS^T tiles (scale included) that simt_backward_dkv_kernel stored.
 template <typename Elem, int HSP>
 __global__ void __launch_bounds__(kThreads)
-    simt_backward_dq_kernel(Elem* dqkv, const Elem* dout, const Elem* qkv, const float* lse,
-                            const float* delta, Geometry g) {
+    simt_backward_dq_kernel(Elem* dqkv, const Elem* ds, const Elem* qkv, Geometry g, int bh0) {
   constexpr int P = HSP + 1;
-  float* qs = reinterpret_cast<float*>(dynamic_smem());
-  float* dos = qs + kTile * P;
-  float* ks = dos + kTile * P;
-  float* vs = ks + kTile * P;
-  float* dss = vs + kTile * P;                                    // dS * scale [64 queries][65]
+  float* ks = reinterpret_cast<float*>(dynamic_smem());
+  float* dss = ks + kTile * P;                                    // dS * scale [64 queries][65]
   const int tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest rows first
   const int q0 = tile * kTile;
-  const int b = static_cast<int>(blockIdx.y) / g.NH, h = static_cast<int>(blockIdx.y) % g.NH;
+  const int bh = bh0 + static_cast<int>(blockIdx.y), b = bh / g.NH, h = bh % g.NH;
   const size_t stride = 3 * static_cast<size_t>(g.C);
-  const Elem* q_head = qkv + head_offset(g, b, h, stride);
+  const Elem* k_head = qkv + head_offset(g, b, h, stride) + g.C;
+  const Elem* ds_row = ds + ds_tile_offset(g, static_cast<int>(blockIdx.y), tile, 0);
   const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
-  load_rows_f32<Elem, HSP, kTile>(qs, q_head, stride, q0, g.T, g.hs);
-  load_rows_f32<Elem, HSP, kTile>(dos, dout + head_offset(g, b, h, g.C), g.C, q0, g.T, g.hs);
-  float row_lse[4], row_delta[4];
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const int t = q0 + 4 * ty + i;
-    row_lse[i] = t < g.T ? lse[stat_index(g, b, h, t)] : 0.0f;
-    row_delta[i] = t < g.T ? delta[stat_index(g, b, h, t)] : 0.0f;
-  }
 
   float dq[4][HSP / 8] = {};
   for (int kt = 0; kt <= tile; kt++) {
     const int k0 = kt * kTile;
-    __syncthreads();  // all threads are done with the previous k, v, dS tiles
-    load_rows_f32<Elem, HSP, kTile>(ks, q_head + g.C, stride, k0, g.T, g.hs);
-    load_rows_f32<Elem, HSP, kTile>(vs, q_head + 2 * g.C, stride, k0, g.T, g.hs);
-    __syncthreads();
-    float s[4][8], dp[4][8];
-    simt_dots<HSP>(s, qs, ks, ty, tx);
-    simt_dots<HSP>(dp, dos, vs, ty, tx);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const int t = q0 + 4 * ty + i;
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        const int key = k0 + tx + 8 * j;
-        const float p = key <= t && t < g.T ? expf(s[i][j] * g.scale - row_lse[i]) : 0.0f;
-        dss[(4 * ty + i) * (kTile + 1) + tx + 8 * j] = p * (dp[i][j] - row_delta[i]) * g.scale;
-      }
+    __syncthreads();  // all threads are done with the previous k and dS tiles
+    load_rows_f32<Elem, HSP, kTile>(ks, k_head, stride, k0, g.T, g.hs);
+    // dS^T[key][query] is read along its rows (coalesced) and transposed into dss[query][key];
+    // the row stride of 65 keeps the column writes of 32 consecutive queries in distinct banks.
+    const Elem* ds_tile = ds_row + static_cast<size_t>(kt) * kTile * kTile;
+#pragma unroll 8
+    for (int round = 0; round < kTile * kTile / kThreads; round++) {
+      const int i = round * kThreads + threadIdx.x, key = i / kTile, query = i % kTile;
+      dss[query * (kTile + 1) + key] = to_float(ds_tile[i]);
     }
-    __syncwarp();  // dS rows 16 w .. 16 w + 15 belong to warp w
+    __syncthreads();
     simt_weighted_rows<HSP>(dq, dss, ks, min(kTile, g.T - k0), ty, tx);  // dq += dS k
   }
 #pragma unroll
@@ -588,14 +598,30 @@ __device__ __forceinline__ void warp_mma_abt(float (&acc)[NT][4], const uint16_t
   }
 }
 
+// acc[16 x 8 DN] += a[16 x 16] x[16 rows, from x] for this warp, given a's A fragment;
+// x holds 8 DN contiguous columns per row in shared memory (row stride `stride`).
+template <int DN>
+__device__ __forceinline__ void warp_mma_slice(float (&acc)[DN][4], const uint32_t (&af)[4],
+                                               const uint16_t* x, int stride, int lane) {
+  static_assert(DN % 2 == 0, "n-tiles are loaded in pairs");
+  const int matrix = lane / 8, row = lane % 8;
+#pragma unroll
+  for (int dn = 0; dn < DN; dn += 2) {
+    // Transposed loads of rows 0-7 and 8-15 of column block dn, then of dn + 1: b[k][n]
+    // = x[k][n] with k = 2 (lane % 4) + {0, 1} (+ 8), n = lane / 4.
+    uint32_t bf[4];
+    ldmatrix_x4_trans(bf, x + ((matrix % 2) * 8 + row) * stride + (dn + matrix / 2) * 8);
+    mma_bf16_16816(acc[dn], af, bf[0], bf[1]);
+    mma_bf16_16816(acc[dn + 1], af, bf[2], bf[3]);
+  }
+}
+
 // acc[16 x 8 DN] += p[16 x 16 KS] x for this warp, where p is in registers as the C
 // fragments of 2 KS n-tiles (so a warp_mma_abt result, rounded to bf16) and x is 16 KS rows
 // of 8 DN contiguous columns in shared memory (row stride `stride`).
 template <int KS, int DN>
 __device__ __forceinline__ void warp_mma_pb(float (&acc)[DN][4], const float (&p)[2 * KS][4],
                                             const uint16_t* x, int stride, int lane) {
-  static_assert(DN % 2 == 0, "n-tiles are loaded in pairs");
-  const int matrix = lane / 8, row = lane % 8;
 #pragma unroll
   for (int kk = 0; kk < KS; kk++) {
     // The C fragments of n-tiles 2 kk and 2 kk + 1 are exactly the A fragment of a
@@ -604,16 +630,25 @@ __device__ __forceinline__ void warp_mma_pb(float (&acc)[DN][4], const float (&p
                             pack_bf16x2(p[2 * kk][2], p[2 * kk][3]),
                             pack_bf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                             pack_bf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+    warp_mma_slice<DN>(acc, af, x + kk * 16 * stride, stride, lane);
+  }
+}
+
+// acc[16 x 8 DN] += at^T x for this warp, where at is 16 KS rows (the reduction index) of
+// 16 contiguous columns (this warp's output rows) in shared memory (row stride at_stride),
+// and x is as in warp_mma_pb.
+template <int KS, int DN>
+__device__ __forceinline__ void warp_mma_atb(float (&acc)[DN][4], const uint16_t* at, int at_stride,
+                                             const uint16_t* x, int stride, int lane) {
+  const int matrix = lane / 8, row = lane % 8;
 #pragma unroll
-    for (int dn = 0; dn < DN; dn += 2) {
-      // Transposed loads of rows 0-7 and 8-15 of column block dn, then of dn + 1: b[k][n]
-      // = x[k][n] with k = 2 (lane % 4) + {0, 1} (+ 8), n = lane / 4.
-      uint32_t bf[4];
-      ldmatrix_x4_trans(bf,
-                        x + (kk * 16 + (matrix % 2) * 8 + row) * stride + (dn + matrix / 2) * 8);
-      mma_bf16_16816(acc[dn], af, bf[0], bf[1]);
-      mma_bf16_16816(acc[dn + 1], af, bf[2], bf[3]);
-    }
+  for (int kk = 0; kk < KS; kk++) {
+    // Transposed loads give the A fragment (g, c..c+1), (g+8, c..c+1), (g, c+8..c+9),
+    // (g+8, c+8..c+9): matrix m holds reduction rows 8 (m / 2) .. + 7 of output rows
+    // 8 (m % 2) .. + 7.
+    uint32_t af[4];
+    ldmatrix_x4_trans(af, at + (kk * 16 + (matrix / 2) * 8 + row) * at_stride + (matrix % 2) * 8);
+    warp_mma_slice<DN>(acc, af, x + kk * 16 * stride, stride, lane);
   }
 }
 
@@ -639,8 +674,8 @@ constexpr size_t mma_dkv_smem() {  // k, v tiles, 2 x (q, dout steps), 2 x (lse,
   return sizeof(uint16_t) * (2 * kTile + 4 * kStep) * (HSP + 8) + sizeof(float) * 4 * kStep;
 }
 template <int HSP>
-constexpr size_t mma_dq_smem() {  // q, dout tiles, 2 x (k, v steps)
-  return sizeof(uint16_t) * (2 * kTile + 4 * mma_backward_step<HSP>()) * (HSP + 8);
+constexpr size_t mma_dq_smem() {  // 2 x (dS^T tile [64][72], k tile [64][HSP + 8])
+  return sizeof(uint16_t) * 2 * kTile * ((kTile + 8) + (HSP + 8));
 }
 
 // Blocks per SM the forward kernel is compiled for (__launch_bounds__): 4 up to hs = 64
@@ -751,14 +786,15 @@ __global__ void __launch_bounds__(kThreads, mma_forward_min_blocks<HSP>())
   }
 }
 
-// Grid (key tiles, B * NH): dk and dv of one key tile, over the queries from the diagonal
-// on, kStep at a time. Each warp owns 16 keys: s^T = k q^T and dP^T = v dout^T are its
-// C fragments (rows keys, columns queries), and dv += P^T dout, dk += dS^T q reuse them as
-// A fragments.
+// Grid (key tiles, heads of the chunk from bh0 on): dk and dv of one key tile, over the
+// queries from the diagonal on, kStep at a time, and the dS^T tiles (without the scale)
+// of those tile pairs into ds. Each warp owns 16 keys: s^T = k q^T and dP^T = v dout^T are
+// its C fragments (rows keys, columns queries), and dv += P^T dout, dk += dS^T q reuse them
+// as A fragments.
 template <int HSP>
 __global__ void __launch_bounds__(kThreads)
-    mma_backward_dkv_kernel(Bf16* dqkv, const Bf16* dout, const Bf16* qkv, const float* lse,
-                            const float* delta, Geometry g) {
+    mma_backward_dkv_kernel(Bf16* dqkv, Bf16* ds, const Bf16* dout, const Bf16* qkv,
+                            const float* lse, const float* delta, Geometry g, int bh0) {
   constexpr int S = HSP + 8;
   constexpr int kStep = mma_backward_step<HSP>();
   uint16_t* ks = reinterpret_cast<uint16_t*>(dynamic_smem());
@@ -768,7 +804,7 @@ __global__ void __launch_bounds__(kThreads)
   float* lse_s = reinterpret_cast<float*>(dos + 2 * kStep * S);  // [2][kStep]
   float* delta_s = lse_s + 2 * kStep;                            // [2][kStep]
   const int k0 = static_cast<int>(blockIdx.x) * kTile;           // key tile 0 (the most work) first
-  const int b = static_cast<int>(blockIdx.y) / g.NH, h = static_cast<int>(blockIdx.y) % g.NH;
+  const int bh = bh0 + static_cast<int>(blockIdx.y), b = bh / g.NH, h = bh % g.NH;
   const size_t stride = 3 * static_cast<size_t>(g.C);
   const uint16_t* q_head = reinterpret_cast<const uint16_t*>(qkv) + head_offset(g, b, h, stride);
   const uint16_t* dout_head = reinterpret_cast<const uint16_t*>(dout) + head_offset(g, b, h, g.C);
@@ -778,6 +814,9 @@ __global__ void __launch_bounds__(kThreads)
   const int row0 = warp * 16 + lane / 4;  // this thread's keys in the tile: row0, row0 + 8
   const int col0 = 2 * (lane % 4);        // and query columns col0, col0 + 1 of each n-tile
   const float score_scale = g.scale * kLog2e;
+  // This thread's first dS^T elements: tile pair (the diagonal tile, this key tile).
+  const int kt = static_cast<int>(blockIdx.x);
+  ds += ds_tile_offset(g, static_cast<int>(blockIdx.y), kt, kt) + row0 * kTile + col0;
   copy_rows_async<HSP, kTile>(ks, q_head + g.C, stride, k0, g.T, g.hs);
   copy_rows_async<HSP, kTile>(vs, q_head + 2 * g.C, stride, k0, g.T, g.hs);
   copy_rows_async<HSP, kStep>(qs, q_head, stride, k0, g.T, g.hs);
@@ -820,7 +859,19 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     warp_mma_pb<kStep / 16, HSP / 8>(dv, pt, dob, S, lane);  // dv += P^T dout
+    // dS^T for the dq pass, rounded to bf16 as the mma below rounds it: rows row0 and
+    // row0 + 8 of the tile pair, this step's columns. Every element is stored (zeros past
+    // T included): the dq pass reads whole tiles. ds points at the current tile pair;
+    // stepping it (rather than recomputing it from q0) keeps ptxas from spilling here.
+    Bf16* ds_step = ds + q0 % kTile;
+#pragma unroll
+    for (int nt = 0; nt < kStep / 8; nt++) {
+      store_bf16x2(ds_step + nt * 8, dst[nt][0], dst[nt][1]);
+      store_bf16x2(ds_step + 8 * kTile + nt * 8, dst[nt][2], dst[nt][3]);
+    }
     warp_mma_pb<kStep / 16, HSP / 8>(dk, dst, qb, S, lane);  // dk += dS^T q
+    // Pair (i + 1, j) follows pair (i, j) by i + 1 tiles.
+    if ((q0 + kStep) % kTile == 0) ds += static_cast<size_t>(q0 / kTile + 1) * kTile * kTile;
     __syncthreads();
   }
 #pragma unroll
@@ -839,73 +890,49 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Grid (query tiles, B * NH): dq of one query tile over keys 0..min(q0 + 63, T - 1),
-// kStep at a time, recomputing P. Each warp owns 16 queries.
+// Grid (query tiles, heads of the chunk from bh0 on): dq = dS k of one query tile over key
+// tiles 0..tile, from the dS^T tiles that mma_backward_dkv_kernel stored (without the
+// scale). Each warp owns 16 queries; a dS^T tile and a k tile per step, double-buffered.
 template <int HSP>
 __global__ void __launch_bounds__(kThreads)
-    mma_backward_dq_kernel(Bf16* dqkv, const Bf16* dout, const Bf16* qkv, const float* lse,
-                           const float* delta, Geometry g) {
+    mma_backward_dq_kernel(Bf16* dqkv, const Bf16* ds, const Bf16* qkv, Geometry g, int bh0) {
   constexpr int S = HSP + 8;
-  constexpr int kStep = mma_backward_step<HSP>();
-  uint16_t* qs = reinterpret_cast<uint16_t*>(dynamic_smem());
-  uint16_t* dos = qs + kTile * S;
-  uint16_t* ks = dos + kTile * S;                                 // [2][kStep][S]
-  uint16_t* vs = ks + 2 * kStep * S;                              // [2][kStep][S]
+  constexpr int SD = kTile + 8;  // dS^T rows: 64 queries, padded as the other tiles
+  uint16_t* dss = reinterpret_cast<uint16_t*>(dynamic_smem());    // [2][64 keys][SD]
+  uint16_t* ks = dss + 2 * kTile * SD;                            // [2][64 keys][S]
   const int tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest rows first
   const int q0 = tile * kTile;
-  const int b = static_cast<int>(blockIdx.y) / g.NH, h = static_cast<int>(blockIdx.y) % g.NH;
+  const int bh = bh0 + static_cast<int>(blockIdx.y), b = bh / g.NH, h = bh % g.NH;
   const size_t stride = 3 * static_cast<size_t>(g.C);
-  const uint16_t* q_head = reinterpret_cast<const uint16_t*>(qkv) + head_offset(g, b, h, stride);
-  const uint16_t* k_head = q_head + g.C;
-  const uint16_t* v_head = q_head + 2 * g.C;
-  const uint16_t* dout_head = reinterpret_cast<const uint16_t*>(dout) + head_offset(g, b, h, g.C);
+  const uint16_t* k_head =
+      reinterpret_cast<const uint16_t*>(qkv) + head_offset(g, b, h, stride) + g.C;
+  // Tile pairs (tile, 0), (tile, 1), ..., (tile, tile) are consecutive.
+  const uint16_t* ds_row = reinterpret_cast<const uint16_t*>(ds) +
+                           ds_tile_offset(g, static_cast<int>(blockIdx.y), tile, 0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = warp * 16 + lane / 4;  // this thread's queries in the tile: row0, row0 + 8
-  const int col0 = 2 * (lane % 4);        // and key columns col0, col0 + 1 of each n-tile
-  const float score_scale = g.scale * kLog2e;
-  copy_rows_async<HSP, kTile>(qs, q_head, stride, q0, g.T, g.hs);
-  copy_rows_async<HSP, kTile>(dos, dout_head, g.C, q0, g.T, g.hs);
-  copy_rows_async<HSP, kStep>(ks, k_head, stride, 0, g.T, g.hs);
-  copy_rows_async<HSP, kStep>(vs, v_head, stride, 0, g.T, g.hs);
+  const int col0 = 2 * (lane % 4);        // and columns col0, col0 + 1 of each 8-wide block
+  copy_rows_async<kTile, kTile>(dss, ds_row, kTile, 0, kTile, kTile);
+  copy_rows_async<HSP, kTile>(ks, k_head, stride, 0, g.T, g.hs);
   cp_async_commit();
-  float row_lse[2], row_delta[2];  // lse in log2 units
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int t = q0 + row0 + 8 * r;
-    row_lse[r] = t < g.T ? lse[stat_index(g, b, h, t)] * kLog2e : 0.0f;
-    row_delta[r] = t < g.T ? delta[stat_index(g, b, h, t)] : 0.0f;
-  }
 
   float dq[HSP / 8][4] = {};
-  const int k_end = min(q0 + kTile, g.T);
-  for (int k0 = 0, step = 0; k0 < k_end; k0 += kStep, step++) {
-    const int buf = step & 1;
-    if (k0 + kStep < k_end) {
-      const int next = (buf ^ 1) * kStep * S;
-      copy_rows_async<HSP, kStep>(ks + next, k_head, stride, k0 + kStep, g.T, g.hs);
-      copy_rows_async<HSP, kStep>(vs + next, v_head, stride, k0 + kStep, g.T, g.hs);
+  for (int kt = 0; kt <= tile; kt++) {
+    const int buf = kt & 1;
+    if (kt < tile) {
+      const int next = buf ^ 1;
+      copy_rows_async<kTile, kTile>(dss + next * kTile * SD,
+                                    ds_row + static_cast<size_t>(kt + 1) * kTile * kTile, kTile, 0,
+                                    kTile, kTile);
+      copy_rows_async<HSP, kTile>(ks + next * kTile * S, k_head, stride, (kt + 1) * kTile, g.T,
+                                  g.hs);
     }
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    const uint16_t* kb = ks + buf * kStep * S;
-    const uint16_t* vb = vs + buf * kStep * S;
-    float ds[kStep / 8][4] = {}, dp[kStep / 8][4] = {};
-    warp_mma_abt<kStep / 8, HSP / 16>(ds, qs + warp * 16 * S, kb, S, lane);   // s
-    warp_mma_abt<kStep / 8, HSP / 16>(dp, dos + warp * 16 * S, vb, S, lane);  // dP
-    // Masks are needed only where keys can pass the tile's first query, and past T.
-    const bool edge = k0 + kStep > q0 || q0 + kTile > g.T;
-#pragma unroll
-    for (int nt = 0; nt < kStep / 8; nt++) {
-#pragma unroll
-      for (int c = 0; c < 4; c++) {
-        const int r = c >> 1, t = q0 + row0 + 8 * r, key = k0 + nt * 8 + col0 + (c & 1);
-        float p = exp2f(ds[nt][c] * score_scale - row_lse[r]);
-        if (edge && (key > t || t >= g.T)) p = 0.0f;
-        ds[nt][c] = p * (dp[nt][c] - row_delta[r]);  // dS, without the scale
-      }
-    }
-    warp_mma_pb<kStep / 16, HSP / 8>(dq, ds, kb, S, lane);  // dq += dS k
+    // Keys past T add nothing: their dS^T rows are zero, and so are their k rows.
+    warp_mma_atb<kTile / 16, HSP / 8>(dq, dss + buf * kTile * SD + warp * 16, SD,
+                                      ks + buf * kTile * S, S, lane);  // dq += dS k
     __syncthreads();
   }
 #pragma unroll
@@ -964,9 +991,20 @@ bool tensor_core_ready(const Geometry& g, std::initializer_list<const void*> ten
 }
 
 // x: the tiles of one head (fastest varying, so a head's blocks run together and its k, v
-// tiles are reused from L2), y: batch x head.
-dim3 grid(const Geometry& g) {
-  return dim3(static_cast<unsigned>((g.T + kTile - 1) / kTile), static_cast<unsigned>(g.B * g.NH));
+// tiles are reused from L2), y: `heads` (batch, head) pairs.
+dim3 grid(const Geometry& g, int heads) {
+  return dim3(static_cast<unsigned>((g.T + kTile - 1) / kTile), static_cast<unsigned>(heads));
+}
+
+// Where the backward scratch puts delta and the dS tiles (flash_attention.cuh).
+struct BackwardScratch {
+  size_t delta_bytes;    // delta [B, NH, T] fp32, padded to 256 bytes (dS stays aligned)
+  size_t head_ds_bytes;  // one head's dS^T tiles [pairs][64][64] Elem
+};
+template <typename Elem>
+BackwardScratch backward_scratch(int B, int T, int NH) {
+  const size_t delta = sizeof(float) * static_cast<size_t>(B) * NH * T;
+  return BackwardScratch{(delta + 255) / 256 * 256, sizeof(Elem) * tile_pairs(T) * kTile * kTile};
 }
 
 }  // namespace
@@ -980,7 +1018,7 @@ void flash_attention_forward(Elem* out, float* lse, const Elem* qkv, int B, int 
     if (tensor_core_ready(g, {out, qkv})) {
       with_head_tile(g.hs, [&](auto tile) {
         constexpr int HSP = decltype(tile)::value;
-        launch(mma_forward_kernel<HSP>, grid(g), mma_forward_smem<HSP>(), stream,
+        launch(mma_forward_kernel<HSP>, grid(g, g.B * g.NH), mma_forward_smem<HSP>(), stream,
                "flash_attention_forward", out, lse, qkv, g);
       });
       return;
@@ -988,23 +1026,48 @@ void flash_attention_forward(Elem* out, float* lse, const Elem* qkv, int B, int 
   }
   with_head_tile(g.hs, [&](auto tile) {
     constexpr int HSP = decltype(tile)::value;
-    launch(simt_forward_kernel<Elem, HSP>, grid(g), simt_forward_smem<HSP>(), stream,
+    launch(simt_forward_kernel<Elem, HSP>, grid(g, g.B * g.NH), simt_forward_smem<HSP>(), stream,
            "flash_attention_forward", out, lse, qkv, g);
   });
 }
 
+template <typename Elem>
 size_t flash_attention_backward_scratch_bytes(int B, int T, int C, int NH) {
-  (void)C;
-  return sizeof(float) * static_cast<size_t>(B) * NH * T;  // delta [B, NH, T]
+  const Geometry g = geometry(B, T, C, NH);
+  if (B == 0 || T == 0) return 0;
+  const BackwardScratch s = backward_scratch<Elem>(B, T, NH);
+  const size_t heads = std::min(static_cast<size_t>(g.B) * g.NH,
+                                std::max<size_t>(1, kFlashBackwardScratchBudget / s.head_ds_bytes));
+  return s.delta_bytes + heads * s.head_ds_bytes;
 }
 
 template <typename Elem>
-void flash_attention_backward(Elem* dqkv, void* scratch, const Elem* dout, const Elem* qkv,
-                              const Elem* out, const float* lse, int B, int T, int C, int NH,
-                              cudaStream_t stream) {
+size_t flash_attention_backward_min_scratch_bytes(int B, int T, int C, int NH) {
+  (void)geometry(B, T, C, NH);
+  if (B == 0 || T == 0) return 0;
+  const BackwardScratch s = backward_scratch<Elem>(B, T, NH);
+  return s.delta_bytes + s.head_ds_bytes;
+}
+
+template <typename Elem>
+void flash_attention_backward(Elem* dqkv, void* scratch, size_t scratch_bytes, const Elem* dout,
+                              const Elem* qkv, const Elem* out, const float* lse, int B, int T,
+                              int C, int NH, cudaStream_t stream) {
   const Geometry g = geometry(B, T, C, NH);
   if (B == 0 || T == 0) return;
+  const BackwardScratch layout = backward_scratch<Elem>(B, T, NH);
+  TANDEM_CHECK(scratch_bytes >= layout.delta_bytes + layout.head_ds_bytes,
+               "flash attention backward: ", scratch_bytes, " bytes of scratch, less than the ",
+               layout.delta_bytes + layout.head_ds_bytes,
+               " of flash_attention_backward_min_scratch_bytes");
   float* delta = static_cast<float*>(scratch);
+  Elem* ds = reinterpret_cast<Elem*>(static_cast<char*>(scratch) + layout.delta_bytes);
+  // Chunks of equal size (but the last), as many heads each as the scratch holds.
+  const int heads = B * NH;
+  const int fit = static_cast<int>(
+      std::min<size_t>(heads, (scratch_bytes - layout.delta_bytes) / layout.head_ds_bytes));
+  const int chunks = (heads + fit - 1) / fit;
+  const int chunk = (heads + chunks - 1) / chunks;
   constexpr int kPackWidth = 16 / sizeof(Elem);
   const size_t packed_smem = delta_packed_smem(C, NH);
   if (g.hs % kPackWidth == 0 && packed_smem <= 96 * 1024 &&
@@ -1018,39 +1081,48 @@ void flash_attention_backward(Elem* dqkv, void* scratch, const Elem* dout, const
     launch(delta_kernel<Elem>, dim3(static_cast<unsigned>((rows + kThreads - 1) / kThreads)), 0,
            stream, "flash_attention_backward (delta)", delta, dout, out, g);
   }
+  const float* delta_in = delta;
   if constexpr (std::is_same_v<Elem, Bf16>) {
-    if (tensor_core_ready(g, {dqkv, dout, qkv})) {
+    if (tensor_core_ready(g, {dqkv, dout, qkv, ds})) {
       with_head_tile(g.hs, [&](auto tile) {
         constexpr int HSP = decltype(tile)::value;
-        launch(mma_backward_dkv_kernel<HSP>, grid(g), mma_dkv_smem<HSP>(), stream,
-               "flash_attention_backward (dk, dv)", dqkv, dout, qkv, lse,
-               static_cast<const float*>(delta), g);
-        launch(mma_backward_dq_kernel<HSP>, grid(g), mma_dq_smem<HSP>(), stream,
-               "flash_attention_backward (dq)", dqkv, dout, qkv, lse,
-               static_cast<const float*>(delta), g);
+        for (int bh0 = 0; bh0 < heads; bh0 += chunk) {
+          const dim3 blocks = grid(g, std::min(chunk, heads - bh0));
+          launch(mma_backward_dkv_kernel<HSP>, blocks, mma_dkv_smem<HSP>(), stream,
+                 "flash_attention_backward (dk, dv, dS)", dqkv, ds, dout, qkv, lse, delta_in, g,
+                 bh0);
+          launch(mma_backward_dq_kernel<HSP>, blocks, mma_dq_smem<HSP>(), stream,
+                 "flash_attention_backward (dq)", dqkv, static_cast<const Bf16*>(ds), qkv, g, bh0);
+        }
       });
       return;
     }
   }
   with_head_tile(g.hs, [&](auto tile) {
     constexpr int HSP = decltype(tile)::value;
-    launch(simt_backward_dkv_kernel<Elem, HSP>, grid(g), simt_dkv_smem<HSP>(), stream,
-           "flash_attention_backward (dk, dv)", dqkv, dout, qkv, lse,
-           static_cast<const float*>(delta), g);
-    launch(simt_backward_dq_kernel<Elem, HSP>, grid(g), simt_dq_smem<HSP>(), stream,
-           "flash_attention_backward (dq)", dqkv, dout, qkv, lse, static_cast<const float*>(delta),
-           g);
+    for (int bh0 = 0; bh0 < heads; bh0 += chunk) {
+      const dim3 blocks = grid(g, std::min(chunk, heads - bh0));
+      launch(simt_backward_dkv_kernel<Elem, HSP>, blocks, simt_dkv_smem<HSP>(), stream,
+             "flash_attention_backward (dk, dv, dS)", dqkv, ds, dout, qkv, lse, delta_in, g, bh0);
+      launch(simt_backward_dq_kernel<Elem, HSP>, blocks, simt_dq_smem<HSP>(), stream,
+             "flash_attention_backward (dq)", dqkv, static_cast<const Elem*>(ds), qkv, g, bh0);
+    }
   });
 }
 
+template size_t flash_attention_backward_scratch_bytes<float>(int, int, int, int);
+template size_t flash_attention_backward_scratch_bytes<Bf16>(int, int, int, int);
+template size_t flash_attention_backward_min_scratch_bytes<float>(int, int, int, int);
+template size_t flash_attention_backward_min_scratch_bytes<Bf16>(int, int, int, int);
 template void flash_attention_forward<float>(float*, float*, const float*, int, int, int, int,
                                              cudaStream_t);
 template void flash_attention_forward<Bf16>(Bf16*, float*, const Bf16*, int, int, int, int,
                                             cudaStream_t);
-template void flash_attention_backward<float>(float*, void*, const float*, const float*,
+template void flash_attention_backward<float>(float*, void*, size_t, const float*, const float*,
                                               const float*, const float*, int, int, int, int,
                                               cudaStream_t);
-template void flash_attention_backward<Bf16>(Bf16*, void*, const Bf16*, const Bf16*, const Bf16*,
-                                             const float*, int, int, int, int, cudaStream_t);
+template void flash_attention_backward<Bf16>(Bf16*, void*, size_t, const Bf16*, const Bf16*,
+                                             const Bf16*, const float*, int, int, int, int,
+                                             cudaStream_t);
 
 }  // namespace tandem::cuda
