@@ -678,14 +678,20 @@ constexpr size_t mma_dq_smem() {  // 2 x (dS^T tile [64][72], k tile [64][HSP + 
   return sizeof(uint16_t) * 2 * kTile * ((kTile + 8) + (HSP + 8));
 }
 
-// Blocks per SM the forward kernel is compiled for (__launch_bounds__): 4 up to hs = 64
-// (at most 128 registers per thread and 46 KiB of shared memory each: 4 fit an sm_80 or
-// sm_90 SM; at hs = 64 ptxas (CUDA 13, sm_90) then spills 8 bytes, against 128 registers
-// and no spill without the bound, which a compiler change could push past 4 blocks), 2 at
-// hs = 128 (87 KiB each).
+// Blocks per SM the forward kernel is compiled for (__launch_bounds__), as many as shared
+// memory lets an SM hold (its tiles take 5 x 64 x (HSP + 8) bf16, plus 1 KiB the hardware
+// reserves per block), capped at 4:
+//  - sm_90 (228 KiB per SM): 4 up to HSP = 64 (46 KiB each; 128 registers, 8 bytes spilled
+//    and reloaded only outside the key loop), 2 at HSP = 128 (86 KiB each).
+//  - sm_80 (164 KiB per SM): 3 at HSP = 64, where asking for 4 would cap registers at 128
+//    for nothing and spill inside the key loop (ptxas, CUDA 13: 40 bytes); 4 below, 2 at 128.
 template <int HSP>
 constexpr int mma_forward_min_blocks() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  return HSP <= 32 ? 4 : HSP <= 64 ? 3 : 2;
+#else
   return HSP <= 64 ? 4 : 2;
+#endif
 }
 
 // Grid (query tiles, B * NH); as simt_forward_kernel, in the base-2 domain: scores are
