@@ -4,17 +4,18 @@
 //  - Tensor cores (Elem = Bf16, head size a multiple of 8, 16-byte aligned tensors): bf16
 //    mma.sync m16n8k16 with fp32 accumulation, laid out as in FlashAttention-2. Each warp
 //    owns 16 rows of a 64-row tile and keeps its scores, probabilities and output
-//    accumulators in registers (the mma C fragments); only q, k, v and dout tiles go
-//    through shared memory. The probabilities and dS are rounded to bf16 as mma inputs.
+//    accumulators in registers (the mma C fragments); only q, k, v, dout and stored dS
+//    tiles go through shared memory. The probabilities and dS are rounded to bf16 as mma
+//    inputs.
 //  - SIMT (float, and Bf16 where the above does not apply): fp32 FMA-free arithmetic on
 //    shared-memory tiles, each thread computing a 4 x 8 register micro-tile.
 //
 // Tiles: 64 queries x 64 keys, 128 threads (4 warps). 16 rows per warp is the mma's M;
 // 64 keys keep a warp's score fragment at 32 registers per thread; a bf16 tile of 64 rows
 // x hs=64 is 9 KiB, so the forward kernel's q tile and double-buffered k, v tiles (45 KiB)
-// let several blocks share an SM (registers allow 3 at hs=64); and only the diagonal tile
-// needs a causal mask. GPT-2 at T = 1024 gives 16 query tiles per head, so 16 * B * NH blocks:
-// many waves, scheduled heaviest (longest causal row) first.
+// let several blocks share an SM (4 on sm_90 at hs=64: mma_forward_min_blocks); and only
+// the diagonal tile needs a causal mask. GPT-2 at T = 1024 gives 16 query tiles per head, so 16 * B
+// * NH blocks: many waves, scheduled heaviest (longest causal row) first.
 //
 // The head size is a template parameter HSP, hs rounded up to 16, 32, 64 or 128: register
 // arrays need compile-time sizes. Columns hs..HSP-1 and rows past T are zero in shared
