@@ -14,8 +14,8 @@
 // 64 keys keep a warp's score fragment at 32 registers per thread; a bf16 tile of 64 rows
 // x hs=64 is 9 KiB, so the forward kernel's q tile and double-buffered k, v tiles (45 KiB)
 // let several blocks share an SM (4 on sm_90 at hs=64: mma_forward_min_blocks); and only
-// the diagonal tile needs a causal mask. GPT-2 at T = 1024 gives 16 query tiles per head, so 16 * B
-// * NH blocks: many waves, scheduled heaviest (longest causal row) first.
+// the diagonal tile needs a causal mask. GPT-2 at T = 1024 gives 16 query tiles per head,
+// so 16 * B * NH blocks: many waves, scheduled heaviest (longest causal row) first.
 //
 // The head size is a template parameter HSP, hs rounded up to 16, 32, 64 or 128: register
 // arrays need compile-time sizes. Columns hs..HSP-1 and rows past T are zero in shared
