@@ -187,6 +187,22 @@ struct Sizes {
 };
 
 // The emulated results, in order, to compare between schedules bit for bit.
+// encoder_backward on the CPU (onto dwte and dwpe, in place) and on the emulated GPU (onto
+// copies of them) from the same inputs; returns the GPU's dwte and dwpe.
+template <typename Elem>
+std::pair<std::vector<Elem>, std::vector<Elem>> encoder_backward_on_both(
+    std::vector<Elem>& dwte, std::vector<Elem>& dwpe, const std::vector<Elem>& dout,
+    const std::vector<int32_t>& tokens, int B, int T, int C) {
+  Array<Elem> got_dwte(dwte), got_dwpe(dwpe), d(dout);
+  Array<int32_t> tok(tokens);
+  Cpu<Elem>::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  Scratch scratch(cuda::encoder_backward_scratch_bytes(B, T, C));
+  cuda::encoder_backward(got_dwte.data(), got_dwpe.data(), d.data(), tok.data(), B, T, C,
+                         scratch.get(), nullptr);
+  EXPECT_TRUE(scratch.intact()) << "encoder_backward wrote past its scratch";
+  return {got_dwte.values(), got_dwpe.values()};
+}
+
 using Results = std::vector<std::pair<std::string, std::vector<unsigned char>>>;
 
 template <typename T>
@@ -241,15 +257,9 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
   {  // encoder_backward: onto non-zero gradients; the repeated token's row adds three rows
     std::vector<Elem> dwte = data(static_cast<size_t>(V) * C, 20, 0.1f),
                       dwpe = data(T * C, 21, 0.1f);
-    Array<Elem> got_dwte(dwte), got_dwpe(dwpe), d(dout);
-    Array<int32_t> tok(tokens);
-    Cpu<Elem>::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
-    Scratch scratch(cuda::encoder_backward_scratch_bytes(B, T, C));
-    cuda::encoder_backward(got_dwte.data(), got_dwpe.data(), d.data(), tok.data(), B, T, C,
-                           scratch.get(), nullptr);
+    const auto [got_dwte, got_dwpe] = encoder_backward_on_both(dwte, dwpe, dout, tokens, B, T, C);
     expect_near(dwte.data(), got_dwte.data(), dwte.size(), rel, "encoder_backward dwte");
     expect_near(dwpe.data(), got_dwpe.data(), dwpe.size(), rel, "encoder_backward dwpe");
-    EXPECT_TRUE(scratch.intact()) << "encoder_backward wrote past its scratch";
     keep(results, "encoder_backward dwte", got_dwte.data(), dwte.size());
     keep(results, "encoder_backward dwpe", got_dwpe.data(), dwpe.size());
   }
@@ -433,14 +443,7 @@ void expect_long_runs_match(const char* what) {
     for (int bt = 0; bt < BT; bt++)
       if (tokens[bt] == 32) exact[c] += to_float(dout[static_cast<size_t>(bt) * C + c]);
   }
-  Array<Elem> got_dwte(dwte), got_dwpe(dwpe), d(dout);
-  Array<int32_t> tok(tokens);
-  Cpu<Elem>::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
-  Scratch scratch(cuda::encoder_backward_scratch_bytes(B, T, C));
-  cuda::encoder_backward(got_dwte.data(), got_dwpe.data(), d.data(), tok.data(), B, T, C,
-                         scratch.get(), nullptr);
-  EXPECT_TRUE(scratch.intact()) << "encoder_backward wrote past its scratch";
-  const std::vector<Elem> gpu = got_dwte.values();
+  const std::vector<Elem> gpu = encoder_backward_on_both(dwte, dwpe, dout, tokens, B, T, C).first;
   for (size_t i = 0; i < dwte.size(); i++)
     ASSERT_EQ(to_float(dwte[i]), to_float(gpu[i])) << "dwte[" << i << "]";
   for (int c = 0; c < C; c++) {
