@@ -1,0 +1,217 @@
+#include "tandem/dist/local_group.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+struct LocalGroup::Shared {
+  explicit Shared(int world) : world_size(world), published(world, nullptr) {}
+
+  // All ranks arrive before any leaves; throws once the group is aborted.
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    check_alive();
+    const uint64_t generation_now = generation;
+    if (++arrived == world_size) {
+      arrived = 0;
+      generation++;
+      changed.notify_all();
+      return;
+    }
+    changed.wait(lock, [&] { return generation != generation_now || aborted; });
+    check_alive();
+  }
+  void abort() {
+    std::lock_guard<std::mutex> lock(mutex);
+    aborted = true;
+    changed.notify_all();
+  }
+  void check_alive() const {
+    if (aborted) fail("local communicator: another rank failed; this collective cannot finish");
+  }
+
+  const int world_size;
+  std::vector<const void*> published;  // each rank's buffer in the current collective
+  std::mutex mutex;
+  std::condition_variable changed;
+  int arrived = 0;
+  uint64_t generation = 0;
+  bool aborted = false;
+  // Point-to-point messages in flight, by (source, destination, tag), in send order.
+  std::map<std::tuple<int, int, int>, std::deque<std::vector<char>>> mailboxes;
+};
+
+namespace {
+
+class LocalCommunicator final : public Communicator {
+ public:
+  LocalCommunicator(std::shared_ptr<LocalGroup::Shared> shared, int rank)
+      : shared_(std::move(shared)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return shared_->world_size; }
+  std::string_view backend() const override { return "local"; }
+
+  void all_reduce_sum(float* data, size_t n) override {
+    std::vector<float> sum(n);
+    exchange(data, [&](const std::vector<const void*>& all) {
+      sum_in_rank_order(all, 0, n, sum.data());
+    });
+    std::memcpy(data, sum.data(), n * sizeof(float));
+    // A ring all-reduce moves 2 (N - 1) / N of the data each way.
+    count_traffic(2 * (world_size() - 1) * n * sizeof(float) / world_size());
+  }
+
+  void reduce_scatter_sum(const float* send, float* recv, size_t count) override {
+    std::vector<float> sum(count);
+    exchange(send, [&](const std::vector<const void*>& all) {
+      sum_in_rank_order(all, static_cast<size_t>(rank_) * count, count, sum.data());
+    });
+    std::memcpy(recv, sum.data(), count * sizeof(float));
+    count_traffic((world_size() - 1) * count * sizeof(float));
+  }
+
+  void all_gather(const void* send, void* recv, size_t bytes) override {
+    std::vector<char> gathered(world_size() * bytes);
+    exchange(send, [&](const std::vector<const void*>& all) {
+      for (int r = 0; r < world_size(); r++)
+        std::memcpy(gathered.data() + r * bytes, all[r], bytes);
+    });
+    std::memcpy(recv, gathered.data(), gathered.size());
+    count_traffic((world_size() - 1) * bytes);
+  }
+
+  void broadcast(void* data, size_t bytes, int root) override {
+    TANDEM_CHECK(root >= 0 && root < world_size(), "broadcast: root ", root,
+                 " is not a rank of a world of ", world_size());
+    std::vector<char> copy(bytes);
+    exchange(data, [&](const std::vector<const void*>& all) {
+      std::memcpy(copy.data(), all[root], bytes);
+    });
+    if (rank_ != root) {
+      std::memcpy(data, copy.data(), bytes);
+      traffic_.bytes_received += bytes;
+    } else if (world_size() > 1) {
+      traffic_.bytes_sent += bytes;
+    }
+  }
+
+  void barrier() override { shared_->arrive_and_wait(); }
+
+  void send(const void* data, size_t bytes, int peer, int tag) override {
+    check_peer(peer);
+    const auto* first = static_cast<const char*>(data);
+    {
+      std::lock_guard<std::mutex> lock(shared_->mutex);
+      shared_->check_alive();
+      shared_->mailboxes[{rank_, peer, tag}].emplace_back(first, first + bytes);
+    }
+    shared_->changed.notify_all();
+    traffic_.bytes_sent += bytes;
+  }
+
+  void recv(void* data, size_t bytes, int peer, int tag) override {
+    check_peer(peer);
+    std::unique_lock<std::mutex> lock(shared_->mutex);
+    auto& box = shared_->mailboxes[{peer, rank_, tag}];
+    shared_->changed.wait(lock, [&] { return !box.empty() || shared_->aborted; });
+    shared_->check_alive();
+    std::vector<char> message = std::move(box.front());
+    box.pop_front();
+    lock.unlock();
+    TANDEM_CHECK(message.size() == bytes, "recv from rank ", peer, " (tag ", tag, "): expected ",
+                 bytes, " bytes, the matching send had ", message.size());
+    std::memcpy(data, message.data(), bytes);
+    traffic_.bytes_received += bytes;
+  }
+
+ private:
+  // Publishes this rank's buffer, lets `read` see every rank's once all have published, and
+  // returns once every rank has finished reading (so buffers may change again).
+  template <typename Read>
+  void exchange(const void* mine, Read&& read) {
+    shared_->published[rank_] = mine;
+    shared_->arrive_and_wait();
+    read(shared_->published);
+    shared_->arrive_and_wait();
+  }
+
+  // out[i] = ((rank 0's + rank 1's) + ...) of element offset + i.
+  void sum_in_rank_order(const std::vector<const void*>& all, size_t offset, size_t n,
+                         float* out) const {
+    std::memcpy(out, static_cast<const float*>(all[0]) + offset, n * sizeof(float));
+    for (int r = 1; r < world_size(); r++) {
+      const float* x = static_cast<const float*>(all[r]) + offset;
+      for (size_t i = 0; i < n; i++) out[i] += x[i];
+    }
+  }
+
+  void count_traffic(size_t bytes_each_way) {
+    traffic_.bytes_sent += bytes_each_way;
+    traffic_.bytes_received += bytes_each_way;
+  }
+
+  void check_peer(int peer) const {
+    TANDEM_CHECK(peer >= 0 && peer < world_size() && peer != rank_, "rank ", rank_, ": peer ", peer,
+                 " is not another rank of a world of ", world_size());
+  }
+
+  std::shared_ptr<LocalGroup::Shared> shared_;
+  int rank_;
+};
+
+}  // namespace
+
+LocalGroup::LocalGroup(int world_size) {
+  TANDEM_CHECK(world_size >= 1, "a local group needs at least 1 rank, got ", world_size);
+  shared_ = std::make_shared<Shared>(world_size);
+}
+
+LocalGroup::~LocalGroup() = default;
+
+int LocalGroup::world_size() const { return shared_->world_size; }
+
+void LocalGroup::abort() { shared_->abort(); }
+
+std::unique_ptr<Communicator> LocalGroup::communicator(int rank) {
+  TANDEM_CHECK(rank >= 0 && rank < world_size(), "rank ", rank, " is not in a world of ",
+               world_size());
+  return std::make_unique<LocalCommunicator>(shared_, rank);
+}
+
+void run_local_ranks(int world_size, const std::function<void(Communicator&)>& fn) {
+  LocalGroup group(world_size);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (int r = 0; r < world_size; r++) comms.push_back(group.communicator(r));
+  std::mutex failure_mutex;
+  std::exception_ptr first_failure;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world_size; r++) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(*comms[r]);
+      } catch (...) {
+        {
+          std::lock_guard<std::mutex> lock(failure_mutex);
+          if (!first_failure) first_failure = std::current_exception();
+        }
+        // Ranks blocked in a collective with this one must not wait forever.
+        group.abort();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  if (first_failure) std::rethrow_exception(first_failure);
+}
+
+}  // namespace tandem
