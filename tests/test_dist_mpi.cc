@@ -1,0 +1,39 @@
+// The communicator contract (tests/communicator_contract.h) on real MPI ranks. CTest runs
+// this with `mpirun --allow-run-as-root --oversubscribe -np N` for several N (see
+// CMakeLists.txt); every rank runs every test, and mpirun fails if any rank does.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "communicator_contract.h"
+#include "tandem/dist/mpi_communicator.h"
+
+namespace tandem {
+namespace {
+
+class MpiCommunicator : public ::testing::Test {
+ protected:
+  // One communicator for all the tests: MPI is initialized once and finalized at the end.
+  static void SetUpTestSuite() { comm_ = make_mpi_communicator(); }
+  static void TearDownTestSuite() { comm_.reset(); }
+  static std::unique_ptr<Communicator> comm_;
+};
+std::unique_ptr<Communicator> MpiCommunicator::comm_;
+
+TEST_F(MpiCommunicator, IsTheLaunchersWorld) {
+  ASSERT_TRUE(launched_by_mpi()) << "run this test with mpirun";
+  EXPECT_EQ(comm_->backend(), "mpi");
+  EXPECT_GE(comm_->world_size(), 1);
+}
+TEST_F(MpiCommunicator, AllReduceSumsInRankOrder) { testing::check_all_reduce(*comm_); }
+TEST_F(MpiCommunicator, ReduceScatterGivesEachRankItsSlice) {
+  testing::check_reduce_scatter(*comm_);
+}
+TEST_F(MpiCommunicator, AllGatherAndBroadcastFromEveryRoot) {
+  testing::check_gather_and_broadcast(*comm_);
+}
+TEST_F(MpiCommunicator, PointToPointArrivesInOrder) { testing::check_point_to_point(*comm_); }
+TEST_F(MpiCommunicator, BadPeersAndRootsAreRefused) { testing::check_bad_arguments(*comm_); }
+
+}  // namespace
+}  // namespace tandem
