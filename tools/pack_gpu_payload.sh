@@ -59,7 +59,12 @@ done | sort -u | while read -r lib; do
   strip --strip-unneeded "$staging/lib/$(basename "$lib")" 2>/dev/null || true
 done
 {
-  echo "tandem GPU payload, made $(date -u +%Y-%m-%dT%H:%MZ) from $(git rev-parse --short HEAD)$(git diff --quiet || echo '+uncommitted')"
+  if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    source_version="$(git rev-parse --short HEAD)$(git diff --quiet || echo '+uncommitted')"
+  else
+    source_version="a tree without git history"
+  fi
+  echo "tandem GPU payload, made $(date -u +%Y-%m-%dT%H:%MZ) from $source_version"
   echo "built on: $(. /etc/os-release && echo "$PRETTY_NAME"), $(ldd --version | head -1)"
   arch=$(grep -h "^CMAKE_CUDA_ARCHITECTURES" "$build/CMakeCache.txt" | cut -d= -f2 || true)
   echo "CUDA architectures: ${arch:-the CMakeLists.txt default (80 90)}"
@@ -78,9 +83,14 @@ if ((listed != ${#binaries[@]})); then
   exit 1
 fi
 payload=$(stat -c %s "$dest/tandem-gpu.tar.xz")
-# What else travels: tracked files and untracked ones git does not ignore.
-tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null |
-  awk '{ s += $1 } END { print s + 0 }')
+# What else travels: tracked files and untracked ones git does not ignore (without git:
+# everything but build directories, an overestimate).
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null |
+    awk '{ s += $1 } END { print s + 0 }')
+else
+  tree=$(du -sb --exclude='./build*' --exclude="./$dest" . | cut -f1)
+fi
 total=$((payload + tree))
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
 cat "$staging/MANIFEST"
