@@ -198,6 +198,46 @@ TEST(CudaBackend, EveryKernelMatchesItsCpuCounterpart) {
   expect_every_kernel_matches<float>({2, 7, 30, 1, 37, 21, false}, 2e-5, 1e-4);
 }
 
+// Byte data: one token (the space) at 80% of B*T = 8192 positions, the case the GPU's
+// pieces exist for (a run of ~6500 positions summed by ~200 blocks, then added in order).
+// dwte is a fixed sequence of fp32 additions on both backends (embedding_backward_order.h;
+// no products, so fused multiply-adds cannot change it): the same bits, fp32 and bf16,
+// on the 16-byte path (C = 768: several column passes per block) and the scalar one
+// (C = 30). dwpe sums over the batch in order on both, compared within rel.
+template <typename Elem>
+void expect_long_run_matches(int C, double rel) {
+  SCOPED_TRACE(::testing::Message() << (sizeof(Elem) == 2 ? "bf16" : "fp32") << " C " << C);
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  Twin t{*cpu, *gpu, {}};
+  const int B = 4, T = 2048, V = 256, BT = B * T, kSpace = 32;
+  Rng rng(77);
+  std::vector<int32_t> tokens(BT);
+  for (int& token : tokens)
+    token = rng.next_u64() % 5 != 0 ? kSpace : static_cast<int32_t>(rng.next_u64() % V);
+  ASSERT_GT(std::count(tokens.begin(), tokens.end(), kSpace), 6000);
+  const auto tok = t.ints(tokens);
+  const auto dout = t.upload(stored<Elem>(randn(static_cast<size_t>(BT) * C, 41)));
+  const auto dwte = t.upload(stored<Elem>(randn(static_cast<size_t>(V) * C, 42, 0.1f)));
+  const auto dwpe = t.upload(stored<Elem>(randn(static_cast<size_t>(T) * C, 43, 0.1f)));
+  cpu->encoder_backward(dwte.first, dwpe.first, dout.first, tok.first, B, T, C);
+  gpu->encoder_backward(dwte.second, dwpe.second, dout.second, tok.second, B, T, C);
+  std::vector<Elem> want(static_cast<size_t>(V) * C), got(want.size());
+  cpu->copy_to_host(want.data(), dwte.first, want.size() * sizeof(Elem));
+  gpu->copy_to_host(got.data(), dwte.second, got.size() * sizeof(Elem));
+  for (size_t i = 0; i < want.size(); i++)
+    ASSERT_EQ(to_float(want[i]), to_float(got[i])) << "dwte[" << i << "]";
+  t.expect_near(dwpe, static_cast<size_t>(T) * C, rel, "encoder_backward dwpe");
+}
+
+TEST(CudaBackend, EncoderBackwardSpreadsALongRunOfOneTokenLikeTheCpu) {
+  SKIP_WITHOUT_GPU();
+  expect_long_run_matches<float>(768, 2e-5);
+  expect_long_run_matches<float>(30, 2e-5);
+  expect_long_run_matches<Bf16>(768, 2e-2);
+  expect_long_run_matches<Bf16>(30, 2e-2);
+}
+
 // Bf16 storage: the GPU against the CPU backend's Bf16 kernels (which widen to fp32 and
 // round once on store, as the GPU kernels do), so the two differ only by fp32 arithmetic
 // order, now and then turning into one bf16 ulp (2^-8 relative).
