@@ -328,6 +328,33 @@ size_t radix_sort_temp_bytes(int BT) {
   return bytes;
 }
 
+// encoder_backward's arrays in its scratch, each at a 256-byte boundary: byte offsets of
+// the sorted tokens, the positions and the sorted positions ([BT] 4-byte integers each),
+// the piece sums (fp32 [BT, C]: a piece's sum sits at the row of its first sorted index)
+// and cub's temporary storage; the size query and the launcher both use it.
+struct EncoderBackwardScratch {
+  size_t sorted_tokens, positions, sorted_positions, piece_sums, sort_temp;
+  size_t sort_temp_bytes, total_bytes;
+};
+
+EncoderBackwardScratch encoder_backward_scratch(int BT, int C) {
+  EncoderBackwardScratch s{};
+  size_t end = 0;
+  const auto take = [&end](size_t bytes) {
+    const size_t offset = end;
+    end += round_up_256(bytes);
+    return offset;
+  };
+  s.sorted_tokens = take(static_cast<size_t>(BT) * sizeof(uint32_t));
+  s.positions = take(static_cast<size_t>(BT) * sizeof(int32_t));
+  s.sorted_positions = take(static_cast<size_t>(BT) * sizeof(int32_t));
+  s.piece_sums = take(static_cast<size_t>(BT) * C * sizeof(float));
+  s.sort_temp_bytes = radix_sort_temp_bytes(BT);
+  s.sort_temp = take(s.sort_temp_bytes);
+  s.total_bytes = end;
+  return s;
+}
+
 // ---- LayerNorm ------------------------------------------------------------------------
 
 // One warp per row [C]; lane l handles packs l, l + 32, ... The row is read three times
@@ -757,12 +784,8 @@ void encoder_forward(Elem* out, const int32_t* tokens, const Elem* wte, const El
 
 size_t encoder_backward_scratch_bytes(int B, int T, int C) {
   const int BT = B * T;
-  if (BT == 0) return 0;
-  // sorted tokens, positions, sorted positions (4 bytes each per position), the piece sums
-  // (fp32 [BT, C]), cub's storage.
-  return 3 * round_up_256(static_cast<size_t>(BT) * 4) +
-         round_up_256(static_cast<size_t>(BT) * C * sizeof(float)) +
-         round_up_256(radix_sort_temp_bytes(BT));
+  if (BT == 0 || C == 0) return 0;
+  return encoder_backward_scratch(BT, C).total_bytes;
 }
 
 template <typename Elem>
@@ -786,14 +809,14 @@ void encoder_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const int32_t* t
   // Sort (token, position) pairs by token. Token ids are non-negative, so as uint32 keys
   // they sort in the same order; the radix sort is stable, so each token's positions stay
   // in increasing order.
-  const size_t region = round_up_256(static_cast<size_t>(BT) * 4);
+  const EncoderBackwardScratch layout = encoder_backward_scratch(BT, C);
   auto* base = static_cast<char*>(scratch);
-  auto* sorted_tokens = reinterpret_cast<uint32_t*>(base);
-  auto* positions = reinterpret_cast<int32_t*>(base + region);
-  auto* sorted_positions = reinterpret_cast<int32_t*>(base + 2 * region);
-  auto* piece_sums = reinterpret_cast<float*>(base + 3 * region);
-  void* temp = base + 3 * region + round_up_256(static_cast<size_t>(BT) * C * sizeof(float));
-  size_t temp_bytes = radix_sort_temp_bytes(BT);
+  auto* sorted_tokens = reinterpret_cast<uint32_t*>(base + layout.sorted_tokens);
+  auto* positions = reinterpret_cast<int32_t*>(base + layout.positions);
+  auto* sorted_positions = reinterpret_cast<int32_t*>(base + layout.sorted_positions);
+  auto* piece_sums = reinterpret_cast<float*>(base + layout.piece_sums);
+  void* temp = base + layout.sort_temp;
+  size_t temp_bytes = layout.sort_temp_bytes;
   iota_kernel<<<(BT + kThreads - 1) / kThreads, kThreads, 0, stream>>>(positions, BT);
   check_launch("encoder_backward (positions)");
   cuda_check(cub::DeviceRadixSort::SortPairs(
