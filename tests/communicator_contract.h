@@ -22,12 +22,26 @@ inline std::vector<float> rank_data(int rank, size_t n) {
   return x;
 }
 
-// ((x_0 + x_1) + x_2) + ...
-inline std::vector<float> sum_in_rank_order(int world, size_t n) {
-  std::vector<float> sum = rank_data(0, n);
-  for (int r = 1; r < world; r++) {
-    const std::vector<float> x = rank_data(r, n);
-    for (size_t i = 0; i < n; i++) sum[i] += x[i];
+// The contract's tree (dist/tree_sum.h) over x[first, first + count), written here
+// independently of tree_sum as its recursive form: the left subtree is the complete tree
+// over the largest power of two below count, the right one the tree over the rest.
+// (Level by level, the first 2^k values pair up among themselves k times before anything
+// else meets them, and the rest reaches level k as one value.)
+inline float tree_order_reference(const std::vector<float>& x, size_t first, size_t count) {
+  if (count == 1) return x[first];
+  size_t left = 1;
+  while (2 * left < count) left *= 2;
+  return tree_order_reference(x, first, left) + tree_order_reference(x, first + left, count - left);
+}
+
+// Element-wise tree sum over ranks 0 .. world - 1 of rank_data(r, n).
+inline std::vector<float> sum_in_tree_order(int world, size_t n) {
+  std::vector<std::vector<float>> data;
+  for (int r = 0; r < world; r++) data.push_back(rank_data(r, n));
+  std::vector<float> sum(n), column(world);
+  for (size_t i = 0; i < n; i++) {
+    for (int r = 0; r < world; r++) column[r] = data[r][i];
+    sum[i] = tree_order_reference(column, 0, world);
   }
   return sum;
 }
@@ -36,13 +50,13 @@ inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// All-reduce of a length no world size divides: the rank-order sum, to the bit.
+// All-reduce of a length no world size divides: the tree-order sum, to the bit.
 inline void check_all_reduce(Communicator& comm) {
   const size_t n = 1001;
   std::vector<float> x = rank_data(comm.rank(), n);
   const CommunicatorTraffic before = comm.traffic();
   comm.all_reduce_sum(x.data(), n);
-  EXPECT_TRUE(same_bits(x, sum_in_rank_order(comm.world_size(), n))) << "rank " << comm.rank();
+  EXPECT_TRUE(same_bits(x, sum_in_tree_order(comm.world_size(), n))) << "rank " << comm.rank();
   // About 2 (N - 1) / N of the data each way, as a ring moves it.
   const double ring = 2.0 * (comm.world_size() - 1) * n * sizeof(float) / comm.world_size();
   const double sent = static_cast<double>(comm.traffic().bytes_sent - before.bytes_sent);
@@ -52,13 +66,50 @@ inline void check_all_reduce(Communicator& comm) {
 inline void check_reduce_scatter(Communicator& comm) {
   const size_t count = 37;
   const int world = comm.world_size();
-  const std::vector<float> want = sum_in_rank_order(world, world * count);
+  const std::vector<float> want = sum_in_tree_order(world, world * count);
   const std::vector<float> x = rank_data(comm.rank(), world * count);
   std::vector<float> slice(count);
   comm.reduce_scatter_sum(x.data(), slice.data(), count);
   const std::vector<float> expected(want.begin() + comm.rank() * count,
                                     want.begin() + (comm.rank() + 1) * count);
   EXPECT_TRUE(same_bits(slice, expected)) << "rank " << comm.rank();
+}
+
+// Reduce to every root in turn, of a length no world size divides: the root gets the
+// tree-order sum to the bit, in place and from a separate send buffer; the send buffer is
+// left alone; the other ranks' recv is untouched (and may be null); each rank counts
+// (N - 1) / N of the data each way. Then one length past the MPI backend's 2^20-float
+// pieces.
+inline void check_reduce_sum(Communicator& comm) {
+  const int world = comm.world_size(), rank = comm.rank();
+  const size_t n = 1001;
+  const std::vector<float> mine = rank_data(rank, n);
+  const std::vector<float> want = sum_in_tree_order(world, n);
+  const std::vector<float> untouched(n, -7.0f);
+  const double ring = 1.0 * (world - 1) * n * sizeof(float) / world;
+  for (int root = 0; root < world; root++) {
+    SCOPED_TRACE(::testing::Message() << "root " << root << ", rank " << rank);
+    // From a separate send buffer.
+    std::vector<float> recv = untouched;
+    const CommunicatorTraffic before = comm.traffic();
+    comm.reduce_sum(mine.data(), recv.data(), n, root);
+    EXPECT_TRUE(same_bits(recv, rank == root ? want : untouched));
+    EXPECT_TRUE(same_bits(mine, rank_data(rank, n)));
+    const CommunicatorTraffic after = comm.traffic();
+    EXPECT_NEAR(static_cast<double>(after.bytes_sent - before.bytes_sent), ring, 1.0);
+    EXPECT_NEAR(static_cast<double>(after.bytes_received - before.bytes_received), ring, 1.0);
+    // In place on the root; the others pass no recv at all.
+    std::vector<float> data = mine;
+    comm.reduce_sum(data.data(), rank == root ? data.data() : nullptr, n, root);
+    EXPECT_TRUE(same_bits(data, rank == root ? want : mine));
+  }
+  const size_t large = (size_t{1} << 20) + 5;
+  const int root = world - 1;
+  std::vector<float> data = rank_data(rank, large);
+  comm.reduce_sum(data.data(), data.data(), large, root);
+  EXPECT_TRUE(
+      same_bits(data, rank == root ? sum_in_tree_order(world, large) : rank_data(rank, large)))
+      << "rank " << rank;
 }
 
 inline void check_gather_and_broadcast(Communicator& comm) {
@@ -117,6 +168,8 @@ inline void check_bad_arguments(Communicator& comm) {
                   "is not another rank");
   EXPECT_CONTAINS(error_of([&] { comm.broadcast(&x, sizeof(x), comm.world_size()); }),
                   "is not a rank of a world of");
+  float y = 0.0f;
+  EXPECT_CONTAINS(error_of([&] { comm.reduce_sum(&y, &y, 1, -1); }), "is not a rank of a world of");
 }
 
 }  // namespace tandem::testing

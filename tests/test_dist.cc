@@ -1,25 +1,214 @@
-// The communicator contract (tests/communicator_contract.h) on the in-process backend, for
-// world sizes 1 to 5 and lengths that do not divide by them, and a failing rank that does
-// not hang the others.
+// The summation tree (dist/tree_sum.h) against hand-written expressions and the streaming
+// stack form; the communicator contract (tests/communicator_contract.h) on the in-process
+// backend, for world sizes 1 to 5 and lengths that do not divide by them; a failing rank
+// that does not hang the others; and the same bits from N ranks of A micro-batches for
+// every split of N * A.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <vector>
 
 #include "communicator_contract.h"
 #include "tandem/dist/local_group.h"
 #include "tandem/dist/mpi_communicator.h"
+#include "tandem/dist/tree_sum.h"
 
 namespace tandem {
 namespace {
 
+// parts[k][i] for count parts of n elements, from values whose sums depend on the order.
+std::vector<std::vector<float>> order_sensitive_parts(int count, size_t n, uint64_t seed) {
+  static const float kNasty[] = {1e8f, 1.0f, -1e8f, 3.3f, 7e7f, -2.5f, 0.7f, -7e7f, 1e-3f, 5e7f};
+  Rng rng(seed);
+  std::vector<std::vector<float>> parts(count, std::vector<float>(n));
+  for (auto& part : parts) {
+    for (float& v : part) {
+      const float nasty = kNasty[rng.next_u64() % std::size(kNasty)];
+      v = nasty * (1.0f + 0.1f * rng.normal());
+    }
+  }
+  return parts;
+}
+
+std::vector<const float*> pointers(const std::vector<std::vector<float>>& parts) {
+  std::vector<const float*> p;
+  for (const auto& part : parts) p.push_back(part.data());
+  return p;
+}
+
+std::vector<float> tree_sum_of(const std::vector<std::vector<float>>& parts) {
+  std::vector<float> out(parts[0].size(), -1.0f);
+  tree_sum(pointers(parts).data(), static_cast<int>(parts.size()), out.size(), out.data());
+  return out;
+}
+
+// The expressions of tree_sum.h, written out.
+float by_hand(const std::vector<float>& x) {
+  switch (x.size()) {
+    case 1:
+      return x[0];
+    case 2:
+      return x[0] + x[1];
+    case 3:
+      return (x[0] + x[1]) + x[2];
+    case 4:
+      return (x[0] + x[1]) + (x[2] + x[3]);
+    case 5:
+      return ((x[0] + x[1]) + (x[2] + x[3])) + x[4];
+    case 6:
+      return ((x[0] + x[1]) + (x[2] + x[3])) + (x[4] + x[5]);
+    case 7:
+      return ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + x[6]);
+    case 8:
+      return ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
+  }
+  ADD_FAILURE() << "no expression for " << x.size() << " values";
+  return NAN;
+}
+
+float in_rank_order(const std::vector<float>& x) {
+  float sum = x[0];
+  for (size_t k = 1; k < x.size(); k++) sum += x[k];
+  return sum;
+}
+
+// The streaming form: a stack of partial sums with their levels, merged as a binary counter
+// carries; at the end the last one pushed is added to the rest from the top down.
+float by_stack(const std::vector<float>& x) {
+  struct Partial {
+    float value;
+    int level;
+  };
+  std::vector<Partial> stack;
+  for (float leaf : x) {
+    Partial node{leaf, 0};
+    while (!stack.empty() && stack.back().level == node.level) {
+      node = Partial{stack.back().value + node.value, node.level + 1};
+      stack.pop_back();
+    }
+    stack.push_back(node);
+  }
+  float current = stack.back().value;
+  for (int i = static_cast<int>(stack.size()) - 2; i >= 0; i--) current = stack[i].value + current;
+  return current;
+}
+
+std::vector<float> column(const std::vector<std::vector<float>>& parts, size_t i) {
+  std::vector<float> x;
+  for (const auto& part : parts) x.push_back(part[i]);
+  return x;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+// Over 1100 elements: more than two of tree_sum's 512-element passes, the last one short.
+TEST(TreeSum, MatchesTheHandWrittenExpressionsUpToEightParts) {
+  const size_t n = 1100;
+  for (int count = 1; count <= 8; count++) {
+    const auto parts = order_sensitive_parts(count, n, 10 + count);
+    const std::vector<float> sum = tree_sum_of(parts);
+    size_t differs_from_rank_order = 0;
+    for (size_t i = 0; i < n; i++) {
+      const std::vector<float> x = column(parts, i);
+      ASSERT_TRUE(same_bits(sum[i], by_hand(x)))
+          << count << " parts, element " << i << ": " << sum[i] << " vs " << by_hand(x);
+      ASSERT_TRUE(same_bits(tree_sum_scalar(x.data(), count), sum[i]));
+      differs_from_rank_order += !same_bits(sum[i], in_rank_order(x));
+    }
+    // The data tells the orders apart wherever they are different expressions.
+    if (count >= 4) {
+      EXPECT_GT(differs_from_rank_order, 0u) << count << " parts";
+    }
+  }
+}
+
+TEST(TreeSum, EqualsTheStreamingStackAccumulationForEveryCountUpTo40) {
+  const size_t n = 1100;
+  for (int count = 1; count <= 40; count++) {
+    const auto parts = order_sensitive_parts(count, n, 100 + count);
+    const std::vector<float> sum = tree_sum_of(parts);
+    for (size_t i = 0; i < n; i++) {
+      const float streamed = by_stack(column(parts, i));
+      ASSERT_TRUE(same_bits(sum[i], streamed))
+          << count << " parts, element " << i << ": " << sum[i] << " vs " << streamed;
+    }
+  }
+}
+
+TEST(TreeSum, OutMayBeAPartItself) {
+  const size_t n = 1100;
+  for (int count : {1, 2, 3, 5, 8}) {
+    const auto parts = order_sensitive_parts(count, n, 7 + count);
+    const std::vector<float> want = tree_sum_of(parts);
+    for (int k : {0, count - 1}) {
+      auto copy = parts;
+      std::vector<const float*> p = pointers(copy);
+      tree_sum(p.data(), count, n, copy[k].data());
+      EXPECT_TRUE(testing::same_bits(copy[k], want)) << count << " parts, out = part " << k;
+    }
+  }
+}
+
+TEST(TreeSum, RefusesZeroParts) {
+  float x = 1.0f;
+  EXPECT_CONTAINS(testing::error_of([&] { tree_sum(nullptr, 0, 1, &x); }), "at least one part");
+  EXPECT_CONTAINS(testing::error_of([&] { tree_sum_scalar(&x, 0); }), "at least one value");
+  // No elements: nothing is read or written.
+  const float* parts[2] = {nullptr, nullptr};
+  tree_sum(parts, 2, 0, nullptr);
+}
+
+// The contract checks' data tells the tree from rank order from 4 ranks on (below 4 the two
+// are the same expression), so those checks would catch a backend summing in rank order.
+TEST(TreeSum, TheContractDataTellsTheTreeFromRankOrder) {
+  const size_t n = 1001;
+  for (int world : {4, 5}) {
+    const std::vector<float> tree = testing::sum_in_tree_order(world, n);
+    std::vector<std::vector<float>> data;
+    for (int r = 0; r < world; r++) data.push_back(testing::rank_data(r, n));
+    size_t differs = 0;
+    for (size_t i = 0; i < n; i++) differs += !same_bits(tree[i], in_rank_order(column(data, i)));
+    EXPECT_GT(differs, 0u) << world << " ranks";
+  }
+}
+
+// N ranks that each tree-sum their A micro-batches and then all-reduce give the bits of
+// the tree over all N * A micro-batches, whatever the split (A a power of two): a run can
+// resume on another world size bit for bit.
+TEST(TreeSum, NRanksOfAMicroBatchesGiveTheSameBitsForEverySplit) {
+  const int total = 24;
+  const size_t n = 300;
+  const auto micro_batches = order_sensitive_parts(total, n, 2024);
+  const std::vector<float> want = tree_sum_of(micro_batches);
+  for (int per_rank : {1, 2, 4, 8}) {
+    const int world = total / per_rank;
+    std::vector<std::vector<float>> results(world);
+    run_local_ranks(world, [&](Communicator& comm) {
+      const std::vector<std::vector<float>> mine(
+          micro_batches.begin() + comm.rank() * per_rank,
+          micro_batches.begin() + (comm.rank() + 1) * per_rank);
+      std::vector<float> sum = tree_sum_of(mine);
+      comm.all_reduce_sum(sum.data(), n);
+      results[comm.rank()] = sum;
+    });
+    for (int r = 0; r < world; r++) {
+      EXPECT_TRUE(testing::same_bits(results[r], want))
+          << world << " ranks of " << per_rank << ", rank " << r;
+    }
+  }
+}
+
 class LocalCommunicator : public ::testing::TestWithParam<int> {};
 
-TEST_P(LocalCommunicator, AllReduceSumsInRankOrder) {
+TEST_P(LocalCommunicator, AllReduceSumsInTreeOrder) {
   run_local_ranks(GetParam(), testing::check_all_reduce);
 }
 TEST_P(LocalCommunicator, ReduceScatterGivesEachRankItsSlice) {
   run_local_ranks(GetParam(), testing::check_reduce_scatter);
+}
+TEST_P(LocalCommunicator, ReduceSumGivesEveryRootTheTreeSum) {
+  run_local_ranks(GetParam(), testing::check_reduce_sum);
 }
 TEST_P(LocalCommunicator, AllGatherAndBroadcastFromEveryRoot) {
   run_local_ranks(GetParam(), testing::check_gather_and_broadcast);

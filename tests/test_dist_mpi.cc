@@ -25,10 +25,11 @@ TEST_F(MpiCommunicator, IsTheLaunchersWorld) {
   EXPECT_EQ(comm_->backend(), "mpi");
   EXPECT_GE(comm_->world_size(), 1);
 }
-TEST_F(MpiCommunicator, AllReduceSumsInRankOrder) { testing::check_all_reduce(*comm_); }
+TEST_F(MpiCommunicator, AllReduceSumsInTreeOrder) { testing::check_all_reduce(*comm_); }
 TEST_F(MpiCommunicator, ReduceScatterGivesEachRankItsSlice) {
   testing::check_reduce_scatter(*comm_);
 }
+TEST_F(MpiCommunicator, ReduceSumGivesEveryRootTheTreeSum) { testing::check_reduce_sum(*comm_); }
 TEST_F(MpiCommunicator, AllGatherAndBroadcastFromEveryRoot) {
   testing::check_gather_and_broadcast(*comm_);
 }

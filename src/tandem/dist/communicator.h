@@ -2,10 +2,12 @@
 // the collectives ZeRO needs, over host memory. Backends: in-process ranks (threads, for
 // tests of many world sizes; local_group.h); MPI and NCCL to come.
 //
-// Determinism is part of the contract: every sum runs in rank order, ((x_0 + x_1) + x_2)
-// + ..., whatever the backend and the world size, so that a result never depends on the
-// library's reduction algorithm or on timing. (N ranks can then give the bits of one rank
-// accumulating N micro-batches in the same order.)
+// Determinism is part of the contract: every sum over ranks adds the ranks' values in one
+// fixed pairwise tree (tree_sum.h: neighbours added level by level, an odd last value moved
+// up unchanged; 4 ranks: (x_0 + x_1) + (x_2 + x_3)), whatever the backend, so that a result
+// never depends on a library's reduction algorithm or on timing. Every backend sums through
+// tree_sum. (N ranks of A micro-batches each, A a power of two, then give the bits of N' * A'
+// = N * A; see tree_sum.h.)
 #pragma once
 
 #include <cstddef>
@@ -15,7 +17,10 @@
 namespace tandem {
 
 // Bytes a rank sent and received through collectives and point-to-point calls, counted as
-// a ring implementation would move them (what the ZeRO volume formulas count).
+// a ring implementation would move them (what the ZeRO volume formulas count), whatever the
+// backend really moved. Each way, per rank, for N ranks: all-reduce of n floats
+// 2 (N - 1) / N * 4n bytes; reduce-scatter to count floats (N - 1) * 4 count; reduce to a
+// root of n floats (N - 1) / N * 4n; all-gather of b bytes (N - 1) b.
 struct CommunicatorTraffic {
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
@@ -29,11 +34,14 @@ class Communicator {
   virtual int world_size() const = 0;
   virtual std::string_view backend() const = 0;
 
-  // data[n] = sum over ranks of data[n], in rank order; every rank passes n.
+  // data[n] = tree sum over ranks of data[n]; every rank passes n.
   virtual void all_reduce_sum(float* data, size_t n) = 0;
-  // recv[count] = sum over ranks of send[rank() * count, (rank() + 1) * count), in rank
-  // order; send holds world_size() * count floats on every rank.
+  // recv[count] = tree sum over ranks of send[rank() * count, (rank() + 1) * count); send
+  // holds world_size() * count floats on every rank.
   virtual void reduce_scatter_sum(const float* send, float* recv, size_t count) = 0;
+  // On root: recv[n] = tree sum over ranks of send[n]; send may be recv there (in place).
+  // The other ranks' recv is left untouched and may be null. Every rank passes n and root.
+  virtual void reduce_sum(const float* send, float* recv, size_t n, int root) = 0;
   // recv[world_size() * bytes] = every rank's send[bytes], rank r's at r * bytes.
   virtual void all_gather(const void* send, void* recv, size_t bytes) = 0;
   // data[bytes] = root's data[bytes] on every rank.

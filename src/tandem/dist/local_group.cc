@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tandem/core/error.h"
+#include "tandem/dist/tree_sum.h"
 
 namespace tandem {
 
@@ -64,9 +65,8 @@ class LocalCommunicator final : public Communicator {
 
   void all_reduce_sum(float* data, size_t n) override {
     std::vector<float> sum(n);
-    exchange(data, [&](const std::vector<const void*>& all) {
-      sum_in_rank_order(all, 0, n, sum.data());
-    });
+    exchange(data,
+             [&](const std::vector<const void*>& all) { sum_over_ranks(all, 0, n, sum.data()); });
     std::memcpy(data, sum.data(), n * sizeof(float));
     // A ring all-reduce moves 2 (N - 1) / N of the data each way.
     count_traffic(2 * (world_size() - 1) * n * sizeof(float) / world_size());
@@ -75,10 +75,24 @@ class LocalCommunicator final : public Communicator {
   void reduce_scatter_sum(const float* send, float* recv, size_t count) override {
     std::vector<float> sum(count);
     exchange(send, [&](const std::vector<const void*>& all) {
-      sum_in_rank_order(all, static_cast<size_t>(rank_) * count, count, sum.data());
+      sum_over_ranks(all, static_cast<size_t>(rank_) * count, count, sum.data());
     });
     std::memcpy(recv, sum.data(), count * sizeof(float));
     count_traffic((world_size() - 1) * count * sizeof(float));
+  }
+
+  void reduce_sum(const float* send, float* recv, size_t n, int root) override {
+    TANDEM_CHECK(root >= 0 && root < world_size(), "reduce_sum: root ", root,
+                 " is not a rank of a world of ", world_size());
+    // Summed aside and copied after the exchange: in place, recv is the send buffer that
+    // the other ranks are still reading.
+    std::vector<float> sum(rank_ == root ? n : 0);
+    exchange(send, [&](const std::vector<const void*>& all) {
+      if (rank_ == root) sum_over_ranks(all, 0, n, sum.data());
+    });
+    if (rank_ == root) std::memcpy(recv, sum.data(), n * sizeof(float));
+    // A ring reduce moves (N - 1) / N of the data each way.
+    count_traffic((world_size() - 1) * n * sizeof(float) / world_size());
   }
 
   void all_gather(const void* send, void* recv, size_t bytes) override {
@@ -146,14 +160,12 @@ class LocalCommunicator final : public Communicator {
     shared_->arrive_and_wait();
   }
 
-  // out[i] = ((rank 0's + rank 1's) + ...) of element offset + i.
-  void sum_in_rank_order(const std::vector<const void*>& all, size_t offset, size_t n,
-                         float* out) const {
-    std::memcpy(out, static_cast<const float*>(all[0]) + offset, n * sizeof(float));
-    for (int r = 1; r < world_size(); r++) {
-      const float* x = static_cast<const float*>(all[r]) + offset;
-      for (size_t i = 0; i < n; i++) out[i] += x[i];
-    }
+  // out[i] = tree sum over ranks of element offset + i of each rank's buffer.
+  void sum_over_ranks(const std::vector<const void*>& all, size_t offset, size_t n,
+                      float* out) const {
+    std::vector<const float*> parts(world_size());
+    for (int r = 0; r < world_size(); r++) parts[r] = static_cast<const float*>(all[r]) + offset;
+    tree_sum(parts.data(), world_size(), n, out);
   }
 
   void count_traffic(size_t bytes_each_way) {

@@ -1,8 +1,8 @@
 // In-process ranks: world_size communicators that share one address space, one per thread,
 // so that unit tests cover many world sizes (and odd ones) in milliseconds. The collectives
-// follow the Communicator contract exactly (rank-order sums), through memory: each rank
-// publishes its buffer, all wait at a barrier, each reads what it needs, and all wait
-// again before any buffer may change.
+// follow the Communicator contract exactly (tree-order sums, tree_sum.h), through memory:
+// each rank publishes its buffer, all wait at a barrier, each reads what it needs, and all
+// wait again before any buffer may change.
 //
 //   run_local_ranks(4, [](Communicator& comm) { ... });   // 4 threads, ranks 0..3
 #pragma once

@@ -1,5 +1,6 @@
 #include "tandem/dist/mpi_communicator.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +9,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/dist/local_group.h"
+#include "tandem/dist/tree_sum.h"
 
 #if TANDEM_HAVE_MPI
 #include <mpi.h>
@@ -32,6 +34,9 @@ std::unique_ptr<Communicator> make_world_communicator() {
 #if TANDEM_HAVE_MPI
 
 namespace {
+
+// Floats per rank per MPI_Gather of reduce_sum (4 MiB).
+constexpr size_t kReducePiece = size_t{1} << 20;
 
 void check_mpi(int code, const char* what) {
   if (code == MPI_SUCCESS) return;
@@ -108,12 +113,27 @@ class MpiCommunicator final : public Communicator {
     std::vector<float> slices(count * world_size_);  // rank r's slice for this rank at r
     check_mpi(MPI_Alltoall(send, c, MPI_FLOAT, slices.data(), c, MPI_FLOAT, comm_),
               "MPI_Alltoall (reduce_scatter_sum)");
-    std::memcpy(recv, slices.data(), count * sizeof(float));
-    for (int r = 1; r < world_size_; r++) {
-      const float* x = slices.data() + r * count;
-      for (size_t i = 0; i < count; i++) recv[i] += x[i];
-    }
+    sum_over_ranks(slices.data(), count, recv);
     count_traffic((world_size_ - 1) * count * sizeof(float));
+  }
+
+  void reduce_sum(const float* send, float* recv, size_t n, int root) override {
+    TANDEM_CHECK(root >= 0 && root < world_size_, "reduce_sum: root ", root,
+                 " is not a rank of a world of ", world_size_);
+    // In pieces, so that the root holds world_size pieces at a time, not world_size copies
+    // of the data (and no MPI count passes INT_MAX). Gathered into a buffer of its own, so
+    // send may be recv on the root.
+    const size_t piece = std::min(n, kReducePiece);
+    std::vector<float> gathered(rank_ == root ? piece * world_size_ : 0);
+    for (size_t begin = 0; begin < n; begin += piece) {
+      const size_t length = std::min(piece, n - begin);
+      const int c = as_count(length, "reduce_sum");
+      check_mpi(MPI_Gather(send + begin, c, MPI_FLOAT, gathered.data(), c, MPI_FLOAT, root, comm_),
+                "MPI_Gather (reduce_sum)");
+      if (rank_ == root) sum_over_ranks(gathered.data(), length, recv + begin);
+    }
+    // Counted as a ring reduce moves it: (N - 1) / N of the data each way.
+    count_traffic((world_size_ - 1) * n * sizeof(float) / world_size_);
   }
 
   void all_gather(const void* send, void* recv, size_t bytes) override {
@@ -154,6 +174,13 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // out[count] = tree sum over ranks of `slices`, which holds rank r's count floats at
+  // r * count.
+  void sum_over_ranks(const float* slices, size_t count, float* out) const {
+    std::vector<const float*> parts(world_size_);
+    for (int r = 0; r < world_size_; r++) parts[r] = slices + r * count;
+    tree_sum(parts.data(), world_size_, count, out);
+  }
   void count_traffic(size_t bytes_each_way) {
     traffic_.bytes_sent += bytes_each_way;
     traffic_.bytes_received += bytes_each_way;

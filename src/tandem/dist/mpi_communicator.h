@@ -1,8 +1,9 @@
 // The MPI backend (host memory): the ranks of an `mpirun -np N` launch. The collectives
-// keep the Communicator contract by doing their own sums: reduce-scatter exchanges the
-// slices with MPI_Alltoall and adds them in rank order on each rank, and all-reduce is that
-// reduce-scatter followed by an all-gather; MPI's own reductions (whose order the library
-// picks) are never used.
+// keep the Communicator contract by doing their own sums, with tree_sum (tree_sum.h):
+// reduce-scatter exchanges the slices with MPI_Alltoall and tree-sums them on each rank,
+// all-reduce is that reduce-scatter followed by an all-gather, and reduce gathers every
+// rank's data on the root with MPI_Gather and tree-sums it there. MPI's own reductions
+// (whose order the library picks) are never used.
 #pragma once
 
 #include <memory>
