@@ -128,6 +128,8 @@ class ComputeBackend : public StorageKernels<float>, public StorageKernels<Bf16>
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* dst, size_t bytes) = 0;
+  // dst = src, both in backend memory, in order with the kernels.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   // Waits for all queued work (a no-op for synchronous backends).
   virtual void synchronize() = 0;
 

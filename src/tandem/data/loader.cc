@@ -88,6 +88,12 @@ void DataLoader::next_batch(std::span<int32_t> inputs, std::span<int32_t> target
   }
 }
 
+void DataLoader::skip_batches(uint64_t count) {
+  const uint64_t batch = position_.batch + count;
+  position_.epoch += batch / batches_per_epoch_;
+  position_.batch = batch % batches_per_epoch_;
+}
+
 void DataLoader::set_position(Position position) {
   TANDEM_CHECK(position.batch < batches_per_epoch_, name_,
                " loader: cannot restore position "

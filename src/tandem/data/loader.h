@@ -35,6 +35,10 @@ class DataLoader {
   // left over after the last full batch of an epoch are skipped in that epoch.
   void next_batch(std::span<int32_t> inputs, std::span<int32_t> targets);
 
+  // Moves past `count` batches without reading them, as that many next_batch calls
+  // would: a data-parallel rank skips the other ranks' micro-batches of a global batch.
+  void skip_batches(uint64_t count);
+
   Position position() const { return position_; }
   // Throws if position.batch >= batches_per_epoch().
   void set_position(Position position);

@@ -48,6 +48,14 @@ size_t OffloadPlan::params_at(UpdateSite site) const {
 }
 
 OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params) {
+  return make_offload_plan(settings, num_params, ParamRange{0, num_params});
+}
+
+OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params,
+                              ParamRange partition) {
+  TANDEM_CHECK(partition.begin <= partition.end && partition.end <= num_params, "partition [",
+               partition.begin, ", ", partition.end, ") is not inside the ", num_params,
+               " parameters");
   TANDEM_CHECK(settings.sub_group_size >= 1,
                "zero_optimization.sub_group_size must be at least 1 parameter");
   TANDEM_CHECK(settings.schedule != UpdateSchedule::kRatio ||
@@ -67,10 +75,12 @@ OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params
   OffloadPlan plan;
   plan.settings = settings;
   plan.num_params = num_params;
-  for (size_t begin = 0, x = 0; begin < num_params; begin += settings.sub_group_size, x++) {
+  plan.partition = partition;
+  for (size_t begin = partition.begin, x = 0; begin < partition.end;
+       begin += settings.sub_group_size, x++) {
     Subgroup s;
     s.begin = begin;
-    s.end = std::min(num_params, begin + settings.sub_group_size);
+    s.end = std::min(partition.end, begin + settings.sub_group_size);
     switch (settings.schedule) {
       case UpdateSchedule::kDevice:
         s.site = UpdateSite::kDeviceResident;

@@ -40,6 +40,13 @@ struct OffloadSettings {
   int staging_buffers = 2;              // device staging buffers for kDeviceStaged subgroups
 };
 
+// A range [begin, end) of the flat parameter space.
+struct ParamRange {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+  bool operator==(const ParamRange&) const = default;
+};
+
 struct Subgroup {
   size_t begin = 0, end = 0;  // range of the flat parameter space
   UpdateSite site = UpdateSite::kHost;
@@ -48,7 +55,10 @@ struct Subgroup {
 
 struct OffloadPlan {
   OffloadSettings settings;
-  size_t num_params = 0;
+  size_t num_params = 0;  // of the whole model
+  // The parameters whose optimizer state this plan holds and updates: all of them, or
+  // one rank's ZeRO partition (zero/partition.h). The subgroups cut it from its start.
+  ParamRange partition;
   std::vector<Subgroup> subgroups;
   size_t max_subgroup_size = 0;
   size_t count(UpdateSite site) const;
@@ -60,6 +70,9 @@ struct OffloadPlan {
 // CPU ones. Interleave: subgroup x is staged when (x + 1) % stride == 0. Invalid settings throw
 // tandem::Error naming the config key and the allowed range.
 OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params);
+// The same over one partition [begin, end) of the num_params parameters.
+OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params,
+                              ParamRange partition);
 
 // Bytes needed in each memory space by the update engine for a plan: device (working
 // params, gradients, resident fp32 state, staging buffers), pinned host (offloaded

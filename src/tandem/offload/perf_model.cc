@@ -118,9 +118,15 @@ OffloadPlan best_plan_with_slots(const OffloadPlan& all_host, const UpdateRates&
 
 OffloadPlan make_auto_plan(const OffloadSettings& settings, size_t num_params,
                            const UpdateRates& rates, size_t device_bytes_for_state) {
+  return make_auto_plan(settings, num_params, ParamRange{0, num_params}, rates,
+                        device_bytes_for_state);
+}
+
+OffloadPlan make_auto_plan(const OffloadSettings& settings, size_t num_params, ParamRange partition,
+                           const UpdateRates& rates, size_t device_bytes_for_state) {
   OffloadSettings base = settings;
   base.schedule = UpdateSchedule::kCpu;
-  OffloadPlan all_host = make_offload_plan(base, num_params);
+  OffloadPlan all_host = make_offload_plan(base, num_params, partition);
   all_host.settings.schedule = UpdateSchedule::kAuto;
   // Keeping state resident saves 24 bytes of transfers per parameter and step, but the
   // memory could instead hold staging buffers that put many more subgroups through the

@@ -49,5 +49,8 @@ UpdatePrediction predict_update(const OffloadPlan& plan, const UpdateRates& rate
 // stride (or none) with the smallest predicted update time; the fastest of these.
 OffloadPlan make_auto_plan(const OffloadSettings& settings, size_t num_params,
                            const UpdateRates& rates, size_t device_bytes_for_state);
+// The same over one partition of the parameters (a rank's, under ZeRO).
+OffloadPlan make_auto_plan(const OffloadSettings& settings, size_t num_params, ParamRange partition,
+                           const UpdateRates& rates, size_t device_bytes_for_state);
 
 }  // namespace tandem

@@ -30,6 +30,12 @@ std::unique_ptr<Device> make_training_device(const TrainConfig& config) {
 }
 
 TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool) {
+  const auto P = static_cast<size_t>(config.model.num_parameters());
+  return plan_training(config, device, pool, ParamRange{0, P});
+}
+
+TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
+                                 ParamRange state_range) {
   TrainingMemoryPlan plan;
   plan.num_params = static_cast<size_t>(config.model.num_parameters());
   plan.device_capacity = device.device_capacity();
@@ -41,7 +47,7 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   // Until the rates are known, `auto` is costed as its least demanding choice (all CPU).
   OffloadSettings fixed = config.offload;
   if (automatic) fixed.schedule = UpdateSchedule::kCpu;
-  plan.offload = make_offload_plan(fixed, plan.num_params);
+  plan.offload = make_offload_plan(fixed, plan.num_params, state_range);
   add_up(plan);
   if (!plan.fits()) return plan;  // nothing to measure: the run cannot start
 
@@ -53,8 +59,8 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   plan.rates = calibrate_update_rates(device, pool, sample);
   if (automatic) {
     const size_t taken = plan.activation_bytes + plan.model_bytes;
-    plan.offload =
-        make_auto_plan(config.offload, plan.num_params, plan.rates, plan.device_capacity - taken);
+    plan.offload = make_auto_plan(config.offload, plan.num_params, state_range, plan.rates,
+                                  plan.device_capacity - taken);
     add_up(plan);
   }
   plan.prediction = predict_update(plan.offload, plan.rates);

@@ -40,6 +40,9 @@ std::unique_ptr<Device> make_training_device(const TrainConfig& config);
 // performance model's choice for `auto`) and adds up the memory, the model's included.
 // Call it before the model allocates anything on the device.
 TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool);
+// The same for a rank that holds the optimizer state of `state_range` only (ZeRO).
+TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
+                                 ParamRange state_range);
 
 // Throws tandem::Error when the plan does not fit in device memory, with the bytes
 // per tier and what to change.

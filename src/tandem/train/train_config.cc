@@ -43,7 +43,15 @@ constexpr std::string_view kTopKeys[] = {"model",
                                          "device",
                                          "bf16",
                                          "train"};
-constexpr std::string_view kZeroKeys[] = {"sub_group_size"};
+constexpr std::string_view kZeroKeys[] = {"stage",
+                                          "sub_group_size",
+                                          "overlap_comm",
+                                          "contiguous_gradients",
+                                          "reduce_bucket_size",
+                                          "allgather_bucket_size",
+                                          "stage3_prefetch_bucket_size",
+                                          "stage3_param_persistence_threshold",
+                                          "stage3_max_live_parameters"};
 constexpr std::string_view kOffloadKeys[] = {"schedule", "ratio", "stride", "staging_buffers"};
 constexpr std::string_view kDeviceKeys[] = {"type", "memory_gb"};
 constexpr std::string_view kSchedules[] = {"device", "cpu", "ratio", "interleave", "auto"};
@@ -383,6 +391,23 @@ TrainConfig parse_train_config(const json& config_json) {
   int64_t sub_group_size = static_cast<int64_t>(config.offload.sub_group_size);
   zero.read_int("sub_group_size", sub_group_size, 1);
   config.offload.sub_group_size = static_cast<size_t>(sub_group_size);
+  ZeroConfig& z = config.zero;
+  zero.read_int("stage", z.stage, 0, 3, "0, 1, 2 or 3");
+  TANDEM_CHECK(z.stage != 3,
+               "zero_optimization.stage 3 (partitioned parameters) is not implemented yet; use "
+               "stage 2, which partitions the gradients and the optimizer state");
+  zero.read_bool("overlap_comm", z.overlap_comm);
+  zero.read_bool("contiguous_gradients", z.contiguous_gradients);
+  auto read_size = [&](std::string_view key, size_t& out) {
+    int64_t v = static_cast<int64_t>(out);
+    zero.read_int(key, v, 1);
+    out = static_cast<size_t>(v);
+  };
+  read_size("reduce_bucket_size", z.reduce_bucket_size);
+  read_size("allgather_bucket_size", z.allgather_bucket_size);
+  read_size("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size);
+  read_size("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold);
+  read_size("stage3_max_live_parameters", z.stage3_max_live_parameters);
 
   const Section offload = top.section("offload_optimizer");
   offload.check_keys(kOffloadKeys);
@@ -588,7 +613,16 @@ json to_json(const TrainConfig& config) {
         {"params",
          {{"warmup_num_steps", config.scheduler.warmup_num_steps},
           {"cos_min_ratio", float_json(config.scheduler.cos_min_ratio)}}}}},
-      {"zero_optimization", {{"sub_group_size", config.offload.sub_group_size}}},
+      {"zero_optimization",
+       {{"stage", config.zero.stage},
+        {"sub_group_size", config.offload.sub_group_size},
+        {"overlap_comm", config.zero.overlap_comm},
+        {"contiguous_gradients", config.zero.contiguous_gradients},
+        {"reduce_bucket_size", config.zero.reduce_bucket_size},
+        {"allgather_bucket_size", config.zero.allgather_bucket_size},
+        {"stage3_prefetch_bucket_size", config.zero.stage3_prefetch_bucket_size},
+        {"stage3_param_persistence_threshold", config.zero.stage3_param_persistence_threshold},
+        {"stage3_max_live_parameters", config.zero.stage3_max_live_parameters}}},
       {"offload_optimizer",
        {{"schedule", std::string(update_schedule_name(config.offload.schedule))},
         {"ratio", config.offload.ratio},

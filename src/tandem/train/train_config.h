@@ -11,6 +11,7 @@
 #include "tandem/compute/compute_backend.h"
 #include "tandem/model/gpt_config.h"
 #include "tandem/offload/offload_plan.h"
+#include "tandem/zero/zero_config.h"
 
 namespace tandem {
 
@@ -63,6 +64,8 @@ struct TrainConfig {
   // "zero_optimization": {"sub_group_size"}, "offload_optimizer": {"schedule", "ratio",
   // "stride", "staging_buffers"}
   OffloadSettings offload{.schedule = UpdateSchedule::kDevice};
+  // "zero_optimization": {"stage", "overlap_comm", bucket sizes...}: data parallelism.
+  ZeroConfig zero;
   DeviceConfig device;
   // "bf16": {"enabled": true}: the model's parameters (working copy), gradients and
   // activations in bf16 with fp32 arithmetic; master weights and Adam moments stay fp32.

@@ -15,15 +15,19 @@
 #include "tandem/data/loader.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/device/device.h"
+#include "tandem/dist/communicator.h"
+#include "tandem/dist/local_group.h"
 #include "tandem/model/gpt.h"
 #include "tandem/offload/update_engine.h"
 #include "tandem/optim/grad_clip.h"
 #include "tandem/optim/lr_schedule.h"
+#include "tandem/train/gradient_accumulator.h"
 #include "tandem/train/memory_plan.h"
 #include "tandem/train/metrics_log.h"
 #include "tandem/train/progress.h"
 #include "tandem/train/sampler.h"
 #include "tandem/train/train_checkpoint.h"
+#include "tandem/zero/data_parallel.h"
 
 namespace tandem {
 namespace fs = std::filesystem;
@@ -46,11 +50,77 @@ std::string describe_model_difference(const GptConfig& a, const GptConfig& b) {
   return diff;
 }
 
+// The parameters whose optimizer state this rank holds (zero/data_parallel.h).
+ParamRange state_range_of(const TrainConfig& config, const Communicator& comm) {
+  const auto P = static_cast<size_t>(config.model.num_parameters());
+  if (config.zero.stage == 0) return {0, P};
+  return ZeroPartition(P, comm.world_size()).range(comm.rank());
+}
+
+// Options as rank `rank` uses them: only rank 0 prints, writes metrics and checkpoints.
+TrainOptions options_for_rank(TrainOptions options, int rank) {
+  if (rank == 0) return options;
+  options.show_progress = false;
+  options.metrics_path.clear();
+  options.trace_path.clear();
+  return options;
+}
+
+// Whether every rank passed `ok`; a collective, so all ranks learn it together and fail
+// together instead of leaving the others blocked in the next collective.
+bool all_ranks_ok(Communicator& comm, bool ok) {
+  float failures = ok ? 0.0f : 1.0f;
+  comm.all_reduce_sum(&failures, 1);
+  return failures == 0.0f;
+}
+
+// The first key (dotted path) whose value differs between two JSON documents; "" if none.
+std::string first_difference(const nlohmann::json& a, const nlohmann::json& b,
+                             const std::string& path = "") {
+  if (a.is_object() && b.is_object()) {
+    for (const auto& [key, value] : a.items()) {
+      const std::string sub = path.empty() ? key : path + "." + key;
+      if (!b.contains(key)) return sub;
+      const std::string diff = first_difference(value, b.at(key), sub);
+      if (!diff.empty()) return diff;
+    }
+    for (const auto& [key, value] : b.items())
+      if (!a.contains(key)) return path.empty() ? key : path + "." + key;
+    return "";
+  }
+  return a == b ? "" : (path.empty() ? std::string("(the whole document)") : path);
+}
+
+// Refuses to start when the ranks were given different configs or data: every rank
+// compares its own with rank 0's, and all fail together naming the first difference.
+void check_ranks_agree(Communicator& comm, const TrainConfig& config, const TokenSplit& data) {
+  if (comm.world_size() == 1) return;
+  nlohmann::json mine = to_json(config);
+  mine["data"]["train_tokens_xxh3"] =
+      checksum_hex(checksum64(data.train.data(), data.train.size() * sizeof(int32_t)));
+  mine["data"]["val_tokens_xxh3"] =
+      checksum_hex(checksum64(data.val.data(), data.val.size() * sizeof(int32_t)));
+  std::string text = mine.dump();
+  uint64_t size = text.size();
+  comm.broadcast(&size, sizeof(size), 0);
+  std::string root(size, '\0');
+  if (comm.rank() == 0) root = text;
+  comm.broadcast(root.data(), size, 0);
+  const std::string diff = first_difference(nlohmann::json::parse(root), mine);
+  const bool ok = all_ranks_ok(comm, diff.empty());
+  TANDEM_CHECK(diff.empty(), "the configuration or data of this rank differs from rank 0's at '",
+               diff, "'; start every rank with the same --config, --set and data files");
+  TANDEM_CHECK(ok,
+               "another rank was started with a configuration or data that differs from rank "
+               "0's (its error names the key)");
+}
+
 class Trainer {
  public:
-  Trainer(const TrainConfig& config, const TrainOptions& options)
-      : config_(config),
-        options_(options),
+  Trainer(const TrainConfig& config, const TrainOptions& options, Communicator& comm)
+      : config_(checked_for_world(config, comm)),
+        options_(options_for_rank(options, comm.rank())),
+        comm_(comm),
         B_(config.micro_batch_size),
         T_(config.seq_len()),
         data_(load_dataset(config.data.train_path, config.data.val_path, config.data.val_fraction,
@@ -58,7 +128,7 @@ class Trainer {
         train_loader_(data_.train, B_, T_, config.train.seed, true, "train"),
         device_(make_training_device(config)),
         optimizer_pool_(),
-        plan_(checked_plan(config, *device_, optimizer_pool_)),
+        plan_(checked_plan(config, *device_, optimizer_pool_, state_range_of(config, comm))),
         backend_(on_gpu() ? make_cuda_backend(*device_) : make_cpu_backend(*device_)),
         model_(config.model, *backend_, B_, T_, config.storage_dtype()),
         engine_(*device_, optimizer_pool_, model_.layout(), plan_.offload,
@@ -68,15 +138,23 @@ class Trainer {
                            .eps = config.optimizer.eps,
                            .weight_decay = config.optimizer.weight_decay},
                 device_buffers(model_)),
+        data_parallel_(comm, config.zero,
+                       {.grads = model_.grads(),
+                        .grad_dtype = model_.dtype(),
+                        .working_params = model_.params(),
+                        .working_dtype = model_.dtype(),
+                        .num_params = model_.layout().num_elements()}),
+        accumulator_(*backend_, model_.dtype(), model_.layout().num_elements(),
+                     config.gradient_accumulation_steps),
         schedule_{.base_lr = config.optimizer.lr,
                   .warmup_steps = config.scheduler.warmup_num_steps,
                   .total_steps = config.train.steps,
                   .min_ratio = config.scheduler.cos_min_ratio},
         sample_rng_(config.train.seed ^ kSampleSeedSalt),
-        progress_(config.train.steps, config.train.log_interval, options.show_progress),
+        progress_(config.train.steps, config.train.log_interval, options_.show_progress),
         inputs_(static_cast<size_t>(B_) * T_),
         targets_(static_cast<size_t>(B_) * T_) {
-    if (config.train.eval_interval > 0)
+    if (config.train.eval_interval > 0 && comm.rank() == 0)
       val_loader_ =
           std::make_unique<DataLoader>(data_.val, B_, T_, config.train.seed, false, "val");
   }
@@ -91,7 +169,7 @@ class Trainer {
     result.last_val_loss = std::numeric_limits<float>::quiet_NaN();
     MetricsLog metrics(options_.metrics_path);
     const double tokens_per_step =
-        static_cast<double>(B_) * T_ * config_.gradient_accumulation_steps;
+        static_cast<double>(B_) * T_ * config_.gradient_accumulation_steps * comm_.world_size();
     if (!options_.trace_path.empty()) engine_.set_tracer(&tracer_);
     bool trace_written = false;
     while (step_ < last_step) {
@@ -116,7 +194,9 @@ class Trainer {
                      {"update_ms", times.update.ms},
                      {"h2d_bytes", times.update.h2d_bytes},
                      {"d2h_bytes", times.update.d2h_bytes},
-                     {"early_gradient_subgroups", times.update.early_gradient_subgroups}});
+                     {"early_gradient_subgroups", times.update.early_gradient_subgroups},
+                     {"comm_bytes_sent", times.comm_bytes_sent},
+                     {"comm_bytes_received", times.comm_bytes_received}});
       result.steps.push_back({.step = step_,
                               .loss = loss,
                               .ms = ms,
@@ -125,7 +205,9 @@ class Trainer {
                               .update_ms = times.update.ms,
                               .tokens_per_s = tokens_per_s,
                               .h2d_bytes = times.update.h2d_bytes,
-                              .d2h_bytes = times.update.d2h_bytes});
+                              .d2h_bytes = times.update.d2h_bytes,
+                              .comm_bytes_sent = times.comm_bytes_sent,
+                              .comm_bytes_received = times.comm_bytes_received});
       progress_.update(step_, loss, tokens_per_s, ms);
       if (tracer_.enabled() && (step_ == options_.trace_last_step || step_ == last_step)) {
         tracer_.set_enabled(false);
@@ -146,7 +228,8 @@ class Trainer {
       const int64_t ckpt_every = config_.train.checkpoint_interval;
       if (options_.save_checkpoints && (finished || (ckpt_every > 0 && step_ % ckpt_every == 0))) {
         result.last_checkpoint = save();
-        progress_.note(cat("step ", step_, ": saved ", result.last_checkpoint.string()));
+        if (!result.last_checkpoint.empty())
+          progress_.note(cat("step ", step_, ": saved ", result.last_checkpoint.string()));
       }
     }
     progress_.finish();
@@ -159,25 +242,30 @@ class Trainer {
     metrics.write({{"step", step_},
                    {"state_digest", result.state_digest},
                    {"schedule", std::string(update_schedule_name(config_.offload.schedule))}});
-    if (config_.train.sample_bytes > 0)
+    if (config_.train.sample_bytes > 0 && comm_.rank() == 0)
       result.sample = sample_bytes(model_, "\n", config_.train.sample_bytes, sample_rng_);
     return result;
   }
 
  private:
   void start() {
+    check_ranks_agree(comm_, config_, data_);
     progress_.note(describe_plan());
     const fs::path checkpoints = checkpoints_root();
     if (!options_.resume.empty()) {
       resume(options_.resume);
       return;
     }
-    TANDEM_CHECK(!options_.save_checkpoints || !fs::exists(checkpoints / "latest"),
-                 "train.output_dir '", config_.train.output_dir,
+    // Rank 0 writes the checkpoints; it alone decides, and all ranks stop if it refuses.
+    const bool fresh =
+        comm_.rank() != 0 || !options_.save_checkpoints || !fs::exists(checkpoints / "latest");
+    const bool all_fresh = all_ranks_ok(comm_, fresh);
+    TANDEM_CHECK(fresh, "train.output_dir '", config_.train.output_dir,
                  "' already holds checkpoints of an earlier run; resume it "
                  "with --resume ",
                  config_.train.output_dir,
                  ", or start afresh in another directory with --set train.output_dir=DIR");
+    TANDEM_CHECK(all_fresh, "rank 0 refused to start (its error says why)");
     // The engine holds the fp32 master weights and writes the model's working copy.
     const std::vector<float> params = model_.initial_params(config_.train.seed);
     const std::vector<float> zeros(params.size(), 0.0f);
@@ -187,6 +275,12 @@ class Trainer {
                        " parameters) on ", data_.train.size(), " tokens (",
                        train_loader_.batches_per_epoch(), " batches of ", B_, "x", T_,
                        " per epoch), ", config_.train.steps, " steps"));
+    if (comm_.world_size() > 1)
+      progress_.note(cat("tandem: ", comm_.world_size(), " ranks (", comm_.backend(),
+                         "), ZeRO stage ", config_.zero.stage, ", global batch ",
+                         B_ * config_.gradient_accumulation_steps * comm_.world_size(),
+                         " sequences (", B_, " x ", config_.gradient_accumulation_steps,
+                         " micro-batches x ", comm_.world_size(), " ranks)"));
   }
 
   bool on_gpu() const { return config_.device.type == "cuda"; }
@@ -201,9 +295,19 @@ class Trainer {
             .producer = &model.backend().stream()};
   }
 
+  // Data parallelism runs over host memory for now: refused on the cuda device.
+  static const TrainConfig& checked_for_world(const TrainConfig& config, Communicator& comm) {
+    TANDEM_CHECK(comm.world_size() == 1 || config.device.type == "cpu", "data parallelism (",
+                 comm.world_size(),
+                 " ranks) runs on device.type \"cpu\" only for now: the cuda device needs the "
+                 "NCCL backend, which is not built yet; run one rank per GPU job or use "
+                 "--set device.type=cpu");
+    return config;
+  }
+
   static TrainingMemoryPlan checked_plan(const TrainConfig& config, Device& device,
-                                         ThreadPool& pool) {
-    TrainingMemoryPlan plan = plan_training(config, device, pool);
+                                         ThreadPool& pool, ParamRange state_range) {
+    TrainingMemoryPlan plan = plan_training(config, device, pool, state_range);
     check_fits(plan, config);
     return plan;
   }
@@ -217,12 +321,20 @@ class Trainer {
     return indented;
   }
 
-  // XXH3-64 over params, m and v: equal digests mean bit-identical optimizer state.
+  // XXH3-64 over params, m and v (all ranks' partitions): equal digests mean
+  // bit-identical optimizer state.
   std::string state_digest() {
     const size_t P = model_.layout().num_elements();
     std::vector<float> state(3 * P);
-    engine_.read_state(state.data(), state.data() + P, state.data() + 2 * P);
+    read_full_state(state.data(), state.data() + P, state.data() + 2 * P);
     return checksum_hex(checksum64(state.data(), state.size() * sizeof(float)));
+  }
+
+  // The fp32 params, m and v of every parameter, each rank's partition from its owner
+  // (a collective).
+  void read_full_state(float* params, float* m, float* v) {
+    engine_.read_state(params, m, v);
+    for (float* array : {params, m, v}) data_parallel_.gather_partitions(array, sizeof(float));
   }
 
   void resume(const fs::path& path) {
@@ -233,6 +345,8 @@ class Trainer {
     TANDEM_CHECK(state.step <= config_.train.steps, path.string(), ": the checkpoint is at step ",
                  state.step, ", beyond train.steps = ", config_.train.steps,
                  "; raise train.steps to continue");
+    // Every rank reads the whole checkpoint and keeps its own partition: any world size
+    // and stage resumes any other's checkpoint.
     engine_.load_state(state.params.data(), state.exp_avg.data(), state.exp_avg_sq.data(),
                        state.step);
     train_loader_.set_position(state.train_position);
@@ -247,45 +361,75 @@ class Trainer {
     double grad_norm = 0;
     double forward_ms = 0, backward_ms = 0;
     UpdateStepStats update;
+    size_t comm_bytes_sent = 0, comm_bytes_received = 0;
   };
 
+  // One optimizer step over a global batch of accum x world micro-batches, rank r taking
+  // the micro-batches [r accum, (r + 1) accum) of it. Each micro-batch's gradients are
+  // computed into zeroed buffers and summed as a tree (gradient_accumulator.h), then
+  // over the ranks in the same tree order, so any split of the global batch over ranks
+  // and micro-batches gives the same bits (powers of two; or one rank).
   StepTimes train_step(float lr) {
     StepTimes times;
-    model_.zero_grads();
+    const CommunicatorTraffic traffic_before = comm_.traffic();
     const int accum = config_.gradient_accumulation_steps;
-    double loss_sum = 0.0;
+    const int world = comm_.world_size();
+    const float loss_scale = 1.0f / static_cast<float>(accum * world);
+    std::vector<float> micro_losses;
+    train_loader_.skip_batches(static_cast<uint64_t>(comm_.rank()) * accum);
+    accumulator_.start_step();
     for (int micro = 0; micro < accum; micro++) {
       train_loader_.next_batch(inputs_, targets_);
       Stopwatch watch;
       {
         TraceScope scope(&tracer_, "compute", cat("forward ", micro));
-        loss_sum += model_.forward(inputs_.data(), targets_.data(), B_, T_);
+        micro_losses.push_back(model_.forward(inputs_.data(), targets_.data(), B_, T_));
       }
       times.forward_ms += watch.millis();
       watch.reset();
       {
         TraceScope scope(&tracer_, "compute", cat("backward ", micro));
-        // The last micro-batch makes the gradients final: the engine starts offloading
-        // each block's gradients as soon as backward is done with it.
+        model_.zero_grads();
         if (micro + 1 == accum) {
-          model_.backward(1.0f / accum, [this](size_t begin, size_t end) {
-            engine_.gradients_ready(begin, end);
+          // The last micro-batch makes the gradients final block by block: each block is
+          // summed with the earlier micro-batches, reduced over the ranks, and the engine
+          // starts offloading it, while backward goes on with the blocks below.
+          model_.backward(loss_scale, [this](size_t begin, size_t end) {
+            accumulator_.finish(model_.grads(), begin, end);
+            data_parallel_.gradients_final(
+                begin, end, [this](size_t b, size_t e) { engine_.gradients_ready(b, e); });
           });
         } else {
-          model_.backward(1.0f / accum);
+          model_.backward(loss_scale);
+          accumulator_.add(model_.grads());
         }
       }
       times.backward_ms += watch.millis();
     }
-    const float loss = static_cast<float>(loss_sum / accum);
+    train_loader_.skip_batches(static_cast<uint64_t>(world - 1 - comm_.rank()) * accum);
+    {
+      TraceScope scope(&tracer_, "compute", "gradient reduction");
+      data_parallel_.finish_reduction(
+          [this](size_t b, size_t e) { engine_.gradients_ready(b, e); });
+    }
+    const float loss = data_parallel_.global_mean_loss(micro_losses);
     times.loss = loss;
     TANDEM_CHECK(
         std::isfinite(loss), "the training loss became ", loss, " at step ", step_ + 1,
         "; lower optimizer.params.lr or set gradient_clipping (the last checkpoint is intact)");
-    times.grad_norm = std::sqrt(model_.grad_sum_of_squares());
+    times.grad_norm = std::sqrt(
+        data_parallel_.grad_sum_of_squares([this] { return model_.grad_sum_of_squares(); }));
     const float scale = clip_scale(times.grad_norm, config_.gradient_clipping);
-    TraceScope scope(&tracer_, "update", cat("optimizer step ", step_ + 1));
-    times.update = engine_.step(lr, scale);
+    {
+      TraceScope scope(&tracer_, "update", cat("optimizer step ", step_ + 1));
+      times.update = engine_.step(lr, scale);
+    }
+    {
+      TraceScope scope(&tracer_, "compute", "parameter gather");
+      data_parallel_.gather_working_params();
+    }
+    times.comm_bytes_sent = comm_.traffic().bytes_sent - traffic_before.bytes_sent;
+    times.comm_bytes_received = comm_.traffic().bytes_received - traffic_before.bytes_received;
     return times;
   }
 
@@ -303,6 +447,8 @@ class Trainer {
 
   fs::path checkpoints_root() const { return fs::path(config_.train.output_dir) / "checkpoints"; }
 
+  // A collective: every rank hands its partition of the state to the others; rank 0
+  // writes the checkpoint (the others return an empty path).
   fs::path save() {
     TrainingState state;
     state.config = config_;
@@ -313,12 +459,14 @@ class Trainer {
     state.params.resize(P);
     state.exp_avg.resize(P);
     state.exp_avg_sq.resize(P);
-    engine_.read_state(state.params.data(), state.exp_avg.data(), state.exp_avg_sq.data());
+    read_full_state(state.params.data(), state.exp_avg.data(), state.exp_avg_sq.data());
+    if (comm_.rank() != 0) return {};
     return save_training_checkpoint(checkpoints_root(), state);
   }
 
   TrainConfig config_;
   TrainOptions options_;
+  Communicator& comm_;
   TraceRecorder tracer_;  // before the engine and device that may write to it
   int B_, T_;
   TokenSplit data_;
@@ -332,6 +480,8 @@ class Trainer {
   std::unique_ptr<ComputeBackend> backend_;
   Gpt model_;
   UpdateEngine engine_;
+  DataParallel data_parallel_;
+  GradientAccumulator accumulator_;
   WarmupCosineSchedule schedule_;
   Rng sample_rng_;
   ProgressLine progress_;
@@ -343,8 +493,19 @@ class Trainer {
 }  // namespace
 
 TrainResult train(const TrainConfig& config, const TrainOptions& options) {
-  Trainer trainer(config, options);
-  return trainer.run();
+  LocalGroup single(1);
+  const std::unique_ptr<Communicator> comm = single.communicator(0);
+  return train(config, options, *comm);
+}
+
+TrainResult train(const TrainConfig& config, const TrainOptions& options, Communicator& comm) {
+  try {
+    Trainer trainer(config, options, comm);
+    return trainer.run();
+  } catch (const Error& e) {
+    if (comm.world_size() == 1) throw;
+    throw Error(cat("rank ", comm.rank(), " of ", comm.world_size(), ": ", e.what()));
+  }
 }
 
 }  // namespace tandem

@@ -10,6 +10,10 @@
 #include "tandem/train/train_config.h"
 
 namespace tandem {
+class Communicator;
+}
+
+namespace tandem {
 
 struct TrainOptions {
   std::filesystem::path resume;        // a checkpoint (any form resolve_checkpoint takes)
@@ -34,6 +38,9 @@ struct StepRecord {
   double ms = 0, forward_ms = 0, backward_ms = 0, update_ms = 0;
   double tokens_per_s = 0;
   size_t h2d_bytes = 0, d2h_bytes = 0;
+  // Bytes this rank sent and received through the communicator in the step (data
+  // parallelism: gradient reduction and parameter gathers).
+  size_t comm_bytes_sent = 0, comm_bytes_received = 0;
 };
 
 struct TrainResult {
@@ -46,6 +53,13 @@ struct TrainResult {
   std::string state_digest;  // XXH3-64 of the final params, m and v (hex)
 };
 
+// One process, world size 1.
 TrainResult train(const TrainConfig& config, const TrainOptions& options);
+// One rank of a data-parallel run over `comm` (every rank calls it with the same config):
+// each rank trains on its slice of every global batch (micro-batch x accumulation x
+// world size) with zero_optimization.stage deciding what it holds. Rank 0 alone prints,
+// writes metrics, checkpoints and samples; the state digest and losses are the same on
+// every rank. An error on a rank is thrown there, naming the rank.
+TrainResult train(const TrainConfig& config, const TrainOptions& options, Communicator& comm);
 
 }  // namespace tandem

@@ -43,6 +43,7 @@ class CpuBackend final : public ComputeBackend {
     std::memcpy(dst, src, bytes);
   }
   void fill_zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void synchronize() override {}
   double sum_of_squares(const float* x, size_t n) override { return tandem::sum_of_squares(x, n); }
 

@@ -95,6 +95,9 @@ class CudaBackend final : public ComputeBackend {
   void fill_zero(void* dst, size_t bytes) override {
     check(cudaMemsetAsync(dst, 0, bytes, cuda_stream_), "fill_zero");
   }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream_), "copy");
+  }
   void synchronize() override {
     check(cudaStreamSynchronize(cuda_stream_), "cudaStreamSynchronize");
   }

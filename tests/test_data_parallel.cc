@@ -1,0 +1,329 @@
+// Data parallelism (zero/data_parallel.h) on in-process ranks: every ZeRO stage and offload
+// schedule gives the same bits at one world size; any split of a global batch over ranks
+// and micro-batches gives the same bits (powers of two, or one rank); a run resumes on
+// another world size bit for bit; the bytes each rank moves match the ZeRO volumes.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tandem/compute/compute_backend.h"
+#include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
+#include "tandem/dist/local_group.h"
+#include "tandem/dist/tree_sum.h"
+#include "tandem/train/gradient_accumulator.h"
+#include "tandem/train/train_checkpoint.h"
+#include "tandem/train/trainer.h"
+#include "tandem/zero/partition.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+
+// ~118k parameters: at 2-4 ranks every rank owns a partition of several norm blocks and
+// the last one a short one.
+nlohmann::json dp_config(const std::filesystem::path& data, const std::filesystem::path& out,
+                         int stage, int accum) {
+  nlohmann::json json = testing::tiny_run_config(data, out);
+  json["model"]["n_embd"] = 64;
+  json["gradient_accumulation_steps"] = accum;
+  json["zero_optimization"] = {{"stage", stage},
+                               {"sub_group_size", 20000},
+                               {"reduce_bucket_size", 30000},
+                               {"allgather_bucket_size", 25000}};
+  json["train"]["steps"] = 6;
+  json["train"]["eval_interval"] = 3;
+  return json;
+}
+
+struct RankResults {
+  std::vector<TrainResult> by_rank;
+  std::vector<std::string> errors;  // empty where the rank succeeded
+};
+
+RankResults train_on_ranks(int world, const nlohmann::json& json, TrainOptions options = {}) {
+  options.show_progress = false;
+  RankResults results;
+  results.by_rank.resize(world);
+  results.errors.resize(world);
+  const TrainConfig config = parse_train_config(json);
+  run_local_ranks(world, [&](Communicator& comm) {
+    try {
+      results.by_rank[comm.rank()] = train(config, options, comm);
+    } catch (const Error& e) {
+      results.errors[comm.rank()] = e.what();
+    }
+  });
+  return results;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::vector<float> losses(const TrainResult& r) {
+  std::vector<float> out;
+  for (const StepRecord& s : r.steps) out.push_back(s.loss);
+  return out;
+}
+
+// Every rank finished, and all ranks agree on the state and the losses.
+void expect_ranks_agree(const RankResults& results, const std::string& what) {
+  for (size_t r = 0; r < results.by_rank.size(); r++) {
+    ASSERT_EQ(results.errors[r], "") << what << ", rank " << r;
+    EXPECT_EQ(results.by_rank[r].state_digest, results.by_rank[0].state_digest) << what;
+    EXPECT_EQ(losses(results.by_rank[r]), losses(results.by_rank[0])) << what;
+  }
+}
+
+class DataParallelTraining : public ::testing::Test {
+ protected:
+  void SetUp() override { testing::write_small_corpus(dir_ / "data.txt"); }
+  std::filesystem::path data() const { return dir_ / "data.txt"; }
+  testing::ScratchDir dir_{"data_parallel"};
+};
+
+TEST_F(DataParallelTraining, EveryStageScheduleAndBucketingGivesTheSameBits) {
+  TrainOptions options;
+  options.save_checkpoints = false;
+  const RankResults reference = train_on_ranks(3, dp_config(data(), dir_ / "ref", 0, 1), options);
+  expect_ranks_agree(reference, "stage 0");
+  ASSERT_EQ(reference.by_rank[0].steps.size(), 6u);
+  for (int stage : {0, 1, 2}) {
+    for (const char* schedule : {"cpu", "device", "interleave"}) {
+      for (bool overlap : {true, false}) {
+        if (stage != 2 && !overlap) continue;
+        nlohmann::json json = dp_config(data(), dir_ / "run", stage, 1);
+        json["offload_optimizer"] = {{"schedule", schedule}, {"stride", 2}};
+        json["zero_optimization"]["overlap_comm"] = overlap;
+        const std::string what =
+            cat("stage ", stage, ", schedule ", schedule, ", overlap_comm ", overlap);
+        const RankResults run = train_on_ranks(3, json, options);
+        expect_ranks_agree(run, what);
+        EXPECT_EQ(run.by_rank[0].state_digest, reference.by_rank[0].state_digest) << what;
+        EXPECT_EQ(losses(run.by_rank[0]), losses(reference.by_rank[0])) << what;
+      }
+    }
+  }
+}
+
+TEST_F(DataParallelTraining, AnySplitOfTheGlobalBatchOverRanksAndMicroBatchesGivesTheSameBits) {
+  TrainOptions options;
+  options.save_checkpoints = false;
+  for (int stage : {0, 2}) {
+    // 4 micro-batches per step: one rank accumulating 4, 2 x 2, 4 x 1.
+    const RankResults one = train_on_ranks(1, dp_config(data(), dir_ / "a", stage, 4), options);
+    expect_ranks_agree(one, "1 x 4");
+    for (auto [world, accum] : {std::pair{2, 2}, std::pair{4, 1}}) {
+      const std::string what = cat("stage ", stage, ", ", world, " ranks x ", accum);
+      const RankResults split =
+          train_on_ranks(world, dp_config(data(), dir_ / "b", stage, accum), options);
+      expect_ranks_agree(split, what);
+      EXPECT_EQ(split.by_rank[0].state_digest, one.by_rank[0].state_digest) << what;
+      EXPECT_EQ(losses(split.by_rank[0]), losses(one.by_rank[0])) << what;
+    }
+  }
+  // A world size that is no power of two: 3 ranks equal one rank accumulating 3.
+  const RankResults one = train_on_ranks(1, dp_config(data(), dir_ / "c", 1, 3), options);
+  const RankResults three = train_on_ranks(3, dp_config(data(), dir_ / "d", 1, 1), options);
+  expect_ranks_agree(three, "3 x 1");
+  EXPECT_EQ(three.by_rank[0].state_digest, one.by_rank[0].state_digest);
+  EXPECT_EQ(losses(three.by_rank[0]), losses(one.by_rank[0]));
+  // And the runs differ from a run on another global batch (the test can fail).
+  const RankResults two = train_on_ranks(1, dp_config(data(), dir_ / "e", 1, 2), options);
+  EXPECT_NE(two.by_rank[0].state_digest, one.by_rank[0].state_digest);
+}
+
+// bf16 gradients are summed over ranks in fp32 and rounded once, but over micro-batches in
+// bf16: the stages agree with each other at one world size (what is tested here), but N
+// ranks do not give the bits of one rank accumulating N micro-batches.
+TEST_F(DataParallelTraining, Bf16StagesGiveTheSameBitsAtOneWorldSize) {
+  TrainOptions options;
+  options.save_checkpoints = false;
+  std::string reference;
+  for (int stage : {0, 1, 2}) {
+    nlohmann::json json = dp_config(data(), dir_ / "bf16", stage, 2);
+    json["bf16"] = {{"enabled", true}};
+    json["offload_optimizer"] = {{"schedule", "interleave"}, {"stride", 2}};
+    const RankResults run = train_on_ranks(2, json, options);
+    expect_ranks_agree(run, cat("bf16 stage ", stage));
+    if (reference.empty()) reference = run.by_rank[0].state_digest;
+    EXPECT_EQ(run.by_rank[0].state_digest, reference) << "bf16 stage " << stage;
+  }
+}
+
+TEST_F(DataParallelTraining, ResumingOnAnotherWorldSizeAndStageIsBitExact) {
+  // 8 steps on 4 ranks (stage 2) = 4 steps on 4 ranks + resume on 2 ranks accumulating 2
+  // (stage 1) + 4 steps: the same global batch, cut differently.
+  nlohmann::json straight_json = dp_config(data(), dir_ / "straight", 2, 1);
+  straight_json["train"]["steps"] = 8;
+  const RankResults straight = train_on_ranks(4, straight_json);
+  expect_ranks_agree(straight, "straight");
+
+  nlohmann::json first_json = dp_config(data(), dir_ / "split", 2, 1);
+  first_json["train"]["steps"] = 8;
+  TrainOptions first;
+  first.stop_at_step = 4;
+  const RankResults half = train_on_ranks(4, first_json, first);
+  expect_ranks_agree(half, "first half");
+  nlohmann::json second_json = dp_config(data(), dir_ / "split", 1, 2);
+  second_json["train"]["steps"] = 8;
+  TrainOptions second;
+  second.resume = dir_ / "split";
+  const RankResults resumed = train_on_ranks(2, second_json, second);
+  expect_ranks_agree(resumed, "resumed");
+  ASSERT_EQ(resumed.by_rank[0].steps_done, 8);
+
+  EXPECT_EQ(resumed.by_rank[0].state_digest, straight.by_rank[0].state_digest);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_EQ(read_file_bytes(straight.by_rank[0].last_checkpoint / file),
+              read_file_bytes(resumed.by_rank[0].last_checkpoint / file))
+        << file;
+  // Only rank 0 writes checkpoints.
+  EXPECT_TRUE(resumed.by_rank[1].last_checkpoint.empty());
+}
+
+TEST_F(DataParallelTraining, EachRankMovesAboutTwoModelSizesPerStep) {
+  TrainOptions options;
+  options.save_checkpoints = false;
+  const int world = 4;
+  for (int stage : {0, 1, 2}) {
+    const RankResults run = train_on_ranks(world, dp_config(data(), dir_ / "t", stage, 1), options);
+    expect_ranks_agree(run, cat("stage ", stage));
+    const auto P = static_cast<double>(
+        parse_train_config(dp_config(data(), dir_ / "p", 0, 1)).model.num_parameters());
+    const ZeroPartition partition(static_cast<size_t>(P), world);
+    // Stage 0: a ring all-reduce of the fp32 gradients; 1 and 2: a reduce-scatter of them
+    // and an all-gather of the padded fp32 working parameters.
+    const double expected =
+        stage == 0 ? 2.0 * (world - 1) / world * P * 4
+                   : (world - 1.0) / world * P * 4 + (world - 1.0) * partition.partition_size() * 4;
+    for (int r = 0; r < world; r++) {
+      for (const StepRecord& step : run.by_rank[r].steps) {
+        EXPECT_NEAR(static_cast<double>(step.comm_bytes_sent), expected, 0.02 * expected)
+            << "stage " << stage << ", rank " << r << ", step " << step.step;
+        EXPECT_NEAR(static_cast<double>(step.comm_bytes_received), expected, 0.02 * expected);
+      }
+    }
+    // About 2P elements (4 bytes each) whatever the stage, as ZeRO says.
+    EXPECT_NEAR(expected / (4 * P), 2.0 * (world - 1) / world, 0.7);
+  }
+}
+
+TEST_F(DataParallelTraining, RanksWithDifferentConfigsAreRefusedNamingTheKey) {
+  const TrainConfig a = parse_train_config(dp_config(data(), dir_ / "x", 1, 1));
+  nlohmann::json other = dp_config(data(), dir_ / "x", 1, 1);
+  other["optimizer"]["params"]["lr"] = 1e-2;
+  const TrainConfig b = parse_train_config(other);
+  std::vector<std::string> errors(2);
+  TrainOptions options;
+  options.show_progress = false;
+  run_local_ranks(2, [&](Communicator& comm) {
+    try {
+      train(comm.rank() == 0 ? a : b, options, comm);
+    } catch (const Error& e) {
+      errors[comm.rank()] = e.what();
+    }
+  });
+  EXPECT_NE(errors[1].find("rank 1 of 2"), std::string::npos) << errors[1];
+  EXPECT_NE(errors[1].find("optimizer.params.lr"), std::string::npos) << errors[1];
+  EXPECT_NE(errors[0].find("rank 0 of 2"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("another rank"), std::string::npos) << errors[0];
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "x" / "checkpoints"));
+}
+
+TEST_F(DataParallelTraining, TheCudaDeviceIsRefusedWithSeveralRanksForNow) {
+  nlohmann::json json = dp_config(data(), dir_ / "cuda", 1, 1);
+  json["device"] = {{"type", "cuda"}};
+  const RankResults run = train_on_ranks(2, json);
+  for (const std::string& error : run.errors)
+    EXPECT_NE(error.find("NCCL backend, which is not built yet"), std::string::npos) << error;
+}
+
+TEST(ZeroPartition, EqualAlignedPartitionsCoverTheParametersOnce) {
+  for (size_t P : {size_t{1}, size_t{16384}, size_t{118'000}, size_t{1'000'003}}) {
+    for (int world : {1, 2, 3, 4, 7}) {
+      const ZeroPartition partition(P, world);
+      EXPECT_EQ(partition.partition_size() % ZeroPartition::kPartitionAlignment, 0u);
+      EXPECT_GE(partition.padded_size(), P);
+      EXPECT_LT(partition.padded_size() - P,
+                world * ZeroPartition::kPartitionAlignment + partition.partition_size());
+      size_t next = 0;
+      for (int r = 0; r < world; r++) {
+        const ParamRange range = partition.range(r);
+        EXPECT_EQ(range.begin, next) << P << " over " << world;
+        EXPECT_LE(range.size(), partition.partition_size());
+        if (range.size() > 0) {
+          EXPECT_EQ(partition.owner(range.begin), r);
+          EXPECT_EQ(partition.owner(range.end - 1), r);
+        }
+        next = range.end;
+      }
+      EXPECT_EQ(next, P);
+    }
+  }
+}
+
+TEST(ZeroPartition, EachRankCutsItsOwnPartitionIntoSubgroups) {
+  const ZeroPartition partition(100'000, 3);
+  const ParamRange mine = partition.range(1);
+  const OffloadPlan plan = make_offload_plan(
+      {.schedule = UpdateSchedule::kInterleave, .sub_group_size = 7000, .stride = 2}, 100'000,
+      mine);
+  ASSERT_FALSE(plan.subgroups.empty());
+  EXPECT_EQ(plan.subgroups.front().begin, mine.begin);
+  EXPECT_EQ(plan.subgroups.back().end, mine.end);
+  for (size_t i = 0; i < plan.subgroups.size(); i++) {
+    // The interleave pattern restarts in every partition.
+    const UpdateSite want = (i + 1) % 2 == 0 ? UpdateSite::kDeviceStaged : UpdateSite::kHost;
+    EXPECT_EQ(plan.subgroups[i].site, want) << i;
+    if (i > 0) {
+      EXPECT_EQ(plan.subgroups[i].begin, plan.subgroups[i - 1].end);
+    }
+  }
+}
+
+// The accumulator's streaming order is the communicators' tree order: A micro-batches
+// accumulated give the bits of tree_sum over A parts, for every A, with the last
+// micro-batch finished range by range.
+TEST(GradientAccumulator, SumsMicroBatchesInTheCommunicatorsTreeOrder) {
+  const auto backend = make_cpu_backend();
+  const size_t n = 1000;
+  for (int A = 1; A <= 11; A++) {
+    std::vector<std::vector<float>> leaves;
+    for (int a = 0; a < A; a++) {
+      // Magnitudes far apart, so that the order of the additions shows in the bits.
+      std::vector<float> leaf = testing::randn(n, 100 + a, a % 3 == 0 ? 1e6f : 1e-2f);
+      leaves.push_back(leaf);
+    }
+    GradientAccumulator accumulator(*backend, StorageDType::kF32, n, A);
+    EXPECT_LE(accumulator.allocated_bytes(),
+              n * 4 * static_cast<size_t>(std::bit_width(static_cast<unsigned>(A))));
+    Buffer grads = backend->allocate(n * sizeof(float));
+    for (int step = 0; step < 2; step++) {  // the second step reuses the buffers
+      accumulator.start_step();
+      for (int a = 0; a < A; a++) {
+        backend->copy_from_host(grads.as<void>(), leaves[a].data(), n * sizeof(float));
+        if (a + 1 < A) {
+          accumulator.add(grads.as<void>());
+        } else {
+          accumulator.finish(grads.as<void>(), 600, n);
+          accumulator.finish(grads.as<void>(), 0, 600);
+        }
+      }
+      std::vector<const float*> parts;
+      for (const auto& leaf : leaves) parts.push_back(leaf.data());
+      std::vector<float> want(n);
+      tree_sum(parts.data(), A, n, want.data());
+      EXPECT_TRUE(same_bits(std::vector<float>(grads.as<float>(), grads.as<float>() + n), want))
+          << A << " micro-batches, step " << step;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem
