@@ -6,6 +6,8 @@
 
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
+#include "tandem/dist/communicator.h"
+#include "tandem/dist/mpi_communicator.h"
 #include "tandem/train/train_config.h"
 #include "tandem/train/trainer.h"
 
@@ -56,7 +58,20 @@ void register_train(CLI::App& app) {
     TANDEM_CHECK(
         options.trace_first_step >= 1 && options.trace_last_step >= options.trace_first_step,
         "--trace-steps '", range, "' is not a step range; use FIRST-LAST, e.g. 2-3");
-    const TrainResult result = train(config, options);
+    // Under mpirun each process is one rank; otherwise a world of one, without MPI.
+    const std::unique_ptr<Communicator> comm = make_world_communicator();
+    TrainResult result;
+    try {
+      result = train(config, options, *comm);
+    } catch (const Error& e) {
+      if (comm->world_size() == 1) throw;
+      // The other ranks may be waiting for this one in a collective: stop them all.
+      std::fprintf(stderr, "tandem: error: %s\n", e.what());
+      std::fflush(stderr);
+      comm->abort();
+      throw;
+    }
+    if (comm->rank() != 0) return;
     std::fprintf(stderr, "tandem: %ld steps, train loss %.4f", static_cast<long>(result.steps_done),
                  result.last_train_loss);
     if (!std::isnan(result.last_val_loss))

@@ -51,6 +51,11 @@ class Communicator {
   virtual void send(const void* data, size_t bytes, int peer, int tag) = 0;
   virtual void recv(void* data, size_t bytes, int peer, int tag) = 0;
 
+  // Stops every rank of the job now, after this rank failed: the others must not wait
+  // for it in a collective forever. MPI: MPI_Abort (the launcher ends every process);
+  // in-process ranks: every blocked and later collective of the group throws.
+  virtual void abort() noexcept = 0;
+
   const CommunicatorTraffic& traffic() const { return traffic_; }
 
  protected:

@@ -122,6 +122,8 @@ class LocalCommunicator final : public Communicator {
 
   void barrier() override { shared_->arrive_and_wait(); }
 
+  void abort() noexcept override { shared_->abort(); }
+
   void send(const void* data, size_t bytes, int peer, int tag) override {
     check_peer(peer);
     const auto* first = static_cast<const char*>(data);

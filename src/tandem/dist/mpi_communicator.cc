@@ -155,6 +155,8 @@ class MpiCommunicator final : public Communicator {
 
   void barrier() override { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
 
+  void abort() noexcept override { MPI_Abort(comm_, 1); }
+
   void send(const void* data, size_t bytes, int peer, int tag) override {
     check_peer(peer);
     check_mpi(MPI_Send(data, as_count(bytes, "send"), MPI_BYTE, peer, tag, comm_), "MPI_Send");
