@@ -93,9 +93,12 @@ std::string first_difference(const nlohmann::json& a, const nlohmann::json& b,
 
 // Refuses to start when the ranks were given different configs or data: every rank
 // compares its own with rank 0's, and all fail together naming the first difference.
-void check_ranks_agree(Communicator& comm, const TrainConfig& config, const TokenSplit& data) {
+void check_ranks_agree(Communicator& comm, const TrainConfig& config, const TokenSplit& data,
+                       const TrainOptions& options) {
   if (comm.world_size() == 1) return;
   nlohmann::json mine = to_json(config);
+  // Ranks stopping at different steps would leave one waiting for the others.
+  mine["options"] = {{"resume", options.resume.string()}, {"stop_at_step", options.stop_at_step}};
   mine["data"]["train_tokens_xxh3"] =
       checksum_hex(checksum64(data.train.data(), data.train.size() * sizeof(int32_t)));
   mine["data"]["val_tokens_xxh3"] =
@@ -109,7 +112,8 @@ void check_ranks_agree(Communicator& comm, const TrainConfig& config, const Toke
   const std::string diff = first_difference(nlohmann::json::parse(root), mine);
   const bool ok = all_ranks_ok(comm, diff.empty());
   TANDEM_CHECK(diff.empty(), "the configuration or data of this rank differs from rank 0's at '",
-               diff, "'; start every rank with the same --config, --set and data files");
+               diff, "'; start every rank with the same --config, --set, --resume, --stop-at-step and data "
+               "files");
   TANDEM_CHECK(ok,
                "another rank was started with a configuration or data that differs from rank "
                "0's (its error names the key)");
@@ -249,7 +253,7 @@ class Trainer {
 
  private:
   void start() {
-    check_ranks_agree(comm_, config_, data_);
+    check_ranks_agree(comm_, config_, data_, options_);
     progress_.note(describe_plan());
     const fs::path checkpoints = checkpoints_root();
     if (!options_.resume.empty()) {

@@ -1,0 +1,135 @@
+// `tandem train` launched by mpirun, each process one rank (real OpenMPI on this machine's
+// cores): the ranks give the bits of one process accumulating their micro-batches; ranks
+// started differently are refused naming the difference; a rank killed mid-run stops the
+// job in bounded time and leaves the last checkpoint intact.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+
+#include "tandem/ckpt/checkpoint_dir.h"
+#include "tandem/core/file_io.h"
+#include "tandem/train/train_checkpoint.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kTandem = testing::tandem_binary().string();
+
+// mpirun as CI runs it: as root, more ranks than cores allowed.
+std::string mpirun() {
+  const testing::CommandResult which = testing::run_command("command -v mpirun");
+  if (which.exit_code != 0) return "";
+  return "mpirun --allow-run-as-root --oversubscribe";
+}
+
+class LaunchMpi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    launcher_ = mpirun();
+    if (launcher_.empty())
+      GTEST_SKIP() << "mpirun not found: install openmpi-bin (make deps does) to run this test";
+    testing::write_small_corpus(dir_ / "data.txt");
+  }
+
+  fs::path write_config(const std::string& name, int accum, int stage) {
+    nlohmann::json json = testing::tiny_run_config(dir_ / "data.txt", dir_ / name);
+    json["model"]["n_embd"] = 64;
+    json["gradient_accumulation_steps"] = accum;
+    json["zero_optimization"] = {{"stage", stage}, {"reduce_bucket_size", 20000}};
+    json["train"]["steps"] = 6;
+    json["train"]["eval_interval"] = 3;
+    json["train"]["checkpoint_interval"] = 1;
+    const fs::path path = dir_ / (name + ".json");
+    write_file_atomic(path, json.dump(2));
+    return path;
+  }
+
+  // The state digest of the last metrics record.
+  static std::string digest(const fs::path& metrics) {
+    std::ifstream in(metrics);
+    std::string line, last;
+    while (std::getline(in, line))
+      if (line.find("state_digest") != std::string::npos) last = line;
+    if (last.empty()) return "";
+    return nlohmann::json::parse(last)["state_digest"].get<std::string>();
+  }
+
+  std::string launcher_;
+  testing::ScratchDir dir_{"launch_mpi"};
+};
+
+TEST_F(LaunchMpi, TwoRanksGiveTheBitsOfOneProcessAccumulatingTwoMicroBatches) {
+  const fs::path one = write_config("one", 2, 0);
+  const testing::CommandResult single = testing::run_command(
+      kTandem + " train --config " + one.string() + " --metrics " + (dir_ / "one.jsonl").string());
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+
+  const fs::path two = write_config("two", 1, 2);
+  const testing::CommandResult ranks =
+      testing::run_command(launcher_ + " -np 2 " + kTandem + " train --config " + two.string() +
+                           " --metrics " + (dir_ / "two.jsonl").string());
+  ASSERT_EQ(ranks.exit_code, 0) << ranks.output;
+  EXPECT_NE(ranks.output.find("2 ranks (mpi), ZeRO stage 2"), std::string::npos) << ranks.output;
+  // Rank 0 alone reports.
+  size_t finals = 0;
+  for (size_t at = 0; (at = ranks.output.find("tandem: 6 steps", at)) != std::string::npos; at++)
+    finals++;
+  EXPECT_EQ(finals, 1u) << ranks.output;
+
+  const std::string want = digest(dir_ / "one.jsonl");
+  ASSERT_EQ(want.size(), 16u);
+  EXPECT_EQ(digest(dir_ / "two.jsonl"), want);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_EQ(read_file_bytes(resolve_checkpoint(dir_ / "one") / file),
+              read_file_bytes(resolve_checkpoint(dir_ / "two") / file))
+        << file;
+}
+
+TEST_F(LaunchMpi, RanksStartedDifferentlyAreRefusedNamingTheKey) {
+  const fs::path config = write_config("differ", 1, 1);
+  const std::string train = kTandem + " train --config " + config.string();
+  const testing::CommandResult run = testing::run_command(
+      launcher_ + " -np 1 " + train + " : -np 1 " + train + " --set optimizer.params.lr=0.01");
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("rank 1 of 2: the configuration or data of this rank differs from "
+                            "rank 0's at 'optimizer.params.lr'"),
+            std::string::npos)
+      << run.output;
+  EXPECT_FALSE(fs::exists(dir_ / "differ" / "checkpoints" / "latest"));
+
+  const testing::CommandResult stops = testing::run_command(
+      launcher_ + " -np 1 " + train + " : -np 1 " + train + " --stop-at-step 2");
+  EXPECT_NE(stops.exit_code, 0) << stops.output;
+  EXPECT_NE(stops.output.find("at 'options.stop_at_step'"), std::string::npos) << stops.output;
+}
+
+TEST_F(LaunchMpi, AKilledRankStopsTheJobAndTheLastCheckpointIsIntact) {
+  nlohmann::json json = nlohmann::json::parse(read_file_text(write_config("killed", 1, 2)));
+  json["train"]["steps"] = 100000;  // runs until the kill
+  const fs::path config = dir_ / "killed.json";
+  write_file_atomic(config, json.dump(2));
+  const std::string train = kTandem + " train --config " + config.string();
+  // Rank 1 is killed (SIGKILL: no chance to say goodbye) once rank 0 has saved a few
+  // checkpoints.
+  const std::string killer = "bash -c '" + train + " & pid=$!; while [ ! -e " +
+                             (dir_ / "killed/checkpoints/step_00000003").string() +
+                             " ]; do sleep 0.05; done; kill -9 $pid; wait $pid'";
+  const auto start = std::chrono::steady_clock::now();
+  const testing::CommandResult run =
+      testing::run_command("timeout 120 " + launcher_ + " -np 1 " + train + " : -np 1 " + killer);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.exit_code, 124) << "the job hung until timeout(1) stopped it:\n" << run.output;
+  EXPECT_LT(seconds, 60.0) << run.output;
+  // Whatever step the job reached, the latest checkpoint loads with every checksum right.
+  const TrainingState state = load_training_checkpoint(dir_ / "killed");
+  EXPECT_GE(state.step, 3);
+}
+
+}  // namespace
+}  // namespace tandem
