@@ -208,6 +208,18 @@ TEST_F(CliTest, PlanPrintsTiersScheduleAndPrediction) {
     EXPECT_NE(result.output.find(part), std::string::npos) << part << " in " << result.output;
 }
 
+TEST_F(CliTest, PlanShowsOneRankOfADataParallelRun) {
+  const std::string config = write_config().string();
+  const auto result = tandem("plan --config " + config +
+                             " --world-size 3 --rank 1 --set zero_optimization.stage=2");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  for (const char* part : {"rank 1 of 3", "ZeRO stage 2 over 3 ranks: this rank updates",
+                           "memory per tier (per rank)"})
+    EXPECT_NE(result.output.find(part), std::string::npos) << part << " in " << result.output;
+  expect_error(tandem("plan --config " + config + " --world-size 2 --rank 2"),
+               {"--rank 2 is not a rank of --world-size 2"});
+}
+
 TEST_F(CliTest, ADeviceTooSmallStopsBeforeTraining) {
   const fs::path config = write_config();
   const std::string too_small = " --set device.memory_gb=0.0001";

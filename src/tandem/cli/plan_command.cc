@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "tandem/cli/commands.h"
+#include "tandem/core/error.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/device.h"
 #include "tandem/train/memory_plan.h"
@@ -15,6 +16,8 @@ void register_plan(CLI::App& app) {
   struct Args {
     std::string config;
     std::vector<std::string> overrides;
+    int world_size = 1;
+    int rank = 0;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -23,13 +26,26 @@ void register_plan(CLI::App& app) {
       "its predicted update time");
   cmd->add_option("--config", args->config, "Run configuration (JSON)")->required();
   cmd->add_option("--set", args->overrides, "Override a config value (repeatable)");
+  cmd->add_option("--world-size", args->world_size,
+                  "Plan one rank of a data-parallel run over this many ranks "
+                  "(zero_optimization.stage decides what each rank holds)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--rank", args->rank, "The rank to plan (default 0, which holds the most)")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([args] {
     const TrainConfig config = load_train_config(args->config, args->overrides);
     auto device = make_training_device(config);
     ThreadPool pool;
-    const TrainingMemoryPlan plan = plan_training(config, *device, pool);
-    std::printf("tandem plan for %s on the %s device\n%s", args->config.c_str(),
-                std::string(device->name()).c_str(), plan.to_text().c_str());
+    TANDEM_CHECK(args->rank < args->world_size, "--rank ", args->rank,
+                 " is not a rank of --world-size ", args->world_size, "; use 0 to ",
+                 args->world_size - 1);
+    const TrainingMemoryPlan plan =
+        plan_training(config, *device, pool, zero_state_range(config, args->world_size, args->rank),
+                      args->world_size);
+    std::string who;
+    if (args->world_size > 1) who = cat(", rank ", args->rank, " of ", args->world_size);
+    std::printf("tandem plan for %s on the %s device%s\n%s", args->config.c_str(),
+                std::string(device->name()).c_str(), who.c_str(), plan.to_text().c_str());
     check_fits(plan, config);
   });
 }

@@ -7,6 +7,7 @@
 #include "tandem/core/format.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/model/gpt.h"
+#include "tandem/zero/partition.h"
 
 namespace tandem {
 namespace {
@@ -34,9 +35,21 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   return plan_training(config, device, pool, ParamRange{0, P});
 }
 
+ParamRange zero_state_range(const TrainConfig& config, int world_size, int rank) {
+  const auto P = static_cast<size_t>(config.model.num_parameters());
+  if (config.zero.stage == 0) return {0, P};
+  return ZeroPartition(P, world_size).range(rank);
+}
+
+size_t TrainingMemoryPlan::model_state_bytes() const {
+  return model_bytes + offload.partition.size() * 3 * sizeof(float);
+}
+
 TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
-                                 ParamRange state_range) {
+                                 ParamRange state_range, int world_size) {
   TrainingMemoryPlan plan;
+  plan.world_size = world_size;
+  plan.zero_stage = config.zero.stage;
   plan.num_params = static_cast<size_t>(config.model.num_parameters());
   plan.device_capacity = device.device_capacity();
   plan.activation_bytes = Gpt::activation_bytes(config.model, config.micro_batch_size,
@@ -80,7 +93,14 @@ std::string TrainingMemoryPlan::to_text() const {
   if (offload.count(UpdateSite::kDeviceStaged) > 0)
     text += cat("; stride ", offload.settings.stride, ", ", offload.settings.staging_buffers,
                 " staging buffers");
-  text += cat(")\n", "parameters: ", num_params, "\n", "memory per tier:\n",
+  text += cat(")\n", "parameters: ", num_params, "\n");
+  if (world_size > 1 || zero_stage > 0)
+    text += cat("ZeRO stage ", zero_stage, " over ", world_size, " ranks: this rank updates ",
+                offload.partition.size(), " parameters [", offload.partition.begin, ", ",
+                offload.partition.end, "); model states ", format_bytes(model_state_bytes()),
+                " (working params + gradients ", format_bytes(model_bytes), ", fp32 params, m, v ",
+                format_bytes(offload.partition.size() * 3 * sizeof(float)), ")\n");
+  text += cat("memory per tier", world_size > 1 ? " (per rank)" : "", ":\n",
               "  device:      ", format_bytes(total.device), " of ", format_bytes(device_capacity),
               " (activations ", format_bytes(activation_bytes), ", working params + gradients ",
               format_bytes(model_bytes), model_elem_bytes == 2 ? " in bf16" : " in fp32",

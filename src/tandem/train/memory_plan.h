@@ -27,6 +27,14 @@ struct TrainingMemoryPlan {
   TierBytes total;                    // every tier, all of the above included
   UpdateRates rates;
   UpdatePrediction prediction;
+  // Data parallelism: the ranks and the ZeRO stage; offload.partition is this rank's.
+  int world_size = 1;
+  int zero_stage = 0;
+
+  // What ZeRO's paper counts as model states, per rank: working params, gradients and
+  // the fp32 params, m and v this rank holds (16P at stage 0 in mixed precision, 4P +
+  // 12P/N at stage 1; stage 2's 2P + 14P/N needs partitioned gradients, not built yet).
+  size_t model_state_bytes() const;
 
   bool fits() const { return total.device <= device_capacity; }
   std::string to_text() const;
@@ -42,7 +50,10 @@ std::unique_ptr<Device> make_training_device(const TrainConfig& config);
 TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool);
 // The same for a rank that holds the optimizer state of `state_range` only (ZeRO).
 TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
-                                 ParamRange state_range);
+                                 ParamRange state_range, int world_size = 1);
+// The parameters whose optimizer state rank `rank` of `world_size` holds at the config's
+// ZeRO stage: all at stage 0, its partition from stage 1 (zero/partition.h).
+ParamRange zero_state_range(const TrainConfig& config, int world_size, int rank);
 
 // Throws tandem::Error when the plan does not fit in device memory, with the bytes
 // per tier and what to change.

@@ -50,13 +50,6 @@ std::string describe_model_difference(const GptConfig& a, const GptConfig& b) {
   return diff;
 }
 
-// The parameters whose optimizer state this rank holds (zero/data_parallel.h).
-ParamRange state_range_of(const TrainConfig& config, const Communicator& comm) {
-  const auto P = static_cast<size_t>(config.model.num_parameters());
-  if (config.zero.stage == 0) return {0, P};
-  return ZeroPartition(P, comm.world_size()).range(comm.rank());
-}
-
 // Options as rank `rank` uses them: only rank 0 prints, writes metrics and checkpoints.
 TrainOptions options_for_rank(TrainOptions options, int rank) {
   if (rank == 0) return options;
@@ -111,9 +104,10 @@ void check_ranks_agree(Communicator& comm, const TrainConfig& config, const Toke
   comm.broadcast(root.data(), size, 0);
   const std::string diff = first_difference(nlohmann::json::parse(root), mine);
   const bool ok = all_ranks_ok(comm, diff.empty());
-  TANDEM_CHECK(diff.empty(), "the configuration or data of this rank differs from rank 0's at '",
-               diff, "'; start every rank with the same --config, --set, --resume, --stop-at-step and data "
-               "files");
+  TANDEM_CHECK(
+      diff.empty(), "the configuration or data of this rank differs from rank 0's at '", diff,
+      "'; start every rank with the same --config, --set, --resume, --stop-at-step and data "
+      "files");
   TANDEM_CHECK(ok,
                "another rank was started with a configuration or data that differs from rank "
                "0's (its error names the key)");
@@ -132,7 +126,7 @@ class Trainer {
         train_loader_(data_.train, B_, T_, config.train.seed, true, "train"),
         device_(make_training_device(config)),
         optimizer_pool_(),
-        plan_(checked_plan(config, *device_, optimizer_pool_, state_range_of(config, comm))),
+        plan_(checked_plan(config, *device_, optimizer_pool_, comm)),
         backend_(on_gpu() ? make_cuda_backend(*device_) : make_cpu_backend(*device_)),
         model_(config.model, *backend_, B_, T_, config.storage_dtype()),
         engine_(*device_, optimizer_pool_, model_.layout(), plan_.offload,
@@ -310,8 +304,10 @@ class Trainer {
   }
 
   static TrainingMemoryPlan checked_plan(const TrainConfig& config, Device& device,
-                                         ThreadPool& pool, ParamRange state_range) {
-    TrainingMemoryPlan plan = plan_training(config, device, pool, state_range);
+                                         ThreadPool& pool, const Communicator& comm) {
+    TrainingMemoryPlan plan =
+        plan_training(config, device, pool,
+                      zero_state_range(config, comm.world_size(), comm.rank()), comm.world_size());
     check_fits(plan, config);
     return plan;
   }
