@@ -73,6 +73,11 @@ TEST_F(CliTest, TrainWritesMetricsCheckpointAndSample) {
     last_line = line;
     const auto record = nlohmann::json::parse(line);
     if (record.contains("state_digest")) continue;
+    if (record.contains("plan")) {
+      EXPECT_EQ(steps, 0) << "the plan comes first: " << line;
+      EXPECT_GT(record["plan"]["device_bytes"].get<double>(), 0) << line;
+      continue;
+    }
     if (record.contains("val_loss")) {
       evals++;
       EXPECT_TRUE(record["val_loss"].is_number());

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tandem/ckpt/checkpoint_dir.h"
+#include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/train/train_checkpoint.h"
 #include "test_util.h"
@@ -129,6 +130,44 @@ TEST_F(LaunchMpi, AKilledRankStopsTheJobAndTheLastCheckpointIsIntact) {
   // Whatever step the job reached, the latest checkpoint loads with every checksum right.
   const TrainingState state = load_training_checkpoint(dir_ / "killed");
   EXPECT_GE(state.step, 3);
+}
+
+TEST_F(LaunchMpi, BenchZeroMeasuresEveryStageAtEveryWorldSize) {
+  const fs::path config = write_config("bench", 1, 0);
+  const testing::CommandResult run =
+      testing::run_command(kTandem + " bench zero --config " + config.string() +
+                           " --world-sizes 1,2 --steps 2 --warmup 1 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // Progress lines on stderr, then the JSON on the last line.
+  std::string last = run.output;
+  while (!last.empty() && last.back() == '\n') last.pop_back();
+  last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
+  EXPECT_NE(run.output.find("tandem bench zero: stage 2, 2 ranks"), std::string::npos);
+  const nlohmann::json cases = nlohmann::json::parse(last);
+  ASSERT_EQ(cases.size(), 6u) << run.output;
+  const double P = 117504;  // the test model's parameters
+  for (const nlohmann::json& c : cases) {
+    const int world = c["world_size"], stage = c["stage"];
+    const std::string what = cat("stage ", stage, ", ", world, " ranks: ", c.dump());
+    EXPECT_GT(c["seconds_per_step"].get<double>(), 0) << what;
+    EXPECT_GT(c["device_bytes"].get<double>(), 0) << what;
+    // The stages agree on the bits at a world size.
+    const nlohmann::json& first_of_world = cases[world == 1 ? 0 : 3];
+    EXPECT_EQ(c["state_digest"], first_of_world["state_digest"]) << what;
+    const double sent = c["comm_bytes_sent_per_step"];
+    if (world == 1) {
+      EXPECT_EQ(sent, 0) << what;
+      // fp32 working params and gradients (4 + 4) and the fp32 params, m, v (12).
+      EXPECT_EQ(c["model_state_bytes"].get<double>(), 20 * P) << what;
+    } else {
+      // About 2P fp32 values times (N - 1) / N per rank, at every stage.
+      EXPECT_NEAR(sent, 4 * P, 0.3 * 4 * P) << what;
+      if (stage > 0) {
+        EXPECT_LT(c["model_state_bytes"].get<double>(), 20 * P) << what;
+      }
+    }
+  }
+  EXPECT_NE(cases[0]["state_digest"], cases[3]["state_digest"]);  // another global batch
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "tandem/bench/adamw_bench.h"
 #include "tandem/bench/cuda/memcpy_peak.h"
 #include "tandem/bench/device_bench.h"
+#include "tandem/bench/zero_bench.h"
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
 #include "tandem/device/cuda/cuda_device.h"
@@ -159,6 +160,55 @@ void register_bench(CLI::App& app) {
         report["ms"].get<double>(), report["forward_ms"].get<double>(),
         report["backward_ms"].get<double>(), report["update_ms"].get<double>(), step_args->steps,
         step_args->warmup);
+  });
+
+  struct ZeroArgs {
+    std::string config;
+    std::vector<std::string> overrides;
+    std::vector<int> world_sizes = {1, 2, 4};
+    std::vector<int> stages = {0, 1, 2};
+    int steps = 5;
+    int warmup = 2;
+    bool json = false;
+  };
+  auto zero_args = std::make_shared<ZeroArgs>();
+  CLI::App* zero = bench->add_subcommand(
+      "zero",
+      "Each ZeRO stage at each world size (ranks launched with mpirun): s/step, bytes per rank "
+      "per tier, bytes per rank per step");
+  zero->add_option("--config", zero_args->config, "Run configuration (JSON)")->required();
+  zero->add_option("--set", zero_args->overrides, "Override a config value (repeatable)");
+  zero->add_option("--world-sizes", zero_args->world_sizes, "Comma-separated, e.g. 1,2,4")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096));
+  zero->add_option("--stages", zero_args->stages, "Comma-separated ZeRO stages (0-2)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 2));
+  zero->add_option("--steps", zero_args->steps, "Timed steps per run (the median is reported)")
+      ->check(CLI::Range(1, 100000));
+  zero->add_option("--warmup", zero_args->warmup, "Steps run first and not timed")
+      ->check(CLI::Range(0, 100000));
+  zero->add_flag("--json", zero_args->json, "Print a JSON array, one object per run");
+  zero->callback([zero_args] {
+    // Refuse a bad config here, once, rather than in every launched run.
+    load_train_config(zero_args->config, zero_args->overrides);
+    ZeroBenchOptions options;
+    options.config = zero_args->config;
+    options.overrides = zero_args->overrides;
+    options.world_sizes = zero_args->world_sizes;
+    options.stages = zero_args->stages;
+    options.steps = zero_args->steps;
+    options.warmup = zero_args->warmup;
+    options.tandem_binary = std::filesystem::read_symlink("/proc/self/exe");
+    options.progress = [](const std::string& what) {
+      std::fprintf(stderr, "tandem bench zero: %s\n", what.c_str());
+    };
+    const std::vector<ZeroBenchCase> cases = run_zero_bench(options);
+    if (zero_args->json) {
+      std::printf("%s\n", zero_bench_json(cases).dump().c_str());
+      return;
+    }
+    std::fputs(zero_bench_table(cases).c_str(), stdout);
   });
 }
 

@@ -166,6 +166,18 @@ class Trainer {
     TrainResult result;
     result.last_val_loss = std::numeric_limits<float>::quiet_NaN();
     MetricsLog metrics(options_.metrics_path);
+    // What this rank (rank 0) holds per tier, allocated up front: the peak of the run.
+    metrics.write(
+        {{"step", step_},
+         {"plan",
+          {{"world_size", comm_.world_size()},
+           {"zero_stage", config_.zero.stage},
+           {"schedule", std::string(update_schedule_name(plan_.offload.settings.schedule))},
+           {"partition_params", plan_.offload.partition.size()},
+           {"model_state_bytes", plan_.model_state_bytes()},
+           {"device_bytes", plan_.total.device},
+           {"pinned_host_bytes", plan_.total.pinned_host},
+           {"host_bytes", plan_.total.host}}}});
     const double tokens_per_step =
         static_cast<double>(B_) * T_ * config_.gradient_accumulation_steps * comm_.world_size();
     if (!options_.trace_path.empty()) engine_.set_tracer(&tracer_);
