@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -47,24 +48,6 @@ void rename_or_fail(const fs::path& from, const fs::path& to) {
   fs::rename(from, to, ec);
   if (ec) fail(from.string(), ": cannot rename to ", to.string(), " (", ec.message(), ")");
 }
-
-// Removes a staging directory unless released: any exception between creating it and
-// publishing it leaves the checkpoints root as it was.
-class RemoveOnExit {
- public:
-  explicit RemoveOnExit(fs::path dir) : dir_(std::move(dir)) {}
-  ~RemoveOnExit() {
-    if (dir_.empty()) return;
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
-  RemoveOnExit(const RemoveOnExit&) = delete;
-  RemoveOnExit& operator=(const RemoveOnExit&) = delete;
-  void release() { dir_.clear(); }
-
- private:
-  fs::path dir_;
-};
 
 struct ManifestFile {
   std::string name;
@@ -165,84 +148,133 @@ std::string checkpoint_dir_name(int64_t step) {
   return name;
 }
 
-fs::path save_checkpoint_dir(const fs::path& checkpoints_root, int64_t step,
-                             const std::vector<CheckpointFileWriter>& files) {
+CheckpointFileRecord record_checkpoint_file(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    fail(path.string(), ": the writer returned without creating it");
+  sync_file(path);
+  const uint64_t bytes = fs::file_size(path, ec);
+  if (ec) fail(path.string(), ": cannot read its size (", ec.message(), ")");
+  return {path.filename().string(), bytes, checksum_hex(checksum64_file(path))};
+}
+
+StagedCheckpoint::StagedCheckpoint(const fs::path& checkpoints_root, int64_t step)
+    : root_(checkpoints_root), step_(step) {
   const std::string root_text = checkpoints_root.string();
   TANDEM_CHECK(step >= 0, root_text, ": cannot save a checkpoint for negative step ", step);
-  std::set<std::string> seen;
-  for (const CheckpointFileWriter& f : files) {
-    TANDEM_CHECK(is_plain_name(f.file_name) && f.file_name != kManifestName, root_text,
-                 ": invalid checkpoint file name '", f.file_name,
-                 "' (must be a plain name other than manifest.json)");
-    TANDEM_CHECK(seen.insert(f.file_name).second, root_text, ": checkpoint file '", f.file_name,
-                 "' is listed twice");
-    TANDEM_CHECK(static_cast<bool>(f.write), root_text, ": checkpoint file '", f.file_name,
-                 "' has no writer");
-  }
-
   std::error_code ec;
   fs::create_directories(checkpoints_root, ec);
   if (ec) fail(root_text, ": cannot create the checkpoints directory (", ec.message(), ")");
-
   const std::string name = checkpoint_dir_name(step);
-  const std::string pid = std::to_string(::getpid());
-  const fs::path final_dir = checkpoints_root / name;
-  const fs::path staging = checkpoints_root / (name + ".tmp-" + pid);
-  const fs::path old_dir = checkpoints_root / (name + ".old-" + pid);
-
+  staging_ = checkpoints_root / (name + ".tmp-" + std::to_string(::getpid()));
   // A staging directory with our pid is debris from a crashed process that had the same
   // pid (containers reuse small pids); it was never published, so it is safe to drop.
-  fs::remove_all(staging, ec);
-  if (ec) fail(staging.string(), ": cannot remove a stale staging directory (", ec.message(), ")");
-  if (!fs::create_directory(staging, ec) || ec)
-    fail(staging.string(), ": cannot create the staging directory (",
+  fs::remove_all(staging_, ec);
+  if (ec) fail(staging_.string(), ": cannot remove a stale staging directory (", ec.message(), ")");
+  if (!fs::create_directory(staging_, ec) || ec)
+    fail(staging_.string(), ": cannot create the staging directory (",
          ec ? ec.message() : "it already exists", ")");
-  RemoveOnExit remove_staging(staging);
+}
 
+StagedCheckpoint::~StagedCheckpoint() {
+  if (published_) return;
+  std::error_code ignored;
+  fs::remove_all(staging_, ignored);
+}
+
+void StagedCheckpoint::check_new_name(const std::string& name) const {
+  TANDEM_CHECK(is_plain_name(name) && name != kManifestName, root_.string(),
+               ": invalid checkpoint file name '", name,
+               "' (must be a plain name other than manifest.json)");
+  for (const CheckpointFileRecord& f : files_)
+    TANDEM_CHECK(f.name != name, root_.string(), ": checkpoint file '", name, "' is listed twice");
+}
+
+void StagedCheckpoint::write(const CheckpointFileWriter& file) {
+  check_new_name(file.file_name);
+  TANDEM_CHECK(static_cast<bool>(file.write), root_.string(), ": checkpoint file '", file.file_name,
+               "' has no writer");
+  const fs::path where = staging_ / file.file_name;
+  file.write(where);
+  files_.push_back(record_checkpoint_file(where));
+}
+
+void StagedCheckpoint::add_written(const CheckpointFileRecord& record) {
+  check_new_name(record.name);
+  TANDEM_CHECK(is_hex16(record.xxh3_64), root_.string(), ": checkpoint file '", record.name,
+               "' has no valid checksum");
+  files_.push_back(record);
+}
+
+fs::path StagedCheckpoint::publish(const nlohmann::json& extra) {
+  TANDEM_CHECK(!published_, staging_.string(), ": already published");
   nlohmann::ordered_json manifest = nlohmann::ordered_json::object();
   manifest["format"] = kFormat;
   manifest["version"] = kVersion;
-  manifest["step"] = step;
+  manifest["step"] = step_;
   manifest["files"] = nlohmann::ordered_json::object();
-  for (const CheckpointFileWriter& f : files) {
-    const fs::path where = staging / f.file_name;
-    f.write(where);
-    if (!fs::is_regular_file(where, ec))
-      fail(where.string(), ": the writer for '", f.file_name, "' returned without creating it");
-    sync_file(where);
-    const uint64_t bytes = fs::file_size(where, ec);
-    if (ec) fail(where.string(), ": cannot read its size (", ec.message(), ")");
-    manifest["files"][f.file_name] = {{"bytes", bytes},
-                                      {"xxh3_64", checksum_hex(checksum64_file(where))}};
-  }
-  write_file_atomic(staging / kManifestName, manifest.dump(2) + "\n");
-  sync_directory(staging);
+  for (const CheckpointFileRecord& f : files_)
+    manifest["files"][f.name] = {{"bytes", f.bytes}, {"xxh3_64", f.xxh3_64}};
+  if (extra.is_object())
+    for (const auto& [key, value] : extra.items()) {
+      TANDEM_CHECK(!manifest.contains(key), "checkpoint manifest: extra key '", key,
+                   "' would replace a standard one");
+      manifest[key] = value;
+    }
+  write_file_atomic(staging_ / kManifestName, manifest.dump(2) + "\n");
+  sync_directory(staging_);
 
   // Publish. An existing checkpoint for this step is moved aside, not deleted, until the
   // new one is in place, so a failure here never leaves the step without a checkpoint.
-  std::error_code old_removal;
+  const std::string name = checkpoint_dir_name(step_);
+  const fs::path final_dir = root_ / name;
+  const fs::path old_dir = root_ / (name + ".old-" + std::to_string(::getpid()));
+  std::error_code ec, old_removal;
   if (fs::exists(final_dir, ec)) {
     fs::remove_all(old_dir, ec);
     rename_or_fail(final_dir, old_dir);
-    fs::rename(staging, final_dir, ec);
+    fs::rename(staging_, final_dir, ec);
     if (ec) {
       std::error_code ignored;
       fs::rename(old_dir, final_dir, ignored);
-      fail(staging.string(), ": cannot rename to ", final_dir.string(), " (", ec.message(), ")");
+      fail(staging_.string(), ": cannot rename to ", final_dir.string(), " (", ec.message(), ")");
     }
-    remove_staging.release();
-    sync_directory(checkpoints_root);
+    published_ = true;
+    sync_directory(root_);
     fs::remove_all(old_dir, old_removal);
   } else {
-    rename_or_fail(staging, final_dir);
-    remove_staging.release();
-    sync_directory(checkpoints_root);
+    rename_or_fail(staging_, final_dir);
+    published_ = true;
+    sync_directory(root_);
   }
-  write_file_atomic(checkpoints_root / kLatestName, name + "\n");
+  write_file_atomic(root_ / kLatestName, name + "\n");
   if (old_removal)
     fail(old_dir.string(), ": cannot remove the replaced checkpoint (", old_removal.message(),
          "); the new one is in place, delete this directory by hand");
   return final_dir;
+}
+
+fs::path save_checkpoint_dir(const fs::path& checkpoints_root, int64_t step,
+                             const std::vector<CheckpointFileWriter>& files) {
+  // Names are checked before anything is written.
+  std::set<std::string> seen;
+  for (const CheckpointFileWriter& f : files) {
+    TANDEM_CHECK(is_plain_name(f.file_name) && f.file_name != kManifestName,
+                 checkpoints_root.string(), ": invalid checkpoint file name '", f.file_name,
+                 "' (must be a plain name other than manifest.json)");
+    TANDEM_CHECK(seen.insert(f.file_name).second, checkpoints_root.string(), ": checkpoint file '",
+                 f.file_name, "' is listed twice");
+    TANDEM_CHECK(static_cast<bool>(f.write), checkpoints_root.string(), ": checkpoint file '",
+                 f.file_name, "' has no writer");
+  }
+  StagedCheckpoint staged(checkpoints_root, step);
+  for (const CheckpointFileWriter& f : files) staged.write(f);
+  return staged.publish();
+}
+
+nlohmann::json checkpoint_manifest(const fs::path& checkpoint_dir) {
+  read_manifest(checkpoint_dir);  // validated
+  return nlohmann::json::parse(read_file_text(checkpoint_dir / kManifestName));
 }
 
 fs::path resolve_checkpoint(const fs::path& path) {
@@ -257,9 +289,18 @@ fs::path resolve_checkpoint(const fs::path& path) {
        kLatestName, " (a run directory)");
 }
 
-void verify_checkpoint(const fs::path& checkpoint_dir) {
+void verify_checkpoint(const fs::path& checkpoint_dir) { verify_checkpoint(checkpoint_dir, {}); }
+
+void verify_checkpoint(const fs::path& checkpoint_dir, const std::vector<std::string>& only) {
   const Manifest manifest = read_manifest(checkpoint_dir);
+  for (const std::string& name : only) {
+    bool listed = false;
+    for (const ManifestFile& f : manifest.files) listed = listed || f.name == name;
+    TANDEM_CHECK(listed, (checkpoint_dir / kManifestName).string(), ": does not list '", name,
+                 "'; the checkpoint is incomplete — use another checkpoint");
+  }
   for (const ManifestFile& f : manifest.files) {
+    if (!only.empty() && std::find(only.begin(), only.end(), f.name) == only.end()) continue;
     const fs::path path = checkpoint_dir / f.name;
     const std::string where = path.string();
     std::error_code ec;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,45 @@ std::filesystem::path save_checkpoint_dir(const std::filesystem::path& checkpoin
                                           int64_t step,
                                           const std::vector<CheckpointFileWriter>& files);
 
+// A file in a checkpoint: its plain name, size and XXH3-64 (16 hex digits).
+struct CheckpointFileRecord {
+  std::string name;
+  uint64_t bytes = 0;
+  std::string xxh3_64;
+};
+
+// fsyncs a file written into a staging directory and returns its record.
+CheckpointFileRecord record_checkpoint_file(const std::filesystem::path& path);
+
+// A checkpoint being written: "<root>/step_%08d.tmp-<pid>", filled by this process
+// (write) and others sharing the filesystem (their files, synced and recorded with
+// record_checkpoint_file, are added with add_written: the ranks of a data-parallel run),
+// then published: the manifest (with any extra top-level keys) is written last, and the
+// directory renamed into place as save_checkpoint_dir does. Destroyed unpublished, the
+// staging directory is removed and nothing that existed before changes.
+class StagedCheckpoint {
+ public:
+  StagedCheckpoint(const std::filesystem::path& checkpoints_root, int64_t step);
+  ~StagedCheckpoint();
+  StagedCheckpoint(const StagedCheckpoint&) = delete;
+  StagedCheckpoint& operator=(const StagedCheckpoint&) = delete;
+
+  const std::filesystem::path& dir() const { return staging_; }
+  void write(const CheckpointFileWriter& file);
+  void add_written(const CheckpointFileRecord& record);
+  std::filesystem::path publish(const nlohmann::json& extra = nlohmann::json::object());
+
+ private:
+  void check_new_name(const std::string& name) const;
+  std::filesystem::path root_, staging_;
+  int64_t step_;
+  std::vector<CheckpointFileRecord> files_;
+  bool published_ = false;
+};
+
+// The checkpoint's manifest, validated, with any extra keys its writer added.
+nlohmann::json checkpoint_manifest(const std::filesystem::path& checkpoint_dir);
+
 // Accepts a checkpoint directory (has manifest.json), a checkpoints root (has "latest"),
 // or a run directory (has "checkpoints/latest"); returns the checkpoint directory.
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& path);
@@ -44,6 +84,10 @@ std::filesystem::path resolve_checkpoint(const std::filesystem::path& path);
 // Checks the manifest and the size and checksum of every file it lists; throws
 // tandem::Error naming the first bad file.
 void verify_checkpoint(const std::filesystem::path& checkpoint_dir);
+// The same for the listed files only (each must be in the manifest): a rank reading its
+// part of a sharded checkpoint need not read every shard.
+void verify_checkpoint(const std::filesystem::path& checkpoint_dir,
+                       const std::vector<std::string>& only);
 
 // The step recorded in the checkpoint's manifest.
 int64_t checkpoint_step(const std::filesystem::path& checkpoint_dir);

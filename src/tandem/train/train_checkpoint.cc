@@ -1,5 +1,9 @@
 #include "tandem/train/train_checkpoint.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/ckpt/gpt2_weights.h"
 #include "tandem/ckpt/safetensors.h"
@@ -69,30 +73,38 @@ TrainingState read_state(const fs::path& dir) {
 
 }  // namespace
 
-fs::path save_training_checkpoint(const fs::path& checkpoints_root, const TrainingState& state) {
-  const ParamLayout layout = ParamLayout::gpt2(state.config.model);
-  TANDEM_CHECK(state.params.size() == layout.num_elements() &&
-                   state.exp_avg.size() == layout.num_elements() &&
-                   state.exp_avg_sq.size() == layout.num_elements(),
-               "checkpoint state does not match the model's ", layout.num_elements(),
-               " parameters");
-  const std::vector<CheckpointFileWriter> files = {
+std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState& state,
+                                                            bool with_optimizer) {
+  const auto layout = std::make_shared<ParamLayout>(ParamLayout::gpt2(state.config.model));
+  const size_t P = layout->num_elements();
+  TANDEM_CHECK(state.params.size() == P &&
+                   (!with_optimizer || (state.exp_avg.size() == P && state.exp_avg_sq.size() == P)),
+               "checkpoint state does not match the model's ", P, " parameters");
+  std::vector<CheckpointFileWriter> files = {
       {"model.safetensors",
-       [&](const fs::path& p) { write_gpt2_safetensors(p, layout, state.params.data()); }},
+       [&state, layout](const fs::path& p) {
+         write_gpt2_safetensors(p, *layout, state.params.data());
+       }},
       {"config.json",
-       [&](const fs::path& p) {
+       [&state](const fs::path& p) {
          write_file_atomic(p, hf_gpt2_config(state.config.model).dump(2) + "\n");
        }},
-      {"optimizer.safetensors", [&](const fs::path& p) { write_optimizer(p, state, layout); }},
       {"trainer_state.json",
-       [&](const fs::path& p) { write_file_atomic(p, state_json(state).dump(2) + "\n"); }},
+       [&state](const fs::path& p) { write_file_atomic(p, state_json(state).dump(2) + "\n"); }},
   };
-  return save_checkpoint_dir(checkpoints_root, state.step, files);
+  if (with_optimizer)
+    files.push_back({"optimizer.safetensors",
+                     [&state, layout](const fs::path& p) { write_optimizer(p, state, *layout); }});
+  return files;
+}
+
+fs::path save_training_checkpoint(const fs::path& checkpoints_root, const TrainingState& state) {
+  return save_checkpoint_dir(checkpoints_root, state.step, training_checkpoint_files(state, true));
 }
 
 TrainingState load_checkpoint_weights(const fs::path& path) {
   const fs::path dir = resolve_checkpoint(path);
-  verify_checkpoint(dir);
+  verify_checkpoint(dir, {"model.safetensors", "trainer_state.json"});
   TrainingState state = read_state(dir);
   const ParamLayout layout = ParamLayout::gpt2(state.config.model);
   state.params.resize(layout.num_elements());
@@ -102,12 +114,52 @@ TrainingState load_checkpoint_weights(const fs::path& path) {
 }
 
 TrainingState load_training_checkpoint(const fs::path& path) {
+  return load_training_checkpoint(path, ParamRange{0, SIZE_MAX});
+}
+
+TrainingState load_training_checkpoint(const fs::path& path, ParamRange keep) {
   TrainingState state = load_checkpoint_weights(path);
   const fs::path dir = resolve_checkpoint(path);
   const ParamLayout layout = ParamLayout::gpt2(state.config.model);
+  const size_t P = layout.num_elements();
+  keep.end = std::min(keep.end, P);
+  state.exp_avg.assign(P, 0.0f);
+  state.exp_avg_sq.assign(P, 0.0f);
+  const nlohmann::json manifest = checkpoint_manifest(dir);
+  if (manifest.contains("optimizer_shards")) {
+    // Written by the ranks of a data-parallel run: read the shards overlapping `keep`.
+    const fs::path where = dir / "manifest.json";
+    try {
+      const nlohmann::json& sharded = manifest.at("optimizer_shards");
+      TANDEM_CHECK(sharded.at("num_params").get<size_t>() == P, where.string(),
+                   ": the optimizer shards cover ", sharded.at("num_params").get<size_t>(),
+                   " parameters, the model has ", P);
+      size_t covered = 0;
+      for (const nlohmann::json& shard : sharded.at("shards")) {
+        const std::string file = shard.at("file").get<std::string>();
+        const size_t begin = shard.at("begin").get<size_t>(), end = shard.at("end").get<size_t>();
+        TANDEM_CHECK(begin <= end && end <= P, where.string(), ": shard ", file, " covers [", begin,
+                     ", ", end, "), outside the ", P, " parameters");
+        covered += end - begin;
+        const size_t b = std::max(begin, keep.begin), e = std::min(end, keep.end);
+        if (b >= e) continue;
+        verify_checkpoint(dir, {file});
+        const SafetensorsFile f = SafetensorsFile::read(dir / file);
+        const std::vector<int64_t> shape = {static_cast<int64_t>(end - begin)};
+        const std::vector<float> m = f.read_f32("exp_avg", shape);
+        const std::vector<float> v = f.read_f32("exp_avg_sq", shape);
+        std::copy(m.begin() + (b - begin), m.begin() + (e - begin), state.exp_avg.begin() + b);
+        std::copy(v.begin() + (b - begin), v.begin() + (e - begin), state.exp_avg_sq.begin() + b);
+      }
+      TANDEM_CHECK(covered == P, where.string(), ": the optimizer shards cover ", covered, " of ",
+                   P, " parameters; the checkpoint is incomplete — use another checkpoint");
+    } catch (const nlohmann::json::exception& e) {
+      fail(where.string(), ": malformed optimizer_shards (", e.what(), ")");
+    }
+    return state;
+  }
+  verify_checkpoint(dir, {"optimizer.safetensors"});
   const SafetensorsFile optimizer = SafetensorsFile::read(dir / "optimizer.safetensors");
-  state.exp_avg.resize(layout.num_elements());
-  state.exp_avg_sq.resize(layout.num_elements());
   for (const ParamView& view : layout.views()) {
     optimizer.copy_f32("exp_avg." + view.name, view.shape,
                        std::span<float>(state.exp_avg.data() + view.offset, view.numel));

@@ -12,9 +12,11 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/core/rng.h"
 #include "tandem/data/loader.h"
 #include "tandem/model/param_layout.h"
+#include "tandem/offload/offload_plan.h"
 #include "tandem/train/train_config.h"
 
 namespace tandem {
@@ -34,9 +36,20 @@ struct TrainingState {
 std::filesystem::path save_training_checkpoint(const std::filesystem::path& checkpoints_root,
                                                const TrainingState& state);
 
+// The files of a checkpoint of `state`: model.safetensors, config.json,
+// trainer_state.json and, with_optimizer, optimizer.safetensors (sharded_checkpoint.h
+// writes the moments in shards instead). They refer to `state`, which must outlive them.
+std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState& state,
+                                                            bool with_optimizer);
+
 // Loads from a checkpoint directory, a checkpoints root or a run directory. The
-// checksums are verified first: a damaged checkpoint is refused with the file named.
+// checksums of the files read are verified first: a damaged checkpoint is refused with
+// the file named. Reads one optimizer.safetensors or the shards of a data-parallel run
+// (sharded_checkpoint.h), whatever world size wrote them.
 TrainingState load_training_checkpoint(const std::filesystem::path& path);
+// The same, with the Adam moments read only within `keep` (zero elsewhere): a rank's
+// partition, from the shards that overlap it.
+TrainingState load_training_checkpoint(const std::filesystem::path& path, ParamRange keep);
 
 // Model weights and config only (what `tandem sample` needs); checksums verified.
 TrainingState load_checkpoint_weights(const std::filesystem::path& path);

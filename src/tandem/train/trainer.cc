@@ -26,6 +26,7 @@
 #include "tandem/train/metrics_log.h"
 #include "tandem/train/progress.h"
 #include "tandem/train/sampler.h"
+#include "tandem/train/sharded_checkpoint.h"
 #include "tandem/train/train_checkpoint.h"
 #include "tandem/zero/data_parallel.h"
 
@@ -350,15 +351,15 @@ class Trainer {
   }
 
   void resume(const fs::path& path) {
-    TrainingState state = load_training_checkpoint(path);
+    TrainingState state = load_training_checkpoint(path, data_parallel_.state_range());
     const std::string diff = describe_model_difference(state.config.model, config_.model);
     TANDEM_CHECK(diff.empty(), path.string(), ": the checkpoint's model differs from the config (",
                  diff, "); resume with the config the run started with");
     TANDEM_CHECK(state.step <= config_.train.steps, path.string(), ": the checkpoint is at step ",
                  state.step, ", beyond train.steps = ", config_.train.steps,
                  "; raise train.steps to continue");
-    // Every rank reads the whole checkpoint and keeps its own partition: any world size
-    // and stage resumes any other's checkpoint.
+    // Every rank reads the weights whole and the moments of its partition, from the
+    // shards that overlap it: any world size and stage resumes any other's checkpoint.
     engine_.load_state(state.params.data(), state.exp_avg.data(), state.exp_avg_sq.data(),
                        state.step);
     train_loader_.set_position(state.train_position);
@@ -471,9 +472,21 @@ class Trainer {
     state.params.resize(P);
     state.exp_avg.resize(P);
     state.exp_avg_sq.resize(P);
-    read_full_state(state.params.data(), state.exp_avg.data(), state.exp_avg_sq.data());
-    if (comm_.rank() != 0) return {};
-    return save_training_checkpoint(checkpoints_root(), state);
+    engine_.read_state(state.params.data(), state.exp_avg.data(), state.exp_avg_sq.data());
+    if (comm_.world_size() == 1) return save_training_checkpoint(checkpoints_root(), state);
+    // Rank 0 writes the weights (all partitions of the fp32 params gathered), each rank
+    // its own partition of the moments; at stage 0 those are whole on every rank and
+    // rank 0's shard is all of them.
+    data_parallel_.gather_partitions(state.params.data(), sizeof(float));
+    ShardedOptimizerState shard;
+    shard.zero_stage = config_.zero.stage;
+    shard.range = config_.zero.stage == 0
+                      ? (comm_.rank() == 0 ? data_parallel_.state_range() : ParamRange{})
+                      : data_parallel_.state_range();
+    shard.exp_avg = state.exp_avg.data();
+    shard.exp_avg_sq = state.exp_avg_sq.data();
+    const fs::path path = save_sharded_training_checkpoint(comm_, checkpoints_root(), state, shard);
+    return comm_.rank() == 0 ? path : fs::path();
   }
 
   TrainConfig config_;
