@@ -19,6 +19,7 @@
 #include "tandem/dist/tree_sum.h"
 #include "tandem/train/gradient_accumulator.h"
 #include "tandem/train/memory_plan.h"
+#include "tandem/train/step_hooks.h"
 #include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
 #include "tandem/zero/partition.h"
@@ -294,6 +295,48 @@ TEST_F(DataParallelTraining, ModelStateBytesPerRankFollowTheZeroFormulas) {
       }
       EXPECT_EQ(plan.offload.partition, zero_state_range(config, world, rank)) << what;
     }
+  }
+}
+
+// Records the named points of each step (train/step_hooks.h) as one rank sees them.
+class RecordingHooks final : public StepHooks {
+ public:
+  void gradients_final(size_t begin, size_t end) override {
+    events.push_back(cat("final ", begin, " ", end));
+    covered += end - begin;
+  }
+  void before_update(int64_t step) override {
+    events.push_back(cat("before ", step, " covered ", covered));
+    covered = 0;
+  }
+  void after_update(int64_t step) override { events.push_back(cat("after ", step)); }
+  std::vector<std::string> events;
+  size_t covered = 0;
+};
+
+TEST_F(DataParallelTraining, HooksSeeEveryGradientOnceThenBeforeAndAfterEachUpdate) {
+  nlohmann::json json = dp_config(data(), dir_ / "hooks", 2, 2);
+  json["train"]["steps"] = 3;
+  const TrainConfig config = parse_train_config(json);
+  const size_t P = static_cast<size_t>(config.model.num_parameters());
+  std::vector<RecordingHooks> hooks(2);
+  run_local_ranks(2, [&](Communicator& comm) {
+    TrainOptions options;
+    options.show_progress = false;
+    options.save_checkpoints = false;
+    options.hooks = {&hooks[comm.rank()]};
+    train(config, options, comm);
+  });
+  for (const RecordingHooks& h : hooks) {
+    std::vector<std::string> points;  // the events without the ranges
+    for (const std::string& e : h.events)
+      if (e.rfind("final", 0) != 0) points.push_back(e);
+    const std::string all = cat(P);
+    EXPECT_EQ(points, (std::vector<std::string>{"before 1 covered " + all, "after 1",
+                                                "before 2 covered " + all, "after 2",
+                                                "before 3 covered " + all, "after 3"}));
+    // Several ranges per step, during backward: ln_f, every block, the embeddings.
+    EXPECT_GE(h.events.size(), 3u * (2 + config.model.n_layer + 2));
   }
 }
 

@@ -27,6 +27,7 @@
 #include "tandem/train/progress.h"
 #include "tandem/train/sampler.h"
 #include "tandem/train/sharded_checkpoint.h"
+#include "tandem/train/step_hooks.h"
 #include "tandem/train/train_checkpoint.h"
 #include "tandem/zero/data_parallel.h"
 
@@ -114,6 +115,27 @@ void check_ranks_agree(Communicator& comm, const TrainConfig& config, const Toke
                "0's (its error names the key)");
 }
 
+// Data parallelism at the step's named points: gradients reduced as they become final
+// (and handed to the update engine, which starts offloading them), the rest before the
+// update, the working parameters gathered after it.
+class DataParallelHooks final : public StepHooks {
+ public:
+  DataParallelHooks(DataParallel& data_parallel, UpdateEngine& engine)
+      : data_parallel_(data_parallel), engine_(engine) {}
+  void gradients_final(size_t begin, size_t end) override {
+    data_parallel_.gradients_final(begin, end, offload());
+  }
+  void before_update(int64_t) override { data_parallel_.finish_reduction(offload()); }
+  void after_update(int64_t) override { data_parallel_.gather_working_params(); }
+
+ private:
+  DataParallel::Reduced offload() {
+    return [this](size_t b, size_t e) { engine_.gradients_ready(b, e); };
+  }
+  DataParallel& data_parallel_;
+  UpdateEngine& engine_;
+};
+
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const TrainOptions& options, Communicator& comm)
@@ -145,6 +167,7 @@ class Trainer {
                         .num_params = model_.layout().num_elements()}),
         accumulator_(*backend_, model_.dtype(), model_.layout().num_elements(),
                      config.gradient_accumulation_steps),
+        data_parallel_hooks_(data_parallel_, engine_),
         schedule_{.base_lr = config.optimizer.lr,
                   .warmup_steps = config.scheduler.warmup_num_steps,
                   .total_steps = config.train.steps,
@@ -153,6 +176,8 @@ class Trainer {
         progress_(config.train.steps, config.train.log_interval, options_.show_progress),
         inputs_(static_cast<size_t>(B_) * T_),
         targets_(static_cast<size_t>(B_) * T_) {
+    hooks_.push_back(&data_parallel_hooks_);
+    hooks_.insert(hooks_.end(), options.hooks.begin(), options.hooks.end());
     if (config.train.eval_interval > 0 && comm.rank() == 0)
       val_loader_ =
           std::make_unique<DataLoader>(data_.val, B_, T_, config.train.seed, false, "val");
@@ -409,8 +434,7 @@ class Trainer {
           // starts offloading it, while backward goes on with the blocks below.
           model_.backward(loss_scale, [this](size_t begin, size_t end) {
             accumulator_.finish(model_.grads(), begin, end);
-            data_parallel_.gradients_final(
-                begin, end, [this](size_t b, size_t e) { engine_.gradients_ready(b, e); });
+            for (StepHooks* hooks : hooks_) hooks->gradients_final(begin, end);
           });
         } else {
           model_.backward(loss_scale);
@@ -421,9 +445,8 @@ class Trainer {
     }
     train_loader_.skip_batches(static_cast<uint64_t>(world - 1 - comm_.rank()) * accum);
     {
-      TraceScope scope(&tracer_, "compute", "gradient reduction");
-      data_parallel_.finish_reduction(
-          [this](size_t b, size_t e) { engine_.gradients_ready(b, e); });
+      TraceScope scope(&tracer_, "compute", "before update (gradient reduction)");
+      for (StepHooks* hooks : hooks_) hooks->before_update(step_ + 1);
     }
     const float loss = data_parallel_.global_mean_loss(micro_losses);
     times.loss = loss;
@@ -438,8 +461,8 @@ class Trainer {
       times.update = engine_.step(lr, scale);
     }
     {
-      TraceScope scope(&tracer_, "compute", "parameter gather");
-      data_parallel_.gather_working_params();
+      TraceScope scope(&tracer_, "compute", "after update (parameter gather)");
+      for (StepHooks* hooks : hooks_) hooks->after_update(step_ + 1);
     }
     times.comm_bytes_sent = comm_.traffic().bytes_sent - traffic_before.bytes_sent;
     times.comm_bytes_received = comm_.traffic().bytes_received - traffic_before.bytes_received;
@@ -507,6 +530,8 @@ class Trainer {
   UpdateEngine engine_;
   DataParallel data_parallel_;
   GradientAccumulator accumulator_;
+  DataParallelHooks data_parallel_hooks_;
+  std::vector<StepHooks*> hooks_;  // data parallelism first, then TrainOptions::hooks
   WarmupCosineSchedule schedule_;
   Rng sample_rng_;
   ProgressLine progress_;

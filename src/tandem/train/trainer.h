@@ -11,7 +11,8 @@
 
 namespace tandem {
 class Communicator;
-}
+class StepHooks;
+}  // namespace tandem
 
 namespace tandem {
 
@@ -29,6 +30,9 @@ struct TrainOptions {
   std::filesystem::path trace_path;
   int64_t trace_first_step = 2;
   int64_t trace_last_step = 3;
+  // Called at the named points of every step (step_hooks.h), after data parallelism's
+  // own; not owned, must outlive train().
+  std::vector<StepHooks*> hooks;
 };
 
 // What one training step took (also what --metrics records).
