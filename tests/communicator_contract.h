@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -61,6 +62,16 @@ inline void check_all_reduce(Communicator& comm) {
   const double ring = 2.0 * (comm.world_size() - 1) * n * sizeof(float) / comm.world_size();
   const double sent = static_cast<double>(comm.traffic().bytes_sent - before.bytes_sent);
   EXPECT_NEAR(sent, ring, 2.0 * comm.world_size() * sizeof(float) + 1) << comm.backend();
+}
+
+// All-reduce of lengths shorter than the world and just past it (empty and short slices).
+inline void check_all_reduce_short(Communicator& comm) {
+  for (size_t n = 0; n <= static_cast<size_t>(comm.world_size()) + 2; n++) {
+    std::vector<float> x = rank_data(comm.rank(), n);
+    comm.all_reduce_sum(x.data(), n);
+    EXPECT_TRUE(same_bits(x, sum_in_tree_order(comm.world_size(), n)))
+        << "n " << n << ", rank " << comm.rank();
+  }
 }
 
 inline void check_reduce_scatter(Communicator& comm) {
@@ -160,6 +171,22 @@ inline void check_point_to_point(Communicator& comm) {
     recv_all();
     send_all();
   }
+}
+
+// The timeout: TANDEM_COMM_TIMEOUT_S or 600 s to start with, any positive time after
+// set_timeout, 0 and negative ones refused (and the timeout left as it was).
+inline void check_timeout_setting(Communicator& comm) {
+  EXPECT_EQ(comm.timeout(), communicator_timeout_from_environment());
+  const std::chrono::milliseconds before = comm.timeout();
+  comm.set_timeout(std::chrono::milliseconds(1500));
+  EXPECT_EQ(comm.timeout(), std::chrono::milliseconds(1500));
+  EXPECT_CONTAINS(error_of([&] { comm.set_timeout(std::chrono::milliseconds(0)); }),
+                  "0 ms is not a positive time");
+  EXPECT_CONTAINS(error_of([&] { comm.set_timeout(std::chrono::seconds(-3)); }),
+                  "-3000 ms is not a positive time");
+  EXPECT_EQ(comm.timeout(), std::chrono::milliseconds(1500));
+  comm.barrier();  // a collective with the new timeout
+  comm.set_timeout(before);
 }
 
 inline void check_bad_arguments(Communicator& comm) {

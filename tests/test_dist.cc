@@ -1,12 +1,18 @@
 // The summation tree (dist/tree_sum.h) against hand-written expressions and the streaming
 // stack form; the communicator contract (tests/communicator_contract.h) on the in-process
 // backend, for world sizes 1 to 5 and lengths that do not divide by them; a failing rank
-// that does not hang the others; and the same bits from N ranks of A micro-batches for
+// that does not hang the others, and one that stops taking part named after the timeout
+// (TANDEM_COMM_TIMEOUT_S, set_timeout); and the same bits from N ranks of A micro-batches for
 // every split of N * A.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "communicator_contract.h"
@@ -204,6 +210,9 @@ class LocalCommunicator : public ::testing::TestWithParam<int> {};
 TEST_P(LocalCommunicator, AllReduceSumsInTreeOrder) {
   run_local_ranks(GetParam(), testing::check_all_reduce);
 }
+TEST_P(LocalCommunicator, AllReduceOfFewerValuesThanRanks) {
+  run_local_ranks(GetParam(), testing::check_all_reduce_short);
+}
 TEST_P(LocalCommunicator, ReduceScatterGivesEachRankItsSlice) {
   run_local_ranks(GetParam(), testing::check_reduce_scatter);
 }
@@ -218,6 +227,9 @@ TEST_P(LocalCommunicator, PointToPointArrivesInOrder) {
 }
 TEST_P(LocalCommunicator, BadPeersAndRootsAreRefused) {
   run_local_ranks(GetParam(), testing::check_bad_arguments);
+}
+TEST_P(LocalCommunicator, TimeoutIsSetPerCommunicator) {
+  run_local_ranks(GetParam(), testing::check_timeout_setting);
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, LocalCommunicator, ::testing::Values(1, 2, 3, 4, 5));
@@ -238,6 +250,124 @@ TEST(LocalCommunicatorFailure, AFailingRankAbortsTheOthersInsteadOfHangingThem) 
   });
   EXPECT_CONTAINS(message, "rank 1 fails on purpose");
   EXPECT_EQ(aborted.load(), 2);
+}
+
+// Sets an environment variable for one scope, and restores what was there.
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnvironment() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(CommunicatorTimeout, ParsesPositiveSeconds) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(parse_communicator_timeout("30"), milliseconds(30000));
+  EXPECT_EQ(parse_communicator_timeout("600"), milliseconds(600000));
+  EXPECT_EQ(parse_communicator_timeout("0.25"), milliseconds(250));
+  EXPECT_EQ(parse_communicator_timeout("1e3"), milliseconds(1000000));
+  EXPECT_EQ(parse_communicator_timeout("0.0001"), milliseconds(1));  // at least 1 ms
+}
+
+TEST(CommunicatorTimeout, RefusesMalformedAndNonPositiveValuesNamingTheVariable) {
+  for (const char* bad : {"", "abc", "30s", "10 ", " 10", "1,5", "nan", "inf", "0x"}) {
+    const std::string message = testing::error_of([&] { parse_communicator_timeout(bad); });
+    EXPECT_CONTAINS(message, std::string("TANDEM_COMM_TIMEOUT_S='") + bad + "'");
+    EXPECT_CONTAINS(message, "is not a number of seconds");
+  }
+  for (const char* non_positive : {"0", "-1", "-0.5", "0.0"}) {
+    const std::string message =
+        testing::error_of([&] { parse_communicator_timeout(non_positive); });
+    EXPECT_CONTAINS(message, std::string("TANDEM_COMM_TIMEOUT_S='") + non_positive + "'");
+    EXPECT_CONTAINS(message, "the timeout must be positive");
+  }
+  EXPECT_CONTAINS(testing::error_of([&] { parse_communicator_timeout("1e12"); }),
+                  "more seconds than tandem takes");
+}
+
+TEST(CommunicatorTimeout, ComesFromTheEnvironmentElseTenMinutes) {
+  {
+    ScopedEnvironment unset("TANDEM_COMM_TIMEOUT_S", nullptr);
+    EXPECT_EQ(communicator_timeout_from_environment(), std::chrono::seconds(600));
+    LocalGroup group(1);
+    EXPECT_EQ(group.communicator(0)->timeout(), std::chrono::seconds(600));
+  }
+  {
+    ScopedEnvironment set("TANDEM_COMM_TIMEOUT_S", "12.5");
+    EXPECT_EQ(communicator_timeout_from_environment(), std::chrono::milliseconds(12500));
+    LocalGroup group(2);
+    EXPECT_EQ(group.communicator(1)->timeout(), std::chrono::milliseconds(12500));
+    // The world communicator of a process without a launcher too.
+    if (!launched_by_mpi()) {
+      EXPECT_EQ(make_world_communicator()->timeout(), std::chrono::milliseconds(12500));
+    }
+  }
+  {
+    // A malformed value fails where a communicator is made, naming the variable.
+    ScopedEnvironment malformed("TANDEM_COMM_TIMEOUT_S", "ten");
+    LocalGroup group(1);
+    EXPECT_CONTAINS(testing::error_of([&] { group.communicator(0); }),
+                    "TANDEM_COMM_TIMEOUT_S='ten' is not a number of seconds");
+  }
+}
+
+// A rank that stops taking part: the others throw after their timeout, naming it and the
+// collective, and do not wait for it any longer. When it comes back late, it is the one
+// left waiting, and names them. (Plain threads: run_local_ranks would abort the group at
+// the first error, and the others would see that instead of their own timeout.)
+TEST(LocalCommunicatorFailure, ARankThatStopsIsNamedAfterTheTimeout) {
+  using Clock = std::chrono::steady_clock;
+  const auto timeout = std::chrono::milliseconds(300);
+  LocalGroup group(3);
+  std::vector<std::string> errors(3);
+  std::vector<double> waited(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; r++) {
+    threads.emplace_back([&, r, comm = group.communicator(r)] {
+      comm->set_timeout(timeout);
+      if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(900));
+      std::vector<float> x(8, 1.0f);
+      const Clock::time_point start = Clock::now();
+      errors[r] = testing::error_of([&] { comm->all_reduce_sum(x.data(), x.size()); });
+      waited[r] = std::chrono::duration<double>(Clock::now() - start).count();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 2; r++) {
+    EXPECT_EQ(errors[r], "rank " + std::to_string(r) +
+                             ": no data from rank(s) 2 within 0.3 s in all_reduce_sum (dead or "
+                             "hung?); raise TANDEM_COMM_TIMEOUT_S if a rank is only slow");
+    EXPECT_GE(waited[r], 0.3);
+    EXPECT_LT(waited[r], 0.3 + 3.0);
+  }
+  EXPECT_CONTAINS(errors[2], "rank 2: no data from rank(s) 0, 1 within 0.3 s in all_reduce_sum");
+  EXPECT_GE(waited[2], 0.3);
+}
+
+TEST(LocalCommunicatorFailure, RecvNamesThePeerThatSendsNothing) {
+  LocalGroup group(2);
+  const auto comm = group.communicator(0);
+  comm->set_timeout(std::chrono::milliseconds(100));
+  int x = 0;
+  EXPECT_EQ(testing::error_of([&] { comm->recv(&x, sizeof(x), 1, 5); }),
+            "rank 0: no data from rank(s) 1 within 0.1 s in recv (tag 5) (dead or hung?); raise "
+            "TANDEM_COMM_TIMEOUT_S if a rank is only slow");
 }
 
 // Without a launcher a process is a world of one, whether or not tandem has MPI.

@@ -1,6 +1,7 @@
 // The communicator contract (tests/communicator_contract.h) on real MPI ranks. CTest runs
 // this with `mpirun --allow-run-as-root --oversubscribe -np N` for several N (see
-// CMakeLists.txt); every rank runs every test, and mpirun fails if any rank does.
+// CMakeLists.txt); every rank runs every test, and mpirun fails if any rank does. A rank
+// that stops taking part: test_dist_mpi_faults.cc.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -26,6 +27,9 @@ TEST_F(MpiCommunicator, IsTheLaunchersWorld) {
   EXPECT_GE(comm_->world_size(), 1);
 }
 TEST_F(MpiCommunicator, AllReduceSumsInTreeOrder) { testing::check_all_reduce(*comm_); }
+TEST_F(MpiCommunicator, AllReduceOfFewerValuesThanRanks) {
+  testing::check_all_reduce_short(*comm_);
+}
 TEST_F(MpiCommunicator, ReduceScatterGivesEachRankItsSlice) {
   testing::check_reduce_scatter(*comm_);
 }
@@ -35,6 +39,7 @@ TEST_F(MpiCommunicator, AllGatherAndBroadcastFromEveryRoot) {
 }
 TEST_F(MpiCommunicator, PointToPointArrivesInOrder) { testing::check_point_to_point(*comm_); }
 TEST_F(MpiCommunicator, BadPeersAndRootsAreRefused) { testing::check_bad_arguments(*comm_); }
+TEST_F(MpiCommunicator, TimeoutIsSetPerCommunicator) { testing::check_timeout_setting(*comm_); }
 
 }  // namespace
 }  // namespace tandem

@@ -1,11 +1,15 @@
 #include "tandem/dist/local_group.h"
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -16,20 +20,37 @@
 namespace tandem {
 
 struct LocalGroup::Shared {
-  explicit Shared(int world) : world_size(world), published(world, nullptr) {}
+  explicit Shared(int world)
+      : world_size(world), published(world, nullptr), state(world, kAbsent) {}
 
-  // All ranks arrive before any leaves; throws once the group is aborted.
-  void arrive_and_wait() {
+  // All ranks arrive before any leaves; throws once the group is aborted, or after
+  // `timeout` naming the ranks that did not arrive (this rank's arrival is taken back).
+  void arrive_and_wait(int rank, std::chrono::milliseconds timeout, std::string_view what) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::unique_lock<std::mutex> lock(mutex);
     check_alive();
     const uint64_t generation_now = generation;
     if (++arrived == world_size) {
       arrived = 0;
+      std::fill(state.begin(), state.end(), kAbsent);
       generation++;
       changed.notify_all();
       return;
     }
-    changed.wait(lock, [&] { return generation != generation_now || aborted; });
+    state[rank] = kWaiting;
+    const auto done = [&] { return generation != generation_now || aborted; };
+    if (!changed.wait_until(lock, deadline, done)) {
+      arrived--;
+      state[rank] = kGaveUp;
+      // The ranks that never came; if all that are missing came and gave up, those.
+      std::vector<int> missing;
+      for (char wanted : {kAbsent, kGaveUp}) {
+        for (int r = 0; r < world_size; r++)
+          if (r != rank && state[r] == wanted) missing.push_back(r);
+        if (!missing.empty()) break;
+      }
+      fail_communicator_timeout(rank, missing, true, timeout, what);
+    }
     check_alive();
   }
   void abort() {
@@ -46,6 +67,9 @@ struct LocalGroup::Shared {
   std::mutex mutex;
   std::condition_variable changed;
   int arrived = 0;
+  // Each rank at the barrier now: absent, waiting, or gone after its timeout.
+  static constexpr char kAbsent = 0, kWaiting = 1, kGaveUp = 2;
+  std::vector<char> state;
   uint64_t generation = 0;
   bool aborted = false;
   // Point-to-point messages in flight, by (source, destination, tag), in send order.
@@ -65,8 +89,9 @@ class LocalCommunicator final : public Communicator {
 
   void all_reduce_sum(float* data, size_t n) override {
     std::vector<float> sum(n);
-    exchange(data,
-             [&](const std::vector<const void*>& all) { sum_over_ranks(all, 0, n, sum.data()); });
+    exchange(
+        data, [&](const std::vector<const void*>& all) { sum_over_ranks(all, 0, n, sum.data()); },
+        "all_reduce_sum");
     std::memcpy(data, sum.data(), n * sizeof(float));
     // A ring all-reduce moves 2 (N - 1) / N of the data each way.
     count_traffic(2 * (world_size() - 1) * n * sizeof(float) / world_size());
@@ -74,9 +99,12 @@ class LocalCommunicator final : public Communicator {
 
   void reduce_scatter_sum(const float* send, float* recv, size_t count) override {
     std::vector<float> sum(count);
-    exchange(send, [&](const std::vector<const void*>& all) {
-      sum_over_ranks(all, static_cast<size_t>(rank_) * count, count, sum.data());
-    });
+    exchange(
+        send,
+        [&](const std::vector<const void*>& all) {
+          sum_over_ranks(all, static_cast<size_t>(rank_) * count, count, sum.data());
+        },
+        "reduce_scatter_sum");
     std::memcpy(recv, sum.data(), count * sizeof(float));
     count_traffic((world_size() - 1) * count * sizeof(float));
   }
@@ -87,9 +115,12 @@ class LocalCommunicator final : public Communicator {
     // Summed aside and copied after the exchange: in place, recv is the send buffer that
     // the other ranks are still reading.
     std::vector<float> sum(rank_ == root ? n : 0);
-    exchange(send, [&](const std::vector<const void*>& all) {
-      if (rank_ == root) sum_over_ranks(all, 0, n, sum.data());
-    });
+    exchange(
+        send,
+        [&](const std::vector<const void*>& all) {
+          if (rank_ == root) sum_over_ranks(all, 0, n, sum.data());
+        },
+        "reduce_sum");
     if (rank_ == root) std::memcpy(recv, sum.data(), n * sizeof(float));
     // A ring reduce moves (N - 1) / N of the data each way.
     count_traffic((world_size() - 1) * n * sizeof(float) / world_size());
@@ -97,10 +128,13 @@ class LocalCommunicator final : public Communicator {
 
   void all_gather(const void* send, void* recv, size_t bytes) override {
     std::vector<char> gathered(world_size() * bytes);
-    exchange(send, [&](const std::vector<const void*>& all) {
-      for (int r = 0; r < world_size(); r++)
-        std::memcpy(gathered.data() + r * bytes, all[r], bytes);
-    });
+    exchange(
+        send,
+        [&](const std::vector<const void*>& all) {
+          for (int r = 0; r < world_size(); r++)
+            std::memcpy(gathered.data() + r * bytes, all[r], bytes);
+        },
+        "all_gather");
     std::memcpy(recv, gathered.data(), gathered.size());
     count_traffic((world_size() - 1) * bytes);
   }
@@ -109,9 +143,10 @@ class LocalCommunicator final : public Communicator {
     TANDEM_CHECK(root >= 0 && root < world_size(), "broadcast: root ", root,
                  " is not a rank of a world of ", world_size());
     std::vector<char> copy(bytes);
-    exchange(data, [&](const std::vector<const void*>& all) {
-      std::memcpy(copy.data(), all[root], bytes);
-    });
+    exchange(
+        data,
+        [&](const std::vector<const void*>& all) { std::memcpy(copy.data(), all[root], bytes); },
+        "broadcast");
     if (rank_ != root) {
       std::memcpy(data, copy.data(), bytes);
       traffic_.bytes_received += bytes;
@@ -120,7 +155,7 @@ class LocalCommunicator final : public Communicator {
     }
   }
 
-  void barrier() override { shared_->arrive_and_wait(); }
+  void barrier() override { shared_->arrive_and_wait(rank_, timeout_, "barrier"); }
 
   void abort() noexcept override { shared_->abort(); }
 
@@ -140,7 +175,10 @@ class LocalCommunicator final : public Communicator {
     check_peer(peer);
     std::unique_lock<std::mutex> lock(shared_->mutex);
     auto& box = shared_->mailboxes[{peer, rank_, tag}];
-    shared_->changed.wait(lock, [&] { return !box.empty() || shared_->aborted; });
+    if (!shared_->changed.wait_for(lock, timeout_,
+                                   [&] { return !box.empty() || shared_->aborted; })) {
+      fail_communicator_timeout(rank_, {peer}, true, timeout_, cat("recv (tag ", tag, ")"));
+    }
     shared_->check_alive();
     std::vector<char> message = std::move(box.front());
     box.pop_front();
@@ -155,11 +193,11 @@ class LocalCommunicator final : public Communicator {
   // Publishes this rank's buffer, lets `read` see every rank's once all have published, and
   // returns once every rank has finished reading (so buffers may change again).
   template <typename Read>
-  void exchange(const void* mine, Read&& read) {
+  void exchange(const void* mine, Read&& read, std::string_view what) {
     shared_->published[rank_] = mine;
-    shared_->arrive_and_wait();
+    shared_->arrive_and_wait(rank_, timeout_, what);
     read(shared_->published);
-    shared_->arrive_and_wait();
+    shared_->arrive_and_wait(rank_, timeout_, what);
   }
 
   // out[i] = tree sum over ranks of element offset + i of each rank's buffer.

@@ -2,7 +2,9 @@
 // so that unit tests cover many world sizes (and odd ones) in milliseconds. The collectives
 // follow the Communicator contract exactly (tree-order sums, tree_sum.h), through memory:
 // each rank publishes its buffer, all wait at a barrier, each reads what it needs, and all
-// wait again before any buffer may change.
+// wait again before any buffer may change. A wait ends after the communicator's timeout
+// (communicator.h) with an error naming the ranks that had not arrived (and takes back
+// this rank's arrival); run_local_ranks then aborts the group.
 //
 //   run_local_ranks(4, [](Communicator& comm) { ... });   // 4 threads, ranks 0..3
 #pragma once
