@@ -90,8 +90,8 @@ TEST_F(LaunchMpi, TwoRanksGiveTheBitsOfOneProcessAccumulatingTwoMicroBatches) {
   const TrainingState a = load_training_checkpoint(dir_ / "one");
   const TrainingState b = load_training_checkpoint(dir_ / "two");
   EXPECT_TRUE(a.exp_avg == b.exp_avg && a.exp_avg_sq == b.exp_avg_sq);
-  EXPECT_TRUE(fs::exists(resolve_checkpoint(dir_ / "two") /
-                         "optimizer_shard_00001_of_00002.safetensors"));
+  EXPECT_TRUE(
+      fs::exists(resolve_checkpoint(dir_ / "two") / "optimizer_shard_00001_of_00002.safetensors"));
 }
 
 TEST_F(LaunchMpi, RanksStartedDifferentlyAreRefusedNamingTheKey) {
@@ -133,6 +133,30 @@ TEST_F(LaunchMpi, AKilledRankStopsTheJobAndTheLastCheckpointIsIntact) {
   EXPECT_LT(seconds, 60.0) << run.output;
   // Whatever step the job reached, the latest checkpoint loads with every checksum right.
   const TrainingState state = load_training_checkpoint(dir_ / "killed");
+  EXPECT_GE(state.step, 3);
+}
+
+TEST_F(LaunchMpi, AHungRankIsNamedWithinTheTimeoutAndTheJobStops) {
+  nlohmann::json json = nlohmann::json::parse(read_file_text(write_config("hung", 1, 1)));
+  json["train"]["steps"] = 100000;
+  const fs::path config = dir_ / "hung.json";
+  write_file_atomic(config, json.dump(2));
+  const std::string train = kTandem + " train --config " + config.string();
+  // Rank 1 stops (SIGSTOP: alive, silent) once a few checkpoints exist.
+  const std::string stopper = "bash -c '" + train + " & pid=$!; while [ ! -e " +
+                              (dir_ / "hung/checkpoints/step_00000003").string() +
+                              " ]; do sleep 0.05; done; kill -STOP $pid; wait $pid'";
+  const auto start = std::chrono::steady_clock::now();
+  const testing::CommandResult run =
+      testing::run_command("timeout 120 " + launcher_ + " -x TANDEM_COMM_TIMEOUT_S=2 -np 1 " +
+                           train + " : -np 1 " + stopper);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.exit_code, 124) << "the job hung until timeout(1) stopped it:\n" << run.output;
+  EXPECT_NE(run.output.find("no data from rank(s) 1 within 2 s"), std::string::npos) << run.output;
+  EXPECT_LT(seconds, 60.0) << run.output;
+  const TrainingState state = load_training_checkpoint(dir_ / "hung");
   EXPECT_GE(state.step, 3);
 }
 

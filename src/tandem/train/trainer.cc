@@ -554,7 +554,11 @@ TrainResult train(const TrainConfig& config, const TrainOptions& options, Commun
     return trainer.run();
   } catch (const Error& e) {
     if (comm.world_size() == 1) throw;
-    throw Error(cat("rank ", comm.rank(), " of ", comm.world_size(), ": ", e.what()));
+    // Communicator errors already start with "rank R: "; say it once.
+    std::string what = e.what();
+    const std::string own = cat("rank ", comm.rank(), ": ");
+    if (what.rfind(own, 0) == 0) what = what.substr(own.size());
+    throw Error(cat("rank ", comm.rank(), " of ", comm.world_size(), ": ", what));
   }
 }
 
