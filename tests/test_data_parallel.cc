@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -233,6 +234,35 @@ TEST_F(DataParallelTraining, EachRankMovesAboutTwoModelSizesPerStep) {
     // About 2P elements (4 bytes each) whatever the stage, as ZeRO says.
     EXPECT_NEAR(expected / (4 * P), 2.0 * (world - 1) / world, 0.7);
   }
+}
+
+TEST_F(DataParallelTraining, MetricsCarryPerRankFiguresWhereTheyDiffer) {
+  nlohmann::json json = dp_config(data(), dir_ / "m", 1, 1);
+  json["offload_optimizer"] = {{"schedule", "cpu"}};
+  json["train"]["steps"] = 2;
+  TrainOptions options;
+  options.save_checkpoints = false;
+  options.metrics_path = dir_ / "metrics.jsonl";
+  expect_ranks_agree(train_on_ranks(3, json, options), "metrics");
+  std::ifstream in(options.metrics_path);
+  std::string line;
+  int steps = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    if (!record.contains("loss")) continue;
+    steps++;
+    ASSERT_TRUE(record.contains("ranks")) << line;
+    const nlohmann::json& ranks = record["ranks"];
+    // The last rank's partition is the smallest: fewer working parameters go back to the
+    // device after its CPU updates.
+    ASSERT_TRUE(ranks.contains("h2d_bytes")) << line;
+    ASSERT_EQ(ranks["h2d_bytes"].size(), 3u);
+    EXPECT_EQ(ranks["h2d_bytes"][0], record["h2d_bytes"]);
+    EXPECT_LT(ranks["h2d_bytes"][2].get<double>(), ranks["h2d_bytes"][0].get<double>());
+    // Every rank moves the same bytes through the communicator: not listed.
+    EXPECT_FALSE(ranks.contains("comm_bytes_sent")) << line;
+  }
+  EXPECT_EQ(steps, 2);
 }
 
 TEST_F(DataParallelTraining, RanksWithDifferentConfigsAreRefusedNamingTheKey) {

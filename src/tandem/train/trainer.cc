@@ -219,20 +219,22 @@ class Trainer {
       step_++;
       const double ms = watch.millis();
       const double tokens_per_s = tokens_per_step / (ms / 1e3);
-      metrics.write({{"step", step_},
-                     {"loss", loss},
-                     {"lr", lr},
-                     {"grad_norm", times.grad_norm},
-                     {"tokens_per_s", tokens_per_s},
-                     {"ms", ms},
-                     {"forward_ms", times.forward_ms},
-                     {"backward_ms", times.backward_ms},
-                     {"update_ms", times.update.ms},
-                     {"h2d_bytes", times.update.h2d_bytes},
-                     {"d2h_bytes", times.update.d2h_bytes},
-                     {"early_gradient_subgroups", times.update.early_gradient_subgroups},
-                     {"comm_bytes_sent", times.comm_bytes_sent},
-                     {"comm_bytes_received", times.comm_bytes_received}});
+      nlohmann::json record = {{"step", step_},
+                               {"loss", loss},
+                               {"lr", lr},
+                               {"grad_norm", times.grad_norm},
+                               {"tokens_per_s", tokens_per_s},
+                               {"ms", ms},
+                               {"forward_ms", times.forward_ms},
+                               {"backward_ms", times.backward_ms},
+                               {"update_ms", times.update.ms},
+                               {"h2d_bytes", times.update.h2d_bytes},
+                               {"d2h_bytes", times.update.d2h_bytes},
+                               {"early_gradient_subgroups", times.update.early_gradient_subgroups},
+                               {"comm_bytes_sent", times.comm_bytes_sent},
+                               {"comm_bytes_received", times.comm_bytes_received}};
+      if (comm_.world_size() > 1) record["ranks"] = per_rank_figures(ms, times);
+      metrics.write(record);
       result.steps.push_back({.step = step_,
                               .loss = loss,
                               .ms = ms,
@@ -401,6 +403,37 @@ class Trainer {
     UpdateStepStats update;
     size_t comm_bytes_sent = 0, comm_bytes_received = 0;
   };
+
+  // The figures of a step that may differ between ranks, one array per figure indexed by
+  // rank, holding only the figures that do differ (a collective: every rank calls it).
+  nlohmann::json per_rank_figures(double ms, const StepTimes& times) {
+    static constexpr const char* kNames[] = {
+        "ms",        "forward_ms", "backward_ms",     "update_ms",
+        "h2d_bytes", "d2h_bytes",  "comm_bytes_sent", "comm_bytes_received"};
+    constexpr size_t kFigures = std::size(kNames);
+    const double mine[kFigures] = {ms,
+                                   times.forward_ms,
+                                   times.backward_ms,
+                                   times.update.ms,
+                                   static_cast<double>(times.update.h2d_bytes),
+                                   static_cast<double>(times.update.d2h_bytes),
+                                   static_cast<double>(times.comm_bytes_sent),
+                                   static_cast<double>(times.comm_bytes_received)};
+    std::vector<double> all(kFigures * comm_.world_size());
+    comm_.all_gather(mine, all.data(), sizeof mine);
+    nlohmann::json ranks = nlohmann::json::object();
+    for (size_t f = 0; f < kFigures; f++) {
+      nlohmann::json values = nlohmann::json::array();
+      bool differ = false;
+      for (int r = 0; r < comm_.world_size(); r++) {
+        const double v = all[r * kFigures + f];
+        differ = differ || v != all[f];
+        values.push_back(v);
+      }
+      if (differ) ranks[kNames[f]] = values;
+    }
+    return ranks;
+  }
 
   // One optimizer step over a global batch of accum x world micro-batches, rank r taking
   // the micro-batches [r accum, (r + 1) accum) of it. Each micro-batch's gradients are
