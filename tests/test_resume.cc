@@ -2,10 +2,13 @@
 // bit for bit, in parameters, Adam moments and data position.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 
+#include "tandem/ckpt/safetensors.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/model/param_layout.h"
 #include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
@@ -52,6 +55,70 @@ TEST(Resume, TwentyStepsEqualTenPlusResumePlusTen) {
   // And training did something: the weights moved away from the step-10 state.
   const TrainingState mid = load_training_checkpoint(half.last_checkpoint);
   EXPECT_NE(mid.params, a.params);
+}
+
+// Past train.max_shard_size the weights are split as Hugging Face's save_pretrained splits
+// them (model-0000k-of-0000n.safetensors + model.safetensors.index.json), and a run resumes
+// from them bit-exactly.
+TEST(Resume, ShardedWeightsFollowHuggingFacesLayoutAndResumeBitExactly) {
+  testing::ScratchDir dir("resume_sharded");
+  testing::write_small_corpus(dir / "data.txt");
+  TrainOptions quiet;
+  quiet.show_progress = false;
+  nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "straight");
+  json["train"]["steps"] = 6;
+  json["train"]["max_shard_size"] = 5000;  // bytes: the 16k-float embedding alone exceeds it
+  const TrainResult straight = train(parse_train_config(json), quiet);
+
+  const std::filesystem::path ckpt = straight.last_checkpoint;
+  ASSERT_FALSE(std::filesystem::exists(ckpt / "model.safetensors"));
+  const nlohmann::json index =
+      nlohmann::json::parse(read_file_text(ckpt / "model.safetensors.index.json"));
+  const ParamLayout layout = ParamLayout::gpt2(parse_train_config(json).model);
+  EXPECT_EQ(index["weight_map"].size(), layout.views().size());
+  size_t total = 0;
+  std::set<std::string> shards;
+  for (const ParamView& view : layout.views()) {
+    total += view.numel * sizeof(float);
+    const std::string file = index["weight_map"][view.name];
+    shards.insert(file);
+    EXPECT_TRUE(std::filesystem::exists(ckpt / file)) << file;
+  }
+  EXPECT_EQ(index["metadata"]["total_size"].get<size_t>(), total);
+  EXPECT_GT(shards.size(), 3u);
+  EXPECT_EQ(*shards.begin(),
+            cat("model-00001-of-", std::string(5 - std::to_string(shards.size()).size(), '0'),
+                shards.size(), ".safetensors"));
+  for (const std::string& file : shards) {
+    const SafetensorsFile shard = SafetensorsFile::read(ckpt / file);
+    // Whole tensors, at most the limit unless one tensor alone is bigger.
+    EXPECT_TRUE(std::filesystem::file_size(ckpt / file) < 5000 + 4096 || shard.num_tensors() == 1)
+        << file;
+  }
+
+  nlohmann::json split = json;
+  split["train"]["output_dir"] = (dir / "split").string();
+  TrainOptions first = quiet;
+  first.stop_at_step = 3;
+  train(parse_train_config(split), first);
+  TrainOptions second = quiet;
+  second.resume = dir / "split";
+  const TrainResult resumed = train(parse_train_config(split), second);
+  EXPECT_EQ(resumed.state_digest, straight.state_digest);
+  const TrainingState a = load_training_checkpoint(straight.last_checkpoint);
+  const TrainingState b = load_training_checkpoint(resumed.last_checkpoint);
+  EXPECT_EQ(a.params, b.params);
+  // A damaged shard is refused, naming it.
+  const std::string victim = *shards.rbegin();
+  std::string bytes = read_file_text(ckpt / victim);
+  bytes[bytes.size() - 1] ^= 1;
+  write_file_atomic(ckpt / victim, bytes);
+  try {
+    load_checkpoint_weights(ckpt);
+    FAIL() << "a damaged shard must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(victim), std::string::npos) << e.what();
+  }
 }
 
 TEST(Resume, RefusesACheckpointOfAnotherModel) {

@@ -1,6 +1,12 @@
 #include "tandem/ckpt/gpt2_weights.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <map>
 #include <vector>
+
+#include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 
 namespace tandem {
 namespace {
@@ -37,16 +43,132 @@ void write_gpt2_safetensors(const std::filesystem::path& path, const ParamLayout
   writer.write(path);
 }
 
+namespace {
+
+void read_view(const SafetensorsFile& file, const ParamView& view, float* params,
+               const std::string& prefix) {
+  const std::string name = prefix + view.name;
+  if (!view.hf_transposed) {
+    file.copy_f32(name, view.shape, std::span<float>(params + view.offset, view.numel));
+    return;
+  }
+  const std::vector<float> hf = file.read_f32(name, hf_shape(view));
+  transpose(hf.data(), params + view.offset, view.shape[1], view.shape[0]);
+}
+
+std::string shard_name(size_t k, size_t n) {
+  char name[64];
+  std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k, n);
+  return name;
+}
+
+}  // namespace
+
 void read_gpt2_safetensors(const SafetensorsFile& file, const ParamLayout& layout, float* params,
                            const std::string& prefix) {
-  for (const ParamView& view : layout.views()) {
-    const std::string name = prefix + view.name;
-    if (!view.hf_transposed) {
-      file.copy_f32(name, view.shape, std::span<float>(params + view.offset, view.numel));
-      continue;
+  for (const ParamView& view : layout.views()) read_view(file, view, params, prefix);
+}
+
+std::vector<WeightShard> plan_gpt2_weight_shards(const ParamLayout& layout,
+                                                 int64_t max_shard_bytes) {
+  TANDEM_CHECK(max_shard_bytes >= 1, "max_shard_size must be at least 1 byte");
+  const auto limit = static_cast<uint64_t>(max_shard_bytes);
+  std::vector<WeightShard> plan;
+  uint64_t total = 0;
+  for (const ParamView& view : layout.views()) total += view.numel * sizeof(float);
+  if (total <= limit) {
+    WeightShard all{"model.safetensors", {}};
+    for (size_t i = 0; i < layout.views().size(); i++) all.views.push_back(i);
+    return {all};
+  }
+  uint64_t in_shard = 0;
+  for (size_t i = 0; i < layout.views().size(); i++) {
+    const uint64_t bytes = layout.views()[i].numel * sizeof(float);
+    if (plan.empty() || (in_shard > 0 && in_shard + bytes > limit)) {
+      plan.push_back({});
+      in_shard = 0;
     }
-    const std::vector<float> hf = file.read_f32(name, hf_shape(view));
-    transpose(hf.data(), params + view.offset, view.shape[1], view.shape[0]);
+    plan.back().views.push_back(i);
+    in_shard += bytes;
+  }
+  for (size_t k = 0; k < plan.size(); k++) plan[k].file = shard_name(k + 1, plan.size());
+  return plan;
+}
+
+void write_gpt2_weight_shard(const std::filesystem::path& path, const ParamLayout& layout,
+                             const float* params, const WeightShard& shard) {
+  std::vector<std::vector<float>> transposed;
+  transposed.reserve(shard.views.size());
+  SafetensorsWriter writer;
+  for (size_t i : shard.views) {
+    const ParamView& view = layout.views().at(i);
+    const float* data = params + view.offset;
+    if (view.hf_transposed) {
+      transposed.emplace_back(view.numel);
+      transpose(data, transposed.back().data(), view.shape[0], view.shape[1]);
+      data = transposed.back().data();
+    }
+    writer.add(view.name, DType::kF32, hf_shape(view), data);
+  }
+  writer.set_metadata("format", "pt");
+  writer.write(path);
+}
+
+nlohmann::json gpt2_weight_index(const ParamLayout& layout, const std::vector<WeightShard>& plan) {
+  uint64_t total = 0;
+  nlohmann::json map = nlohmann::json::object();
+  for (const WeightShard& shard : plan)
+    for (size_t i : shard.views) {
+      map[layout.views().at(i).name] = shard.file;
+      total += layout.views().at(i).numel * sizeof(float);
+    }
+  return {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
+}
+
+namespace {
+
+nlohmann::json read_index(const std::filesystem::path& dir) {
+  const std::filesystem::path path = dir / kWeightIndexFile;
+  try {
+    nlohmann::json index = nlohmann::json::parse(read_file_text(path));
+    TANDEM_CHECK(index.contains("weight_map") && index["weight_map"].is_object(), path.string(),
+                 ": no \"weight_map\" object; is this a Hugging Face safetensors index?");
+    return index;
+  } catch (const nlohmann::json::exception& e) {
+    fail(path.string(), ": not valid JSON (", e.what(), ")");
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> gpt2_weight_files(const std::filesystem::path& dir) {
+  if (!std::filesystem::exists(dir / kWeightIndexFile)) return {"model.safetensors"};
+  std::vector<std::string> files = {kWeightIndexFile};
+  const nlohmann::json index = read_index(dir);  // outlives the loop over its items
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    const std::string f = file.get<std::string>();
+    if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
+  }
+  return files;
+}
+
+void read_gpt2_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params) {
+  if (!std::filesystem::exists(dir / kWeightIndexFile)) {
+    read_gpt2_safetensors(SafetensorsFile::read(dir / "model.safetensors"), layout, params);
+    return;
+  }
+  const nlohmann::json map = read_index(dir)["weight_map"];
+  std::map<std::string, std::vector<const ParamView*>> by_file;
+  for (const ParamView& view : layout.views()) {
+    TANDEM_CHECK(map.contains(view.name), (dir / kWeightIndexFile).string(), ": no entry for ",
+                 view.name, "; the checkpoint does not hold this model's weights");
+    by_file[map[view.name].get<std::string>()].push_back(&view);
+  }
+  for (const auto& [file, views] : by_file) {
+    TANDEM_CHECK(file.find('/') == std::string::npos && file != ".." && !file.empty(),
+                 (dir / kWeightIndexFile).string(), ": invalid shard name '", file, "'");
+    const SafetensorsFile shard = SafetensorsFile::read(dir / file);
+    for (const ParamView* view : views) read_view(shard, *view, params, "");
   }
 }
 

@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/model/gpt_config.h"
@@ -22,6 +24,30 @@ void write_gpt2_safetensors(const std::filesystem::path& path, const ParamLayout
 // tensors stored as prefix + name (e.g. "grad." in test fixtures).
 void read_gpt2_safetensors(const SafetensorsFile& file, const ParamLayout& layout, float* params,
                            const std::string& prefix = "");
+
+// The weight files of a checkpoint, as Hugging Face's save_pretrained cuts them: one
+// model.safetensors when the tensors take at most max_shard_bytes, else shards
+// model-00001-of-0000n.safetensors of whole tensors in layout order (a tensor larger than
+// the limit alone in its shard) and model.safetensors.index.json mapping each name to its
+// shard. `views` index layout.views().
+struct WeightShard {
+  std::string file;
+  std::vector<size_t> views;
+};
+std::vector<WeightShard> plan_gpt2_weight_shards(const ParamLayout& layout,
+                                                 int64_t max_shard_bytes);
+inline constexpr const char* kWeightIndexFile = "model.safetensors.index.json";
+
+// Writes the tensors of `shard` (all of them for the one-file plan).
+void write_gpt2_weight_shard(const std::filesystem::path& path, const ParamLayout& layout,
+                             const float* params, const WeightShard& shard);
+// The index for a sharded plan: {"metadata": {"total_size"}, "weight_map": {name: file}}.
+nlohmann::json gpt2_weight_index(const ParamLayout& layout, const std::vector<WeightShard>& plan);
+
+// The weight files in `dir`: {"model.safetensors"}, or the index and every shard it names.
+std::vector<std::string> gpt2_weight_files(const std::filesystem::path& dir);
+// Reads params (host, flat, tandem layout) from a directory holding either form.
+void read_gpt2_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params);
 
 // The Hugging Face config.json for this model (model_type gpt2, tied embeddings,
 // gelu_new, layer_norm_epsilon 1e-5, no dropout).

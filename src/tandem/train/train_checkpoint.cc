@@ -80,11 +80,19 @@ std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState&
   TANDEM_CHECK(state.params.size() == P &&
                    (!with_optimizer || (state.exp_avg.size() == P && state.exp_avg_sq.size() == P)),
                "checkpoint state does not match the model's ", P, " parameters");
-  std::vector<CheckpointFileWriter> files = {
-      {"model.safetensors",
-       [&state, layout](const fs::path& p) {
-         write_gpt2_safetensors(p, *layout, state.params.data());
-       }},
+  // The weights: one model.safetensors, or shards and their index past max_shard_size.
+  const std::vector<WeightShard> shards =
+      plan_gpt2_weight_shards(*layout, state.config.train.max_shard_size);
+  std::vector<CheckpointFileWriter> files;
+  for (const WeightShard& shard : shards)
+    files.push_back({shard.file, [&state, layout, shard](const fs::path& p) {
+                       write_gpt2_weight_shard(p, *layout, state.params.data(), shard);
+                     }});
+  if (shards.size() > 1)
+    files.push_back({kWeightIndexFile, [layout, shards](const fs::path& p) {
+                       write_file_atomic(p, gpt2_weight_index(*layout, shards).dump(2) + "\n");
+                     }});
+  const std::vector<CheckpointFileWriter> rest = {
       {"config.json",
        [&state](const fs::path& p) {
          write_file_atomic(p, hf_gpt2_config(state.config.model).dump(2) + "\n");
@@ -92,6 +100,7 @@ std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState&
       {"trainer_state.json",
        [&state](const fs::path& p) { write_file_atomic(p, state_json(state).dump(2) + "\n"); }},
   };
+  files.insert(files.end(), rest.begin(), rest.end());
   if (with_optimizer)
     files.push_back({"optimizer.safetensors",
                      [&state, layout](const fs::path& p) { write_optimizer(p, state, *layout); }});
@@ -104,12 +113,13 @@ fs::path save_training_checkpoint(const fs::path& checkpoints_root, const Traini
 
 TrainingState load_checkpoint_weights(const fs::path& path) {
   const fs::path dir = resolve_checkpoint(path);
-  verify_checkpoint(dir, {"model.safetensors", "trainer_state.json"});
+  std::vector<std::string> files = gpt2_weight_files(dir);
+  files.push_back("trainer_state.json");
+  verify_checkpoint(dir, files);
   TrainingState state = read_state(dir);
   const ParamLayout layout = ParamLayout::gpt2(state.config.model);
   state.params.resize(layout.num_elements());
-  read_gpt2_safetensors(SafetensorsFile::read(dir / "model.safetensors"), layout,
-                        state.params.data());
+  read_gpt2_weights(dir, layout, state.params.data());
   return state;
 }
 

@@ -65,7 +65,8 @@ constexpr std::string_view kOptimizerParamKeys[] = {"lr", "betas", "eps", "weigh
 constexpr std::string_view kSchedulerParamKeys[] = {"warmup_num_steps", "cos_min_ratio"};
 constexpr std::string_view kTrainKeys[] = {"steps",         "seed",         "seq_len",
                                            "eval_interval", "eval_batches", "checkpoint_interval",
-                                           "log_interval",  "output_dir",   "sample_bytes"};
+                                           "log_interval",  "output_dir",   "sample_bytes",
+                                           "max_shard_size"};
 
 constexpr std::string_view kOptimizerType = "AdamW";
 constexpr std::string_view kSchedulerType = "WarmupCosineLR";
@@ -457,6 +458,7 @@ TrainConfig parse_train_config(const json& config_json) {
   TANDEM_CHECK(!train.read_string("output_dir", t.output_dir).empty(),
                "train.output_dir must not be empty");
   train.read_int("sample_bytes", t.sample_bytes, 0);
+  train.read_int("max_shard_size", t.max_shard_size, 1);
   return config;
 }
 
@@ -639,7 +641,8 @@ json to_json(const TrainConfig& config) {
         {"checkpoint_interval", t.checkpoint_interval},
         {"log_interval", t.log_interval},
         {"output_dir", t.output_dir},
-        {"sample_bytes", t.sample_bytes}}},
+        {"sample_bytes", t.sample_bytes},
+        {"max_shard_size", t.max_shard_size}}},
   };
 }
 

@@ -46,6 +46,10 @@ struct TrainLoopConfig {  // JSON: "train": {...}
   int64_t log_interval = 10;        // progress lines when stderr is not a terminal
   std::string output_dir = "runs/default";
   int sample_bytes = 300;  // bytes sampled and printed at the end; 0 disables
+  // Bytes of weights per file: beyond it model.safetensors is split into
+  // model-0000k-of-0000n.safetensors with model.safetensors.index.json, as Hugging Face's
+  // save_pretrained does (its default, 5 GB).
+  int64_t max_shard_size = 5'000'000'000;
 };
 
 struct DeviceConfig {  // JSON: "device": {...}
