@@ -26,21 +26,9 @@ std::vector<int64_t> hf_shape(const ParamView& view) {
 
 void write_gpt2_safetensors(const std::filesystem::path& path, const ParamLayout& layout,
                             const float* params) {
-  // Transposed copies must outlive writer.write(); everything else is written in place.
-  std::vector<std::vector<float>> transposed;
-  transposed.reserve(layout.views().size());
-  SafetensorsWriter writer;
-  for (const ParamView& view : layout.views()) {
-    const float* data = params + view.offset;
-    if (view.hf_transposed) {
-      transposed.emplace_back(view.numel);
-      transpose(data, transposed.back().data(), view.shape[0], view.shape[1]);
-      data = transposed.back().data();
-    }
-    writer.add(view.name, DType::kF32, hf_shape(view), data);
-  }
-  writer.set_metadata("format", "pt");
-  writer.write(path);
+  WeightShard all{path.filename().string(), {}};
+  for (size_t i = 0; i < layout.views().size(); i++) all.views.push_back(i);
+  write_gpt2_weight_shard(path, layout, params, all);
 }
 
 namespace {
