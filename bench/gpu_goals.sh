@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole GPU validation in one command, on one GPU, in one run (so the figures compare
-# like with like): the GPU, the libraries every binary loads, the GPU tests,
-# compute-sanitizer (racecheck and memcheck) on the kernel tests, then the three goals:
-# pinned copies against plain cudaMemcpyAsync, device AdamW against a device-to-device
-# copy, and GPT-2 124M training tokens/s against the PyTorch baseline on the same tokens.
+# like with like): the GPU, the libraries every binary loads, the GPU tests (the NCCL
+# communicator's at world size 1 among them), compute-sanitizer (racecheck and memcheck) on
+# the kernel tests, then the three goals: pinned copies against plain cudaMemcpyAsync,
+# device AdamW against a device-to-device copy, and GPT-2 124M training tokens/s against the
+# PyTorch baseline on the same tokens.
 #
 #   bench/gpu_goals.sh [PAYLOAD_OR_BUILD_DIR] [OUT_DIR]   (defaults: gpu-payload, $OUT or
 #                                                          runs/gpu-goals)
@@ -51,7 +52,7 @@ if [[ -f $from/tandem-gpu.tar.xz ]]; then
 else
   bin="$from"
 fi
-for binary in tandem test_cuda_device test_cuda_backend test_update_engine; do
+for binary in tandem test_cuda_device test_cuda_backend test_update_engine test_nccl; do
   [[ -x $bin/$binary ]] || {
     note "FAIL: $bin/$binary is missing (run tools/pack_gpu_payload.sh first)"
     exit 1
@@ -75,13 +76,27 @@ if [[ -n $cuda_libs ]]; then
 else
   note "WARNING: no libcublasLt.so.13 found in the CUDA toolkit or PyTorch's nvidia packages"
 fi
+# NCCL (loaded at run time by the nccl communicator, test_nccl here): the system's, else
+# the toolkit's, else PyTorch's nvidia/nccl/lib.
+nccl_lib=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 / { print $NF; exit }')
+if [[ -z $nccl_lib ]]; then
+  for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
+    $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null); do
+    if [[ -e $dir/libnccl.so.2 ]]; then
+      export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$dir"
+      nccl_lib=$dir/libnccl.so.2
+      break
+    fi
+  done
+fi
+note "NCCL from: ${nccl_lib:-nowhere (no libnccl.so.2: the NCCL tests will fail)}"
 
 step "GPU"
 note "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader 2>&1)"
 nvidia-smi >&2
 
 step "libraries"
-for binary in tandem test_cuda_device test_cuda_backend test_update_engine; do
+for binary in tandem test_cuda_device test_cuda_backend test_update_engine test_nccl; do
   missing=$(ldd "$bin/$binary" 2>&1 | grep 'not found')
   if [[ -n $missing ]]; then
     note "FAIL: $binary cannot load: $(echo "$missing" | awk '{ print $1 }' | tr '\n' ' ')"
@@ -112,6 +127,8 @@ run_tests() {  # name, cap seconds, binary, gtest args...
 run_tests cuda_device 60 test_cuda_device
 run_tests cuda_backend 180 test_cuda_backend
 run_tests update_engine_cuda 60 test_update_engine --gtest_filter='*Cuda*'
+# World size 1 through NCCL (NcclOnSeveralGpus needs 2 GPUs, and this machine has one).
+run_tests nccl 60 test_nccl --gtest_filter='NcclOnOneGpu.*'
 
 step "compute-sanitizer"
 : >"$out/sanitizer.log"

@@ -6,9 +6,9 @@
 #   bin/  tandem and the GPU test binaries, stripped, built for sm_90 (H100/H200) only;
 #   lib/  the shared libraries they load that the GPU machine lacks (OpenBLAS, gfortran,
 #         quadmath, gomp, xxHash). Left out: the C/C++ runtime (the GPU machine's is newer
-#         than this Debian 12's), the driver, and the CUDA libraries (cuBLASLt): the GPU
-#         machine has CUDA 13 itself, and bench/gpu_goals.sh puts its toolkit's or PyTorch's
-#         copy on LD_LIBRARY_PATH.
+#         than this Debian 12's), the driver, and the CUDA libraries (cuBLASLt, and NCCL,
+#         which only test_nccl loads, at run time): the GPU machine has CUDA 13 itself, and
+#         bench/gpu_goals.sh puts its toolkit's or PyTorch's copy on LD_LIBRARY_PATH.
 # It prints the archive's size, the working tree's, and their sum against the limit, and
 # fails when the sum is over it.
 #
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
 dest=${2:-gpu-payload}
 limit_bytes=$((64 * 1024 * 1024))
-binaries=(tandem test_cuda_device test_cuda_backend test_update_engine)
+binaries=(tandem test_cuda_device test_cuda_backend test_update_engine test_nccl)
 
 # TANDEM_PACK_NO_BUILD=1: pack what BUILD_DIR holds, building nothing (the size test does).
 if [[ ${TANDEM_PACK_NO_BUILD:-0} != 1 && ! -f $build/CMakeCache.txt ]]; then
