@@ -123,6 +123,53 @@ inline void check_reduce_sum(Communicator& comm) {
       << "rank " << rank;
 }
 
+// bf16 sums (all-reduce and reduce to every root): the tree with every addition rounded to
+// bf16, as the bf16 backends add (written here from to_float/from_float, not tree_sum).
+inline Bf16 bf16_tree_reference(const std::vector<Bf16>& x, size_t first, size_t count) {
+  if (count == 1) return x[first];
+  size_t left = 1;
+  while (2 * left < count) left *= 2;
+  return from_float<Bf16>(to_float(bf16_tree_reference(x, first, left)) +
+                          to_float(bf16_tree_reference(x, first + left, count - left)));
+}
+
+inline std::vector<Bf16> bf16_rank_data(int rank, size_t n) {
+  const std::vector<float> wide = rank_data(rank, n);
+  std::vector<Bf16> x(n);
+  for (size_t i = 0; i < n; i++) x[i] = from_float<Bf16>(wide[i] * (i % 3 == 0 ? 1e-3f : 1.0f));
+  return x;
+}
+
+inline bool same_bits(const std::vector<Bf16>& a, const std::vector<Bf16>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(Bf16)) == 0;
+}
+
+inline void check_bf16_sums(Communicator& comm) {
+  const int world = comm.world_size(), rank = comm.rank();
+  const size_t n = 999;
+  std::vector<std::vector<Bf16>> data;
+  for (int r = 0; r < world; r++) data.push_back(bf16_rank_data(r, n));
+  std::vector<Bf16> want(n), column(world);
+  for (size_t i = 0; i < n; i++) {
+    for (int r = 0; r < world; r++) column[r] = data[r][i];
+    want[i] = bf16_tree_reference(column, 0, world);
+  }
+  std::vector<Bf16> x = data[rank];
+  const CommunicatorTraffic before = comm.traffic();
+  comm.all_reduce_sum_bf16(x.data(), n);
+  EXPECT_TRUE(same_bits(x, want)) << "all-reduce, rank " << rank;
+  // Half the bytes of an fp32 all-reduce.
+  const double ring = 2.0 * (world - 1) * n * sizeof(Bf16) / world;
+  EXPECT_NEAR(static_cast<double>(comm.traffic().bytes_sent - before.bytes_sent), ring,
+              2.0 * world * sizeof(Bf16) + 1);
+  for (int root = 0; root < world; root++) {
+    std::vector<Bf16> in_place = data[rank];
+    comm.reduce_sum_bf16(in_place.data(), rank == root ? in_place.data() : nullptr, n, root);
+    EXPECT_TRUE(same_bits(in_place, rank == root ? want : data[rank]))
+        << "reduce to " << root << ", rank " << rank;
+  }
+}
+
 inline void check_gather_and_broadcast(Communicator& comm) {
   const int world = comm.world_size();
   const int mine[3] = {comm.rank(), 10 * comm.rank(), -comm.rank()};

@@ -144,21 +144,32 @@ TEST_F(DataParallelTraining, AnySplitOfTheGlobalBatchOverRanksAndMicroBatchesGiv
   EXPECT_NE(two.by_rank[0].state_digest, one.by_rank[0].state_digest);
 }
 
-// bf16 gradients are summed over ranks in fp32 and rounded once, but over micro-batches in
-// bf16: the stages agree with each other at one world size (what is tested here), but N
-// ranks do not give the bits of one rank accumulating N micro-batches.
-TEST_F(DataParallelTraining, Bf16StagesGiveTheSameBitsAtOneWorldSize) {
+// bf16 gradients are summed over ranks as they are over micro-batches, every addition
+// rounded to bf16: the stages agree, and so do the splits of a global batch of 4
+// micro-batches over 1, 2 and 4 ranks.
+TEST_F(DataParallelTraining, Bf16GivesTheSameBitsForEveryStageAndSplit) {
   TrainOptions options;
   options.save_checkpoints = false;
   std::string reference;
-  for (int stage : {0, 1, 2}) {
-    nlohmann::json json = dp_config(data(), dir_ / "bf16", stage, 2);
+  std::vector<float> reference_losses;
+  struct Split {
+    int world, accum, stage;
+  };
+  for (Split split :
+       {Split{1, 4, 0}, Split{2, 2, 0}, Split{2, 2, 1}, Split{2, 2, 2}, Split{4, 1, 2}}) {
+    nlohmann::json json = dp_config(data(), dir_ / "bf16", split.stage, split.accum);
     json["bf16"] = {{"enabled", true}};
     json["offload_optimizer"] = {{"schedule", "interleave"}, {"stride", 2}};
-    const RankResults run = train_on_ranks(2, json, options);
-    expect_ranks_agree(run, cat("bf16 stage ", stage));
-    if (reference.empty()) reference = run.by_rank[0].state_digest;
-    EXPECT_EQ(run.by_rank[0].state_digest, reference) << "bf16 stage " << stage;
+    const std::string what =
+        cat("bf16, ", split.world, " ranks x ", split.accum, ", stage ", split.stage);
+    const RankResults run = train_on_ranks(split.world, json, options);
+    expect_ranks_agree(run, what);
+    if (reference.empty()) {
+      reference = run.by_rank[0].state_digest;
+      reference_losses = losses(run.by_rank[0]);
+    }
+    EXPECT_EQ(run.by_rank[0].state_digest, reference) << what;
+    EXPECT_EQ(losses(run.by_rank[0]), reference_losses) << what;
   }
 }
 

@@ -216,6 +216,9 @@ TEST_P(LocalCommunicator, AllReduceOfFewerValuesThanRanks) {
 TEST_P(LocalCommunicator, ReduceScatterGivesEachRankItsSlice) {
   run_local_ranks(GetParam(), testing::check_reduce_scatter);
 }
+TEST_P(LocalCommunicator, Bf16SumsRoundEveryAdditionOfTheTree) {
+  run_local_ranks(GetParam(), testing::check_bf16_sums);
+}
 TEST_P(LocalCommunicator, ReduceSumGivesEveryRootTheTreeSum) {
   run_local_ranks(GetParam(), testing::check_reduce_sum);
 }

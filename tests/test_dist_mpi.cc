@@ -34,6 +34,7 @@ TEST_F(MpiCommunicator, ReduceScatterGivesEachRankItsSlice) {
   testing::check_reduce_scatter(*comm_);
 }
 TEST_F(MpiCommunicator, ReduceSumGivesEveryRootTheTreeSum) { testing::check_reduce_sum(*comm_); }
+TEST_F(MpiCommunicator, Bf16SumsRoundEveryAdditionOfTheTree) { testing::check_bf16_sums(*comm_); }
 TEST_F(MpiCommunicator, AllGatherAndBroadcastFromEveryRoot) {
   testing::check_gather_and_broadcast(*comm_);
 }

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "tandem/core/error.h"
+#include "tandem/core/half.h"
 
 namespace tandem {
 
@@ -121,6 +122,22 @@ class Communicator {
   // On root: recv[n] = tree sum over ranks of send[n]; send may be recv there (in place).
   // The other ranks' recv is left untouched and may be null. Every rank passes n and root.
   virtual void reduce_sum(const float* send, float* recv, size_t n, int root) = 0;
+  // all_reduce_sum and reduce_sum over bf16 values (half the bytes of fp32), each addition
+  // of the tree done in fp32 and rounded to bf16 (dist/tree_sum.h), as one rank's bf16
+  // micro-batch gradients are added: bf16 gradients then give the same bits whether their
+  // micro-batches ran on one rank or on several.
+  virtual void all_reduce_sum_bf16(Bf16* data, size_t n) {
+    (void)data;
+    (void)n;
+    fail("the ", backend(), " communicator does not sum bf16 values");
+  }
+  virtual void reduce_sum_bf16(const Bf16* send, Bf16* recv, size_t n, int root) {
+    (void)send;
+    (void)recv;
+    (void)n;
+    (void)root;
+    fail("the ", backend(), " communicator does not sum bf16 values");
+  }
   // recv[world_size() * bytes] = every rank's send[bytes], rank r's at r * bytes.
   virtual void all_gather(const void* send, void* recv, size_t bytes) = 0;
   // data[bytes] = root's data[bytes] on every rank.

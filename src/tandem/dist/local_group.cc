@@ -87,14 +87,9 @@ class LocalCommunicator final : public Communicator {
   int world_size() const override { return shared_->world_size; }
   std::string_view backend() const override { return "local"; }
 
-  void all_reduce_sum(float* data, size_t n) override {
-    std::vector<float> sum(n);
-    exchange(
-        data, [&](const std::vector<const void*>& all) { sum_over_ranks(all, 0, n, sum.data()); },
-        "all_reduce_sum");
-    std::memcpy(data, sum.data(), n * sizeof(float));
-    // A ring all-reduce moves 2 (N - 1) / N of the data each way.
-    count_traffic(2 * (world_size() - 1) * n * sizeof(float) / world_size());
+  void all_reduce_sum(float* data, size_t n) override { all_reduce(data, n, "all_reduce_sum"); }
+  void all_reduce_sum_bf16(Bf16* data, size_t n) override {
+    all_reduce(data, n, "all_reduce_sum_bf16");
   }
 
   void reduce_scatter_sum(const float* send, float* recv, size_t count) override {
@@ -110,20 +105,10 @@ class LocalCommunicator final : public Communicator {
   }
 
   void reduce_sum(const float* send, float* recv, size_t n, int root) override {
-    TANDEM_CHECK(root >= 0 && root < world_size(), "reduce_sum: root ", root,
-                 " is not a rank of a world of ", world_size());
-    // Summed aside and copied after the exchange: in place, recv is the send buffer that
-    // the other ranks are still reading.
-    std::vector<float> sum(rank_ == root ? n : 0);
-    exchange(
-        send,
-        [&](const std::vector<const void*>& all) {
-          if (rank_ == root) sum_over_ranks(all, 0, n, sum.data());
-        },
-        "reduce_sum");
-    if (rank_ == root) std::memcpy(recv, sum.data(), n * sizeof(float));
-    // A ring reduce moves (N - 1) / N of the data each way.
-    count_traffic((world_size() - 1) * n * sizeof(float) / world_size());
+    reduce(send, recv, n, root, "reduce_sum");
+  }
+  void reduce_sum_bf16(const Bf16* send, Bf16* recv, size_t n, int root) override {
+    reduce(send, recv, n, root, "reduce_sum_bf16");
   }
 
   void all_gather(const void* send, void* recv, size_t bytes) override {
@@ -190,6 +175,35 @@ class LocalCommunicator final : public Communicator {
   }
 
  private:
+  template <typename T>
+  void all_reduce(T* data, size_t n, std::string_view what) {
+    std::vector<T> sum(n);
+    exchange(
+        data, [&](const std::vector<const void*>& all) { sum_over_ranks(all, 0, n, sum.data()); },
+        what);
+    std::memcpy(data, sum.data(), n * sizeof(T));
+    // A ring all-reduce moves 2 (N - 1) / N of the data each way.
+    count_traffic(2 * (world_size() - 1) * n * sizeof(T) / world_size());
+  }
+
+  template <typename T>
+  void reduce(const T* send, T* recv, size_t n, int root, std::string_view what) {
+    TANDEM_CHECK(root >= 0 && root < world_size(), what, ": root ", root,
+                 " is not a rank of a world of ", world_size());
+    // Summed aside and copied after the exchange: in place, recv is the send buffer that
+    // the other ranks are still reading.
+    std::vector<T> sum(rank_ == root ? n : 0);
+    exchange(
+        send,
+        [&](const std::vector<const void*>& all) {
+          if (rank_ == root) sum_over_ranks(all, 0, n, sum.data());
+        },
+        what);
+    if (rank_ == root) std::memcpy(recv, sum.data(), n * sizeof(T));
+    // A ring reduce moves (N - 1) / N of the data each way.
+    count_traffic((world_size() - 1) * n * sizeof(T) / world_size());
+  }
+
   // Publishes this rank's buffer, lets `read` see every rank's once all have published, and
   // returns once every rank has finished reading (so buffers may change again).
   template <typename Read>
@@ -201,10 +215,10 @@ class LocalCommunicator final : public Communicator {
   }
 
   // out[i] = tree sum over ranks of element offset + i of each rank's buffer.
-  void sum_over_ranks(const std::vector<const void*>& all, size_t offset, size_t n,
-                      float* out) const {
-    std::vector<const float*> parts(world_size());
-    for (int r = 0; r < world_size(); r++) parts[r] = static_cast<const float*>(all[r]) + offset;
+  template <typename T>
+  void sum_over_ranks(const std::vector<const void*>& all, size_t offset, size_t n, T* out) const {
+    std::vector<const T*> parts(world_size());
+    for (int r = 0; r < world_size(); r++) parts[r] = static_cast<const T*>(all[r]) + offset;
     tree_sum(parts.data(), world_size(), n, out);
   }
 

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -113,7 +115,7 @@ class MpiCommunicator final : public Communicator {
   ~MpiCommunicator() override {
     // Messages of a failed exchange that could not be cancelled may still land in its
     // buffers: those stay allocated for good.
-    if (!graveyard_.empty()) (void)new std::vector<std::vector<float>>(std::move(graveyard_));
+    if (!graveyard_.empty()) (void)new std::vector<std::shared_ptr<void>>(std::move(graveyard_));
     MpiLifetime& life = mpi_lifetime();
     std::lock_guard<std::mutex> lock(life.mutex);
     MPI_Comm_free(&collectives_);
@@ -129,7 +131,13 @@ class MpiCommunicator final : public Communicator {
   int world_size() const override { return world_size_; }
   std::string_view backend() const override { return "mpi"; }
 
-  void all_reduce_sum(float* data, size_t n) override {
+  void all_reduce_sum(float* data, size_t n) override { all_reduce(data, n, "all_reduce_sum"); }
+  void all_reduce_sum_bf16(Bf16* data, size_t n) override {
+    all_reduce(data, n, "all_reduce_sum_bf16");
+  }
+
+  template <typename T>
+  void all_reduce(T* data, size_t n, const char* what) {
     check_usable();
     // Rank r sums the slice [r * slice, (r + 1) * slice) of data (the last ones shorter or
     // empty when the world size does not divide n), then every rank gathers every slice.
@@ -138,35 +146,35 @@ class MpiCommunicator final : public Communicator {
     const auto length = [&](int r) { return std::min(n, (r + 1) * slice) - begin(r); };
     const size_t mine = length(rank_);
     const int tag = next_tag();
-    std::vector<float> theirs((world_size_ - 1) * mine);  // the peers' values of my slice
+    std::vector<T> theirs((world_size_ - 1) * mine);  // the peers' values of my slice
     {
-      Exchange exchange(*this, collectives_, tag, "all_reduce_sum");
+      Exchange exchange(*this, collectives_, tag, what);
       exchange.keep_alive(theirs);
       for (int k = 1; k < world_size_; k++) {
         const int peer = (rank_ + world_size_ - k) % world_size_;
-        exchange.recv(theirs.data() + slot(peer) * mine, mine * sizeof(float), peer);
+        exchange.recv(theirs.data() + slot(peer) * mine, mine * sizeof(T), peer);
       }
       for (int k = 1; k < world_size_; k++) {
         const int peer = (rank_ + k) % world_size_;
-        exchange.send(data + begin(peer), length(peer) * sizeof(float), peer);
+        exchange.send(data + begin(peer), length(peer) * sizeof(T), peer);
       }
       exchange.wait();
     }
     if (mine > 0) sum_over_ranks(data + begin(rank_), theirs.data(), mine, data + begin(rank_));
     {
-      Exchange exchange(*this, collectives_, tag, "all_reduce_sum");
+      Exchange exchange(*this, collectives_, tag, what);
       for (int k = 1; k < world_size_; k++) {
         const int peer = (rank_ + world_size_ - k) % world_size_;
-        exchange.recv(data + begin(peer), length(peer) * sizeof(float), peer);
+        exchange.recv(data + begin(peer), length(peer) * sizeof(T), peer);
       }
       for (int k = 1; k < world_size_; k++) {
         const int peer = (rank_ + k) % world_size_;
-        exchange.send(data + begin(rank_), mine * sizeof(float), peer);
+        exchange.send(data + begin(rank_), mine * sizeof(T), peer);
       }
       exchange.wait();
     }
     // Counted as a ring moves it: a reduce-scatter and an all-gather of the slices.
-    count_traffic(2 * (world_size_ - 1) * slice * sizeof(float));
+    count_traffic(2 * (world_size_ - 1) * slice * sizeof(T));
   }
 
   void reduce_scatter_sum(const float* send, float* recv, size_t count) override {
@@ -190,33 +198,41 @@ class MpiCommunicator final : public Communicator {
   }
 
   void reduce_sum(const float* send, float* recv, size_t n, int root) override {
-    TANDEM_CHECK(root >= 0 && root < world_size_, "reduce_sum: root ", root,
+    reduce(send, recv, n, root, "reduce_sum");
+  }
+  void reduce_sum_bf16(const Bf16* send, Bf16* recv, size_t n, int root) override {
+    reduce(send, recv, n, root, "reduce_sum_bf16");
+  }
+
+  template <typename T>
+  void reduce(const T* send, T* recv, size_t n, int root, const char* what) {
+    TANDEM_CHECK(root >= 0 && root < world_size_, what, ": root ", root,
                  " is not a rank of a world of ", world_size_);
     check_usable();
     // In pieces, so that the root holds world_size pieces at a time, not world_size copies
     // of the data. The root's own piece is summed from send, so send may be recv there.
     const size_t piece = std::min(n, kReducePiece);
     const int tag = next_tag();
-    std::vector<float> theirs(rank_ == root ? piece * (world_size_ - 1) : 0);
+    std::vector<T> theirs(rank_ == root ? piece * (world_size_ - 1) : 0);
     for (size_t begin = 0; begin < n; begin += piece) {
       const size_t length = std::min(piece, n - begin);
       {
-        Exchange exchange(*this, collectives_, tag, "reduce_sum");
+        Exchange exchange(*this, collectives_, tag, what);
         exchange.keep_alive(theirs);
         if (rank_ == root) {
           for (int peer = 0; peer < world_size_; peer++) {
             if (peer != root)
-              exchange.recv(theirs.data() + slot(peer) * length, length * sizeof(float), peer);
+              exchange.recv(theirs.data() + slot(peer) * length, length * sizeof(T), peer);
           }
         } else {
-          exchange.send(send + begin, length * sizeof(float), root);
+          exchange.send(send + begin, length * sizeof(T), root);
         }
         exchange.wait();
       }
       if (rank_ == root) sum_over_ranks(send + begin, theirs.data(), length, recv + begin);
     }
     // Counted as a ring reduce moves it: (N - 1) / N of the data each way.
-    count_traffic((world_size_ - 1) * n * sizeof(float) / world_size_);
+    count_traffic((world_size_ - 1) * n * sizeof(T) / world_size_);
   }
 
   void all_gather(const void* send, void* recv, size_t bytes) override {
@@ -301,7 +317,13 @@ class MpiCommunicator final : public Communicator {
     }
     // A buffer of the owner's that this exchange's receives write into: kept allocated
     // for good if one of them cannot be cancelled after a failure.
-    void keep_alive(std::vector<float>& buffer) { buffers_.push_back(&buffer); }
+    template <typename T>
+    void keep_alive(std::vector<T>& buffer) {
+      buffers_.push_back([&buffer] {
+        return std::shared_ptr<void>(new std::vector<T>(std::move(buffer)),
+                                     [](void* p) { delete static_cast<std::vector<T>*>(p); });
+      });
+    }
 
     // Until every message is done; throws naming the peers still missing at the timeout.
     void wait() {
@@ -437,7 +459,7 @@ class MpiCommunicator final : public Communicator {
         if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
       }
       if (receiving) {
-        for (std::vector<float>* buffer : buffers_) owner_.graveyard_.push_back(std::move(*buffer));
+        for (const auto& take : buffers_) owner_.graveyard_.push_back(take());
       }
     }
 
@@ -447,7 +469,8 @@ class MpiCommunicator final : public Communicator {
     std::string what_;
     std::vector<MPI_Request> requests_;
     std::vector<Message> messages_;
-    std::vector<std::vector<float>*> buffers_;
+    // For each buffer that pending receives may still write into: takes it over.
+    std::vector<std::function<std::shared_ptr<void>()>> buffers_;
   };
 
   // The tag of the next collective: every rank counts its collectives the same.
@@ -461,8 +484,9 @@ class MpiCommunicator final : public Communicator {
 
   // out[count] = tree sum over ranks of their count floats: this rank's at mine, the
   // others' at theirs + slot(r) * count. out may be mine itself.
-  void sum_over_ranks(const float* mine, const float* theirs, size_t count, float* out) const {
-    std::vector<const float*> parts(world_size_);
+  template <typename T>
+  void sum_over_ranks(const T* mine, const T* theirs, size_t count, T* out) const {
+    std::vector<const T*> parts(world_size_);
     for (int r = 0; r < world_size_; r++) parts[r] = r == rank_ ? mine : theirs + slot(r) * count;
     tree_sum(parts.data(), world_size_, count, out);
   }
@@ -487,7 +511,7 @@ class MpiCommunicator final : public Communicator {
   int tag_ub_ = 32767;
   uint64_t collective_count_ = 0;
   std::string broken_;  // why this communicator refuses calls; empty while usable
-  std::vector<std::vector<float>> graveyard_;
+  std::vector<std::shared_ptr<void>> graveyard_;
 };
 
 }  // namespace

@@ -33,12 +33,19 @@
 
 #include <cstddef>
 
+#include "tandem/core/half.h"
+
 namespace tandem {
 
 // out[i] = tree sum of parts[0][i], parts[1][i], ..., parts[count - 1][i], for i < n.
 // count >= 1 (count 1 copies). `out` may be any one of the parts[k] itself (the same
 // pointer: in-place in parts[0], say); it must not partly overlap any of them otherwise.
 void tree_sum(const float* const* parts, int count, size_t n, float* out);
+
+// The same tree over bf16 values, each addition done in fp32 and rounded to bf16 (nearest
+// even), exactly as the bf16 compute backends add two bf16 tensors: bf16 gradients summed
+// over ranks then round the way the micro-batches of one rank do (GradientAccumulator).
+void tree_sum(const Bf16* const* parts, int count, size_t n, Bf16* out);
 
 // The tree sum of values[0 .. count - 1] (count >= 1): tree_sum on one element each.
 float tree_sum_scalar(const float* values, int count);

@@ -86,16 +86,13 @@ void DataParallel::reduce_piece(size_t begin, size_t end, int owner) {
       comm_.all_reduce_sum(g, n);
     return;
   }
-  // bf16: widen, sum in fp32, round once.
-  auto* g = static_cast<uint16_t*>(buffers_.grads) + begin;
-  wide_.resize(n);
-  for (size_t i = 0; i < n; i++) wide_[i] = bf16_to_float(g[i]);
+  // bf16: summed as bf16 (half the bytes), every addition rounded to bf16 as the
+  // micro-batches of one rank are added.
+  Bf16* g = static_cast<Bf16*>(buffers_.grads) + begin;
   if (to_owner)
-    comm_.reduce_sum(wide_.data(), rank() == owner ? wide_.data() : nullptr, n, owner);
+    comm_.reduce_sum_bf16(g, rank() == owner ? g : nullptr, n, owner);
   else
-    comm_.all_reduce_sum(wide_.data(), n);
-  if (!to_owner || rank() == owner)
-    for (size_t i = 0; i < n; i++) g[i] = float_to_bf16(wide_[i]);
+    comm_.all_reduce_sum_bf16(g, n);
 }
 
 double DataParallel::grad_sum_of_squares(const std::function<double()>& whole_buffer) {
@@ -110,9 +107,9 @@ double DataParallel::grad_sum_of_squares(const std::function<double()>& whole_bu
       sum_of_squares_blocks(static_cast<const float*>(buffers_.grads) + range.begin, range.size(),
                             mine.data());
     } else {
-      const auto* g = static_cast<const uint16_t*>(buffers_.grads) + range.begin;
+      const auto* g = static_cast<const Bf16*>(buffers_.grads) + range.begin;
       std::vector<float> wide(range.size());
-      for (size_t i = 0; i < wide.size(); i++) wide[i] = bf16_to_float(g[i]);
+      for (size_t i = 0; i < wide.size(); i++) wide[i] = to_float(g[i]);
       sum_of_squares_blocks(wide.data(), wide.size(), mine.data());
     }
   }

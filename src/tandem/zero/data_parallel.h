@@ -17,8 +17,9 @@
 // the communicator's fixed tree order (dist/tree_sum.h), so every stage gives the same
 // bits, and so do N ranks and one rank accumulating N micro-batches.
 //
-// The buffers are in host memory (the cpu device); bf16 gradients are widened, summed
-// in fp32 and rounded once.
+// The buffers are in host memory (the cpu device). bf16 gradients are summed as bf16,
+// every addition of the tree rounded to bf16, as one rank adds its micro-batches: bf16 runs
+// too give the same bits for any split of the global batch.
 #pragma once
 
 #include <cstddef>
@@ -90,8 +91,7 @@ class DataParallel {
   ZeroPartition partition_;
   std::vector<ParamRange> pending_;  // announced, not yet reduced
   size_t pending_elements_ = 0;
-  size_t announced_ = 0;     // elements announced this step
-  std::vector<float> wide_;  // bf16 gradients widened for a reduction
+  size_t announced_ = 0;  // elements announced this step
 };
 
 }  // namespace tandem
