@@ -216,6 +216,24 @@ class OverDeviceMemory final : public Communicator {
     if (recv != nullptr) to_host(recv, device_recv, bytes);
     traffic_ = device_.traffic();
   }
+  void all_reduce_sum_bf16(Bf16* data, size_t n) override {
+    DeviceArray d(n * sizeof(Bf16));
+    to_device(d.get(), data, n * sizeof(Bf16));
+    device_.all_reduce_sum_bf16(static_cast<Bf16*>(d.get()), n);
+    to_host(data, d.get(), n * sizeof(Bf16));
+    traffic_ = device_.traffic();
+  }
+  void reduce_sum_bf16(const Bf16* send, Bf16* recv, size_t n, int root) override {
+    const size_t bytes = n * sizeof(Bf16);
+    DeviceArray d_send(bytes), d_recv(bytes);
+    to_device(d_send.get(), send, bytes);
+    Bf16* device_recv = recv == nullptr ? nullptr
+                        : recv == send  ? static_cast<Bf16*>(d_send.get())
+                                        : static_cast<Bf16*>(d_recv.get());
+    device_.reduce_sum_bf16(static_cast<const Bf16*>(d_send.get()), device_recv, n, root);
+    if (recv != nullptr) to_host(recv, device_recv, bytes);
+    traffic_ = device_.traffic();
+  }
   void all_gather(const void* send, void* recv, size_t bytes) override {
     DeviceArray d_send(bytes), d_recv(world_size() * bytes);
     to_device(d_send.get(), send, bytes);
@@ -322,6 +340,7 @@ TEST_F(NcclOnOneGpu, AllReduceSumsInTreeOrder) { testing::check_all_reduce(*host
 TEST_F(NcclOnOneGpu, AllReduceOfFewerValuesThanRanks) { testing::check_all_reduce_short(*host_); }
 TEST_F(NcclOnOneGpu, ReduceScatterGivesEachRankItsSlice) { testing::check_reduce_scatter(*host_); }
 TEST_F(NcclOnOneGpu, ReduceSumGivesEveryRootTheTreeSum) { testing::check_reduce_sum(*host_); }
+TEST_F(NcclOnOneGpu, Bf16SumsRoundEveryAdditionOfTheTree) { testing::check_bf16_sums(*host_); }
 TEST_F(NcclOnOneGpu, AllGatherAndBroadcastFromEveryRoot) {
   testing::check_gather_and_broadcast(*host_);
 }
@@ -379,6 +398,31 @@ TEST_F(NcclOnOneGpu, DeviceTreeSumIsTreeSumBitForBit) {
   }
 }
 
+// The same in bf16: every pairwise addition in fp32 and rounded to bf16, tree_sum's bits.
+TEST_F(NcclOnOneGpu, DeviceBf16TreeSumIsTreeSumBitForBit) {
+  const size_t n = (size_t{1} << 20) + 3;
+  for (int count = 1; count <= 9; count++) {
+    SCOPED_TRACE(::testing::Message() << count << " bf16 parts");
+    std::vector<std::vector<Bf16>> parts;
+    std::vector<const Bf16*> pointers;
+    for (int k = 0; k < count; k++) {
+      const std::vector<float> wide = mixed_values(n, 300 * count + k, false);
+      std::vector<Bf16> part(n);
+      for (size_t i = 0; i < n; i++) part[i] = from_float<Bf16>(wide[i]);
+      parts.push_back(std::move(part));
+    }
+    for (const std::vector<Bf16>& part : parts) pointers.push_back(part.data());
+    std::vector<Bf16> want(n), got(n);
+    tree_sum(pointers.data(), count, n, want.data());
+    DeviceArray slots(count * n * sizeof(Bf16));
+    for (int k = 0; k < count; k++)
+      to_device(static_cast<Bf16*>(slots.get()) + k * n, parts[k].data(), n * sizeof(Bf16));
+    nccl_tree_sum_on_device(static_cast<Bf16*>(slots.get()), count, n);
+    to_host(got.data(), slots.get(), n * sizeof(Bf16));
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(Bf16)), 0);
+  }
+}
+
 TEST_F(NcclOnOneGpu, AMissingLibraryIsAOneLineError) {
   const char* before = std::getenv(kNcclLibraryVariable);
   const std::string saved = before != nullptr ? before : "";
@@ -418,6 +462,7 @@ TEST(NcclOnSeveralGpus, ContractHoldsOnEveryRank) {
     testing::check_all_reduce_short(comm);
     testing::check_reduce_scatter(comm);
     testing::check_reduce_sum(comm);
+    testing::check_bf16_sums(comm);
     testing::check_gather_and_broadcast(comm);
     testing::check_point_to_point(comm);
     testing::check_bad_arguments(comm);

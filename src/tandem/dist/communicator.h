@@ -1,6 +1,7 @@
 // The communicator data parallelism is written against: the ranks of one training job and
-// the collectives ZeRO needs, over host memory. Backends: in-process ranks (threads, for
-// tests of many world sizes; local_group.h); MPI and NCCL to come.
+// the collectives ZeRO needs, over the memory of its backend. Backends: in-process ranks (threads,
+// for tests of many world sizes; local_group.h), MPI (host memory; mpi_communicator.h) and NCCL
+// (device memory; nccl_communicator.h).
 //
 // Determinism is part of the contract: every sum over ranks adds the ranks' values in one
 // fixed pairwise tree (tree_sum.h: neighbours added level by level, an odd last value moved
@@ -126,18 +127,8 @@ class Communicator {
   // of the tree done in fp32 and rounded to bf16 (dist/tree_sum.h), as one rank's bf16
   // micro-batch gradients are added: bf16 gradients then give the same bits whether their
   // micro-batches ran on one rank or on several.
-  virtual void all_reduce_sum_bf16(Bf16* data, size_t n) {
-    (void)data;
-    (void)n;
-    fail("the ", backend(), " communicator does not sum bf16 values");
-  }
-  virtual void reduce_sum_bf16(const Bf16* send, Bf16* recv, size_t n, int root) {
-    (void)send;
-    (void)recv;
-    (void)n;
-    (void)root;
-    fail("the ", backend(), " communicator does not sum bf16 values");
-  }
+  virtual void all_reduce_sum_bf16(Bf16* data, size_t n) = 0;
+  virtual void reduce_sum_bf16(const Bf16* send, Bf16* recv, size_t n, int root) = 0;
   // recv[world_size() * bytes] = every rank's send[bytes], rank r's at r * bytes.
   virtual void all_gather(const void* send, void* recv, size_t bytes) = 0;
   // data[bytes] = root's data[bytes] on every rank.

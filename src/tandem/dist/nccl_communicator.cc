@@ -208,21 +208,38 @@ class NcclLibrary {
 // `step` slots apart, slot i (i a multiple of 2 step) gets slot i + step added; an odd last
 // value stays in its slot, which is where the next level looks for it. That is the tree of
 // tree_sum.h (left + right, and IEEE addition commutes: 1 * right + left is left + right).
-void tree_sum_slots(cublasHandle_t cublas, float* slots, int count, size_t stride, size_t n,
-                    std::string_view what) {
+// left[n] = 1 * right[n] + left[n]: IEEE fp32 for floats; for bf16, computed in fp32 and
+// rounded to bf16, as the bf16 backends add (cublasAxpyEx, bf16 in and out, fp32 inside).
+void add_into(cublasHandle_t cublas, float* left, const float* right, int n,
+              std::string_view what) {
   const float one = 1.0f;
+  check_cublas(cublasSaxpy(cublas, n, &one, right, 1, left, 1), cat("cublasSaxpy (", what, ")"));
+}
+void add_into(cublasHandle_t cublas, Bf16* left, const Bf16* right, int n, std::string_view what) {
+  const float one = 1.0f;
+  check_cublas(cublasAxpyEx(cublas, n, &one, CUDA_R_32F, right, CUDA_R_16BF, 1, left, CUDA_R_16BF,
+                            1, CUDA_R_32F),
+               cat("cublasAxpyEx bf16 (", what, ")"));
+}
+
+template <typename T>
+void tree_sum_slots(cublasHandle_t cublas, T* slots, int count, size_t stride, size_t n,
+                    std::string_view what) {
   for (int step = 1; step < count; step *= 2) {
     for (int i = 0; i + step < count; i += 2 * step) {
-      float* left = slots + static_cast<size_t>(i) * stride;
-      const float* right = slots + static_cast<size_t>(i + step) * stride;
+      T* left = slots + static_cast<size_t>(i) * stride;
+      const T* right = slots + static_cast<size_t>(i + step) * stride;
       for (size_t begin = 0; begin < n; begin += kSaxpyChunk) {
         const int length = static_cast<int>(std::min(kSaxpyChunk, n - begin));
-        check_cublas(cublasSaxpy(cublas, length, &one, right + begin, 1, left + begin, 1),
-                     cat("cublasSaxpy (", what, ")"));
+        add_into(cublas, left + begin, right + begin, length, what);
       }
     }
   }
 }
+
+// NCCL's name for an element type.
+ncclDataType_t nccl_type(const float*) { return ncclFloat; }
+ncclDataType_t nccl_type(const Bf16*) { return ncclBfloat16; }
 
 // What one rank tells the others before NCCL starts (all-gathered as bytes).
 struct PlaceRecord {
@@ -272,7 +289,13 @@ class NcclCommunicator final : public Communicator {
   int world_size() const override { return world_size_; }
   std::string_view backend() const override { return "nccl"; }
 
-  void all_reduce_sum(float* data, size_t n) override {
+  void all_reduce_sum(float* data, size_t n) override { all_reduce(data, n, "all_reduce_sum"); }
+  void all_reduce_sum_bf16(Bf16* data, size_t n) override {
+    all_reduce(data, n, "all_reduce_sum_bf16");
+  }
+
+  template <typename T>
+  void all_reduce(T* data, size_t n, const char* what) {
     guarded([&] {
       if (n == 0) return;
       // Rank r sums the slice [r * slice, (r + 1) * slice) of data (the last ones shorter or
@@ -281,34 +304,34 @@ class NcclCommunicator final : public Communicator {
       const auto begin = [&](int r) { return std::min(n, r * slice); };
       const auto length = [&](int r) { return std::min(n, (r + 1) * slice) - begin(r); };
       const size_t mine = length(rank_);
-      float* work = workspace(world_size_ * slice);
+      T* work = workspace_of<T>(world_size_ * slice);
       // Every rank's values of my slice into slot r of the work area (stride mine).
-      group_start("all_reduce_sum");
+      group_start(what);
       for (int k = 1; k < world_size_; k++) {
         const int peer = (rank_ + world_size_ - k) % world_size_;
-        if (mine > 0) recv_floats(work + peer * mine, mine, peer, "all_reduce_sum");
+        if (mine > 0) recv_elements(work + peer * mine, mine, peer, what);
       }
       for (int k = 1; k < world_size_; k++) {
         const int peer = (rank_ + k) % world_size_;
-        if (length(peer) > 0) send_floats(data + begin(peer), length(peer), peer, "all_reduce_sum");
+        if (length(peer) > 0) send_elements(data + begin(peer), length(peer), peer, what);
       }
-      group_end("all_reduce_sum");
-      copy(work + rank_ * mine, data + begin(rank_), mine * sizeof(float), "all_reduce_sum");
-      tree_sum_slots(cublas_, work, world_size_, mine, mine, "all_reduce_sum");
+      group_end(what);
+      copy(work + rank_ * mine, data + begin(rank_), mine * sizeof(T), what);
+      tree_sum_slots(cublas_, work, world_size_, mine, mine, what);
       // The sums, slice by slice, to every rank: in place in data when the slices are all
       // full; else through the work area (world_size full slices), then back into data.
       if (n % world_size_ == 0) {
-        copy(data + rank_ * slice, work, slice * sizeof(float), "all_reduce_sum");
-        all_gather_bytes(data + rank_ * slice, data, slice * sizeof(float), "all_reduce_sum");
+        copy(data + rank_ * slice, work, slice * sizeof(T), what);
+        all_gather_bytes(data + rank_ * slice, data, slice * sizeof(T), what);
       } else {
         // Slot 0 (the sum) and slot rank_ do not overlap for rank_ > 0: mine <= slice.
-        if (rank_ > 0) copy(work + rank_ * slice, work, mine * sizeof(float), "all_reduce_sum");
-        all_gather_bytes(work + rank_ * slice, work, slice * sizeof(float), "all_reduce_sum");
-        copy(data, work, n * sizeof(float), "all_reduce_sum");
+        if (rank_ > 0) copy(work + rank_ * slice, work, mine * sizeof(T), what);
+        all_gather_bytes(work + rank_ * slice, work, slice * sizeof(T), what);
+        copy(data, work, n * sizeof(T), what);
       }
-      wait("all_reduce_sum");
+      wait(what);
       // Counted as a ring moves it: a reduce-scatter and an all-gather of the slices.
-      count_traffic(2 * (world_size_ - 1) * slice * sizeof(float));
+      count_traffic(2 * (world_size_ - 1) * slice * sizeof(T));
     });
   }
 
@@ -319,11 +342,11 @@ class NcclCommunicator final : public Communicator {
       group_start("reduce_scatter_sum");
       for (int k = 1; k < world_size_; k++) {
         const int peer = (rank_ + world_size_ - k) % world_size_;
-        recv_floats(work + peer * count, count, peer, "reduce_scatter_sum");
+        recv_elements(work + peer * count, count, peer, "reduce_scatter_sum");
       }
       for (int k = 1; k < world_size_; k++) {
         const int peer = (rank_ + k) % world_size_;
-        send_floats(send + peer * count, count, peer, "reduce_scatter_sum");
+        send_elements(send + peer * count, count, peer, "reduce_scatter_sum");
       }
       group_end("reduce_scatter_sum");
       copy(work + rank_ * count, send + rank_ * count, count * sizeof(float), "reduce_scatter_sum");
@@ -335,7 +358,15 @@ class NcclCommunicator final : public Communicator {
   }
 
   void reduce_sum(const float* send, float* recv, size_t n, int root) override {
-    TANDEM_CHECK(root >= 0 && root < world_size_, "reduce_sum: root ", root,
+    reduce(send, recv, n, root, "reduce_sum");
+  }
+  void reduce_sum_bf16(const Bf16* send, Bf16* recv, size_t n, int root) override {
+    reduce(send, recv, n, root, "reduce_sum_bf16");
+  }
+
+  template <typename T>
+  void reduce(const T* send, T* recv, size_t n, int root, const char* what) {
+    TANDEM_CHECK(root >= 0 && root < world_size_, what, ": root ", root,
                  " is not a rank of a world of ", world_size_);
     guarded([&] {
       if (n == 0) return;
@@ -343,27 +374,27 @@ class NcclCommunicator final : public Communicator {
       // data. The root's own piece is copied from send before its sum is written, so send
       // may be recv there.
       const size_t piece = std::min(n, kReducePiece);
-      float* work = rank_ == root ? workspace(world_size_ * piece) : nullptr;
+      T* work = rank_ == root ? workspace_of<T>(world_size_ * piece) : nullptr;
       for (size_t begin = 0; begin < n; begin += piece) {
         const size_t length = std::min(piece, n - begin);
-        group_start("reduce_sum");
+        group_start(what);
         if (rank_ == root) {
           for (int peer = 0; peer < world_size_; peer++) {
-            if (peer != root) recv_floats(work + peer * length, length, peer, "reduce_sum");
+            if (peer != root) recv_elements(work + peer * length, length, peer, what);
           }
         } else {
-          send_floats(send + begin, length, root, "reduce_sum");
+          send_elements(send + begin, length, root, what);
         }
-        group_end("reduce_sum");
+        group_end(what);
         if (rank_ == root) {
-          copy(work + root * length, send + begin, length * sizeof(float), "reduce_sum");
-          tree_sum_slots(cublas_, work, world_size_, length, length, "reduce_sum");
-          copy(recv + begin, work, length * sizeof(float), "reduce_sum");
+          copy(work + root * length, send + begin, length * sizeof(T), what);
+          tree_sum_slots(cublas_, work, world_size_, length, length, what);
+          copy(recv + begin, work, length * sizeof(T), what);
         }
-        wait("reduce_sum");
+        wait(what);
       }
       // Counted as a ring reduce moves it: (N - 1) / N of the data each way.
-      count_traffic((world_size_ - 1) * n * sizeof(float) / world_size_);
+      count_traffic((world_size_ - 1) * n * sizeof(T) / world_size_);
     });
   }
 
@@ -466,11 +497,20 @@ class NcclCommunicator final : public Communicator {
   void group_end(std::string_view what) {
     call(nccl_->group_end(), cat("ncclGroupEnd (", what, ")"));
   }
-  void send_floats(const float* data, size_t count, int peer, std::string_view what) {
-    call(nccl_->send(data, count, ncclFloat, peer, comm_, stream_), cat("ncclSend (", what, ")"));
+  template <typename T>
+  void send_elements(const T* data, size_t count, int peer, std::string_view what) {
+    call(nccl_->send(data, count, nccl_type(data), peer, comm_, stream_),
+         cat("ncclSend (", what, ")"));
   }
-  void recv_floats(float* data, size_t count, int peer, std::string_view what) {
-    call(nccl_->recv(data, count, ncclFloat, peer, comm_, stream_), cat("ncclRecv (", what, ")"));
+  template <typename T>
+  void recv_elements(T* data, size_t count, int peer, std::string_view what) {
+    call(nccl_->recv(data, count, nccl_type(data), peer, comm_, stream_),
+         cat("ncclRecv (", what, ")"));
+  }
+  // The staging area as `count` elements of T.
+  template <typename T>
+  T* workspace_of(size_t count) {
+    return reinterpret_cast<T*>(workspace((count * sizeof(T) + sizeof(float) - 1) / sizeof(float)));
   }
   // Every rank's `bytes` at `send` to every rank, rank r's at all + r * bytes.
   void all_gather_bytes(const void* send, void* all, size_t bytes, std::string_view what) {
@@ -650,7 +690,10 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap) {
   return std::make_unique<NcclCommunicator>(bootstrap, std::move(nccl), device, id.id);
 }
 
-void nccl_tree_sum_on_device(float* slots, int count, size_t n) {
+namespace {
+
+template <typename T>
+void tree_sum_on_device(T* slots, int count, size_t n) {
   TANDEM_CHECK(count >= 1, "nccl_tree_sum_on_device: needs at least one part, got ", count);
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
@@ -672,6 +715,15 @@ void nccl_tree_sum_on_device(float* slots, int count, size_t n) {
   release();
 }
 
+}  // namespace
+
+void nccl_tree_sum_on_device(float* slots, int count, size_t n) {
+  tree_sum_on_device(slots, count, n);
+}
+void nccl_tree_sum_on_device(Bf16* slots, int count, size_t n) {
+  tree_sum_on_device(slots, count, n);
+}
+
 #else  // !TANDEM_HAVE_NCCL
 
 bool nccl_available() { return false; }
@@ -684,6 +736,9 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator&) {
 }
 
 void nccl_tree_sum_on_device(float*, int, size_t) {
+  fail("nccl_tree_sum_on_device: this tandem was built without NCCL");
+}
+void nccl_tree_sum_on_device(Bf16*, int, size_t) {
   fail("nccl_tree_sum_on_device: this tandem was built without NCCL");
 }
 

@@ -52,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/half.h"
 #include "tandem/dist/communicator.h"
 
 namespace tandem {
@@ -88,5 +89,8 @@ int nccl_device_of_rank(const std::vector<NcclRankPlace>& places, int rank);
 // (tree_sum.h), computed with cuBLAS saxpy as the backend computes it; the other slots are
 // overwritten. Synchronous. Throws in a build without NCCL.
 void nccl_tree_sum_on_device(float* slots, int count, size_t n);
+// The same over bf16 values, every addition in fp32 rounded to bf16 (cublasAxpyEx), as
+// all_reduce_sum_bf16 and reduce_sum_bf16 sum them.
+void nccl_tree_sum_on_device(Bf16* slots, int count, size_t n);
 
 }  // namespace tandem
