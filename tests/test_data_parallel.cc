@@ -303,7 +303,9 @@ TEST_F(DataParallelTraining, TheCudaDeviceIsRefusedWithSeveralRanksForNow) {
   json["device"] = {{"type", "cuda"}};
   const RankResults run = train_on_ranks(2, json);
   for (const std::string& error : run.errors)
-    EXPECT_NE(error.find("NCCL backend, which is not built yet"), std::string::npos) << error;
+    EXPECT_NE(error.find("training over the NCCL backend on the cuda device is not built yet"),
+              std::string::npos)
+        << error;
 }
 
 // Model states per rank (mixed precision: bf16 working params and gradients, fp32 params,

@@ -337,9 +337,9 @@ class Trainer {
   static const TrainConfig& checked_for_world(const TrainConfig& config, Communicator& comm) {
     TANDEM_CHECK(comm.world_size() == 1 || config.device.type == "cpu", "data parallelism (",
                  comm.world_size(),
-                 " ranks) runs on device.type \"cpu\" only for now: the cuda device needs the "
-                 "NCCL backend, which is not built yet; run one rank per GPU job or use "
-                 "--set device.type=cpu");
+                 " ranks) runs on device.type \"cpu\" only for now: training over the NCCL "
+                 "backend on the cuda device is not built yet; run one rank per GPU job or "
+                 "use --set device.type=cpu");
     return config;
   }
 
