@@ -8,6 +8,7 @@
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/core/error.h"
+#include "tandem/dist/agreement.h"
 
 namespace tandem {
 namespace fs = std::filesystem;
@@ -30,13 +31,6 @@ struct ShardReport {
   char error[256] = {};
 };
 
-// Whether every rank passed `ok` (a collective: all ranks learn it together).
-bool all_ok(Communicator& comm, bool ok) {
-  float failures = ok ? 0.0f : 1.0f;
-  comm.all_reduce_sum(&failures, 1);
-  return failures == 0.0f;
-}
-
 void copy_text(char* dst, size_t size, const std::string& text) {
   std::snprintf(dst, size, "%s", text.c_str());
 }
@@ -58,11 +52,8 @@ fs::path save_sharded_training_checkpoint(Communicator& comm, const fs::path& ch
       error = e.what();
     }
   }
-  uint64_t size = staging.size();
-  comm.broadcast(&size, sizeof size, 0);
-  staging.resize(size);
-  comm.broadcast(staging.data(), size, 0);
-  TANDEM_CHECK(all_ok(comm, error.empty()),
+  staging = broadcast_string(comm, staging, 0);
+  TANDEM_CHECK(all_ranks_ok(comm, error.empty()),
                rank == 0 ? error : "checkpoint: rank 0 could not open the staging directory");
 
   // 2. Every rank writes its shard of the moments.
@@ -118,12 +109,8 @@ fs::path save_sharded_training_checkpoint(Communicator& comm, const fs::path& ch
       error = e.what();
     }
   }
-  std::string path = published.string();
-  size = path.size();
-  comm.broadcast(&size, sizeof size, 0);
-  path.resize(size);
-  comm.broadcast(path.data(), size, 0);
-  TANDEM_CHECK(all_ok(comm, error.empty()),
+  const std::string path = broadcast_string(comm, published.string(), 0);
+  TANDEM_CHECK(all_ranks_ok(comm, error.empty()),
                rank == 0 ? error : "checkpoint: rank 0 could not publish the checkpoint");
   return path;
 }

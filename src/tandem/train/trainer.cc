@@ -15,6 +15,7 @@
 #include "tandem/data/loader.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/device/device.h"
+#include "tandem/dist/agreement.h"
 #include "tandem/dist/communicator.h"
 #include "tandem/dist/local_group.h"
 #include "tandem/model/gpt.h"
@@ -61,36 +62,10 @@ TrainOptions options_for_rank(TrainOptions options, int rank) {
   return options;
 }
 
-// Whether every rank passed `ok`; a collective, so all ranks learn it together and fail
-// together instead of leaving the others blocked in the next collective.
-bool all_ranks_ok(Communicator& comm, bool ok) {
-  float failures = ok ? 0.0f : 1.0f;
-  comm.all_reduce_sum(&failures, 1);
-  return failures == 0.0f;
-}
-
-// The first key (dotted path) whose value differs between two JSON documents; "" if none.
-std::string first_difference(const nlohmann::json& a, const nlohmann::json& b,
-                             const std::string& path = "") {
-  if (a.is_object() && b.is_object()) {
-    for (const auto& [key, value] : a.items()) {
-      const std::string sub = path.empty() ? key : path + "." + key;
-      if (!b.contains(key)) return sub;
-      const std::string diff = first_difference(value, b.at(key), sub);
-      if (!diff.empty()) return diff;
-    }
-    for (const auto& [key, value] : b.items())
-      if (!a.contains(key)) return path.empty() ? key : path + "." + key;
-    return "";
-  }
-  return a == b ? "" : (path.empty() ? std::string("(the whole document)") : path);
-}
-
 // Refuses to start when the ranks were given different configs or data: every rank
 // compares its own with rank 0's, and all fail together naming the first difference.
 void check_ranks_agree(Communicator& comm, const TrainConfig& config, const TokenSplit& data,
                        const TrainOptions& options) {
-  if (comm.world_size() == 1) return;
   nlohmann::json mine = to_json(config);
   // Ranks stopping at different steps would leave one waiting for the others.
   mine["options"] = {{"resume", options.resume.string()}, {"stop_at_step", options.stop_at_step}};
@@ -98,21 +73,9 @@ void check_ranks_agree(Communicator& comm, const TrainConfig& config, const Toke
       checksum_hex(checksum64(data.train.data(), data.train.size() * sizeof(int32_t)));
   mine["data"]["val_tokens_xxh3"] =
       checksum_hex(checksum64(data.val.data(), data.val.size() * sizeof(int32_t)));
-  std::string text = mine.dump();
-  uint64_t size = text.size();
-  comm.broadcast(&size, sizeof(size), 0);
-  std::string root(size, '\0');
-  if (comm.rank() == 0) root = text;
-  comm.broadcast(root.data(), size, 0);
-  const std::string diff = first_difference(nlohmann::json::parse(root), mine);
-  const bool ok = all_ranks_ok(comm, diff.empty());
-  TANDEM_CHECK(
-      diff.empty(), "the configuration or data of this rank differs from rank 0's at '", diff,
-      "'; start every rank with the same --config, --set, --resume, --stop-at-step and data "
-      "files");
-  TANDEM_CHECK(ok,
-               "another rank was started with a configuration or data that differs from rank "
-               "0's (its error names the key)");
+  require_same_on_every_rank(comm, mine, "configuration or data",
+                             "start every rank with the same --config, --set, --resume, "
+                             "--stop-at-step and data files");
 }
 
 // Data parallelism at the step's named points: gradients reduced as they become final

@@ -1,0 +1,51 @@
+#include "tandem/dist/agreement.h"
+
+#include <cstdint>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+bool all_ranks_ok(Communicator& comm, bool ok) {
+  float failures = ok ? 0.0f : 1.0f;
+  comm.all_reduce_sum(&failures, 1);
+  return failures == 0.0f;
+}
+
+std::string broadcast_string(Communicator& comm, const std::string& text, int root) {
+  uint64_t size = text.size();
+  comm.broadcast(&size, sizeof size, root);
+  std::string out = comm.rank() == root ? text : std::string(size, '\0');
+  comm.broadcast(out.data(), size, root);
+  return out;
+}
+
+std::string first_json_difference(const nlohmann::json& a, const nlohmann::json& b,
+                                  const std::string& path) {
+  const auto sub = [&](const std::string& key) { return path.empty() ? key : path + "." + key; };
+  if (a.is_object() && b.is_object()) {
+    for (const auto& [key, value] : a.items()) {
+      if (!b.contains(key)) return sub(key);
+      const std::string diff = first_json_difference(value, b.at(key), sub(key));
+      if (!diff.empty()) return diff;
+    }
+    for (const auto& [key, value] : b.items())
+      if (!a.contains(key)) return sub(key);
+    return "";
+  }
+  return a == b ? "" : (path.empty() ? std::string("(the whole document)") : path);
+}
+
+void require_same_on_every_rank(Communicator& comm, const nlohmann::json& mine,
+                                std::string_view what, std::string_view fix) {
+  if (comm.world_size() == 1) return;
+  const std::string root = broadcast_string(comm, mine.dump(), 0);
+  const std::string diff = first_json_difference(nlohmann::json::parse(root), mine);
+  const bool all_same = all_ranks_ok(comm, diff.empty());
+  TANDEM_CHECK(diff.empty(), "the ", what, " of this rank differs from rank 0's at '", diff, "'; ",
+               fix);
+  TANDEM_CHECK(all_same, "another rank was started with a ", what,
+               " that differs from rank 0's (its error names the key)");
+}
+
+}  // namespace tandem

@@ -1,0 +1,30 @@
+// Small collectives that keep ranks in step: agreeing that every rank succeeded (so all
+// fail together instead of leaving some blocked in the next collective), handing rank 0's
+// text to every rank, and refusing ranks whose settings differ from rank 0's.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "tandem/dist/communicator.h"
+
+namespace tandem {
+
+// Whether every rank passed `ok` (every rank calls it).
+bool all_ranks_ok(Communicator& comm, bool ok);
+
+// `text` of rank `root` on every rank (every rank calls it; others' text is ignored).
+std::string broadcast_string(Communicator& comm, const std::string& text, int root);
+
+// The first key (dotted path) whose value differs between two JSON documents; "" if none.
+std::string first_json_difference(const nlohmann::json& a, const nlohmann::json& b,
+                                  const std::string& path = "");
+
+// Every rank compares `mine` with rank 0's and all throw together if any differs: the
+// differing rank names the first key that differs ("... differs from rank 0's at
+// 'optimizer.params.lr'; <fix>"), the others say another rank's error names it.
+void require_same_on_every_rank(Communicator& comm, const nlohmann::json& mine,
+                                std::string_view what, std::string_view fix);
+
+}  // namespace tandem
