@@ -16,6 +16,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/dist/local_group.h"
+#include "tandem/dist/polling_backoff.h"
 #include "tandem/dist/tree_sum.h"
 
 #if TANDEM_HAVE_MPI
@@ -49,14 +50,6 @@ constexpr size_t kReducePiece = size_t{1} << 20;
 // Bytes per MPI message: MPI counts are int, so a longer buffer goes as several messages
 // (in order: MPI does not let messages of one pair, communicator and tag overtake).
 constexpr size_t kMaxMessage = size_t{1} << 30;
-// The wait for an exchange, so that a rank waiting for a slow or hung one costs next to no
-// CPU: after its start or its last completed message it polls back to back (yielding the
-// core) for kSpin, then every kFirstPause until kShortWaits have passed, then at pauses
-// doubling up to kLongestPause.
-constexpr auto kSpin = std::chrono::microseconds(50);
-constexpr auto kFirstPause = std::chrono::microseconds(50);
-constexpr auto kShortWaits = std::chrono::microseconds(2000);
-constexpr auto kLongestPause = std::chrono::microseconds(1000);
 // How long a failed exchange waits for its cancelled receives to be done with.
 constexpr auto kCancelWait = std::chrono::milliseconds(100);
 
@@ -329,9 +322,7 @@ class MpiCommunicator final : public Communicator {
     void wait() {
       const size_t count = requests_.size();
       if (count == 0) return;
-      const Clock::time_point start = Clock::now(), deadline = start + owner_.timeout_;
-      Clock::time_point last_progress = start;
-      std::chrono::microseconds pause = kFirstPause;
+      PollingBackoff backoff(owner_.timeout_);
       std::vector<int> done_at(count);
       std::vector<MPI_Status> statuses(count);
       for (;;) {
@@ -344,17 +335,12 @@ class MpiCommunicator final : public Communicator {
         for (int i = 0; i < done; i++) {
           check_message(messages_[done_at[i]], statuses[i], code == MPI_ERR_IN_STATUS);
         }
-        const Clock::time_point now = Clock::now();
         if (done > 0) {
-          last_progress = now;
-          pause = kFirstPause;
-        } else if (now >= deadline) {
+          backoff.progressed();
+        } else if (backoff.expired()) {
           timed_out();
-        } else if (now - last_progress < kSpin) {
-          std::this_thread::yield();
         } else {
-          std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
-          if (now - last_progress >= kShortWaits) pause = std::min(2 * pause, kLongestPause);
+          backoff.pause();
         }
       }
     }
@@ -453,7 +439,7 @@ class MpiCommunicator final : public Communicator {
           MPI_Test(&requests_[i], &done, MPI_STATUS_IGNORE);
           receiving = receiving || !done;
         }
-        if (receiving) std::this_thread::sleep_for(kFirstPause);
+        if (receiving) std::this_thread::sleep_for(PollingBackoff::kFirstPause);
       }
       for (MPI_Request& request : requests_) {
         if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);

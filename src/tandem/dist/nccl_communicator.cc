@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tandem/core/error.h"
+#include "tandem/dist/polling_backoff.h"
 
 #if TANDEM_HAVE_NCCL
 #include <cublas_v2.h>
@@ -81,19 +82,10 @@ int nccl_device_of_rank(const std::vector<NcclRankPlace>& places, int rank) {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // Floats per rank per exchange of reduce_sum (16 MiB): the root stages world_size pieces.
 constexpr size_t kReducePiece = size_t{1} << 22;
 // Floats per cublasSaxpy call (its n is an int).
 constexpr size_t kSaxpyChunk = size_t{1} << 30;
-// The wait for a call's stream, as the MPI backend waits for its messages: back to back
-// (yielding the core) for kSpin, then every kFirstPause until kShortWaits have passed, then
-// at pauses doubling up to kLongestPause.
-constexpr auto kSpin = std::chrono::microseconds(50);
-constexpr auto kFirstPause = std::chrono::microseconds(50);
-constexpr auto kShortWaits = std::chrono::microseconds(2000);
-constexpr auto kLongestPause = std::chrono::microseconds(1000);
 
 // Fixed-size strings for the all-gather of the ranks' places.
 constexpr size_t kHostBytes = 256, kReasonBytes = 512;
@@ -526,8 +518,7 @@ class NcclCommunicator final : public Communicator {
   // Until the stream is done, within the timeout; an error of CUDA or of NCCL (which
   // reports a failed peer or network asynchronously) throws.
   void wait(std::string_view what) {
-    const Clock::time_point start = Clock::now(), deadline = start + timeout_;
-    std::chrono::microseconds pause = kFirstPause;
+    PollingBackoff backoff(timeout_);
     for (;;) {
       const cudaError_t state = cudaStreamQuery(stream_);
       if (state == cudaSuccess) return;
@@ -537,14 +528,8 @@ class NcclCommunicator final : public Communicator {
       ncclResult_t async = ncclSuccess;
       call(nccl_->comm_get_async_error(comm_, &async), cat("ncclCommGetAsyncError (", what, ")"));
       if (async != ncclSuccess && async != ncclInProgress) call(async, what);
-      const Clock::time_point now = Clock::now();
-      if (now >= deadline) timed_out(what);
-      if (now - start < kSpin) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
-        if (now - start >= kShortWaits) pause = std::min(2 * pause, kLongestPause);
-      }
+      if (backoff.expired()) timed_out(what);
+      backoff.pause();
     }
   }
 
