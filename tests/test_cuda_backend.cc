@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "block_sums_check.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/rng.h"
@@ -190,6 +191,13 @@ void expect_every_kernel_matches(const Sizes& s, double rel, double attention_re
     EXPECT_NEAR(want, gpu->sum_of_squares(sq.second + offset, n - offset), 1e-9 * want)
         << "offset " << offset;
   }
+}
+
+TEST(CudaBackend, BlockSumsOfSquaresComposeToTheSumAndToAPartitionsOwn) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = make_cuda_backend();
+  testing::check_block_sums<float>(*gpu);
+  testing::check_block_sums<Bf16>(*gpu);
 }
 
 TEST(CudaBackend, EveryKernelMatchesItsCpuCounterpart) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "block_sums_check.h"
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/error.h"
@@ -381,6 +382,12 @@ TEST_F(DataParallelTraining, HooksSeeEveryGradientOnceThenBeforeAndAfterEachUpda
     // Several ranges per step, during backward: ln_f, every block, the embeddings.
     EXPECT_GE(h.events.size(), 3u * (2 + config.model.n_layer + 2));
   }
+}
+
+TEST(ZeroPartition, CpuBlockSumsOfSquaresComposeToTheSumAndToAPartitionsOwn) {
+  const auto cpu = make_cpu_backend();
+  testing::check_block_sums<float>(*cpu);
+  testing::check_block_sums<Bf16>(*cpu);
 }
 
 TEST(ZeroPartition, EqualAlignedPartitionsCoverTheParametersOnce) {

@@ -61,6 +61,12 @@ class StorageKernels {
   // sum of x[i]^2 in double (for the global gradient norm), in an order fixed by the
   // backend: the same bits on every call for the same data.
   virtual double sum_of_squares(const Elem* x, size_t n) = 0;
+  // Its first stage alone: partials[k] (host memory, ceil(n / 16384) doubles) = the sum of
+  // the squares of x[16384 k, 16384 (k + 1)), summed in the backend's order within a block;
+  // sum_of_squares(x, n) is sum_in_order (optim/grad_clip.h) of all of them, on every
+  // backend. So a piece of a buffer that starts on a block boundary (a ZeRO partition)
+  // gets the buffer's own block sums, and gathered in order they give its norm's bits.
+  virtual void sum_of_squares_blocks(const Elem* x, size_t n, double* partials) = 0;
 
   // ---- forward kernels ------------------------------------------------------
   // out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]
@@ -142,6 +148,8 @@ class ComputeBackend : public StorageKernels<float>, public StorageKernels<Bf16>
   // Both overload sets, callable directly on a backend.
   using StorageKernels<float>::sum_of_squares;
   using StorageKernels<Bf16>::sum_of_squares;
+  using StorageKernels<float>::sum_of_squares_blocks;
+  using StorageKernels<Bf16>::sum_of_squares_blocks;
   using StorageKernels<float>::encoder_forward;
   using StorageKernels<Bf16>::encoder_forward;
   using StorageKernels<float>::layernorm_forward;

@@ -21,6 +21,7 @@ DataParallel::DataParallel(Communicator& comm, const ZeroConfig& config, ModelBu
                " is not supported here; use 0, 1 or 2");
   TANDEM_CHECK(config_.reduce_bucket_size >= 1 && config_.allgather_bucket_size >= 1,
                "zero_optimization bucket sizes must be at least 1 element");
+  TANDEM_CHECK(buffers_.backend != nullptr, "DataParallel: the model's backend is missing");
 }
 
 ParamRange DataParallel::state_range() const {
@@ -104,13 +105,11 @@ double DataParallel::grad_sum_of_squares(const std::function<double()>& whole_bu
   const ParamRange range = state_range();
   if (range.size() > 0) {
     if (buffers_.grad_dtype == StorageDType::kF32) {
-      sum_of_squares_blocks(static_cast<const float*>(buffers_.grads) + range.begin, range.size(),
-                            mine.data());
+      buffers_.backend->sum_of_squares_blocks(
+          static_cast<const float*>(buffers_.grads) + range.begin, range.size(), mine.data());
     } else {
-      const auto* g = static_cast<const Bf16*>(buffers_.grads) + range.begin;
-      std::vector<float> wide(range.size());
-      for (size_t i = 0; i < wide.size(); i++) wide[i] = to_float(g[i]);
-      sum_of_squares_blocks(wide.data(), wide.size(), mine.data());
+      buffers_.backend->sum_of_squares_blocks(
+          static_cast<const Bf16*>(buffers_.grads) + range.begin, range.size(), mine.data());
     }
   }
   std::vector<double> all(blocks_per_rank * world_size());

@@ -37,7 +37,8 @@ namespace tandem {
 class DataParallel {
  public:
   struct ModelBuffers {
-    void* grads = nullptr;  // [num_params] of grad_dtype
+    ComputeBackend* backend = nullptr;  // whose memory the buffers are in
+    void* grads = nullptr;              // [num_params] of grad_dtype
     StorageDType grad_dtype = StorageDType::kF32;
     void* working_params = nullptr;  // [num_params] of working_dtype
     StorageDType working_dtype = StorageDType::kF32;

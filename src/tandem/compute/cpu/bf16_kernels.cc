@@ -39,6 +39,11 @@ double sum_of_squares(const Bf16* x, size_t n) {
   return tandem::sum_of_squares(wide.data(), n);
 }
 
+void sum_of_squares_blocks(const Bf16* x, size_t n, double* partials) {
+  const std::vector<float> wide = widen(x, n);
+  tandem::sum_of_squares_blocks(wide.data(), n, partials);
+}
+
 void encoder_forward(Bf16* out, const int32_t* tokens, const Bf16* wte, const Bf16* wpe, int B,
                      int T, int C) {
   const size_t BT = static_cast<size_t>(B) * T;

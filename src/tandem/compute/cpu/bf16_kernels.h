@@ -14,6 +14,7 @@
 namespace tandem::cpu::bf16 {
 
 double sum_of_squares(const Bf16* x, size_t n);
+void sum_of_squares_blocks(const Bf16* x, size_t n, double* partials);
 
 void encoder_forward(Bf16* out, const int32_t* tokens, const Bf16* wte, const Bf16* wpe, int B,
                      int T, int C);

@@ -46,6 +46,9 @@ class CpuBackend final : public ComputeBackend {
   void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void synchronize() override {}
   double sum_of_squares(const float* x, size_t n) override { return tandem::sum_of_squares(x, n); }
+  void sum_of_squares_blocks(const float* x, size_t n, double* partials) override {
+    tandem::sum_of_squares_blocks(x, n, partials);
+  }
 
   void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                        int T, int C) override {
@@ -101,6 +104,9 @@ class CpuBackend final : public ComputeBackend {
   // ---- Bf16 storage ---------------------------------------------------------
   double sum_of_squares(const Bf16* x, size_t n) override {
     return cpu::bf16::sum_of_squares(x, n);
+  }
+  void sum_of_squares_blocks(const Bf16* x, size_t n, double* partials) override {
+    cpu::bf16::sum_of_squares_blocks(x, n, partials);
   }
   void encoder_forward(Bf16* out, const int32_t* tokens, const Bf16* wte, const Bf16* wpe, int B,
                        int T, int C) override {

@@ -106,6 +106,12 @@ class CudaBackend final : public ComputeBackend {
 
   double sum_of_squares(const float* x, size_t n) override { return squares(x, n); }
   double sum_of_squares(const Bf16* x, size_t n) override { return squares(x, n); }
+  void sum_of_squares_blocks(const float* x, size_t n, double* partials) override {
+    squares_blocks(x, n, partials);
+  }
+  void sum_of_squares_blocks(const Bf16* x, size_t n, double* partials) override {
+    squares_blocks(x, n, partials);
+  }
 
   void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                        int T, int C) override {
@@ -222,6 +228,15 @@ class CudaBackend final : public ComputeBackend {
 
  private:
   // The kernels that need scratch memory or more than one call, once for both types.
+
+  template <typename Elem>
+  void squares_blocks(const Elem* x, size_t n, double* host_partials) {
+    const size_t bytes = cuda::sum_of_squares_scratch_bytes(n);
+    if (bytes == 0) return;
+    auto* partials = reinterpret_cast<double*>(scratch(bytes));
+    cuda::sum_of_squares_blocks(partials, x, n, cuda_stream_);
+    copy_to_host(host_partials, partials, bytes);
+  }
 
   template <typename Elem>
   double squares(const Elem* x, size_t n) {

@@ -746,13 +746,13 @@ __global__ void squares_partial_kernel(double* partial, const Elem* x, size_t n)
   if (threadIdx.x == 0) partial[blockIdx.x] = sum;
 }
 
-// *result = sum of partial[blocks]: thread t adds partials t, t + 256, ... in order, then
-// the block's fixed tree.
+// *result = sum of partial[blocks] one after another, in block order (one thread: a few
+// thousand additions for a billion parameters), so that block sums gathered from several
+// ranks' partitions and added in order on the host give the same bits.
 __global__ void squares_finish_kernel(double* result, const double* partial, size_t blocks) {
   double sum = 0.0;
-  for (size_t i = threadIdx.x; i < blocks; i += blockDim.x) sum += partial[i];
-  sum = block_sum(sum);
-  if (threadIdx.x == 0) *result = sum;
+  for (size_t i = 0; i < blocks; i++) sum += partial[i];
+  *result = sum;
 }
 
 }  // namespace
@@ -989,20 +989,24 @@ void cross_entropy_backward(Elem* dlogits, const Elem* logits, const int32_t* ta
 size_t sum_of_squares_scratch_bytes(size_t n) { return squares_blocks(n) * sizeof(double); }
 
 template <typename Elem>
-void sum_of_squares(double* result, const Elem* x, size_t n, void* scratch, cudaStream_t stream) {
+void sum_of_squares_blocks(double* partial, const Elem* x, size_t n, cudaStream_t stream) {
   const size_t blocks = squares_blocks(n);
-  auto* partial = static_cast<double*>(scratch);
-  if (blocks > 0) {
-    if (aligned16(x)) {
-      squares_partial_kernel<kPackWidth<Elem>>
-          <<<static_cast<unsigned>(blocks), kSquaresThreads, 0, stream>>>(partial, x, n);
-    } else {
-      squares_partial_kernel<1>
-          <<<static_cast<unsigned>(blocks), kSquaresThreads, 0, stream>>>(partial, x, n);
-    }
-    check_launch("sum_of_squares (blocks)");
+  if (blocks == 0) return;
+  if (aligned16(x)) {
+    squares_partial_kernel<kPackWidth<Elem>>
+        <<<static_cast<unsigned>(blocks), kSquaresThreads, 0, stream>>>(partial, x, n);
+  } else {
+    squares_partial_kernel<1>
+        <<<static_cast<unsigned>(blocks), kSquaresThreads, 0, stream>>>(partial, x, n);
   }
-  squares_finish_kernel<<<1, kSquaresThreads, 0, stream>>>(result, partial, blocks);
+  check_launch("sum_of_squares (blocks)");
+}
+
+template <typename Elem>
+void sum_of_squares(double* result, const Elem* x, size_t n, void* scratch, cudaStream_t stream) {
+  auto* partial = static_cast<double*>(scratch);
+  sum_of_squares_blocks(partial, x, n, stream);
+  squares_finish_kernel<<<1, 1, 0, stream>>>(result, partial, squares_blocks(n));
   check_launch("sum_of_squares (total)");
 }
 
@@ -1027,7 +1031,8 @@ void sum_of_squares(double* result, const Elem* x, size_t n, void* scratch, cuda
                                             cudaStream_t);                                         \
   template void cross_entropy_backward<Elem>(Elem*, const Elem*, const int32_t*, float, int, int,  \
                                              cudaStream_t);                                        \
-  template void sum_of_squares<Elem>(double*, const Elem*, size_t, void*, cudaStream_t);
+  template void sum_of_squares<Elem>(double*, const Elem*, size_t, void*, cudaStream_t);           \
+  template void sum_of_squares_blocks<Elem>(double*, const Elem*, size_t, cudaStream_t);
 
 TANDEM_INSTANTIATE_KERNELS(float)
 TANDEM_INSTANTIATE_KERNELS(Bf16)

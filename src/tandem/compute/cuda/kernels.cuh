@@ -86,9 +86,15 @@ void cross_entropy_backward(Elem* dlogits, const Elem* logits, const int32_t* ta
 
 size_t sum_of_squares_scratch_bytes(size_t n);
 // *result (one double in device memory) = sum of x[i]^2 over x[n], in double: squares
-// summed over fixed blocks of 16384 elements, then the block sums in a fixed tree.
+// summed over fixed blocks of 16384 elements (sum_of_squares_blocks), then the block sums
+// one after another in block order, as the CPU's sum_in_order adds them.
 template <typename Elem>
 void sum_of_squares(double* result, const Elem* x, size_t n, void* scratch, cudaStream_t stream);
+// The first stage alone: partial[k] (device, ceil(n / 16384) doubles) = the sum of the
+// squares of x[16384 k, 16384 (k + 1)). A piece of a buffer that starts on a block boundary
+// gets the buffer's own block sums (ZeRO partitions).
+template <typename Elem>
+void sum_of_squares_blocks(double* partial, const Elem* x, size_t n, cudaStream_t stream);
 
 // Throws tandem::Error naming the kernel if its launch failed.
 void check_launch(const char* kernel);
