@@ -188,7 +188,7 @@ function(tandem_emulated_gpu_test name source filter)
   add_executable(${name} ${source})
   target_compile_options(${name} PRIVATE -Wall -Wextra)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
-  target_compile_definitions(${name} PRIVATE
+  target_compile_definitions(${name} PRIVATE TANDEM_EMULATED_GPU=1
     TANDEM_SOURCE_DIR="${PROJECT_SOURCE_DIR}" TANDEM_BINARY="$<TARGET_FILE:tandem>")
   target_link_libraries(${name} PRIVATE tandem_lib_emulated_gpu GTest::gtest GTest::gtest_main)
   gtest_discover_tests(${name}
@@ -206,6 +206,9 @@ tandem_emulated_gpu_test(test_cuda_backend_emulated ${PROJECT_SOURCE_DIR}/tests/
   "-CudaBackend.FiftyTrainingStepsMatchTheCpuRun")
 # Only its CUDA test: the others run on the CPU device, in test_update_engine already.
 tandem_emulated_gpu_test(test_update_engine_emulated ${PROJECT_SOURCE_DIR}/tests/test_update_engine.cc "*Cuda*")
+# Data parallelism on the cuda device: two in-process ranks on the emulated GPU, every stage.
+tandem_emulated_gpu_test(test_data_parallel_gpu_emulated
+  ${PROJECT_SOURCE_DIR}/tests/test_data_parallel_gpu.cc "*")
 # The emulated GPU with its streams run out of order (emulated_streams.h): training gives
 # the same bits whatever order the streams' work runs in, as long as CUDA's promises hold.
 tandem_emulated_gpu_test(test_stream_order_emulated

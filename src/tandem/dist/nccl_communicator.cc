@@ -280,6 +280,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   std::string_view backend() const override { return "nccl"; }
+  int device() const { return device_; }
 
   void all_reduce_sum(float* data, size_t n) override { all_reduce(data, n, "all_reduce_sum"); }
   void all_reduce_sum_bf16(Bf16* data, size_t n) override {
@@ -613,6 +614,13 @@ class NcclCommunicator final : public Communicator {
 
 bool nccl_available() { return true; }
 
+int nccl_communicator_device(const Communicator& comm) {
+  const auto* nccl = dynamic_cast<const NcclCommunicator*>(&comm);
+  TANDEM_CHECK(nccl != nullptr, "nccl_communicator_device: a ", comm.backend(),
+               " communicator, not an NCCL one");
+  return nccl->device();
+}
+
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap) {
   const int rank = bootstrap.rank(), world = bootstrap.world_size();
   // This rank's place, and libnccl where there is a GPU to use it on.
@@ -712,6 +720,10 @@ void nccl_tree_sum_on_device(Bf16* slots, int count, size_t n) {
 #else  // !TANDEM_HAVE_NCCL
 
 bool nccl_available() { return false; }
+
+int nccl_communicator_device(const Communicator&) {
+  fail("nccl_communicator_device: this tandem was built without NCCL");
+}
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator&) {
   fail(

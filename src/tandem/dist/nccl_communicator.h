@@ -69,6 +69,9 @@ bool nccl_available();
 // over `bootstrap`, which must outlive it (abort() aborts it too). Throws tandem::Error,
 // on every rank, for the placements above, a missing libnccl, or a build without NCCL.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap);
+// The GPU an NCCL communicator (from make_nccl_communicator) runs on: the one the rank's
+// training device must use.
+int nccl_communicator_device(const Communicator& nccl);
 
 // What a rank tells the others before NCCL starts (for the placement rules; public for
 // tests).

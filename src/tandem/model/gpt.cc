@@ -29,7 +29,7 @@ Layer layer_at(Pointer base, const std::array<size_t, 12>& o) {
 }  // namespace
 
 Gpt::Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len,
-         StorageDType dtype)
+         StorageDType dtype, size_t params_capacity)
     : config_(config),
       backend_(backend),
       max_batch_(max_batch),
@@ -65,7 +65,7 @@ Gpt::Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int ma
   auto elems = [&](size_t n) { return allocate(n * elem_bytes); };
   auto floats = [&](size_t n) { return allocate(n * sizeof(float)); };
 
-  params_ = elems(P);
+  params_ = elems(std::max(P, params_capacity));
   grads_ = elems(P);
   tokens_ = allocate(BT * sizeof(int32_t));
   targets_ = allocate(BT * sizeof(int32_t));

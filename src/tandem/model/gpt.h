@@ -24,8 +24,11 @@ class Gpt {
  public:
   // Allocates parameters, gradients and activations for batches of up to
   // max_batch x max_seq_len tokens (max_seq_len <= context_length).
+  // params_capacity: elements of the parameter buffer when more than the parameters (ZeRO
+  // gathers the ranks' equal partitions of the padded flat space into it in place); the
+  // padding is zero and nothing reads it.
   Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len,
-      StorageDType dtype = StorageDType::kF32);
+      StorageDType dtype = StorageDType::kF32, size_t params_capacity = 0);
 
   // Bytes of activations (and backward scratch, token ids) the constructor allocates
   // for batches of max_batch x max_seq_len; parameters and gradients add

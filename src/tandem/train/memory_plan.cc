@@ -7,6 +7,7 @@
 #include "tandem/core/format.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/model/gpt.h"
+#include "tandem/zero/data_parallel.h"
 #include "tandem/zero/partition.h"
 
 namespace tandem {
@@ -24,9 +25,10 @@ void add_up(TrainingMemoryPlan& plan) {
 
 }  // namespace
 
-std::unique_ptr<Device> make_training_device(const TrainConfig& config) {
+std::unique_ptr<Device> make_training_device(const TrainConfig& config, int cuda_device_index) {
   const auto budget = static_cast<size_t>(config.device.memory_gb * (1ull << 30));
-  if (config.device.type == "cuda") return make_cuda_device({.memory_bytes = budget});
+  if (config.device.type == "cuda")
+    return make_cuda_device({.device_index = cuda_device_index, .memory_bytes = budget});
   return make_cpu_device({.memory_bytes = budget});
 }
 
@@ -55,7 +57,10 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   plan.activation_bytes = Gpt::activation_bytes(config.model, config.micro_batch_size,
                                                 config.seq_len(), config.storage_dtype());
   plan.model_elem_bytes = storage_dtype_bytes(config.storage_dtype());
-  plan.model_bytes = plan.num_params * 2 * plan.model_elem_bytes;
+  // Working params (padded to world_size equal partitions from ZeRO stage 1) + gradients.
+  const size_t params_capacity =
+      DataParallel::working_params_capacity(plan.num_params, world_size, config.zero.stage);
+  plan.model_bytes = (params_capacity + plan.num_params) * plan.model_elem_bytes;
   const bool automatic = config.offload.schedule == UpdateSchedule::kAuto;
   // Until the rates are known, `auto` is costed as its least demanding choice (all CPU).
   OffloadSettings fixed = config.offload;

@@ -42,7 +42,7 @@ struct TrainingMemoryPlan {
 
 // The device a run of `config` trains on (device.type, with device.memory_gb as the
 // capacity of its memory): the model's tensors and the optimizer state share it.
-std::unique_ptr<Device> make_training_device(const TrainConfig& config);
+std::unique_ptr<Device> make_training_device(const TrainConfig& config, int cuda_device_index = 0);
 
 // Calibrates the update rates on `device` and `pool`, builds the update plan (the
 // performance model's choice for `auto`) and adds up the memory, the model's included.

@@ -18,6 +18,7 @@
 #include "tandem/dist/agreement.h"
 #include "tandem/dist/communicator.h"
 #include "tandem/dist/local_group.h"
+#include "tandem/dist/nccl_communicator.h"
 #include "tandem/model/gpt.h"
 #include "tandem/offload/update_engine.h"
 #include "tandem/optim/grad_clip.h"
@@ -101,20 +102,30 @@ class DataParallelHooks final : public StepHooks {
 
 class Trainer {
  public:
-  Trainer(const TrainConfig& config, const TrainOptions& options, Communicator& comm)
-      : config_(checked_for_world(config, comm)),
+  Trainer(const TrainConfig& config, const TrainOptions& options, Communicator& comm,
+          Communicator* buffer_comm)
+      : config_(config),
         options_(options_for_rank(options, comm.rank())),
         comm_(comm),
+        own_buffer_comm_(buffer_comm != nullptr ? nullptr : make_buffer_communicator(config, comm)),
+        buffer_comm_(buffer_comm != nullptr ? *buffer_comm
+                     : own_buffer_comm_     ? *own_buffer_comm_
+                                            : comm),
         B_(config.micro_batch_size),
         T_(config.seq_len()),
         data_(load_dataset(config.data.train_path, config.data.val_path, config.data.val_fraction,
                            config.model.vocab_size)),
         train_loader_(data_.train, B_, T_, config.train.seed, true, "train"),
-        device_(make_training_device(config)),
+        // On the GPU NCCL picked for this rank, with several ranks on the cuda device.
+        device_(make_training_device(
+            config, own_buffer_comm_ ? nccl_communicator_device(*own_buffer_comm_) : 0)),
         optimizer_pool_(),
         plan_(checked_plan(config, *device_, optimizer_pool_, comm)),
         backend_(on_gpu() ? make_cuda_backend(*device_) : make_cpu_backend(*device_)),
-        model_(config.model, *backend_, B_, T_, config.storage_dtype()),
+        model_(config.model, *backend_, B_, T_, config.storage_dtype(),
+               DataParallel::working_params_capacity(
+                   static_cast<size_t>(config.model.num_parameters()), comm.world_size(),
+                   config.zero.stage)),
         engine_(*device_, optimizer_pool_, model_.layout(), plan_.offload,
                 AdamWHyper{.lr = config.optimizer.lr,
                            .beta1 = config.optimizer.beta1,
@@ -122,7 +133,7 @@ class Trainer {
                            .eps = config.optimizer.eps,
                            .weight_decay = config.optimizer.weight_decay},
                 device_buffers(model_)),
-        data_parallel_(comm, config.zero,
+        data_parallel_(comm, buffer_comm_, config.zero,
                        {.backend = backend_.get(),
                         .grads = model_.grads(),
                         .grad_dtype = model_.dtype(),
@@ -297,14 +308,13 @@ class Trainer {
             .producer = &model.backend().stream()};
   }
 
-  // Data parallelism runs over host memory for now: refused on the cuda device.
-  static const TrainConfig& checked_for_world(const TrainConfig& config, Communicator& comm) {
-    TANDEM_CHECK(comm.world_size() == 1 || config.device.type == "cpu", "data parallelism (",
-                 comm.world_size(),
-                 " ranks) runs on device.type \"cpu\" only for now: training over the NCCL "
-                 "backend on the cuda device is not built yet; run one rank per GPU job or "
-                 "use --set device.type=cpu");
-    return config;
+  // The communicator of the model's gradient and parameter buffers: NCCL over `comm` with
+  // several ranks on the cuda device (its GPU is then the one the device must use); else
+  // none of its own (`comm` itself: host memory).
+  static std::unique_ptr<Communicator> make_buffer_communicator(const TrainConfig& config,
+                                                                Communicator& comm) {
+    if (comm.world_size() == 1 || config.device.type != "cuda") return nullptr;
+    return make_nccl_communicator(comm);
   }
 
   static TrainingMemoryPlan checked_plan(const TrainConfig& config, Device& device,
@@ -511,7 +521,9 @@ class Trainer {
 
   TrainConfig config_;
   TrainOptions options_;
-  Communicator& comm_;
+  Communicator& comm_;                             // host exchanges
+  std::unique_ptr<Communicator> own_buffer_comm_;  // NCCL, when this trainer made one
+  Communicator& buffer_comm_;                      // the model's buffers
   TraceRecorder tracer_;  // before the engine and device that may write to it
   int B_, T_;
   TokenSplit data_;
@@ -545,9 +557,10 @@ TrainResult train(const TrainConfig& config, const TrainOptions& options) {
   return train(config, options, *comm);
 }
 
-TrainResult train(const TrainConfig& config, const TrainOptions& options, Communicator& comm) {
+TrainResult train(const TrainConfig& config, const TrainOptions& options, Communicator& comm,
+                  Communicator* buffer_comm) {
   try {
-    Trainer trainer(config, options, comm);
+    Trainer trainer(config, options, comm, buffer_comm);
     return trainer.run();
   } catch (const Error& e) {
     if (comm.world_size() == 1) throw;

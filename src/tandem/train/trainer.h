@@ -64,6 +64,9 @@ TrainResult train(const TrainConfig& config, const TrainOptions& options);
 // world size) with zero_optimization.stage deciding what it holds. Rank 0 alone prints,
 // writes metrics, checkpoints and samples; the state digest and losses are the same on
 // every rank. An error on a rank is thrown there, naming the rank.
-TrainResult train(const TrainConfig& config, const TrainOptions& options, Communicator& comm);
+// `buffer_comm`: the communicator of the model's gradient and parameter buffers, of the same
+// ranks as `comm`; null: `comm` on the cpu device, NCCL (made over `comm`) on the cuda device.
+TrainResult train(const TrainConfig& config, const TrainOptions& options, Communicator& comm,
+                  Communicator* buffer_comm = nullptr);
 
 }  // namespace tandem

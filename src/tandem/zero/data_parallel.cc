@@ -12,16 +12,27 @@ namespace tandem {
 static_assert(ZeroPartition::kPartitionAlignment % kSumOfSquaresBlock == 0,
               "a partition must hold whole blocks of the gradient-norm sum");
 
-DataParallel::DataParallel(Communicator& comm, const ZeroConfig& config, ModelBuffers buffers)
-    : comm_(comm),
+DataParallel::DataParallel(Communicator& host, Communicator& buffers, const ZeroConfig& config,
+                           ModelBuffers model)
+    : comm_(host),
+      buffer_comm_(buffers),
       config_(config),
-      buffers_(buffers),
-      partition_(buffers.num_params, comm.world_size()) {
+      buffers_(model),
+      partition_(model.num_params, host.world_size()) {
+  TANDEM_CHECK(buffers.world_size() == host.world_size() && buffers.rank() == host.rank(),
+               "DataParallel: the buffer communicator is rank ", buffers.rank(), " of ",
+               buffers.world_size(), ", the host one rank ", host.rank(), " of ",
+               host.world_size());
   TANDEM_CHECK(config_.stage >= 0 && config_.stage <= 2, "zero_optimization.stage ", config_.stage,
                " is not supported here; use 0, 1 or 2");
   TANDEM_CHECK(config_.reduce_bucket_size >= 1 && config_.allgather_bucket_size >= 1,
                "zero_optimization bucket sizes must be at least 1 element");
   TANDEM_CHECK(buffers_.backend != nullptr, "DataParallel: the model's backend is missing");
+}
+
+size_t DataParallel::working_params_capacity(size_t num_params, int world_size, int stage) {
+  if (stage == 0 || world_size == 1) return num_params;
+  return ZeroPartition(num_params, world_size).padded_size();
 }
 
 ParamRange DataParallel::state_range() const {
@@ -77,23 +88,26 @@ void DataParallel::reduce(size_t begin, size_t end, const Reduced& reduced) {
 }
 
 void DataParallel::reduce_piece(size_t begin, size_t end, int owner) {
+  // The range was announced once its kernels were queued: they must be done before
+  // another stream (NCCL's) or the host (MPI) reads it.
+  buffers_.backend->synchronize();
   const size_t n = end - begin;
   const bool to_owner = config_.stage >= 1;
   if (buffers_.grad_dtype == StorageDType::kF32) {
     float* g = static_cast<float*>(buffers_.grads) + begin;
     if (to_owner)
-      comm_.reduce_sum(g, rank() == owner ? g : nullptr, n, owner);
+      buffer_comm_.reduce_sum(g, rank() == owner ? g : nullptr, n, owner);
     else
-      comm_.all_reduce_sum(g, n);
+      buffer_comm_.all_reduce_sum(g, n);
     return;
   }
   // bf16: summed as bf16 (half the bytes), every addition rounded to bf16 as the
   // micro-batches of one rank are added.
   Bf16* g = static_cast<Bf16*>(buffers_.grads) + begin;
   if (to_owner)
-    comm_.reduce_sum_bf16(g, rank() == owner ? g : nullptr, n, owner);
+    buffer_comm_.reduce_sum_bf16(g, rank() == owner ? g : nullptr, n, owner);
   else
-    comm_.all_reduce_sum_bf16(g, n);
+    buffer_comm_.all_reduce_sum_bf16(g, n);
 }
 
 double DataParallel::grad_sum_of_squares(const std::function<double()>& whole_buffer) {
@@ -119,7 +133,12 @@ double DataParallel::grad_sum_of_squares(const std::function<double()>& whole_bu
 }
 
 void DataParallel::gather_working_params() {
-  gather_partitions(buffers_.working_params, storage_dtype_bytes(buffers_.working_dtype));
+  if (config_.stage == 0 || world_size() == 1) return;
+  // The engine's writes of this rank's partition are done (its step synchronizes); each
+  // rank's partition sits at rank * S of the padded buffer: an in-place all-gather.
+  const size_t bytes = partition_.partition_size() * storage_dtype_bytes(buffers_.working_dtype);
+  char* all = static_cast<char*>(buffers_.working_params);
+  buffer_comm_.all_gather(all + rank() * bytes, all, bytes);
 }
 
 void DataParallel::gather_partitions(void* data, size_t elem_bytes) {

@@ -17,7 +17,10 @@
 // the communicator's fixed tree order (dist/tree_sum.h), so every stage gives the same
 // bits, and so do N ranks and one rank accumulating N micro-batches.
 //
-// The buffers are in host memory (the cpu device). bf16 gradients are summed as bf16,
+// Two communicators of the same ranks: `host` for the small host-side exchanges (losses,
+// norm block sums, the fp32 state gathered for a checkpoint) and `buffers` for the model's
+// gradient and parameter buffers, in the backend's memory: the same MPI or in-process
+// communicator on the cpu device, NCCL on the cuda device. bf16 gradients are summed as bf16,
 // every addition of the tree rounded to bf16, as one rank adds its micro-batches: bf16 runs
 // too give the same bits for any split of the global batch.
 #pragma once
@@ -40,18 +43,23 @@ class DataParallel {
     ComputeBackend* backend = nullptr;  // whose memory the buffers are in
     void* grads = nullptr;              // [num_params] of grad_dtype
     StorageDType grad_dtype = StorageDType::kF32;
-    void* working_params = nullptr;  // [num_params] of working_dtype
+    // [num_params] of working_dtype, in a buffer of at least partition().padded_size()
+    // elements from stage 1 (the ranks' partitions are all-gathered into it in place).
+    void* working_params = nullptr;
     StorageDType working_dtype = StorageDType::kF32;
     size_t num_params = 0;
   };
 
-  DataParallel(Communicator& comm, const ZeroConfig& config, ModelBuffers buffers);
+  DataParallel(Communicator& host, Communicator& buffers, const ZeroConfig& config,
+               ModelBuffers model);
 
   int rank() const { return comm_.rank(); }
   int world_size() const { return comm_.world_size(); }
   const ZeroConfig& config() const { return config_; }
   const ZeroPartition& partition() const { return partition_; }
   Communicator& communicator() { return comm_; }
+  // Elements the working-parameter buffer must hold: the padded flat space from stage 1.
+  static size_t working_params_capacity(size_t num_params, int world_size, int stage);
   // The parameters whose optimizer state this rank holds and updates: all of them at
   // stage 0, this rank's partition from stage 1.
   ParamRange state_range() const;
@@ -71,10 +79,12 @@ class DataParallel {
   double grad_sum_of_squares(const std::function<double()>& whole_buffer);
 
   // After the update: every rank's working parameters outside its state_range() are
-  // replaced by their owners' (stage >= 1, in buckets of allgather_bucket_size).
+  // replaced by their owners' (stage >= 1): one all-gather in place in the padded buffer,
+  // no staging memory.
   void gather_working_params();
-  // data[num_params] of elem_bytes elements is valid on state_range(); fills the rest
-  // from the other ranks (a no-op at stage 0).
+  // data[num_params] (host memory) of elem_bytes elements is valid on state_range(); fills
+  // the rest from the other ranks (a no-op at stage 0), in buckets of
+  // allgather_bucket_size: the fp32 state of a checkpoint.
   void gather_partitions(void* data, size_t elem_bytes);
 
   // The mean loss of the global batch from this rank's micro-batch losses (in order): the
@@ -86,7 +96,8 @@ class DataParallel {
   void reduce(size_t begin, size_t end, const Reduced& reduced);
   void reduce_piece(size_t begin, size_t end, int owner);
 
-  Communicator& comm_;
+  Communicator& comm_;         // host exchanges
+  Communicator& buffer_comm_;  // the model's buffers
   ZeroConfig config_;
   ModelBuffers buffers_;
   ZeroPartition partition_;
