@@ -98,6 +98,35 @@ TEST_F(LaunchMpi, TwoRanksGiveTheBitsOfOneProcessAccumulatingTwoMicroBatches) {
       fs::exists(resolve_checkpoint(dir_ / "two") / "optimizer_shard_00001_of_00002.safetensors"));
 }
 
+// Real MPI, a world size that divides neither the parameters nor a power of two: every
+// stage under the cpu, device and interleave schedules gives one process's bits.
+TEST_F(LaunchMpi, EveryStageAndScheduleOnThreeRanksGivesOneProcesssBits) {
+  const fs::path one = write_config("single", 3, 0);
+  ASSERT_EQ(testing::run_command(kTandem + " train --config " + one.string() +
+                                 " --set train.checkpoint_interval=0 --set train.eval_interval=0"
+                                 " --set train.steps=4 --metrics " +
+                                 (dir_ / "single.jsonl").string())
+                .exit_code,
+            0);
+  const std::string want = digest(dir_ / "single.jsonl");
+  ASSERT_EQ(want.size(), 16u);
+  for (int stage : {0, 1, 2}) {
+    for (const char* schedule : {"cpu", "device", "interleave"}) {
+      const std::string name = cat("s", stage, "_", schedule);
+      const fs::path config = write_config(name, 1, stage);
+      const fs::path metrics = dir_ / (name + ".jsonl");
+      const testing::CommandResult run = testing::run_command(
+          launcher_ + " -np 3 " + kTandem + " train --config " + config.string() +
+          " --set offload_optimizer.schedule=" + schedule +
+          " --set zero_optimization.sub_group_size=20000 --set train.checkpoint_interval=0"
+          " --set train.eval_interval=0 --set train.steps=4 --metrics " +
+          metrics.string());
+      ASSERT_EQ(run.exit_code, 0) << run.output;
+      EXPECT_EQ(digest(metrics), want) << "stage " << stage << ", schedule " << schedule;
+    }
+  }
+}
+
 TEST_F(LaunchMpi, RanksStartedDifferentlyAreRefusedNamingTheKey) {
   const fs::path config = write_config("differ", 1, 1);
   const std::string train = kTandem + " train --config " + config.string();
