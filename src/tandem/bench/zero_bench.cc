@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "tandem/core/error.h"
@@ -46,17 +48,18 @@ double median(std::vector<double> values) {
 // The files of one run, removed with it.
 struct RunDir {
   RunDir() {
-    path = fs::temp_directory_path() /
-           ("tandem_bench_zero_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
+    std::string name = (fs::temp_directory_path() / "tandem_bench_zero_XXXXXX").string();
+    TANDEM_CHECK(::mkdtemp(name.data()) != nullptr, "bench zero: cannot create a directory in ",
+                 fs::temp_directory_path().string(), " (", std::strerror(errno), ")");
+    path = name;
   }
   ~RunDir() {
     std::error_code ignored;
     fs::remove_all(path, ignored);
   }
+  RunDir(const RunDir&) = delete;
+  RunDir& operator=(const RunDir&) = delete;
   fs::path path;
-  static inline int counter = 0;
 };
 
 ZeroBenchCase run_case(const ZeroBenchOptions& options, int world, int stage,

@@ -1,9 +1,7 @@
 #include "tandem/train/sharded_checkpoint.h"
 
 #include <cstdio>
-#include <cstring>
 #include <memory>
-#include <optional>
 
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/ckpt/safetensors.h"

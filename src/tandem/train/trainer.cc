@@ -378,6 +378,16 @@ class Trainer {
     size_t comm_bytes_sent = 0, comm_bytes_received = 0;
   };
 
+  // What this rank moved so far through both communicators (one object on the cpu device).
+  CommunicatorTraffic traffic() const {
+    CommunicatorTraffic total = comm_.traffic();
+    if (&buffer_comm_ != &comm_) {
+      total.bytes_sent += buffer_comm_.traffic().bytes_sent;
+      total.bytes_received += buffer_comm_.traffic().bytes_received;
+    }
+    return total;
+  }
+
   // The figures of a step that may differ between ranks, one array per figure indexed by
   // rank, holding only the figures that do differ (a collective: every rank calls it).
   nlohmann::json per_rank_figures(double ms, const StepTimes& times) {
@@ -416,7 +426,7 @@ class Trainer {
   // and micro-batches gives the same bits (powers of two; or one rank).
   StepTimes train_step(float lr) {
     StepTimes times;
-    const CommunicatorTraffic traffic_before = comm_.traffic();
+    const CommunicatorTraffic traffic_before = traffic();
     const int accum = config_.gradient_accumulation_steps;
     const int world = comm_.world_size();
     const float loss_scale = 1.0f / static_cast<float>(accum * world);
@@ -471,8 +481,9 @@ class Trainer {
       TraceScope scope(&tracer_, "compute", "after update (parameter gather)");
       for (StepHooks* hooks : hooks_) hooks->after_update(step_ + 1);
     }
-    times.comm_bytes_sent = comm_.traffic().bytes_sent - traffic_before.bytes_sent;
-    times.comm_bytes_received = comm_.traffic().bytes_received - traffic_before.bytes_received;
+    const CommunicatorTraffic traffic_after = traffic();
+    times.comm_bytes_sent = traffic_after.bytes_sent - traffic_before.bytes_sent;
+    times.comm_bytes_received = traffic_after.bytes_received - traffic_before.bytes_received;
     return times;
   }
 

@@ -148,10 +148,10 @@ void DataParallel::gather_partitions(void* data, size_t elem_bytes) {
   const int world = world_size();
   std::vector<char> send(bucket * elem_bytes), recv(world * bucket * elem_bytes);
   auto* bytes = static_cast<char*>(data);
+  const ParamRange mine = partition_.range(rank());
   for (size_t offset = 0; offset < S; offset += bucket) {
     const size_t count = std::min(bucket, S - offset);
     // This rank's slice [offset, offset + count) of its partition, zero past the end.
-    const ParamRange mine = partition_.range(rank());
     std::fill(send.begin(), send.end(), 0);
     const size_t b = std::min(mine.end, mine.begin + offset);
     const size_t e = std::min(mine.end, mine.begin + offset + count);
