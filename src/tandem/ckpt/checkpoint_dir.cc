@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "tandem/core/checksum.h"
 #include "tandem/core/error.h"
@@ -256,17 +255,8 @@ fs::path StagedCheckpoint::publish(const nlohmann::json& extra) {
 
 fs::path save_checkpoint_dir(const fs::path& checkpoints_root, int64_t step,
                              const std::vector<CheckpointFileWriter>& files) {
-  // Names are checked before anything is written.
-  std::set<std::string> seen;
-  for (const CheckpointFileWriter& f : files) {
-    TANDEM_CHECK(is_plain_name(f.file_name) && f.file_name != kManifestName,
-                 checkpoints_root.string(), ": invalid checkpoint file name '", f.file_name,
-                 "' (must be a plain name other than manifest.json)");
-    TANDEM_CHECK(seen.insert(f.file_name).second, checkpoints_root.string(), ": checkpoint file '",
-                 f.file_name, "' is listed twice");
-    TANDEM_CHECK(static_cast<bool>(f.write), checkpoints_root.string(), ": checkpoint file '",
-                 f.file_name, "' has no writer");
-  }
+  // A bad name or a missing writer throws from write(): the staging directory goes with
+  // `staged`, and nothing that existed before changes.
   StagedCheckpoint staged(checkpoints_root, step);
   for (const CheckpointFileWriter& f : files) staged.write(f);
   return staged.publish();
