@@ -26,10 +26,35 @@ Layer layer_at(Pointer base, const std::array<size_t, 12>& o) {
           base + o[6], base + o[7], base + o[8], base + o[9], base + o[10], base + o[11]};
 }
 
+// The flat range of the tensors whose names start with `prefix` (contiguous in the layout).
+ParamRange range_of(const ParamLayout& layout, const std::string& prefix) {
+  ParamRange range{layout.num_elements(), 0};
+  for (const ParamView& view : layout.views()) {
+    if (!view.name.starts_with(prefix)) continue;
+    range.begin = std::min(range.begin, view.offset);
+    range.end = std::max(range.end, view.offset + view.numel);
+  }
+  return range;
+}
+
+std::string layer_prefix(int l) { return "transformer.h." + std::to_string(l) + "."; }
+
 }  // namespace
 
+std::vector<ParamRange> Gpt::blocks(const GptConfig& config) {
+  const ParamLayout layout = ParamLayout::gpt2(config);
+  std::vector<ParamRange> blocks{range_of(layout, "transformer.w")};  // wte and wpe
+  for (int l = 0; l < config.n_layer; l++) blocks.push_back(range_of(layout, layer_prefix(l)));
+  blocks.push_back(range_of(layout, "transformer.ln_f."));
+  for (size_t i = 0; i < blocks.size(); i++)
+    TANDEM_CHECK(blocks[i].begin == (i == 0 ? 0 : blocks[i - 1].end),
+                 "GPT-2 blocks must be contiguous and in layout order (block ", i, ")");
+  TANDEM_CHECK(blocks.back().end == layout.num_elements(), "GPT-2 blocks must cover the layout");
+  return blocks;
+}
+
 Gpt::Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len,
-         StorageDType dtype, size_t params_capacity)
+         StorageDType dtype, GptOwnBuffers own)
     : config_(config),
       backend_(backend),
       max_batch_(max_batch),
@@ -37,20 +62,21 @@ Gpt::Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int ma
       dtype_(dtype),
       layout_(ParamLayout::gpt2(config)) {
   config_.validate();
-  wte_ = layout_.at("transformer.wte.weight").offset;
-  wpe_ = layout_.at("transformer.wpe.weight").offset;
-  lnfw_ = layout_.at("transformer.ln_f.weight").offset;
-  lnfb_ = layout_.at("transformer.ln_f.bias").offset;
+  blocks_ = blocks(config_);
+  const size_t embeddings = blocks_[embedding_block()].begin;
+  wte_ = layout_.at("transformer.wte.weight").offset - embeddings;
+  wpe_ = layout_.at("transformer.wpe.weight").offset - embeddings;
+  lnfw_ = layout_.at("transformer.ln_f.weight").offset - blocks_[lnf_block()].begin;
+  lnfb_ = layout_.at("transformer.ln_f.bias").offset - blocks_[lnf_block()].begin;
   for (int l = 0; l < config_.n_layer; l++) {
-    const std::string prefix = "transformer.h." + std::to_string(l) + ".";
-    std::array<size_t, 12> offsets;
-    for (size_t i = 0; i < offsets.size(); i++)
-      offsets[i] = layout_.at(prefix + kLayerTensors[i]).offset;
-    layer_offsets_.push_back(offsets);
-    layer_ranges_.push_back(range_of(prefix));
+    for (size_t i = 0; i < layer_offsets_.size(); i++) {
+      const size_t offset =
+          layout_.at(layer_prefix(l) + kLayerTensors[i]).offset - blocks_[layer_block(l)].begin;
+      TANDEM_CHECK(l == 0 || offset == layer_offsets_[i],
+                   "GPT-2 layers must share one layout within the block");
+      layer_offsets_[i] = offset;
+    }
   }
-  lnf_range_ = range_of("transformer.ln_f.");
-  embedding_range_ = range_of("transformer.w");  // wte and wpe
   TANDEM_CHECK(max_batch >= 1, "batch size must be at least 1, got ", max_batch);
   TANDEM_CHECK(max_seq_len >= 1 && max_seq_len <= config.context_length, "sequence length ",
                max_seq_len, " must be in 1..", config.context_length, " (model.context_length)");
@@ -65,8 +91,8 @@ Gpt::Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int ma
   auto elems = [&](size_t n) { return allocate(n * elem_bytes); };
   auto floats = [&](size_t n) { return allocate(n * sizeof(float)); };
 
-  params_ = elems(std::max(P, params_capacity));
-  grads_ = elems(P);
+  if (own.params) params_ = elems(std::max(P, own.params_capacity));
+  if (own.grads) grads_ = elems(P);
   tokens_ = allocate(BT * sizeof(int32_t));
   targets_ = allocate(BT * sizeof(int32_t));
   encoded_ = elems(BT * C);
@@ -127,14 +153,29 @@ void Gpt::check_elem() const {
 template void Gpt::check_elem<float>() const;
 template void Gpt::check_elem<Bf16>() const;
 
-template <typename Elem>
-Gpt::LayerParams<Elem> Gpt::layer_params(int l) const {
-  return layer_at<LayerParams<Elem>>(params_.as<const Elem>(), layer_offsets_[l]);
+void Gpt::check_own(const Buffer& buffer, const char* what) const {
+  TANDEM_CHECK(buffer.as<void>() != nullptr, "the model's ", what,
+               " live in its BlockMemory (ZeRO stage 2 or 3 partitions them), not in a flat "
+               "buffer of its own");
 }
 
-template <typename Elem>
-Gpt::LayerGrads<Elem> Gpt::layer_grads(int l) {
-  return layer_at<LayerGrads<Elem>>(grads_.as<Elem>(), layer_offsets_[l]);
+void Gpt::set_block_memory(BlockMemory* memory) {
+  if (memory == nullptr) {
+    check_own(params_, "parameters");
+    check_own(grads_, "gradients");
+  }
+  memory_ = memory != nullptr ? memory : &own_memory_;
+}
+
+const void* Gpt::OwnBlockMemory::acquire_params(int block) {
+  model_.check_own(model_.params_, "parameters");
+  return model_.params_.as<char>() +
+         model_.blocks_[block].begin * storage_dtype_bytes(model_.dtype_);
+}
+
+void* Gpt::OwnBlockMemory::acquire_grads(int block) {
+  model_.check_own(model_.grads_, "gradients");
+  return model_.grads_.as<char>() + model_.blocks_[block].begin * storage_dtype_bytes(model_.dtype_);
 }
 
 template <typename Elem>
@@ -196,26 +237,33 @@ std::vector<float> Gpt::download(const void* src, size_t n) const {
 }
 
 void Gpt::set_params(const std::vector<float>& host_params) {
+  check_own(params_, "parameters");
   TANDEM_CHECK(host_params.size() == layout_.num_elements(), "parameter count mismatch: got ",
                host_params.size(), ", model has ", layout_.num_elements());
   upload(params(), host_params.data(), host_params.size());
 }
 
 std::vector<float> Gpt::params_to_host() const {
+  check_own(params_, "parameters");
   return download(params(), layout_.num_elements());
 }
 
-std::vector<float> Gpt::grads_to_host() const { return download(grads(), layout_.num_elements()); }
+std::vector<float> Gpt::grads_to_host() const {
+  check_own(grads_, "gradients");
+  return download(grads(), layout_.num_elements());
+}
 
 std::vector<float> Gpt::logits_to_host() const {
   return download(logits_.as<void>(), static_cast<size_t>(last_B_) * last_T_ * config_.vocab_size);
 }
 
 void Gpt::zero_grads() {
+  if (grads_.as<void>() == nullptr) return;  // a BlockMemory's gradients start at zero
   backend_.fill_zero(grads(), layout_.num_elements() * storage_dtype_bytes(dtype_));
 }
 
 double Gpt::grad_sum_of_squares() {
+  check_own(grads_, "gradients");
   const size_t n = layout_.num_elements();
   return dtype_ == StorageDType::kBF16 ? backend_.sum_of_squares(grads_.as<Bf16>(), n)
                                        : backend_.sum_of_squares(grads_.as<float>(), n);
@@ -247,12 +295,17 @@ float Gpt::forward_as(int B, int T, bool with_targets) {
   const int C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
   const int N = B * T;
   StorageKernels<Elem>& k = backend_.kernels<Elem>();
-  const Elem* params = params_.as<Elem>();
   Elem* encoded = encoded_.as<Elem>();
-  k.encoder_forward(encoded, tokens_.as<int32_t>(), params + wte_, params + wpe_, B, T, C);
+  {
+    const Elem* embeddings = acquire_params_as<Elem>(embedding_block());
+    k.encoder_forward(encoded, tokens_.as<int32_t>(), embeddings + wte_, embeddings + wpe_, B, T,
+                      C);
+    memory_->release_params(embedding_block());
+  }
   const Elem* residual = encoded;  // [N, C]
   for (int l = 0; l < config_.n_layer; l++) {
-    const LayerParams<Elem> w = layer_params<Elem>(l);
+    const auto w = layer_at<LayerParams<Elem>>(acquire_params_as<Elem>(layer_block(l)),
+                                               layer_offsets_);
     const LayerActs<Elem> a = layer_acts<Elem>(l);
     k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
     k.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, 3 * C);           // [N, 3C]
@@ -264,14 +317,19 @@ float Gpt::forward_as(int B, int T, bool with_targets) {
     k.gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * 4 * C);
     k.matmul_forward(a.fcproj, a.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);  // [N, C]
     k.residual_forward(a.residual3, a.residual2, a.fcproj, static_cast<size_t>(N) * C);
+    memory_->release_params(layer_block(l));
     residual = a.residual3;
   }
   Elem* lnf = lnf_.as<Elem>();
   Elem* logits = logits_.as<Elem>();
-  k.layernorm_forward(lnf, lnf_mean_.as<float>(), lnf_rstd_.as<float>(), residual, params + lnfw_,
-                      params + lnfb_, N, C);
+  const Elem* lnf_params = acquire_params_as<Elem>(lnf_block());
+  k.layernorm_forward(lnf, lnf_mean_.as<float>(), lnf_rstd_.as<float>(), residual,
+                      lnf_params + lnfw_, lnf_params + lnfb_, N, C);
+  memory_->release_params(lnf_block());
   // Tied LM head: logits[N, V] = lnf[N, C] @ wte[V, C]^T
-  k.matmul_forward(logits, lnf, params + wte_, nullptr, N, C, V);
+  const Elem* embeddings = acquire_params_as<Elem>(embedding_block());
+  k.matmul_forward(logits, lnf, embeddings + wte_, nullptr, N, C, V);
+  memory_->release_params(embedding_block());
   if (!with_targets) return std::numeric_limits<float>::quiet_NaN();
 
   k.cross_entropy_forward(losses_.as<float>(), logits, targets_.as<int32_t>(), N, V);
@@ -280,16 +338,6 @@ float Gpt::forward_as(int B, int T, bool with_targets) {
   double sum = 0.0;
   for (float loss : losses) sum += loss;
   return static_cast<float>(sum / N);
-}
-
-std::pair<size_t, size_t> Gpt::range_of(const std::string& prefix) const {
-  size_t begin = layout_.num_elements(), end = 0;
-  for (const ParamView& view : layout_.views()) {
-    if (!view.name.starts_with(prefix)) continue;
-    begin = std::min(begin, view.offset);
-    end = std::max(end, view.offset + view.numel);
-  }
-  return {begin, end};
 }
 
 void Gpt::backward(float loss_scale, const GradientsReady& ready) {
@@ -302,15 +350,15 @@ void Gpt::backward(float loss_scale, const GradientsReady& ready) {
 
 template <typename Elem>
 void Gpt::backward_as(float loss_scale, const GradientsReady& ready) {
-  auto announce = [&](std::pair<size_t, size_t> range) {
-    if (ready) ready(range.first, range.second);
+  // A block's gradients are complete: its memory may reduce them, and `ready` is told.
+  auto finish_block = [&](int block) {
+    memory_->release_grads(block);
+    if (ready) ready(blocks_[block].begin, blocks_[block].end);
   };
   const int B = last_B_, T = last_T_;
   const int C = config_.n_embd, V = config_.vocab_size, NH = config_.n_head;
   const int N = B * T;
   StorageKernels<Elem>& k = backend_.kernels<Elem>();
-  const Elem* params = params_.as<Elem>();
-  Elem* grads = grads_.as<Elem>();
   const Elem* encoded = encoded_.as<Elem>();
   Elem* dres = dresidual_.as<Elem>();
   Elem* dlogits = dlogits_.as<Elem>();
@@ -322,18 +370,31 @@ void Gpt::backward_as(float loss_scale, const GradientsReady& ready) {
   // loss = loss_scale * mean over N positions
   k.cross_entropy_backward(dlogits, logits_.as<Elem>(), targets_.as<int32_t>(), loss_scale / N, N,
                            V);
-  k.matmul_backward(dbt_c, grads + wte_, nullptr, dlogits, lnf_.as<Elem>(), params + wte_, N, C,
-                    V);  // dbt_c = dlnf
+  // The embeddings' gradients collect the LM head's now and the lookup's last.
+  Elem* embedding_grads = acquire_grads_as<Elem>(embedding_block());
+  {
+    const Elem* embeddings = acquire_params_as<Elem>(embedding_block());
+    k.matmul_backward(dbt_c, embedding_grads + wte_, nullptr, dlogits, lnf_.as<Elem>(),
+                      embeddings + wte_, N, C, V);  // dbt_c = dlnf
+    memory_->release_params(embedding_block());
+  }
   backend_.fill_zero(dres, static_cast<size_t>(N) * C * sizeof(Elem));
   const Elem* last_residual =
       config_.n_layer > 0 ? layer_acts<Elem>(config_.n_layer - 1).residual3 : encoded;
-  k.layernorm_backward(dres, grads + lnfw_, grads + lnfb_, dbt_c, last_residual, params + lnfw_,
-                       lnf_mean_.as<float>(), lnf_rstd_.as<float>(), N, C);
-  announce(lnf_range_);
+  {
+    const Elem* lnf_params = acquire_params_as<Elem>(lnf_block());
+    Elem* lnf_grads = acquire_grads_as<Elem>(lnf_block());
+    k.layernorm_backward(dres, lnf_grads + lnfw_, lnf_grads + lnfb_, dbt_c, last_residual,
+                         lnf_params + lnfw_, lnf_mean_.as<float>(), lnf_rstd_.as<float>(), N, C);
+    memory_->release_params(lnf_block());
+    finish_block(lnf_block());
+  }
 
   for (int l = config_.n_layer - 1; l >= 0; l--) {
-    const LayerParams<Elem> w = layer_params<Elem>(l);
-    const LayerGrads<Elem> g = layer_grads<Elem>(l);
+    const auto w = layer_at<LayerParams<Elem>>(acquire_params_as<Elem>(layer_block(l)),
+                                               layer_offsets_);
+    const auto g =
+        layer_at<LayerGrads<Elem>>(acquire_grads_as<Elem>(layer_block(l)), layer_offsets_);
     const LayerActs<Elem> a = layer_acts<Elem>(l);
     const Elem* residual = l == 0 ? encoded : layer_acts<Elem>(l - 1).residual3;
     // residual3 = residual2 + fcproj: dres is the gradient of both.
@@ -348,10 +409,12 @@ void Gpt::backward_as(float loss_scale, const GradientsReady& ready) {
     k.matmul_backward(dbt_c, g.qkvw, g.qkvb, dqkv, a.ln1, w.qkvw, N, C, 3 * C);  // dln1
     k.layernorm_backward(dres, g.ln1w, g.ln1b, dbt_c, residual, w.ln1w, a.ln1_mean, a.ln1_rstd, N,
                          C);
-    announce(layer_ranges_[l]);
+    memory_->release_params(layer_block(l));
+    finish_block(layer_block(l));
   }
-  k.encoder_backward(grads + wte_, grads + wpe_, dres, tokens_.as<int32_t>(), B, T, C);
-  announce(embedding_range_);
+  k.encoder_backward(embedding_grads + wte_, embedding_grads + wpe_, dres, tokens_.as<int32_t>(),
+                     B, T, C);
+  finish_block(embedding_block());
 }
 
 }  // namespace tandem

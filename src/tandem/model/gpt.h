@@ -15,20 +15,41 @@
 #include <vector>
 
 #include "tandem/compute/compute_backend.h"
+#include "tandem/model/block_memory.h"
 #include "tandem/model/gpt_config.h"
 #include "tandem/model/param_layout.h"
+#include "tandem/model/param_range.h"
 
 namespace tandem {
+
+// The flat buffers a Gpt allocates for itself. Without them (ZeRO stages 2 and 3) a
+// BlockMemory must be given (Gpt::set_block_memory) before forward or backward.
+struct GptOwnBuffers {
+  bool params = true;
+  // Elements of the parameter buffer when more than the parameters (ZeRO gathers the
+  // ranks' equal partitions of the padded flat space into it in place); the padding is
+  // zero and nothing reads it.
+  size_t params_capacity = 0;
+  bool grads = true;
+};
 
 class Gpt {
  public:
   // Allocates parameters, gradients and activations for batches of up to
   // max_batch x max_seq_len tokens (max_seq_len <= context_length).
-  // params_capacity: elements of the parameter buffer when more than the parameters (ZeRO
-  // gathers the ranks' equal partitions of the padded flat space into it in place); the
-  // padding is zero and nothing reads it.
   Gpt(const GptConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len,
-      StorageDType dtype = StorageDType::kF32, size_t params_capacity = 0);
+      StorageDType dtype = StorageDType::kF32, GptOwnBuffers own = {});
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+
+  // The model's blocks in flat order: the embeddings (wte, wpe), each layer, ln_f. Each is
+  // contiguous; together they cover the parameters once. Backward completes them from the
+  // last to the first (BlockMemory::release_grads, GradientsReady).
+  static std::vector<ParamRange> blocks(const GptConfig& config);
+  const std::vector<ParamRange>& blocks() const { return blocks_; }
+  // Where forward and backward find parameters and put gradients from now on; null: the
+  // model's own buffers (which must then have been allocated).
+  void set_block_memory(BlockMemory* memory);
 
   // Bytes of activations (and backward scratch, token ids) the constructor allocates
   // for batches of max_batch x max_seq_len; parameters and gradients add
@@ -45,7 +66,8 @@ class Gpt {
   int max_seq_len() const { return max_seq_len_; }
   StorageDType dtype() const { return dtype_; }
 
-  // Flat buffers of layout().num_elements() elements of dtype() in backend memory.
+  // Flat buffers of layout().num_elements() elements of dtype() in backend memory; null
+  // when not allocated (GptOwnBuffers).
   void* params() { return params_.as<void>(); }
   const void* params() const { return params_.as<void>(); }
   void* grads() { return grads_.as<void>(); }
@@ -79,15 +101,16 @@ class Gpt {
   // targets (host, [B,T]) returns the mean cross-entropy loss and keeps what backward
   // needs; without, computes logits only and returns NaN.
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
-  // Called during backward with a range [begin, end) of the flat gradient buffer as
-  // soon as the kernels that finish it are queued on backend().stream(): ln_f first,
-  // then each block from the last to the first, the embeddings last. The host does not
+  // Called during backward with a block's range [begin, end) of the flat gradient buffer
+  // as soon as the kernels that finish it are queued on backend().stream() (after
+  // BlockMemory::release_grads): ln_f first, then each layer from the last to the first,
+  // the embeddings last. The host does not
   // wait for them: a consumer orders its reads after them with an event on that stream,
   // as the update engine does (DeviceBuffers::producer) to offload those gradients
   // while the rest of backward runs.
   using GradientsReady = std::function<void(size_t begin, size_t end)>;
 
-  // Adds d(loss_scale * mean loss)/d(params) to grads(); needs the forward pass just
+  // Adds d(loss_scale * mean loss)/d(params) to the gradients; needs the forward pass just
   // before it to have had targets. loss_scale = 1/accumulation_steps averages
   // micro-batches. `ready` (optional) is told as ranges of gradients become final.
   void backward(float loss_scale = 1.0f, const GradientsReady& ready = {});
@@ -119,8 +142,22 @@ class Gpt {
     Elem *fch, *fch_gelu, *fcproj, *residual3;
   };
 
+  // The model's own buffers as a BlockMemory (the default).
+  class OwnBlockMemory final : public BlockMemory {
+   public:
+    explicit OwnBlockMemory(Gpt& model) : model_(model) {}
+    const void* acquire_params(int block) override;
+    void release_params(int) override {}
+    void* acquire_grads(int block) override;
+    void release_grads(int) override {}
+
+   private:
+    Gpt& model_;
+  };
+
   template <typename Elem>
   void check_elem() const;
+  void check_own(const Buffer& buffer, const char* what) const;
   template <typename Elem>
   float forward_as(int B, int T, bool with_targets);
   template <typename Elem>
@@ -129,12 +166,19 @@ class Gpt {
   void upload(void* dst, const float* host, size_t n);
   std::vector<float> download(const void* src, size_t n) const;
 
-  // [first, last) flat offsets of a set of tensors whose names start with `prefix`.
-  std::pair<size_t, size_t> range_of(const std::string& prefix) const;
+  // Block indices into blocks_.
+  int embedding_block() const { return 0; }
+  int layer_block(int l) const { return 1 + l; }
+  int lnf_block() const { return config_.n_layer + 1; }
+  // A block's parameters or gradients through memory_, typed.
   template <typename Elem>
-  LayerParams<Elem> layer_params(int l) const;
+  const Elem* acquire_params_as(int block) {
+    return static_cast<const Elem*>(memory_->acquire_params(block));
+  }
   template <typename Elem>
-  LayerGrads<Elem> layer_grads(int l);
+  Elem* acquire_grads_as(int block) {
+    return static_cast<Elem*>(memory_->acquire_grads(block));
+  }
   template <typename Elem>
   LayerActs<Elem> layer_acts(int l) const;
 
@@ -144,15 +188,15 @@ class Gpt {
   int max_seq_len_;
   StorageDType dtype_;
   ParamLayout layout_;
-  // Flat offsets looked up once, by name, at construction: forward and backward only
-  // add them to the buffer base pointers.
+  // Offsets within their block, looked up once, by name, at construction: forward and
+  // backward only add them to a block's base pointer.
   size_t wte_ = 0, wpe_ = 0, lnfw_ = 0, lnfb_ = 0;
-  std::vector<std::array<size_t, 12>> layer_offsets_;  // in LayerParams order
-  // The ranges backward announces as final: ln_f, each block, the embeddings.
-  std::pair<size_t, size_t> lnf_range_, embedding_range_;
-  std::vector<std::pair<size_t, size_t>> layer_ranges_;
+  std::array<size_t, 12> layer_offsets_{};  // in LayerParams order, the same in every layer
+  std::vector<ParamRange> blocks_;
   Buffer params_;
   Buffer grads_;
+  OwnBlockMemory own_memory_{*this};
+  BlockMemory* memory_ = &own_memory_;
 
   // Activations, sized for max_batch x max_seq_len (BT below), with the L per-layer
   // tensors stacked: e.g. qkv is [L, BT, 3C]. dtype() elements, but the means, rstds,

@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tandem/model/param_range.h"
+
 namespace tandem {
 
 enum class UpdateSchedule {
@@ -38,13 +40,6 @@ struct OffloadSettings {
   double ratio = 0.5;                   // offload_optimizer.ratio, for kRatio: in [0, 1]
   int stride = 2;                       // offload_optimizer.stride k, for kInterleave: >= 1
   int staging_buffers = 2;              // device staging buffers for kDeviceStaged subgroups
-};
-
-// A range [begin, end) of the flat parameter space.
-struct ParamRange {
-  size_t begin = 0, end = 0;
-  size_t size() const { return end - begin; }
-  bool operator==(const ParamRange&) const = default;
 };
 
 struct Subgroup {

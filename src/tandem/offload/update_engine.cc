@@ -62,6 +62,13 @@ UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& 
       buffers_(buffers) {
   TANDEM_CHECK(plan_.num_params == layout.num_elements(), "offload plan covers ", plan_.num_params,
                " parameters, the model has ", layout.num_elements());
+  if (!buffers_.working_range) buffers_.working_range = ParamRange{0, plan_.num_params};
+  const ParamRange part = plan_.partition, held = *buffers_.working_range;
+  TANDEM_CHECK(held.begin <= part.begin && part.end <= held.end && held.end <= plan_.num_params,
+               "the working parameters [", held.begin, ", ", held.end,
+               ") must cover the plan's partition [", part.begin, ", ", part.end, ")");
+  TANDEM_CHECK(buffers_.grads_begin <= part.begin, "the gradients start at ", buffers_.grads_begin,
+               ", after the plan's partition [", part.begin, ", ", part.end, ")");
   const std::vector<AdamWSegment> decay_segments = adamw_segments(layout);
 
   size_t host_state_floats = 0, host_grad_floats = 0, device_state_floats = 0;
@@ -153,7 +160,7 @@ size_t UpdateEngine::grad_bytes() const {
 }
 
 const void* UpdateEngine::grad_at(size_t index) const {
-  return static_cast<const char*>(buffers_.grads) + index * grad_bytes();
+  return static_cast<const char*>(buffers_.grads) + (index - buffers_.grads_begin) * grad_bytes();
 }
 
 AdamWArrays UpdateEngine::arrays(float* state, size_t size, const void* grads) const {
@@ -167,7 +174,8 @@ AdamWArrays UpdateEngine::arrays(float* state, size_t size, const void* grads) c
 }
 
 void* UpdateEngine::working_at(size_t index) const {
-  return static_cast<char*>(buffers_.working_params) + index * working_bytes();
+  return static_cast<char*>(buffers_.working_params) +
+         (index - working_range().begin) * working_bytes();
 }
 
 void UpdateEngine::send_gradients(SubgroupState& sg) {
@@ -248,16 +256,19 @@ void UpdateEngine::load_state(const float* params, const float* m, const float* 
     device_.copy_async(sg->m(), m + b, bytes, *stream);
     device_.copy_async(sg->v(), v + b, bytes, *stream);
   }
+  const ParamRange held = working_range();
   std::vector<uint16_t> working16;
-  const void* working = params;
+  const void* working = params + held.begin;
   if (is_16_bit(buffers_.working_dtype)) {
-    working16.resize(plan_.num_params);
-    for (size_t i = 0; i < plan_.num_params; i++)
-      working16[i] = buffers_.working_dtype == WorkingDType::kBF16 ? float_to_bf16(params[i])
-                                                                   : float_to_fp16(params[i]);
+    working16.resize(held.size());
+    for (size_t i = 0; i < held.size(); i++) {
+      const float p = params[held.begin + i];
+      working16[i] = buffers_.working_dtype == WorkingDType::kBF16 ? float_to_bf16(p)
+                                                                   : float_to_fp16(p);
+    }
     working = working16.data();
   }
-  device_.copy_async(buffers_.working_params, working, plan_.num_params * working_bytes(), *stream);
+  device_.copy_async(buffers_.working_params, working, held.size() * working_bytes(), *stream);
   release_to_producer({stream.get()});
   stream->synchronize();
   step_ = step;

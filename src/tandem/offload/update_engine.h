@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tandem/core/thread_pool.h"
@@ -44,6 +45,12 @@ class UpdateEngine {
     const void* grads = nullptr;
     WorkingDType working_dtype = WorkingDType::kF32;
     GradDType grad_dtype = GradDType::kF32;
+    // The flat index of grads[0]: 0 for a buffer of all gradients, a partition's start
+    // when the buffer holds only that partition's (ZeRO stages 2 and 3).
+    size_t grads_begin = 0;
+    // The flat range working_params holds, from its first element: all parameters when
+    // unset; a partition at ZeRO stage 3. It covers the plan's partition.
+    std::optional<ParamRange> working_range;
     // The stream the model's kernels run on, when they run asynchronously (a GPU). Both
     // ways are ordered on the device, with events, never by the host: the engine's reads
     // of the gradients and its writes of the working parameters wait for the work queued
@@ -67,7 +74,7 @@ class UpdateEngine {
   int64_t step_count() const { return step_; }
 
   // Loads fp32 params, m, v (host, flat layout order) and the step count, and writes
-  // the working parameters.
+  // the working parameters (those of DeviceBuffers::working_range).
   void load_state(const float* params, const float* m, const float* v, int64_t step);
   // Copies the fp32 params, m, v out into host arrays in flat layout order (also after
   // a failed step, to inspect what each subgroup holds).
@@ -112,6 +119,7 @@ class UpdateEngine {
   AdamWArrays arrays(float* state, size_t size, const void* grads) const;
   // The working copy of parameter `index` in device memory.
   void* working_at(size_t index) const;
+  ParamRange working_range() const { return *buffers_.working_range; }
 
   Device& device_;
   ThreadPool& pool_;

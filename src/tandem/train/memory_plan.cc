@@ -16,8 +16,11 @@ namespace {
 void add_up(TrainingMemoryPlan& plan) {
   const TierBytes engine =
       engine_memory_needs(plan.offload, plan.model_elem_bytes, plan.model_elem_bytes);
-  plan.optimizer_device_bytes = engine.device - plan.model_bytes;
-  plan.total.device = plan.activation_bytes + engine.device;
+  // engine_memory_needs counts a full working copy and gradient buffer; the model's are
+  // counted in model_bytes (padded, or partitioned).
+  plan.optimizer_device_bytes = engine.device - plan.num_params * 2 * plan.model_elem_bytes;
+  plan.total.device = plan.activation_bytes + plan.model_bytes + plan.zero_buffer_bytes +
+                      plan.optimizer_device_bytes;
   plan.total.pinned_host = engine.pinned_host;
   // Host: the fp32 params, m and v gathered when a checkpoint is written.
   plan.total.host = plan.num_params * 3 * sizeof(float);
@@ -57,10 +60,22 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   plan.activation_bytes = Gpt::activation_bytes(config.model, config.micro_batch_size,
                                                 config.seq_len(), config.storage_dtype());
   plan.model_elem_bytes = storage_dtype_bytes(config.storage_dtype());
-  // Working params (padded to world_size equal partitions from ZeRO stage 1) + gradients.
-  const size_t params_capacity =
-      DataParallel::working_params_capacity(plan.num_params, world_size, config.zero.stage);
-  plan.model_bytes = (params_capacity + plan.num_params) * plan.model_elem_bytes;
+  // Working params (padded to world_size equal partitions at ZeRO stages 1 and 2, this
+  // rank's partition at 3) + gradients (all below stage 2, this rank's partition from it).
+  const int stage = config.zero.stage;
+  const size_t e = plan.model_elem_bytes;
+  const size_t S = ZeroPartition(plan.num_params, world_size).partition_size();
+  const size_t params_held =
+      stage == 3 ? S
+                 : DataParallel::working_params_capacity(plan.num_params, world_size, stage);
+  const size_t grads_held = DataParallel::model_holds_gradients(stage) ? plan.num_params : S;
+  plan.model_bytes = (params_held + grads_held) * e;
+  if (stage >= 2) {
+    const size_t partitioned = DataParallel::partitioned_bytes(
+        Gpt::blocks(config.model), plan.num_params, world_size, config.zero,
+        config.storage_dtype(), config.gradient_accumulation_steps);
+    plan.zero_buffer_bytes = partitioned - (stage == 3 ? 2 * S : S) * e;
+  }
   const bool automatic = config.offload.schedule == UpdateSchedule::kAuto;
   // Until the rates are known, `auto` is costed as its least demanding choice (all CPU).
   OffloadSettings fixed = config.offload;
@@ -76,7 +91,7 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   if (sample < 1024) return plan;
   plan.rates = calibrate_update_rates(device, pool, sample);
   if (automatic) {
-    const size_t taken = plan.activation_bytes + plan.model_bytes;
+    const size_t taken = plan.activation_bytes + plan.model_bytes + plan.zero_buffer_bytes;
     plan.offload = make_auto_plan(config.offload, plan.num_params, state_range, plan.rates,
                                   plan.device_capacity - taken);
     add_up(plan);
@@ -104,11 +119,18 @@ std::string TrainingMemoryPlan::to_text() const {
                 offload.partition.size(), " parameters [", offload.partition.begin, ", ",
                 offload.partition.end, "); model states ", format_bytes(model_state_bytes()),
                 " (working params + gradients ", format_bytes(model_bytes), ", fp32 params, m, v ",
-                format_bytes(offload.partition.size() * 3 * sizeof(float)), ")\n");
+                format_bytes(offload.partition.size() * 3 * sizeof(float)), ")",
+                zero_buffer_bytes > 0
+                    ? cat("; buffers ", format_bytes(zero_buffer_bytes),
+                          zero_stage == 3 ? " (gradient slots, gathered and persistent parameters)"
+                                          : " (gradient slots and micro-batch partials)")
+                    : std::string(),
+                "\n");
   text += cat("memory per tier", world_size > 1 ? " (per rank)" : "", ":\n",
               "  device:      ", format_bytes(total.device), " of ", format_bytes(device_capacity),
               " (activations ", format_bytes(activation_bytes), ", working params + gradients ",
-              format_bytes(model_bytes), model_elem_bytes == 2 ? " in bf16" : " in fp32",
+              format_bytes(model_bytes + zero_buffer_bytes),
+              model_elem_bytes == 2 ? " in bf16" : " in fp32",
               ", optimizer state + staging ", format_bytes(optimizer_device_bytes), ")",
               fits() ? "" : "  << does not fit", "\n",
               "  pinned host: ", format_bytes(total.pinned_host),
@@ -126,7 +148,7 @@ void check_fits(const TrainingMemoryPlan& plan, const TrainConfig& config) {
   fail("device memory too small: the '", update_schedule_name(plan.offload.settings.schedule),
        "' schedule needs ", format_bytes(plan.total.device), " on the device (activations ",
        format_bytes(plan.activation_bytes), ", working params + gradients ",
-       format_bytes(plan.model_bytes), ", optimizer state + staging ",
+       format_bytes(plan.model_bytes + plan.zero_buffer_bytes), ", optimizer state + staging ",
        format_bytes(plan.optimizer_device_bytes), ") and ", format_bytes(plan.total.pinned_host),
        " of pinned host memory, but device.memory_gb = ", config.device.memory_gb,
        "; raise device.memory_gb, offload more optimizer state (offload_optimizer.schedule cpu, "

@@ -22,7 +22,10 @@ struct TrainingMemoryPlan {
   size_t device_capacity = 0;
   size_t activation_bytes = 0;        // device: activations and backward scratch
   size_t model_elem_bytes = 4;        // bytes per working param and gradient (fp32 or bf16)
-  size_t model_bytes = 0;             // device: working params + gradients
+  size_t model_bytes = 0;             // device: working params + gradients this rank holds
+  // device, ZeRO stages 2 and 3: gradient slots, micro-batch partials, persistent and
+  // gathered parameters (buffers, not model states).
+  size_t zero_buffer_bytes = 0;
   size_t optimizer_device_bytes = 0;  // device: resident fp32 state + staging buffers
   TierBytes total;                    // every tier, all of the above included
   UpdateRates rates;
@@ -32,8 +35,8 @@ struct TrainingMemoryPlan {
   int zero_stage = 0;
 
   // What ZeRO's paper counts as model states, per rank: working params, gradients and
-  // the fp32 params, m and v this rank holds (16P at stage 0 in mixed precision, 4P +
-  // 12P/N at stage 1; stage 2's 2P + 14P/N needs partitioned gradients, not built yet).
+  // the fp32 params, m and v this rank holds (in mixed precision: 16P at stage 0, 4P +
+  // 12P/N at stage 1, 2P + 14P/N at stage 2, 16P/N at stage 3, up to the padding).
   size_t model_state_bytes() const;
 
   bool fits() const { return total.device <= device_capacity; }

@@ -394,9 +394,6 @@ TrainConfig parse_train_config(const json& config_json) {
   config.offload.sub_group_size = static_cast<size_t>(sub_group_size);
   ZeroConfig& z = config.zero;
   zero.read_int("stage", z.stage, 0, 3, "0, 1, 2 or 3");
-  TANDEM_CHECK(z.stage != 3,
-               "zero_optimization.stage 3 (partitioned parameters) is not implemented yet; use "
-               "stage 2, which partitions the gradients and the optimizer state");
   zero.read_bool("overlap_comm", z.overlap_comm);
   zero.read_bool("contiguous_gradients", z.contiguous_gradients);
   auto read_size = [&](std::string_view key, size_t& out) {

@@ -23,7 +23,7 @@
 #include "tandem/offload/update_engine.h"
 #include "tandem/optim/grad_clip.h"
 #include "tandem/optim/lr_schedule.h"
-#include "tandem/train/gradient_accumulator.h"
+#include "tandem/dist/gradient_accumulator.h"
 #include "tandem/train/memory_plan.h"
 #include "tandem/train/metrics_log.h"
 #include "tandem/train/progress.h"
@@ -123,25 +123,33 @@ class Trainer {
         plan_(checked_plan(config, *device_, optimizer_pool_, comm)),
         backend_(on_gpu() ? make_cuda_backend(*device_) : make_cpu_backend(*device_)),
         model_(config.model, *backend_, B_, T_, config.storage_dtype(),
-               DataParallel::working_params_capacity(
-                   static_cast<size_t>(config.model.num_parameters()), comm.world_size(),
-                   config.zero.stage)),
-        engine_(*device_, optimizer_pool_, model_.layout(), plan_.offload,
-                AdamWHyper{.lr = config.optimizer.lr,
-                           .beta1 = config.optimizer.beta1,
-                           .beta2 = config.optimizer.beta2,
-                           .eps = config.optimizer.eps,
-                           .weight_decay = config.optimizer.weight_decay},
-                device_buffers(model_)),
+               {.params = config.zero.stage < 3,
+                .params_capacity = DataParallel::working_params_capacity(
+                    static_cast<size_t>(config.model.num_parameters()), comm.world_size(),
+                    config.zero.stage),
+                .grads = DataParallel::model_holds_gradients(config.zero.stage)}),
         data_parallel_(comm, buffer_comm_, config.zero,
                        {.backend = backend_.get(),
                         .grads = model_.grads(),
                         .grad_dtype = model_.dtype(),
                         .working_params = model_.params(),
                         .working_dtype = model_.dtype(),
-                        .num_params = model_.layout().num_elements()}),
+                        .num_params = model_.layout().num_elements(),
+                        .blocks = model_.blocks(),
+                        .micro_batches = config.gradient_accumulation_steps}),
+        engine_(*device_, optimizer_pool_, model_.layout(), plan_.offload,
+                AdamWHyper{.lr = config.optimizer.lr,
+                           .beta1 = config.optimizer.beta1,
+                           .beta2 = config.optimizer.beta2,
+                           .eps = config.optimizer.eps,
+                           .weight_decay = config.optimizer.weight_decay},
+                device_buffers(model_, data_parallel_)),
+        // Stages 0 and 1 sum a rank's micro-batches in the model's gradient buffer; from
+        // stage 2 the owners sum them in their partitions (zero/partitioned_gradients.h).
         accumulator_(*backend_, model_.dtype(), model_.layout().num_elements(),
-                     config.gradient_accumulation_steps),
+                     DataParallel::model_holds_gradients(config.zero.stage)
+                         ? config.gradient_accumulation_steps
+                         : 1),
         data_parallel_hooks_(data_parallel_, engine_),
         schedule_{.base_lr = config.optimizer.lr,
                   .warmup_steps = config.scheduler.warmup_num_steps,
@@ -151,9 +159,10 @@ class Trainer {
         progress_(config.train.steps, config.train.log_interval, options_.show_progress),
         inputs_(static_cast<size_t>(B_) * T_),
         targets_(static_cast<size_t>(B_) * T_) {
+    model_.set_block_memory(data_parallel_.block_memory());
     hooks_.push_back(&data_parallel_hooks_);
     hooks_.insert(hooks_.end(), options.hooks.begin(), options.hooks.end());
-    if (config.train.eval_interval > 0 && comm.rank() == 0)
+    if (config.train.eval_interval > 0 && (comm.rank() == 0 || every_rank_runs_the_model()))
       val_loader_ =
           std::make_unique<DataLoader>(data_.val, B_, T_, config.train.seed, false, "val");
   }
@@ -255,7 +264,7 @@ class Trainer {
     metrics.write({{"step", step_},
                    {"state_digest", result.state_digest},
                    {"schedule", std::string(update_schedule_name(config_.offload.schedule))}});
-    if (config_.train.sample_bytes > 0 && comm_.rank() == 0)
+    if (config_.train.sample_bytes > 0 && (comm_.rank() == 0 || every_rank_runs_the_model()))
       result.sample = sample_bytes(model_, "\n", config_.train.sample_bytes, sample_rng_);
     return result;
   }
@@ -283,6 +292,7 @@ class Trainer {
     const std::vector<float> params = model_.initial_params(config_.train.seed);
     const std::vector<float> zeros(params.size(), 0.0f);
     engine_.load_state(params.data(), zeros.data(), zeros.data(), 0);
+    data_parallel_.parameters_loaded();
     progress_.note(cat("tandem: training GPT-2 (", config_.model.n_layer, " layers, ",
                        config_.model.n_embd, " channels, ", config_.model.num_parameters(),
                        " parameters) on ", data_.train.size(), " tokens (",
@@ -297,14 +307,25 @@ class Trainer {
   }
 
   bool on_gpu() const { return config_.device.type == "cuda"; }
+  // At ZeRO stage 3 a forward pass gathers parameters from every rank: evaluation and
+  // sampling run on every rank (rank 0 alone reports them).
+  bool every_rank_runs_the_model() const {
+    return config_.zero.stage == 3 && comm_.world_size() > 1;
+  }
+  // From stage 2 a rank takes the micro-batches a N + r of the global batch, reducing each
+  // as it goes (micro-major); below, r A + a, summing its own first (rank-major).
+  bool micro_major() const { return !DataParallel::model_holds_gradients(config_.zero.stage); }
 
-  // The model's working parameters and gradients, as the engine reads and writes them.
-  static UpdateEngine::DeviceBuffers device_buffers(Gpt& model) {
+  // The working parameters and gradients as the engine reads and writes them: the
+  // model's, or this rank's partitions of them (zero/data_parallel.h).
+  static UpdateEngine::DeviceBuffers device_buffers(Gpt& model, DataParallel& data_parallel) {
     const bool bf16 = model.dtype() == StorageDType::kBF16;
-    return {.working_params = model.params(),
-            .grads = model.grads(),
+    return {.working_params = data_parallel.engine_working_params(),
+            .grads = data_parallel.engine_grads(),
             .working_dtype = bf16 ? WorkingDType::kBF16 : WorkingDType::kF32,
             .grad_dtype = bf16 ? GradDType::kBF16 : GradDType::kF32,
+            .grads_begin = data_parallel.engine_grads_begin(),
+            .working_range = data_parallel.engine_working_range(),
             .producer = &model.backend().stream()};
   }
 
@@ -363,6 +384,7 @@ class Trainer {
     // shards that overlap it: any world size and stage resumes any other's checkpoint.
     engine_.load_state(state.params.data(), state.exp_avg.data(), state.exp_avg_sq.data(),
                        state.step);
+    data_parallel_.parameters_loaded();
     train_loader_.set_position(state.train_position);
     sample_rng_.set_state(state.sample_rng);
     step_ = state.step;
@@ -419,22 +441,28 @@ class Trainer {
     return ranks;
   }
 
-  // One optimizer step over a global batch of accum x world micro-batches, rank r taking
-  // the micro-batches [r accum, (r + 1) accum) of it. Each micro-batch's gradients are
-  // computed into zeroed buffers and summed as a tree (gradient_accumulator.h), then
-  // over the ranks in the same tree order, so any split of the global batch over ranks
-  // and micro-batches gives the same bits (powers of two; or one rank).
+  // One optimizer step over a global batch of accum x world micro-batches. At stages 0
+  // and 1 rank r takes the micro-batches [r accum, (r + 1) accum) of it: each micro-batch's
+  // gradients are computed into zeroed buffers and summed as a tree
+  // (dist/gradient_accumulator.h), then over the ranks in the same tree order. From stage 2
+  // rank r takes the micro-batches a world + r: each is reduced over the ranks as backward
+  // releases its blocks, and the owners sum the reduced micro-batches as a tree. Either
+  // way any split of the global batch over ranks and micro-batches gives the same bits
+  // (powers of two; or one rank; see zero/partitioned_gradients.h).
   StepTimes train_step(float lr) {
     StepTimes times;
     const CommunicatorTraffic traffic_before = traffic();
     const int accum = config_.gradient_accumulation_steps;
     const int world = comm_.world_size();
+    const uint64_t rank = comm_.rank();
     const float loss_scale = 1.0f / static_cast<float>(accum * world);
     std::vector<float> micro_losses;
-    train_loader_.skip_batches(static_cast<uint64_t>(comm_.rank()) * accum);
+    if (!micro_major()) train_loader_.skip_batches(rank * accum);
     accumulator_.start_step();
     for (int micro = 0; micro < accum; micro++) {
+      if (micro_major()) train_loader_.skip_batches(rank);
       train_loader_.next_batch(inputs_, targets_);
+      if (micro_major()) train_loader_.skip_batches(world - 1 - rank);
       Stopwatch watch;
       {
         TraceScope scope(&tracer_, "compute", cat("forward ", micro));
@@ -445,27 +473,29 @@ class Trainer {
       {
         TraceScope scope(&tracer_, "compute", cat("backward ", micro));
         model_.zero_grads();
+        data_parallel_.start_micro_batch(micro);
         if (micro + 1 == accum) {
           // The last micro-batch makes the gradients final block by block: each block is
           // summed with the earlier micro-batches, reduced over the ranks, and the engine
           // starts offloading it, while backward goes on with the blocks below.
           model_.backward(loss_scale, [this](size_t begin, size_t end) {
-            accumulator_.finish(model_.grads(), begin, end);
+            if (!micro_major()) accumulator_.finish(model_.grads(), begin, end);
             for (StepHooks* hooks : hooks_) hooks->gradients_final(begin, end);
           });
         } else {
           model_.backward(loss_scale);
-          accumulator_.add(model_.grads());
+          if (!micro_major()) accumulator_.add(model_.grads());
         }
+        data_parallel_.finish_micro_batch();
       }
       times.backward_ms += watch.millis();
     }
-    train_loader_.skip_batches(static_cast<uint64_t>(world - 1 - comm_.rank()) * accum);
+    if (!micro_major()) train_loader_.skip_batches((world - 1 - rank) * accum);
     {
       TraceScope scope(&tracer_, "compute", "before update (gradient reduction)");
       for (StepHooks* hooks : hooks_) hooks->before_update(step_ + 1);
     }
-    const float loss = data_parallel_.global_mean_loss(micro_losses);
+    const float loss = data_parallel_.global_mean_loss(micro_losses, micro_major());
     times.loss = loss;
     TANDEM_CHECK(
         std::isfinite(loss), "the training loss became ", loss, " at step ", step_ + 1,
@@ -547,8 +577,8 @@ class Trainer {
   TrainingMemoryPlan plan_;    // made before anything is allocated on the device
   std::unique_ptr<ComputeBackend> backend_;
   Gpt model_;
+  DataParallel data_parallel_;  // the model's BlockMemory from stage 2
   UpdateEngine engine_;
-  DataParallel data_parallel_;
   GradientAccumulator accumulator_;
   DataParallelHooks data_parallel_hooks_;
   std::vector<StepHooks*> hooks_;  // data parallelism first, then TrainOptions::hooks

@@ -23,17 +23,91 @@ DataParallel::DataParallel(Communicator& host, Communicator& buffers, const Zero
                "DataParallel: the buffer communicator is rank ", buffers.rank(), " of ",
                buffers.world_size(), ", the host one rank ", host.rank(), " of ",
                host.world_size());
-  TANDEM_CHECK(config_.stage >= 0 && config_.stage <= 2, "zero_optimization.stage ", config_.stage,
-               " is not supported here; use 0, 1 or 2");
+  TANDEM_CHECK(config_.stage >= 0 && config_.stage <= 3, "zero_optimization.stage ", config_.stage,
+               " is not supported; use 0, 1, 2 or 3");
   TANDEM_CHECK(config_.reduce_bucket_size >= 1 && config_.allgather_bucket_size >= 1,
                "zero_optimization bucket sizes must be at least 1 element");
   TANDEM_CHECK(buffers_.backend != nullptr, "DataParallel: the model's backend is missing");
+  if (config_.stage >= 2) {
+    TANDEM_CHECK(!buffers_.blocks.empty(), "DataParallel: stage ", config_.stage,
+                 " needs the model's blocks");
+    grads_ = std::make_unique<PartitionedGradients>(
+        buffer_comm_, *buffers_.backend, buffers_.grad_dtype, partition_, buffers_.blocks,
+        buffers_.micro_batches, config_.reduce_bucket_size);
+  }
+  if (config_.stage == 3) {
+    TANDEM_CHECK(buffers_.working_dtype == buffers_.grad_dtype,
+                 "DataParallel: working parameters and gradients of one storage type");
+    params_ = std::make_unique<PartitionedParameters>(buffer_comm_, *buffers_.backend,
+                                                      buffers_.working_dtype, partition_,
+                                                      buffers_.blocks, config_);
+  }
 }
 
 size_t DataParallel::working_params_capacity(size_t num_params, int world_size, int stage) {
+  if (stage == 3) return 0;
   if (stage == 0 || world_size == 1) return num_params;
   return ZeroPartition(num_params, world_size).padded_size();
 }
+
+size_t DataParallel::partitioned_bytes(const std::vector<ParamRange>& blocks, size_t num_params,
+                                       int world_size, const ZeroConfig& config,
+                                       StorageDType dtype, int micro_batches) {
+  const ZeroPartition partition(num_params, world_size);
+  size_t bytes = 0;
+  if (config.stage >= 2)
+    bytes += PartitionedGradients::bytes_needed(blocks, partition, dtype, micro_batches);
+  if (config.stage == 3)
+    bytes += PartitionedParameters::bytes_needed(blocks, partition, dtype, config);
+  return bytes;
+}
+
+const void* DataParallel::engine_grads() const {
+  return grads_ ? grads_->partition_grads() : buffers_.grads;
+}
+
+size_t DataParallel::engine_grads_begin() const {
+  return grads_ ? partition_.range(rank()).begin : 0;
+}
+
+void* DataParallel::engine_working_params() {
+  return params_ ? params_->partition_params() : buffers_.working_params;
+}
+
+ParamRange DataParallel::engine_working_range() const {
+  return params_ ? partition_.range(rank()) : ParamRange{0, buffers_.num_params};
+}
+
+void DataParallel::start_micro_batch(int micro) {
+  if (grads_) grads_->start_micro_batch(micro);
+}
+
+void DataParallel::finish_micro_batch() {
+  if (grads_) grads_->finish_micro_batch();
+}
+
+void DataParallel::parameters_loaded() {
+  if (params_) params_->parameters_changed();
+}
+
+const void* DataParallel::acquire_params(int block) {
+  if (params_) return params_->acquire(block);
+  TANDEM_CHECK(buffers_.working_params != nullptr, "DataParallel: no working parameters");
+  return static_cast<const char*>(buffers_.working_params) +
+         buffers_.blocks.at(block).begin * storage_dtype_bytes(buffers_.working_dtype);
+}
+
+void DataParallel::release_params(int block) {
+  if (params_) params_->release(block);
+}
+
+void* DataParallel::acquire_grads(int block) {
+  TANDEM_CHECK(grads_ != nullptr, "DataParallel: stage ", config_.stage,
+               " keeps the model's gradients in the model");
+  return grads_->acquire(block);
+}
+
+void DataParallel::release_grads(int block) { grads_->release(block); }
 
 ParamRange DataParallel::state_range() const {
   if (config_.stage == 0) return {0, buffers_.num_params};
@@ -51,8 +125,14 @@ void DataParallel::gradients_final(size_t begin, size_t end, const Reduced& redu
   }
   pending_.push_back({begin, end});
   pending_elements_ += end - begin;
-  // Stage 1 reduces once the step's gradients are all final; 0 and 2 may start early.
-  const bool early = config_.overlap_comm && config_.stage != 1;
+  if (grads_) {  // reduced as the model released the block: hand on this rank's part
+    const ParamRange mine = state_range();
+    const size_t b = std::max(begin, mine.begin), e = std::min(end, mine.end);
+    if (b < e && reduced) reduced(b, e);
+    return;
+  }
+  // Stage 1 reduces once the step's gradients are all final; 0 may start early.
+  const bool early = config_.overlap_comm && config_.stage == 0;
   if (!early || pending_elements_ < config_.reduce_bucket_size) return;
   for (const ParamRange& r : pending_) reduce(r.begin, r.end, reduced);
   pending_.clear();
@@ -60,6 +140,14 @@ void DataParallel::gradients_final(size_t begin, size_t end, const Reduced& redu
 }
 
 void DataParallel::finish_reduction(const Reduced& reduced) {
+  if (grads_) {
+    TANDEM_CHECK(announced_ == buffers_.num_params, "data parallelism: ", announced_, " of ",
+                 buffers_.num_params,
+                 " gradients were announced final this step; every gradient must be, exactly "
+                 "once");
+    announced_ = 0;
+    return;
+  }
   if (announced_ == 0)
     pending_.push_back({0, buffers_.num_params});
   else if (world_size() == 1)
@@ -111,19 +199,21 @@ void DataParallel::reduce_piece(size_t begin, size_t end, int owner) {
 }
 
 double DataParallel::grad_sum_of_squares(const std::function<double()>& whole_buffer) {
-  if (config_.stage == 0 || world_size() == 1) return whole_buffer();
+  if ((config_.stage == 0 || world_size() == 1) && !grads_) return whole_buffer();
   // Each partition starts on a block boundary: its blocks' partials are the full
   // buffer's, gathered and summed in block order as sum_of_squares does.
   const size_t blocks_per_rank = partition_.partition_size() / kSumOfSquaresBlock;
   std::vector<double> mine(blocks_per_rank, 0.0);
   const ParamRange range = state_range();
   if (range.size() > 0) {
+    // The gradients of this rank's partition, wherever they live.
+    const size_t first = range.begin - engine_grads_begin();
     if (buffers_.grad_dtype == StorageDType::kF32) {
-      buffers_.backend->sum_of_squares_blocks(
-          static_cast<const float*>(buffers_.grads) + range.begin, range.size(), mine.data());
+      buffers_.backend->sum_of_squares_blocks(static_cast<const float*>(engine_grads()) + first,
+                                              range.size(), mine.data());
     } else {
-      buffers_.backend->sum_of_squares_blocks(
-          static_cast<const Bf16*>(buffers_.grads) + range.begin, range.size(), mine.data());
+      buffers_.backend->sum_of_squares_blocks(static_cast<const Bf16*>(engine_grads()) + first,
+                                              range.size(), mine.data());
     }
   }
   std::vector<double> all(blocks_per_rank * world_size());
@@ -133,6 +223,10 @@ double DataParallel::grad_sum_of_squares(const std::function<double()>& whole_bu
 }
 
 void DataParallel::gather_working_params() {
+  if (params_) {
+    params_->parameters_changed();
+    return;
+  }
   if (config_.stage == 0 || world_size() == 1) return;
   // The engine's writes of this rank's partition are done (its step synchronizes); each
   // rank's partition sits at rank * S of the padded buffer: an in-place all-gather.
@@ -169,15 +263,16 @@ void DataParallel::gather_partitions(void* data, size_t elem_bytes) {
   }
 }
 
-float DataParallel::global_mean_loss(const std::vector<float>& micro_losses) {
-  std::vector<float> all(micro_losses.size() * world_size());
-  if (world_size() == 1) {
+float DataParallel::global_mean_loss(const std::vector<float>& micro_losses, bool micro_major) {
+  const size_t A = micro_losses.size(), N = static_cast<size_t>(world_size());
+  std::vector<float> all(A * N);  // rank-major: [rank][micro]
+  if (N == 1) {
     all = micro_losses;
   } else {
-    comm_.all_gather(micro_losses.data(), all.data(), micro_losses.size() * sizeof(float));
+    comm_.all_gather(micro_losses.data(), all.data(), A * sizeof(float));
   }
   double sum = 0.0;
-  for (float loss : all) sum += loss;
+  for (size_t k = 0; k < all.size(); k++) sum += micro_major ? all[(k % N) * A + k / N] : all[k];
   return static_cast<float>(sum / static_cast<double>(all.size()));
 }
 

@@ -1,21 +1,28 @@
-// Data parallelism with ZeRO stages 0-2 (zero_config.h) over a Communicator: what a rank
-// does with its gradients after backward and with its working parameters after its
-// update. Model-agnostic: it sees the flat gradient and working-parameter buffers and the
-// ranges the model announces as final; nothing here knows about GPT.
+// Data parallelism with ZeRO stages 0-3 (zero_config.h) over a Communicator: what a rank
+// does with its gradients during and after backward, and with its working parameters
+// after its update. Model-agnostic: it sees the flat buffers, the model's blocks (ranges
+// of the flat space) and the ranges the model announces as final; nothing here knows
+// about GPT.
 //
 //   stage 0: each announced range is all-reduced; every rank's optimizer updates all.
 //   stage 1: after backward, the gradients are reduced to the rank owning them (a
 //            reduce-scatter: each rank needs its partition's only); each rank's optimizer
 //            holds and updates its partition, and the new working parameters are
 //            all-gathered after the update.
-//   stage 2: as stage 1, but each range is reduced as the model announces it during
-//            backward (overlap_comm). The model still keeps a full gradient buffer: the
-//            gradient memory is not partitioned yet.
-// Ranges are reduced in buckets of reduce_bucket_size elements. Per step and rank that
-// moves about 2P elements at every stage (ring all-reduce; reduce-scatter + all-gather),
-// counted in Communicator::traffic(). The sums run in
-// the communicator's fixed tree order (dist/tree_sum.h), so every stage gives the same
-// bits, and so do N ranks and one rank accumulating N micro-batches.
+//   stage 2: the gradients are partitioned too: the model holds no gradient buffer but
+//            gets this object as its BlockMemory, whose slots are reduced to their owners
+//            as each block's backward completes (partitioned_gradients.h), every
+//            micro-batch. Working parameters as at stage 1.
+//   stage 3: the parameters are partitioned too: a block's are gathered from their owners
+//            just before the model uses it and released after (partitioned_parameters.h);
+//            the update engine writes this rank's partition only.
+// Stages 0 and 1 reduce ranges in buckets of reduce_bucket_size elements. Per step and rank
+// that moves about 2P elements at stages 0-2 (ring all-reduce; reduce-scatter + all-gather)
+// and about 3P at stage 3 (a reduce and two gathers: forward and backward), counted in
+// Communicator::traffic(). The sums run in the communicator's fixed tree order
+// (dist/tree_sum.h), so every stage gives the same bits (with several micro-batches per
+// step: when their number and the world size are powers of two; see
+// partitioned_gradients.h), and so do N ranks and one rank accumulating N micro-batches.
 //
 // Two communicators of the same ranks: `host` for the small host-side exchanges (losses,
 // norm block sums, the fp32 state gathered for a checkpoint) and `buffers` for the model's
@@ -29,25 +36,33 @@
 #include <functional>
 #include <vector>
 
+#include <memory>
+
 #include "tandem/compute/compute_backend.h"
 #include "tandem/dist/communicator.h"
+#include "tandem/model/block_memory.h"
 #include "tandem/offload/offload_plan.h"
 #include "tandem/zero/partition.h"
+#include "tandem/zero/partitioned_gradients.h"
+#include "tandem/zero/partitioned_parameters.h"
 #include "tandem/zero/zero_config.h"
 
 namespace tandem {
 
-class DataParallel {
+class DataParallel final : public BlockMemory {
  public:
   struct ModelBuffers {
     ComputeBackend* backend = nullptr;  // whose memory the buffers are in
-    void* grads = nullptr;              // [num_params] of grad_dtype
+    void* grads = nullptr;              // [num_params] of grad_dtype; none from stage 2
     StorageDType grad_dtype = StorageDType::kF32;
     // [num_params] of working_dtype, in a buffer of at least partition().padded_size()
-    // elements from stage 1 (the ranks' partitions are all-gathered into it in place).
+    // elements at stages 1 and 2 (the ranks' partitions are all-gathered into it in
+    // place); none at stage 3.
     void* working_params = nullptr;
     StorageDType working_dtype = StorageDType::kF32;
     size_t num_params = 0;
+    std::vector<ParamRange> blocks;  // the model's blocks (stages 2 and 3)
+    int micro_batches = 1;           // per step, on this rank
   };
 
   DataParallel(Communicator& host, Communicator& buffers, const ZeroConfig& config,
@@ -58,8 +73,38 @@ class DataParallel {
   const ZeroConfig& config() const { return config_; }
   const ZeroPartition& partition() const { return partition_; }
   Communicator& communicator() { return comm_; }
-  // Elements the working-parameter buffer must hold: the padded flat space from stage 1.
+  // Elements the model's working-parameter buffer must hold: the padded flat space at
+  // stages 1 and 2, none at stage 3.
   static size_t working_params_capacity(size_t num_params, int world_size, int stage);
+  // Whether the model keeps a flat buffer of all its gradients (stages 0 and 1).
+  static bool model_holds_gradients(int stage) { return stage < 2; }
+  // Backend bytes this object holds at stages 2 and 3 (partitioned gradients and
+  // parameters), none below.
+  static size_t partitioned_bytes(const std::vector<ParamRange>& blocks, size_t num_params,
+                                  int world_size, const ZeroConfig& config, StorageDType dtype,
+                                  int micro_batches);
+
+  // The model's memory from stage 2 (this object), null below.
+  BlockMemory* block_memory() { return config_.stage >= 2 ? this : nullptr; }
+  // Where the update engine reads gradients and writes working parameters: a buffer and
+  // the flat index of its first element (a partition's start from stage 2, resp. 3).
+  const void* engine_grads() const;
+  size_t engine_grads_begin() const;
+  void* engine_working_params();
+  ParamRange engine_working_range() const;
+
+  // The step's micro-batch `micro` (0-based) starts its backward pass; and has finished
+  // it. From stage 2 the reduction runs per micro-batch.
+  void start_micro_batch(int micro);
+  void finish_micro_batch();
+  // The working parameters were loaded (stage 3: the persistent blocks are gathered).
+  void parameters_loaded();
+
+  // BlockMemory, from stage 2.
+  const void* acquire_params(int block) override;
+  void release_params(int block) override;
+  void* acquire_grads(int block) override;
+  void release_grads(int block) override;
   // The parameters whose optimizer state this rank holds and updates: all of them at
   // stage 0, this rank's partition from stage 1.
   ParamRange state_range() const;
@@ -79,18 +124,23 @@ class DataParallel {
   double grad_sum_of_squares(const std::function<double()>& whole_buffer);
 
   // After the update: every rank's working parameters outside its state_range() are
-  // replaced by their owners' (stage >= 1): one all-gather in place in the padded buffer,
-  // no staging memory.
+  // replaced by their owners' (stages 1 and 2): one all-gather in place in the padded
+  // buffer, no staging memory. Stage 3 gathers blocks as they are used: here only the
+  // persistent ones.
   void gather_working_params();
+  // Stage 3: the most gathered parameters held at once so far (bounded by
+  // stage3_max_live_parameters); 0 below.
+  size_t peak_live_parameters() const { return params_ ? params_->peak_live_elements() : 0; }
   // data[num_params] (host memory) of elem_bytes elements is valid on state_range(); fills
   // the rest from the other ranks (a no-op at stage 0), in buckets of
   // allgather_bucket_size: the fp32 state of a checkpoint.
   void gather_partitions(void* data, size_t elem_bytes);
 
   // The mean loss of the global batch from this rank's micro-batch losses (in order): the
-  // losses of all ranks summed in double in the order of the global batch (rank-major),
-  // as one rank accumulating all of its micro-batches would.
-  float global_mean_loss(const std::vector<float>& micro_losses);
+  // losses of all ranks summed in double in the order of the global batch, as one rank
+  // accumulating all of its micro-batches would. Rank r's micro-batch a is r A + a of the
+  // global batch, or a N + r when `micro_major` (stages 2 and 3).
+  float global_mean_loss(const std::vector<float>& micro_losses, bool micro_major);
 
  private:
   void reduce(size_t begin, size_t end, const Reduced& reduced);
@@ -101,6 +151,8 @@ class DataParallel {
   ZeroConfig config_;
   ModelBuffers buffers_;
   ZeroPartition partition_;
+  std::unique_ptr<PartitionedGradients> grads_;   // stages 2 and 3
+  std::unique_ptr<PartitionedParameters> params_;  // stage 3
   std::vector<ParamRange> pending_;  // announced, not yet reduced
   size_t pending_elements_ = 0;
   size_t announced_ = 0;  // elements announced this step

@@ -4,10 +4,13 @@
 //   stage 1: fp32 master weights, m and v partitioned; gradients reduced to their
 //            partition's owner after backward; each rank updates its partition and the
 //            new working parameters are all-gathered.
-//   stage 2: as 1, with the gradients reduced in buckets during backward as blocks
-//            finish when overlap_comm is on (the gradient buffer itself is not
-//            partitioned yet).
-//   stage 3: parameters partitioned too (not implemented yet: refused at start).
+//   stage 2: gradients partitioned too: each block's are reduced to their owners as its
+//            backward completes (every micro-batch), and no rank holds them all.
+//   stage 3: parameters partitioned too: a block's are gathered from their owners before
+//            its forward and its backward and released after; blocks of at most
+//            stage3_param_persistence_threshold parameters are kept whole; at most
+//            stage3_max_live_parameters gathered parameters are held at once, including
+//            the next blocks prefetched (up to stage3_prefetch_bucket_size).
 // Sizes are in elements (parameters), as in DeepSpeed.
 #pragma once
 
@@ -17,7 +20,7 @@ namespace tandem {
 
 struct ZeroConfig {
   int stage = 0;
-  bool overlap_comm = true;          // reduce gradient buckets during backward
+  bool overlap_comm = true;          // stage 0: reduce gradient buckets during backward
   bool contiguous_gradients = true;  // gradients live in one flat buffer (always, in tandem)
   size_t reduce_bucket_size = 500'000'000;
   size_t allgather_bucket_size = 500'000'000;

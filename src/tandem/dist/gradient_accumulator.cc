@@ -1,4 +1,4 @@
-#include "tandem/train/gradient_accumulator.h"
+#include "tandem/dist/gradient_accumulator.h"
 
 #include <algorithm>
 #include <bit>

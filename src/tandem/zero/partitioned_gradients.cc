@@ -1,0 +1,145 @@
+#include "tandem/zero/partitioned_gradients.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "tandem/core/error.h"
+#include "tandem/core/half.h"
+
+namespace tandem {
+namespace {
+
+// The two slot sizes: the largest block, and the largest of the others.
+std::pair<size_t, size_t> slot_sizes(const std::vector<ParamRange>& blocks) {
+  size_t largest = 0, second = 0;
+  for (const ParamRange& b : blocks) {
+    if (b.size() > largest) {
+      second = largest;
+      largest = b.size();
+    } else {
+      second = std::max(second, b.size());
+    }
+  }
+  return {largest, second};
+}
+
+// Partial sums GradientAccumulator keeps for `micro_batches` per step.
+size_t accumulator_buffers(int micro_batches) {
+  int depth = 0;
+  for (unsigned i = 1; i < static_cast<unsigned>(micro_batches); i++)
+    depth = std::max(depth, std::popcount(i));
+  return static_cast<size_t>(depth);
+}
+
+}  // namespace
+
+size_t PartitionedGradients::slot_bytes(const std::vector<ParamRange>& blocks, StorageDType dtype) {
+  const auto [largest, second] = slot_sizes(blocks);
+  return (largest + second) * storage_dtype_bytes(dtype);
+}
+
+size_t PartitionedGradients::bytes_needed(const std::vector<ParamRange>& blocks,
+                                          const ZeroPartition& partition, StorageDType dtype,
+                                          int micro_batches) {
+  return slot_bytes(blocks, dtype) + (1 + accumulator_buffers(micro_batches)) *
+                                         partition.partition_size() * storage_dtype_bytes(dtype);
+}
+
+PartitionedGradients::PartitionedGradients(Communicator& comm, ComputeBackend& backend,
+                                           StorageDType dtype, const ZeroPartition& partition,
+                                           std::vector<ParamRange> blocks, int micro_batches,
+                                           size_t reduce_bucket_size)
+    : comm_(comm),
+      backend_(backend),
+      dtype_(dtype),
+      partition_(partition),
+      blocks_(std::move(blocks)),
+      reduce_bucket_size_(reduce_bucket_size),
+      micro_batches_(micro_batches),
+      accumulator_(backend, dtype, partition.partition_size(), micro_batches) {
+  TANDEM_CHECK(reduce_bucket_size >= 1, "zero_optimization.reduce_bucket_size must be at least 1");
+  const size_t elem = storage_dtype_bytes(dtype_);
+  const auto [largest, second] = slot_sizes(blocks_);
+  for (size_t capacity : {largest, second}) {
+    if (capacity == 0) continue;
+    slots_.push_back({backend_.allocate(capacity * elem), capacity, -1});
+  }
+  reduced_ = backend_.allocate(partition_.partition_size() * elem);
+  // The padding past the last parameter is never reduced into: it stays zero.
+  backend_.fill_zero(reduced_.as<void>(), partition_.partition_size() * elem);
+  allocated_bytes_ = bytes_needed(blocks_, partition_, dtype_, micro_batches_);
+  TANDEM_CHECK(accumulator_.allocated_bytes() + slot_bytes(blocks_, dtype_) +
+                       partition_.partition_size() * elem ==
+                   allocated_bytes_,
+               "PartitionedGradients: bytes_needed disagrees with what was allocated");
+}
+
+void PartitionedGradients::start_micro_batch(int micro) {
+  TANDEM_CHECK(micro >= 0 && micro < micro_batches_, "micro-batch ", micro, " of a step of ",
+               micro_batches_);
+  if (micro == 0) accumulator_.start_step();
+  micro_ = micro;
+}
+
+void* PartitionedGradients::acquire(int block) {
+  TANDEM_CHECK(block >= 0 && static_cast<size_t>(block) < blocks_.size(), "block ", block,
+               " is not one of the model's ", blocks_.size());
+  const size_t n = blocks_[block].size();
+  Slot* best = nullptr;
+  for (Slot& slot : slots_) {
+    TANDEM_CHECK(slot.block != block, "the gradients of block ", block, " are already acquired");
+    if (slot.block < 0 && slot.capacity >= n && (best == nullptr || slot.capacity < best->capacity))
+      best = &slot;
+  }
+  TANDEM_CHECK(best != nullptr, "no free gradient slot for block ", block,
+               ": a model may hold at most two blocks' gradients at once, the largest first");
+  best->block = block;
+  backend_.fill_zero(best->buffer.as<void>(), n * storage_dtype_bytes(dtype_));
+  return best->buffer.as<void>();
+}
+
+void PartitionedGradients::release(int block) {
+  auto slot = std::find_if(slots_.begin(), slots_.end(), [&](const Slot& s) {
+    return s.block == block;
+  });
+  TANDEM_CHECK(slot != slots_.end(), "release of block ", block, "'s gradients, never acquired");
+  // The block's kernels were only queued: they must be done before the communicator (the
+  // host, or NCCL's stream) reads the slot.
+  backend_.synchronize();
+  const ParamRange range = blocks_[block];
+  const char* data = slot->buffer.as<const char>();
+  for (size_t b = range.begin; b < range.end;) {
+    // A piece goes to one owner.
+    const int owner = partition_.owner(b);
+    const size_t e =
+        std::min({range.end, partition_.range(owner).end, b + reduce_bucket_size_});
+    reduce_piece(data + (b - range.begin) * storage_dtype_bytes(dtype_), b, e);
+    b = e;
+  }
+  slot->block = -1;
+}
+
+void PartitionedGradients::reduce_piece(const char* slot, size_t begin, size_t end) {
+  const int owner = partition_.owner(begin);
+  const bool mine = owner == comm_.rank();
+  const size_t local = begin - partition_.range(owner).begin, n = end - begin;
+  char* reduced = reduced_.as<char>() + local * storage_dtype_bytes(dtype_);
+  if (dtype_ == StorageDType::kF32) {
+    comm_.reduce_sum(reinterpret_cast<const float*>(slot),
+                     mine ? reinterpret_cast<float*>(reduced) : nullptr, n, owner);
+  } else {
+    // Summed as bf16, every addition rounded, as a rank adds bf16 micro-batches.
+    comm_.reduce_sum_bf16(reinterpret_cast<const Bf16*>(slot),
+                          mine ? reinterpret_cast<Bf16*>(reduced) : nullptr, n, owner);
+  }
+  if (mine && micro_ + 1 == micro_batches_)
+    accumulator_.finish(reduced_.as<void>(), local, local + n);
+}
+
+void PartitionedGradients::finish_micro_batch() {
+  for (const Slot& slot : slots_)
+    TANDEM_CHECK(slot.block < 0, "block ", slot.block, "'s gradients were never released");
+  if (micro_ + 1 < micro_batches_) accumulator_.add(reduced_.as<void>());
+}
+
+}  // namespace tandem

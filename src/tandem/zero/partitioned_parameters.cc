@@ -1,0 +1,214 @@
+#include "tandem/zero/partitioned_parameters.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+namespace {
+
+constexpr size_t kNone = std::numeric_limits<size_t>::max();
+
+size_t two_largest(const std::vector<ParamRange>& blocks, size_t threshold) {
+  size_t largest = 0, second = 0;
+  for (const ParamRange& b : blocks) {
+    if (b.size() <= threshold) continue;
+    if (b.size() > largest) {
+      second = largest;
+      largest = b.size();
+    } else {
+      second = std::max(second, b.size());
+    }
+  }
+  return largest + second;
+}
+
+}  // namespace
+
+PartitionedParameters::Sizes PartitionedParameters::sizes(const std::vector<ParamRange>& blocks,
+                                                          const ZeroConfig& config) {
+  Sizes sizes;
+  size_t gathered = 0;
+  for (const ParamRange& b : blocks) {
+    if (b.size() <= config.stage3_param_persistence_threshold)
+      sizes.persistent += b.size();
+    else
+      gathered += b.size();
+  }
+  const size_t needed = two_largest(blocks, config.stage3_param_persistence_threshold);
+  TANDEM_CHECK(config.stage3_max_live_parameters >= needed,
+               "zero_optimization.stage3_max_live_parameters = ", config.stage3_max_live_parameters,
+               " is too small: the model uses two blocks of ", needed,
+               " parameters together; raise it to at least ", needed);
+  sizes.live = std::min({config.stage3_max_live_parameters,
+                         needed + config.stage3_prefetch_bucket_size, gathered});
+  return sizes;
+}
+
+size_t PartitionedParameters::bytes_needed(const std::vector<ParamRange>& blocks,
+                                           const ZeroPartition& partition, StorageDType dtype,
+                                           const ZeroConfig& config) {
+  const Sizes s = sizes(blocks, config);
+  return (partition.partition_size() + s.persistent + s.live) * storage_dtype_bytes(dtype);
+}
+
+PartitionedParameters::PartitionedParameters(Communicator& comm, ComputeBackend& backend,
+                                             StorageDType dtype, const ZeroPartition& partition,
+                                             std::vector<ParamRange> blocks,
+                                             const ZeroConfig& config)
+    : comm_(comm),
+      backend_(backend),
+      dtype_(dtype),
+      elem_(storage_dtype_bytes(dtype)),
+      partition_range_(partition),
+      blocks_(std::move(blocks)),
+      config_(config) {
+  const Sizes s = sizes(blocks_, config_);
+  partition_ = backend_.allocate(partition_range_.partition_size() * elem_);
+  backend_.fill_zero(partition_.as<void>(), partition_range_.partition_size() * elem_);
+  persistent_offset_.assign(blocks_.size(), kNone);
+  size_t offset = 0;
+  for (size_t b = 0; b < blocks_.size(); b++) {
+    if (blocks_[b].size() > config_.stage3_param_persistence_threshold) continue;
+    persistent_offset_[b] = offset;
+    offset += blocks_[b].size();
+  }
+  if (s.persistent > 0) persistent_buffer_ = backend_.allocate(s.persistent * elem_);
+  live_capacity_ = s.live;
+  if (live_capacity_ > 0) live_ = backend_.allocate(live_capacity_ * elem_);
+  allocated_bytes_ = bytes_needed(blocks_, partition_range_, dtype_, config_);
+}
+
+bool PartitionedParameters::persistent(int block) const {
+  return persistent_offset_[block] != kNone;
+}
+
+PartitionedParameters::Resident* PartitionedParameters::resident(int block) {
+  for (Resident& r : residents_)
+    if (r.block == block) return &r;
+  return nullptr;
+}
+
+size_t PartitionedParameters::live_elements() const {
+  size_t n = 0;
+  for (const Resident& r : residents_) n += r.size;
+  return n;
+}
+
+size_t PartitionedParameters::find_room(size_t size, bool evict) {
+  for (;;) {
+    // First fit in the gaps between the residents, in offset order.
+    std::sort(residents_.begin(), residents_.end(),
+              [](const Resident& a, const Resident& b) { return a.offset < b.offset; });
+    size_t start = 0;
+    for (const Resident& r : residents_) {
+      if (r.offset - start >= size) return start;
+      start = r.offset + r.size;
+    }
+    if (live_capacity_ - start >= size) return start;
+    if (!evict) return kNone;
+    // Evict the least recently used released block and try again.
+    auto victim = residents_.end();
+    for (auto it = residents_.begin(); it != residents_.end(); ++it)
+      if (it->users == 0 && (victim == residents_.end() || it->last_used < victim->last_used))
+        victim = it;
+    if (victim == residents_.end()) return kNone;
+    residents_.erase(victim);
+  }
+}
+
+void PartitionedParameters::gather(int block, char* dst) {
+  const ParamRange range = blocks_[block];
+  const int me = comm_.rank();
+  const int first = partition_range_.owner(range.begin);
+  const int last = partition_range_.owner(range.end - 1);
+  if (me >= first && me <= last) {
+    // This rank's piece into place first: the broadcast sends it from there.
+    const ParamRange mine = partition_range_.range(me);
+    const size_t b = std::max(range.begin, mine.begin), e = std::min(range.end, mine.end);
+    backend_.copy(dst + (b - range.begin) * elem_,
+                  partition_.as<const char>() + (b - mine.begin) * elem_, (e - b) * elem_);
+  }
+  // The copy above, and the update engine's writes of the partition, must be done before
+  // the communicator reads it.
+  backend_.synchronize();
+  for (int owner = first; owner <= last; owner++) {
+    const ParamRange theirs = partition_range_.range(owner);
+    const size_t b = std::max(range.begin, theirs.begin), e = std::min(range.end, theirs.end);
+    if (b < e) comm_.broadcast(dst + (b - range.begin) * elem_, (e - b) * elem_, owner);
+  }
+}
+
+const void* PartitionedParameters::acquire(int block) {
+  TANDEM_CHECK(block >= 0 && static_cast<size_t>(block) < blocks_.size(), "block ", block,
+               " is not one of the model's ", blocks_.size());
+  if (recording_) order_.push_back(block);
+  if (persistent(block)) return persistent_buffer_.as<char>() + persistent_offset_[block] * elem_;
+  // Where the model is in the recorded order (another sequence, such as an evaluation's
+  // forward passes, finds its place by the block).
+  if (!recording_) {
+    auto it = std::find(order_.begin() + static_cast<std::ptrdiff_t>(position_), order_.end(), block);
+    if (it == order_.end()) it = std::find(order_.begin(), order_.end(), block);
+    position_ = it == order_.end() ? order_.size() : static_cast<size_t>(it - order_.begin()) + 1;
+  }
+  Resident* r = resident(block);
+  if (r == nullptr) {
+    const size_t size = blocks_[block].size();
+    const size_t offset = find_room(size, true);
+    TANDEM_CHECK(offset != kNone, "zero_optimization.stage3_max_live_parameters: no room for block ",
+                 block, " (", size, " parameters) beside the blocks in use; raise it");
+    residents_.push_back({block, offset, size, 0, 0});
+    gather(block, live_.as<char>() + offset * elem_);
+    r = &residents_.back();
+    r->users = 1;
+    r->last_used = ++clock_;
+    peak_live_ = std::max(peak_live_, live_elements());
+    if (!recording_) prefetch_after(block);
+    r = resident(block);  // prefetching may have reordered the residents
+    return live_.as<char>() + r->offset * elem_;
+  }
+  r->users++;
+  r->last_used = ++clock_;
+  return live_.as<char>() + r->offset * elem_;
+}
+
+void PartitionedParameters::prefetch_after(int block) {
+  (void)block;
+  size_t budget = config_.stage3_prefetch_bucket_size;
+  for (size_t i = position_; i < order_.size(); i++) {
+    const int next = order_[i];
+    if (persistent(next) || resident(next) != nullptr) continue;
+    const size_t size = blocks_[next].size();
+    if (size > budget) break;
+    // Only into free room: a prefetch never evicts a block.
+    const size_t offset = find_room(size, false);
+    if (offset == kNone) break;
+    budget -= size;
+    residents_.push_back({next, offset, size, 0, ++clock_});
+    gather(next, live_.as<char>() + offset * elem_);
+    peak_live_ = std::max(peak_live_, live_elements());
+  }
+}
+
+void PartitionedParameters::release(int block) {
+  if (persistent(block)) return;
+  Resident* r = resident(block);
+  TANDEM_CHECK(r != nullptr && r->users > 0, "release of block ", block,
+               "'s parameters, which are not acquired");
+  r->users--;
+}
+
+void PartitionedParameters::parameters_changed() {
+  for (const Resident& r : residents_)
+    TANDEM_CHECK(r.users == 0, "the parameters changed while block ", r.block, " was in use");
+  residents_.clear();
+  if (!order_.empty()) recording_ = false;
+  position_ = 0;
+  for (size_t b = 0; b < blocks_.size(); b++) {
+    if (!persistent(static_cast<int>(b))) continue;
+    gather(static_cast<int>(b), persistent_buffer_.as<char>() + persistent_offset_[b] * elem_);
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,110 @@
+// The working parameters of ZeRO stage 3: each rank holds its partition (S elements, which
+// its update engine writes), and a block's parameters are gathered from their owners just
+// before the model uses the block (BlockMemory::acquire_params) into a live buffer of
+// bounded size, then released.
+//
+// - Blocks of at most stage3_param_persistence_threshold elements are kept whole on every
+//   rank (gathered once after each update): gathering them each time would cost more in
+//   latency than they weigh. (DeepSpeed applies the threshold per tensor; tandem gathers
+//   whole blocks, so it applies it per block.)
+// - The live buffer holds the blocks in use, blocks released but not yet evicted (a block
+//   used again soon, such as the tied embeddings at the end of forward and the start of
+//   backward, is not gathered twice), and prefetched ones; it has
+//   min(stage3_max_live_parameters, the two largest blocks + stage3_prefetch_bucket_size)
+//   elements, never more than the non-persistent blocks together, and at least the two
+//   largest blocks (at most two are in use at once; a smaller max_live is refused).
+// - Prefetch: the order of the acquires is recorded in the first step; from then on, a
+//   gather also fetches the blocks that come next in that order, up to
+//   stage3_prefetch_bucket_size elements, as far as they fit beside the blocks in use.
+//   (The communicators are synchronous, so this coalesces gathers rather than overlapping
+//   them with compute.)
+// - A gather moves each owner's piece of the block by a broadcast from that owner (the
+//   partitions are contiguous ranges of the flat space, shared with stages 1 and 2, so a
+//   block usually has one or two owners). Every rank makes the same calls in the same
+//   order: the model's order of acquires is the same on every rank, and so is every
+//   decision taken here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "tandem/compute/compute_backend.h"
+#include "tandem/dist/communicator.h"
+#include "tandem/model/param_range.h"
+#include "tandem/zero/partition.h"
+#include "tandem/zero/zero_config.h"
+
+namespace tandem {
+
+class PartitionedParameters {
+ public:
+  PartitionedParameters(Communicator& comm, ComputeBackend& backend, StorageDType dtype,
+                        const ZeroPartition& partition, std::vector<ParamRange> blocks,
+                        const ZeroConfig& config);
+
+  struct Sizes {
+    size_t persistent = 0;  // elements kept whole on every rank
+    size_t live = 0;        // elements of the live buffer
+  };
+  // What a rank holds besides its partition; throws tandem::Error when
+  // stage3_max_live_parameters is below the two largest blocks.
+  static Sizes sizes(const std::vector<ParamRange>& blocks, const ZeroConfig& config);
+  // Bytes of backend memory a rank holds: its partition, the persistent blocks, the live
+  // buffer.
+  static size_t bytes_needed(const std::vector<ParamRange>& blocks, const ZeroPartition& partition,
+                             StorageDType dtype, const ZeroConfig& config);
+  size_t allocated_bytes() const { return allocated_bytes_; }
+
+  // This rank's working parameters, [S] from the start of its partition.
+  void* partition_params() { return partition_.as<void>(); }
+
+  const void* acquire(int block);
+  void release(int block);
+  // The partitions changed (an update, a load): cached gathers are stale, and the
+  // persistent blocks are gathered again now (a collective).
+  void parameters_changed();
+
+  // Most elements of gathered, non-persistent blocks held at once so far.
+  size_t peak_live_elements() const { return peak_live_; }
+
+ private:
+  struct Resident {  // a block in the live buffer
+    int block = -1;
+    size_t offset = 0, size = 0;  // elements of the live buffer
+    int users = 0;
+    uint64_t last_used = 0;
+  };
+  bool persistent(int block) const;
+  // Room for `size` elements in the live buffer, evicting released blocks (least recently
+  // used first) when `evict`; SIZE_MAX when there is none.
+  size_t find_room(size_t size, bool evict);
+  // Gathers `block` into the live buffer at `offset` (or into dst) from its owners.
+  void gather(int block, char* dst);
+  Resident* resident(int block);
+  void prefetch_after(int block);
+  size_t live_elements() const;
+
+  Communicator& comm_;
+  ComputeBackend& backend_;
+  StorageDType dtype_;
+  size_t elem_;
+  ZeroPartition partition_range_;
+  std::vector<ParamRange> blocks_;
+  ZeroConfig config_;
+  Buffer partition_;                      // [S]
+  Buffer persistent_buffer_;              // the persistent blocks, whole
+  std::vector<size_t> persistent_offset_;  // per block, SIZE_MAX when not persistent
+  Buffer live_;
+  size_t live_capacity_ = 0;
+  std::vector<Resident> residents_;
+  uint64_t clock_ = 0;
+  size_t peak_live_ = 0;
+  size_t allocated_bytes_ = 0;
+  // The recorded order of acquires (first step), and where the model is in it.
+  std::vector<int> order_;
+  bool recording_ = true;
+  size_t position_ = 0;
+};
+
+}  // namespace tandem
