@@ -48,6 +48,9 @@ nlohmann::json dp_config(const std::filesystem::path& data, const std::filesyste
   return json;
 }
 
+// The parameters of one layer of dp_config's model (its largest block): 12 C^2 + 13 C.
+size_t dp_layer_params() { return 12 * 64 * 64 + 13 * 64; }
+
 struct RankResults {
   std::vector<TrainResult> by_rank;
   std::vector<std::string> errors;  // empty where the rank succeeded
@@ -117,12 +120,48 @@ TEST_F(DataParallelTraining, EveryStageScheduleAndBucketingGivesTheSameBits) {
       }
     }
   }
+  // Stage 3 with a live buffer of just the two layers (every block gathered for each use
+  // but the one still cached), and with room to prefetch the next block.
+  const size_t layer = dp_layer_params();
+  for (size_t prefetch : {size_t{0}, size_t{20000}}) {
+    nlohmann::json json = dp_config(data(), dir_ / "tight", 3, 1);
+    json["zero_optimization"]["stage3_param_persistence_threshold"] = 1000;
+    json["zero_optimization"]["stage3_max_live_parameters"] = 2 * layer + prefetch;
+    json["zero_optimization"]["stage3_prefetch_bucket_size"] = prefetch;
+    const std::string what = cat("stage 3, live ", 2 * layer + prefetch, ", prefetch ", prefetch);
+    const RankResults run = train_on_ranks(3, json, options);
+    expect_ranks_agree(run, what);
+    EXPECT_EQ(run.by_rank[0].state_digest, reference.by_rank[0].state_digest) << what;
+    EXPECT_EQ(losses(run.by_rank[0]), losses(reference.by_rank[0])) << what;
+    for (const TrainResult& r : run.by_rank) {
+      EXPECT_LE(r.peak_live_parameters, 2 * layer + prefetch) << what;
+      EXPECT_GE(r.peak_live_parameters, 2 * layer) << what;
+    }
+  }
+}
+
+// Stage 3 refuses a stage3_max_live_parameters below the two largest blocks, on every
+// rank, before anything is trained, naming the key and the least value.
+TEST_F(DataParallelTraining, Stage3RefusesALiveBudgetBelowTwoBlocks) {
+  nlohmann::json json = dp_config(data(), dir_ / "small", 3, 1);
+  json["zero_optimization"]["stage3_param_persistence_threshold"] = 1000;
+  json["zero_optimization"]["stage3_max_live_parameters"] = 50000;
+  const RankResults run = train_on_ranks(2, json);
+  for (const std::string& error : run.errors) {
+    EXPECT_NE(error.find("zero_optimization.stage3_max_live_parameters = 50000 is too small"),
+              std::string::npos)
+        << error;
+    EXPECT_NE(error.find(cat("at least ", 2 * dp_layer_params())), std::string::npos) << error;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "small" / "checkpoints"));
 }
 
 TEST_F(DataParallelTraining, AnySplitOfTheGlobalBatchOverRanksAndMicroBatchesGivesTheSameBits) {
   TrainOptions options;
   options.save_checkpoints = false;
-  for (int stage : {0, 2}) {
+  // Stages 2 and 3 reduce every micro-batch (micro-major), 0 and 1 sum a rank's first
+  // (rank-major): the same tree when ranks and micro-batches are powers of two.
+  for (int stage : {0, 2, 3}) {
     // 4 micro-batches per step: one rank accumulating 4, 2 x 2, 4 x 1.
     const RankResults one = train_on_ranks(1, dp_config(data(), dir_ / "a", stage, 4), options);
     expect_ranks_agree(one, "1 x 4");
@@ -158,7 +197,8 @@ TEST_F(DataParallelTraining, Bf16GivesTheSameBitsForEveryStageAndSplit) {
     int world, accum, stage;
   };
   for (Split split :
-       {Split{1, 4, 0}, Split{2, 2, 0}, Split{2, 2, 1}, Split{2, 2, 2}, Split{4, 1, 2}}) {
+       {Split{1, 4, 0}, Split{2, 2, 0}, Split{2, 2, 1}, Split{2, 2, 2}, Split{4, 1, 2},
+        Split{2, 2, 3}, Split{4, 1, 3}}) {
     nlohmann::json json = dp_config(data(), dir_ / "bf16", split.stage, split.accum);
     json["bf16"] = {{"enabled", true}};
     json["offload_optimizer"] = {{"schedule", "interleave"}, {"stride", 2}};
@@ -176,26 +216,31 @@ TEST_F(DataParallelTraining, Bf16GivesTheSameBitsForEveryStageAndSplit) {
 }
 
 TEST_F(DataParallelTraining, ResumingOnAnotherWorldSizeAndStageIsBitExact) {
-  // 8 steps on 4 ranks (stage 2) = 4 steps on 4 ranks + resume on 2 ranks accumulating 2
-  // (stage 1) + 4 steps: the same global batch, cut differently.
+  // 20 steps on 4 ranks (stage 2) = 10 steps on 4 ranks (stage 3) + resume on 2 ranks
+  // accumulating 2 (stage 1) + 10 steps: the same global batch, cut differently.
   nlohmann::json straight_json = dp_config(data(), dir_ / "straight", 2, 1);
-  straight_json["train"]["steps"] = 8;
+  straight_json["train"]["steps"] = 20;
+  straight_json["train"]["eval_interval"] = 10;
   const RankResults straight = train_on_ranks(4, straight_json);
   expect_ranks_agree(straight, "straight");
 
-  nlohmann::json first_json = dp_config(data(), dir_ / "split", 2, 1);
-  first_json["train"]["steps"] = 8;
+  nlohmann::json first_json = dp_config(data(), dir_ / "split", 3, 1);
+  first_json["train"]["steps"] = 20;
+  first_json["train"]["eval_interval"] = 10;
+  first_json["zero_optimization"]["stage3_param_persistence_threshold"] = 1000;
   TrainOptions first;
-  first.stop_at_step = 4;
+  first.stop_at_step = 10;
   const RankResults half = train_on_ranks(4, first_json, first);
   expect_ranks_agree(half, "first half");
   nlohmann::json second_json = dp_config(data(), dir_ / "split", 1, 2);
-  second_json["train"]["steps"] = 8;
+  second_json["train"]["steps"] = 20;
+  second_json["train"]["eval_interval"] = 10;
   TrainOptions second;
   second.resume = dir_ / "split";
   const RankResults resumed = train_on_ranks(2, second_json, second);
   expect_ranks_agree(resumed, "resumed");
-  ASSERT_EQ(resumed.by_rank[0].steps_done, 8);
+  ASSERT_EQ(resumed.by_rank[0].steps_done, 20);
+  EXPECT_EQ(resumed.by_rank[0].last_val_loss, straight.by_rank[0].last_val_loss);
 
   EXPECT_EQ(resumed.by_rank[0].state_digest, straight.by_rank[0].state_digest);
   const fs::path a = straight.by_rank[0].last_checkpoint, b = resumed.by_rank[0].last_checkpoint;
@@ -207,6 +252,9 @@ TEST_F(DataParallelTraining, ResumingOnAnotherWorldSizeAndStageIsBitExact) {
   EXPECT_EQ(shards_a["shards"].size(), 4u);
   EXPECT_EQ(shards_b["world_size"], 2);
   EXPECT_EQ(shards_b["zero_stage"], 1);
+  const fs::path mid = dir_ / "split" / "checkpoints" / "step_00000010";
+  ASSERT_TRUE(fs::exists(mid));
+  EXPECT_EQ(checkpoint_manifest(mid)["optimizer_shards"]["zero_stage"], 3);
   EXPECT_FALSE(fs::exists(a / "optimizer.safetensors"));
   const TrainingState sa = load_training_checkpoint(a), sb = load_training_checkpoint(b);
   EXPECT_TRUE(same_bits(sa.exp_avg, sb.exp_avg));
@@ -244,6 +292,41 @@ TEST_F(DataParallelTraining, EachRankMovesAboutTwoModelSizesPerStep) {
         EXPECT_NEAR(static_cast<double>(step.comm_bytes_received), expected, 0.02 * expected);
       }
     }
+  }
+}
+
+// Stage 3 adds the parameter gathers of forward and backward to the reduction: about 3P
+// elements per rank and step where stages 1 and 2 move 2P (ZeRO's volumes). Here with a
+// live buffer of two layers, so that no block stays cached from one use to the next but
+// the tied embeddings between the end of forward and the start of backward. A gather is
+// each owner broadcasting its piece: a rank receives the blocks it does not own.
+TEST_F(DataParallelTraining, Stage3MovesAboutThreeModelSizesPerStep) {
+  TrainOptions options;
+  options.save_checkpoints = false;
+  const int world = 4;
+  nlohmann::json json = dp_config(data(), dir_ / "t3", 3, 1);
+  json["zero_optimization"]["stage3_param_persistence_threshold"] = 1000;
+  json["zero_optimization"]["stage3_max_live_parameters"] = 2 * dp_layer_params();
+  json["zero_optimization"]["stage3_prefetch_bucket_size"] = 0;
+  const RankResults run = train_on_ranks(world, json, options);
+  expect_ranks_agree(run, "stage 3");
+  const auto P = static_cast<double>(parse_train_config(json).model.num_parameters());
+  const double ring = (world - 1.0) / world * P * 4;  // (N - 1) / N of the fp32 model
+  const auto steps = run.by_rank[0].steps.size();
+  for (size_t s = 0; s < steps; s++) {
+    // The mean over the ranks: which rank owns which block decides what each receives.
+    double received = 0, sent = 0;
+    for (int r = 0; r < world; r++) {
+      received += static_cast<double>(run.by_rank[r].steps[s].comm_bytes_received) / world;
+      sent += static_cast<double>(run.by_rank[r].steps[s].comm_bytes_sent) / world;
+    }
+    // The reduction (1 ring volume) and the gathers: the whole model in forward, all but
+    // the cached embeddings and ln_f (persistent) in backward, ~2.5 ring volumes here.
+    EXPECT_GT(received, 2.4 * ring) << "step " << s;
+    EXPECT_LT(received, 3.0 * ring) << "step " << s;
+    // A broadcast is counted once at its root, so the ranks send less than they receive.
+    EXPECT_GT(sent, ring) << "step " << s;
+    EXPECT_LT(sent, received) << "step " << s;
   }
 }
 
@@ -316,36 +399,47 @@ TEST_F(DataParallelTraining, NcclWithoutAGpuIsAOneLineErrorOnEveryRank) {
 
 // Model states per rank (mixed precision: bf16 working params and gradients, fp32 params,
 // m, v) against ZeRO's formulas, within the partition padding: 16P at stage 0, 4P + 12P/N
-// at stage 1. Stage 2 is stage 1's figure for now: its 2P + 14P/N needs the gradient
-// buffer partitioned, which is not built.
+// at stage 1, 2P + 14P/N at stage 2, 16P/N at stage 3. The buffers beside them (gradient
+// slots, gathered parameters) are reported apart and bounded.
 TEST_F(DataParallelTraining, ModelStateBytesPerRankFollowTheZeroFormulas) {
   const int world = 4;
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     nlohmann::json json = dp_config(data(), dir_ / "plan", stage, 1);
     json["bf16"] = {{"enabled", true}};
+    json["zero_optimization"]["stage3_param_persistence_threshold"] = 1000;
+    json["zero_optimization"]["stage3_max_live_parameters"] = 2 * dp_layer_params();
     const TrainConfig config = parse_train_config(json);
     const auto P = static_cast<double>(config.model.num_parameters());
     const ZeroPartition partition(static_cast<size_t>(P), world);
+    const auto S = static_cast<double>(partition.partition_size());
+    const double padded = static_cast<double>(partition.padded_size());
     for (int rank = 0; rank < world; rank++) {
       auto device = make_training_device(config);
       ThreadPool pool;
       const TrainingMemoryPlan plan =
           plan_training(config, *device, pool, zero_state_range(config, world, rank), world);
       const auto bytes = static_cast<double>(plan.model_state_bytes());
+      const auto mine = static_cast<double>(partition.range(rank).size());
       const std::string what = cat("stage ", stage, ", rank ", rank);
-      if (stage == 0) {
-        EXPECT_EQ(bytes, 16 * P) << what;
-      } else {
-        // Within the padding: the working parameters fill world x S (bf16), and a rank's
-        // partition holds at most S real parameters.
-        const double padded = static_cast<double>(partition.padded_size());
-        const double formula = 4 * P + 12 * P / world;
-        const double padding = 2.0 * (padded - P) + 12.0 * (partition.partition_size() - P / world);
-        EXPECT_LE(bytes, formula + padding) << what;
-        EXPECT_GE(bytes, 4 * P + 12.0 * partition.range(rank).size()) << what;
-        EXPECT_EQ(bytes, 2 * padded + 2 * P + 12.0 * partition.range(rank).size()) << what;
-      }
+      // Within the padding: a rank holds S elements of each partitioned tensor, and at
+      // stages 1 and 2 the working parameters fill world x S (bf16).
+      const double formula[] = {16 * P, 4 * P + 12 * P / world, 2 * P + 14 * P / world,
+                                16 * P / world};
+      const double padding[] = {0, 2 * (padded - P) + 12 * (S - P / world),
+                                2 * (padded - P) + 14 * (S - P / world), 16 * (S - P / world)};
+      const double exact[] = {16 * P, 2 * padded + 2 * P + 12 * mine,
+                              2 * padded + 2 * S + 12 * mine, 4 * S + 12 * mine};
+      EXPECT_LE(bytes, formula[stage] + padding[stage]) << what;
+      EXPECT_EQ(bytes, exact[stage]) << what;
       EXPECT_EQ(plan.offload.partition, zero_state_range(config, world, rank)) << what;
+      // Buffers: the two largest blocks' gradient slots from stage 2, and at stage 3 the
+      // live buffer (two layers) and the persistent ln_f.
+      const double layer = static_cast<double>(dp_layer_params());
+      const double embeddings = 256 * 64 + 16 * 64;
+      const double buffers[] = {0, 0, 2 * 2 * layer, 2 * (2 * layer + 2 * layer + 2 * 64)};
+      EXPECT_EQ(static_cast<double>(plan.zero_buffer_bytes), buffers[stage]) << what;
+      EXPECT_LT(layer + embeddings, layer * 2);  // the layers are the two largest blocks
+      EXPECT_GE(plan.total.device, plan.model_bytes + plan.zero_buffer_bytes) << what;
     }
   }
 }

@@ -99,7 +99,9 @@ TEST_F(LaunchMpi, TwoRanksGiveTheBitsOfOneProcessAccumulatingTwoMicroBatches) {
 }
 
 // Real MPI, a world size that divides neither the parameters nor a power of two: every
-// stage under the cpu, device and interleave schedules gives one process's bits.
+// stage under the cpu, device and interleave schedules gives one process's bits. Stage 3
+// with a live buffer of two layers and a prefetch of one: blocks are gathered, evicted and
+// prefetched every step.
 TEST_F(LaunchMpi, EveryStageAndScheduleOnThreeRanksGivesOneProcesssBits) {
   const fs::path one = write_config("single", 3, 0);
   ASSERT_EQ(testing::run_command(kTandem + " train --config " + one.string() +
@@ -110,13 +112,18 @@ TEST_F(LaunchMpi, EveryStageAndScheduleOnThreeRanksGivesOneProcesssBits) {
             0);
   const std::string want = digest(dir_ / "single.jsonl");
   ASSERT_EQ(want.size(), 16u);
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     for (const char* schedule : {"cpu", "device", "interleave"}) {
       const std::string name = cat("s", stage, "_", schedule);
       const fs::path config = write_config(name, 1, stage);
       const fs::path metrics = dir_ / (name + ".jsonl");
+      const std::string stage3 =
+          stage != 3 ? ""
+                     : " --set zero_optimization.stage3_param_persistence_threshold=1000"
+                       " --set zero_optimization.stage3_max_live_parameters=100000"
+                       " --set zero_optimization.stage3_prefetch_bucket_size=50000";
       const testing::CommandResult run = testing::run_command(
-          launcher_ + " -np 3 " + kTandem + " train --config " + config.string() +
+          launcher_ + " -np 3 " + kTandem + " train --config " + config.string() + stage3 +
           " --set offload_optimizer.schedule=" + schedule +
           " --set zero_optimization.sub_group_size=20000 --set train.checkpoint_interval=0"
           " --set train.eval_interval=0 --set train.steps=4 --metrics " +

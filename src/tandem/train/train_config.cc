@@ -396,15 +396,16 @@ TrainConfig parse_train_config(const json& config_json) {
   zero.read_int("stage", z.stage, 0, 3, "0, 1, 2 or 3");
   zero.read_bool("overlap_comm", z.overlap_comm);
   zero.read_bool("contiguous_gradients", z.contiguous_gradients);
-  auto read_size = [&](std::string_view key, size_t& out) {
+  auto read_size = [&](std::string_view key, size_t& out, int64_t least = 1) {
     int64_t v = static_cast<int64_t>(out);
-    zero.read_int(key, v, 1);
+    zero.read_int(key, v, least);
     out = static_cast<size_t>(v);
   };
   read_size("reduce_bucket_size", z.reduce_bucket_size);
   read_size("allgather_bucket_size", z.allgather_bucket_size);
-  read_size("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size);
-  read_size("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold);
+  // 0: no prefetch; no block kept whole.
+  read_size("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size, 0);
+  read_size("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, 0);
   read_size("stage3_max_live_parameters", z.stage3_max_live_parameters);
 
   const Section offload = top.section("offload_optimizer");

@@ -261,8 +261,10 @@ class Trainer {
                          start_step_ + 1, "-", step_, " did)"));
     result.steps_done = step_;
     result.state_digest = state_digest();
+    result.peak_live_parameters = data_parallel_.peak_live_parameters();
     metrics.write({{"step", step_},
                    {"state_digest", result.state_digest},
+                   {"peak_live_parameters", result.peak_live_parameters},
                    {"schedule", std::string(update_schedule_name(config_.offload.schedule))}});
     if (config_.train.sample_bytes > 0 && (comm_.rank() == 0 || every_rank_runs_the_model()))
       result.sample = sample_bytes(model_, "\n", config_.train.sample_bytes, sample_rng_);

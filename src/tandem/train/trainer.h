@@ -55,6 +55,9 @@ struct TrainResult {
   std::filesystem::path last_checkpoint;
   std::string sample;        // bytes sampled at the end (train.sample_bytes)
   std::string state_digest;  // XXH3-64 of the final params, m and v (hex)
+  // ZeRO stage 3: the most gathered parameters this rank held at once (at most
+  // zero_optimization.stage3_max_live_parameters); 0 below stage 3.
+  size_t peak_live_parameters = 0;
 };
 
 // One process, world size 1.
