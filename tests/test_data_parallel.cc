@@ -126,7 +126,7 @@ TEST_F(DataParallelTraining, EveryStageScheduleAndBucketingGivesTheSameBits) {
   for (size_t prefetch : {size_t{0}, size_t{20000}}) {
     nlohmann::json json = dp_config(data(), dir_ / "tight", 3, 1);
     json["zero_optimization"]["stage3_param_persistence_threshold"] = 1000;
-    json["zero_optimization"]["stage3_max_live_parameters"] = 2 * layer + prefetch;
+    json["zero_optimization"]["stage3_max_live_parameters"] = 2 * layer + prefetch;  // more than needed
     json["zero_optimization"]["stage3_prefetch_bucket_size"] = prefetch;
     const std::string what = cat("stage 3, live ", 2 * layer + prefetch, ", prefetch ", prefetch);
     const RankResults run = train_on_ranks(3, json, options);
@@ -134,7 +134,7 @@ TEST_F(DataParallelTraining, EveryStageScheduleAndBucketingGivesTheSameBits) {
     EXPECT_EQ(run.by_rank[0].state_digest, reference.by_rank[0].state_digest) << what;
     EXPECT_EQ(losses(run.by_rank[0]), losses(reference.by_rank[0])) << what;
     for (const TrainResult& r : run.by_rank) {
-      EXPECT_LE(r.peak_live_parameters, 2 * layer + prefetch) << what;
+      EXPECT_LE(r.peak_live_parameters, 2 * layer) << what;  // two blocks, whatever the budget
       EXPECT_GE(r.peak_live_parameters, 2 * layer) << what;
     }
   }

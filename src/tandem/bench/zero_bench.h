@@ -18,7 +18,7 @@ struct ZeroBenchOptions {
   std::filesystem::path config;
   std::vector<std::string> overrides;  // --set key=value, applied to every run
   std::vector<int> world_sizes = {1, 2, 4};
-  std::vector<int> stages = {0, 1, 2};
+  std::vector<int> stages = {0, 1, 2, 3};
   int steps = 5;   // timed steps per run
   int warmup = 2;  // steps run first and not timed
   std::filesystem::path tandem_binary;

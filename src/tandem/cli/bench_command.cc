@@ -166,7 +166,7 @@ void register_bench(CLI::App& app) {
     std::string config;
     std::vector<std::string> overrides;
     std::vector<int> world_sizes = {1, 2, 4};
-    std::vector<int> stages = {0, 1, 2};
+    std::vector<int> stages = {0, 1, 2, 3};
     int steps = 5;
     int warmup = 2;
     bool json = false;
@@ -181,9 +181,9 @@ void register_bench(CLI::App& app) {
   zero->add_option("--world-sizes", zero_args->world_sizes, "Comma-separated, e.g. 1,2,4")
       ->delimiter(',')
       ->check(CLI::Range(1, 4096));
-  zero->add_option("--stages", zero_args->stages, "Comma-separated ZeRO stages (0-2)")
+  zero->add_option("--stages", zero_args->stages, "Comma-separated ZeRO stages (0-3)")
       ->delimiter(',')
-      ->check(CLI::Range(0, 2));
+      ->check(CLI::Range(0, 3));
   zero->add_option("--steps", zero_args->steps, "Timed steps per run (the median is reported)")
       ->check(CLI::Range(1, 100000));
   zero->add_option("--warmup", zero_args->warmup, "Steps run first and not timed")

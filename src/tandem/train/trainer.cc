@@ -185,6 +185,7 @@ class Trainer {
            {"schedule", std::string(update_schedule_name(plan_.offload.settings.schedule))},
            {"partition_params", plan_.offload.partition.size()},
            {"model_state_bytes", plan_.model_state_bytes()},
+           {"zero_buffer_bytes", plan_.zero_buffer_bytes},
            {"device_bytes", plan_.total.device},
            {"pinned_host_bytes", plan_.total.pinned_host},
            {"host_bytes", plan_.total.host}}}});

@@ -41,8 +41,10 @@ PartitionedParameters::Sizes PartitionedParameters::sizes(const std::vector<Para
                "zero_optimization.stage3_max_live_parameters = ", config.stage3_max_live_parameters,
                " is too small: the model uses two blocks of ", needed,
                " parameters together; raise it to at least ", needed);
-  sizes.live = std::min({config.stage3_max_live_parameters,
-                         needed + config.stage3_prefetch_bucket_size, gathered});
+  (void)gathered;
+  // Two blocks at the ends of the buffer: the one in use and the next (prefetched, or in
+  // use too). More room would hold no more blocks.
+  sizes.live = needed;
   return sizes;
 }
 
@@ -97,28 +99,43 @@ size_t PartitionedParameters::live_elements() const {
 }
 
 size_t PartitionedParameters::find_room(size_t size, bool evict) {
-  for (;;) {
-    // First fit in the gaps between the residents, in offset order.
-    std::sort(residents_.begin(), residents_.end(),
-              [](const Resident& a, const Resident& b) { return a.offset < b.offset; });
-    size_t start = 0;
-    for (const Resident& r : residents_) {
-      if (r.offset - start >= size) return start;
-      start = r.offset + r.size;
-    }
-    if (live_capacity_ - start >= size) return start;
-    if (!evict) return kNone;
-    // Evict the least recently used released block and try again.
-    auto victim = residents_.end();
-    for (auto it = residents_.begin(); it != residents_.end(); ++it)
-      if (it->users == 0 && (victim == residents_.end() || it->last_used < victim->last_used))
-        victim = it;
-    if (victim == residents_.end()) return kNone;
-    residents_.erase(victim);
+  if (size > live_capacity_) return kNone;
+  // Blocks go at either end of the live buffer. At most two are in use at once and the
+  // buffer holds the two largest side by side, so with one in use at an end the other
+  // end always has room: a block in use can never be in the way of both.
+  const size_t ends[2] = {0, live_capacity_ - size};
+  auto overlaps = [&](const Resident& r, size_t offset) {
+    return r.offset < offset + size && offset < r.offset + r.size;
+  };
+  for (size_t offset : ends) {
+    if (std::none_of(residents_.begin(), residents_.end(),
+                     [&](const Resident& r) { return overlaps(r, offset); }))
+      return offset;
   }
+  if (!evict) return kNone;
+  // An end where only released blocks are in the way: the one whose latest use is oldest.
+  size_t best = kNone;
+  uint64_t best_age = std::numeric_limits<uint64_t>::max();
+  for (size_t offset : ends) {
+    bool blocked = false;
+    uint64_t newest = 0;
+    for (const Resident& r : residents_) {
+      if (!overlaps(r, offset)) continue;
+      blocked = blocked || r.users > 0;
+      newest = std::max(newest, r.last_used);
+    }
+    if (!blocked && newest < best_age) {
+      best = offset;
+      best_age = newest;
+    }
+  }
+  if (best == kNone) return kNone;
+  std::erase_if(residents_, [&](const Resident& r) { return overlaps(r, best); });
+  return best;
 }
 
 void PartitionedParameters::gather(int block, char* dst) {
+  gathered_blocks_++;
   const ParamRange range = blocks_[block];
   const int me = comm_.rank();
   const int first = partition_range_.owner(range.begin);
@@ -161,33 +178,30 @@ const void* PartitionedParameters::acquire(int block) {
     residents_.push_back({block, offset, size, 0, 0});
     gather(block, live_.as<char>() + offset * elem_);
     r = &residents_.back();
-    r->users = 1;
-    r->last_used = ++clock_;
     peak_live_ = std::max(peak_live_, live_elements());
-    if (!recording_) prefetch_after(block);
-    r = resident(block);  // prefetching may have reordered the residents
-    return live_.as<char>() + r->offset * elem_;
   }
   r->users++;
   r->last_used = ++clock_;
-  return live_.as<char>() + r->offset * elem_;
+  const size_t offset = r->offset;  // prefetching may move the residents' records
+  if (!recording_) prefetch_after(block);
+  return live_.as<char>() + offset * elem_;
 }
 
 void PartitionedParameters::prefetch_after(int block) {
-  (void)block;
-  size_t budget = config_.stage3_prefetch_bucket_size;
+  // The next block of the recorded order that is not here yet: the one used next.
   for (size_t i = position_; i < order_.size(); i++) {
     const int next = order_[i];
-    if (persistent(next) || resident(next) != nullptr) continue;
+    if (next == block || persistent(next)) continue;
+    if (resident(next) != nullptr) return;
     const size_t size = blocks_[next].size();
-    if (size > budget) break;
-    // Only into free room: a prefetch never evicts a block.
-    const size_t offset = find_room(size, false);
-    if (offset == kNone) break;
-    budget -= size;
+    if (size > config_.stage3_prefetch_bucket_size) return;
+    const size_t offset = find_room(size, true);
+    if (offset == kNone) return;
     residents_.push_back({next, offset, size, 0, ++clock_});
     gather(next, live_.as<char>() + offset * elem_);
+    prefetched_blocks_++;
     peak_live_ = std::max(peak_live_, live_elements());
+    return;
   }
 }
 

@@ -7,17 +7,16 @@
 //   rank (gathered once after each update): gathering them each time would cost more in
 //   latency than they weigh. (DeepSpeed applies the threshold per tensor; tandem gathers
 //   whole blocks, so it applies it per block.)
-// - The live buffer holds the blocks in use, blocks released but not yet evicted (a block
-//   used again soon, such as the tied embeddings at the end of forward and the start of
-//   backward, is not gathered twice), and prefetched ones; it has
-//   min(stage3_max_live_parameters, the two largest blocks + stage3_prefetch_bucket_size)
-//   elements, never more than the non-persistent blocks together, and at least the two
-//   largest blocks (at most two are in use at once; a smaller max_live is refused).
+// - The live buffer holds two blocks, placed at either end of it: the two largest fit side
+//   by side, so the two a model may use at once always fit, whatever was placed before. A
+//   released block stays there until the room is needed (the tied embeddings used at the
+//   end of forward and at the start of backward are gathered once), and the room not in
+//   use takes the next block early (prefetch). stage3_max_live_parameters must allow the
+//   two largest blocks (a smaller value is refused); the buffer never holds more.
 // - Prefetch: the order of the acquires is recorded in the first step; from then on, a
-//   gather also fetches the blocks that come next in that order, up to
-//   stage3_prefetch_bucket_size elements, as far as they fit beside the blocks in use.
-//   (The communicators are synchronous, so this coalesces gathers rather than overlapping
-//   them with compute.)
+//   gather also fetches the block that comes next in that order, when it has at most
+//   stage3_prefetch_bucket_size parameters. (The communicators are synchronous, so this
+//   coalesces gathers rather than overlapping them with compute.)
 // - A gather moves each owner's piece of the block by a broadcast from that owner (the
 //   partitions are contiguous ranges of the flat space, shared with stages 1 and 2, so a
 //   block usually has one or two owners). Every rank makes the same calls in the same
@@ -67,6 +66,9 @@ class PartitionedParameters {
 
   // Most elements of gathered, non-persistent blocks held at once so far.
   size_t peak_live_elements() const { return peak_live_; }
+  // Blocks gathered so far, and of them those fetched ahead of their acquire (prefetched).
+  size_t gathered_blocks() const { return gathered_blocks_; }
+  size_t prefetched_blocks() const { return prefetched_blocks_; }
 
  private:
   struct Resident {  // a block in the live buffer
@@ -76,8 +78,8 @@ class PartitionedParameters {
     uint64_t last_used = 0;
   };
   bool persistent(int block) const;
-  // Room for `size` elements in the live buffer, evicting released blocks (least recently
-  // used first) when `evict`; SIZE_MAX when there is none.
+  // Room for `size` elements at an end of the live buffer, evicting released blocks in
+  // the way (of the end used least recently) when `evict`; SIZE_MAX when there is none.
   size_t find_room(size_t size, bool evict);
   // Gathers `block` into the live buffer at `offset` (or into dst) from its owners.
   void gather(int block, char* dst);
@@ -100,6 +102,7 @@ class PartitionedParameters {
   std::vector<Resident> residents_;
   uint64_t clock_ = 0;
   size_t peak_live_ = 0;
+  size_t gathered_blocks_ = 0, prefetched_blocks_ = 0;
   size_t allocated_bytes_ = 0;
   // The recorded order of acquires (first step), and where the model is in it.
   std::vector<int> order_;

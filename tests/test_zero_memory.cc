@@ -1,0 +1,208 @@
+// The partitioned memory of ZeRO stages 2 and 3 on its own, on in-process ranks:
+// PartitionedGradients reduces each released block to its owners and sums a step's
+// micro-batches as the tree over micro-batches of the trees over ranks;
+// PartitionedParameters gathers each block's exact values from their owners, keeps small
+// blocks whole, stays within its live budget and prefetches in the recorded order.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "tandem/compute/compute_backend.h"
+#include "tandem/core/error.h"
+#include "tandem/dist/local_group.h"
+#include "tandem/dist/tree_sum.h"
+#include "tandem/zero/partitioned_gradients.h"
+#include "tandem/zero/partitioned_parameters.h"
+
+namespace tandem {
+namespace {
+
+// 86,300 parameters in five blocks, the largest two 40,000; at 3 ranks S = 32,768, so
+// blocks straddle partitions and the last rank's partition is short.
+std::vector<ParamRange> test_blocks() {
+  std::vector<ParamRange> blocks;
+  size_t begin = 0;
+  for (size_t size : {5000, 40000, 40000, 300, 1000}) {
+    blocks.push_back({begin, begin + size});
+    begin += size;
+  }
+  return blocks;
+}
+
+size_t total(const std::vector<ParamRange>& blocks) { return blocks.back().end; }
+
+// The gradient rank r computes for parameter i in micro-batch a: values whose sums round
+// differently in another order.
+float gradient(int rank, int micro, size_t i) {
+  return 1.0f / static_cast<float>(3 + rank * 7 + micro * 13) + static_cast<float>(i % 97) * 1e-3f;
+}
+
+TEST(PartitionedGradients, OwnersHoldTheTreeOverMicroBatchesOfTheTreesOverRanks) {
+  const std::vector<ParamRange> blocks = test_blocks();
+  const size_t P = total(blocks);
+  const int world = 3, micro_batches = 3;
+  const ZeroPartition partition(P, world);
+  // Expected: for each micro-batch the tree over ranks, then the tree over micro-batches.
+  std::vector<std::vector<float>> per_micro(micro_batches, std::vector<float>(P));
+  for (int a = 0; a < micro_batches; a++) {
+    std::vector<std::vector<float>> ranks(world, std::vector<float>(P));
+    std::vector<const float*> parts;
+    for (int r = 0; r < world; r++) {
+      for (size_t i = 0; i < P; i++) ranks[r][i] = gradient(r, a, i);
+      parts.push_back(ranks[r].data());
+    }
+    tree_sum(parts.data(), world, P, per_micro[a].data());
+  }
+  std::vector<const float*> parts;
+  for (const auto& m : per_micro) parts.push_back(m.data());
+  std::vector<float> expected(P);
+  tree_sum(parts.data(), micro_batches, P, expected.data());
+
+  std::vector<std::vector<float>> got(world);
+  run_local_ranks(world, [&](Communicator& comm) {
+    const auto backend = make_cpu_backend();
+    PartitionedGradients grads(comm, *backend, StorageDType::kF32, partition, blocks,
+                               micro_batches, 7000);
+    for (int a = 0; a < micro_batches; a++) {
+      grads.start_micro_batch(a);
+      // Backward's order: the first block held throughout, the others last to first.
+      auto* first = static_cast<float*>(grads.acquire(0));
+      for (int b = static_cast<int>(blocks.size()) - 1; b >= 1; b--) {
+        auto* slot = static_cast<float*>(grads.acquire(b));
+        for (size_t i = blocks[b].begin; i < blocks[b].end; i++)
+          slot[i - blocks[b].begin] += gradient(comm.rank(), a, i);
+        grads.release(b);
+      }
+      for (size_t i = 0; i < blocks[0].end; i++) first[i] += gradient(comm.rank(), a, i);
+      grads.release(0);
+      grads.finish_micro_batch();
+    }
+    const ParamRange mine = partition.range(comm.rank());
+    const auto* reduced = static_cast<const float*>(grads.partition_grads());
+    got[comm.rank()].assign(reduced, reduced + mine.size());
+  });
+  for (int r = 0; r < world; r++) {
+    const ParamRange mine = partition.range(r);
+    ASSERT_EQ(got[r].size(), mine.size());
+    EXPECT_EQ(std::memcmp(got[r].data(), expected.data() + mine.begin, mine.size() * sizeof(float)),
+              0)
+        << "rank " << r;
+  }
+  // The order matters: the tree over ranks of the trees over micro-batches differs.
+  std::vector<std::vector<float>> per_rank(world, std::vector<float>(P));
+  for (int r = 0; r < world; r++) {
+    std::vector<std::vector<float>> micro(micro_batches, std::vector<float>(P));
+    std::vector<const float*> mp;
+    for (int a = 0; a < micro_batches; a++) {
+      for (size_t i = 0; i < P; i++) micro[a][i] = gradient(r, a, i);
+      mp.push_back(micro[a].data());
+    }
+    tree_sum(mp.data(), micro_batches, P, per_rank[r].data());
+  }
+  std::vector<const float*> rp;
+  for (const auto& v : per_rank) rp.push_back(v.data());
+  std::vector<float> other(P);
+  tree_sum(rp.data(), world, P, other.data());
+  EXPECT_NE(std::memcmp(other.data(), expected.data(), P * sizeof(float)), 0);
+}
+
+TEST(PartitionedGradients, AThirdBlockHeldAtOnceIsRefused) {
+  const std::vector<ParamRange> blocks = test_blocks();
+  const auto backend = make_cpu_backend();
+  run_local_ranks(1, [&](Communicator& comm) {
+    PartitionedGradients grads(comm, *backend, StorageDType::kF32,
+                               ZeroPartition(total(blocks), 1), blocks, 1, 1000);
+    grads.start_micro_batch(0);
+    grads.acquire(1);
+    grads.acquire(2);
+    EXPECT_THROW(grads.acquire(0), Error);
+  });
+}
+
+// Each rank's partition holds value i at parameter i; a gathered block must too.
+void fill_partition(PartitionedParameters& params, const ZeroPartition& partition, int rank) {
+  const ParamRange mine = partition.range(rank);
+  auto* p = static_cast<float*>(params.partition_params());
+  for (size_t i = mine.begin; i < mine.end; i++) p[i - mine.begin] = static_cast<float>(i);
+}
+
+bool holds_its_values(const void* data, ParamRange block) {
+  const auto* p = static_cast<const float*>(data);
+  for (size_t i = block.begin; i < block.end; i++)
+    if (p[i - block.begin] != static_cast<float>(i)) return false;
+  return true;
+}
+
+TEST(PartitionedParameters, GathersExactBlocksWithinTheLiveBudget) {
+  const std::vector<ParamRange> blocks = test_blocks();
+  const int world = 3;
+  const ZeroPartition partition(total(blocks), world);
+  for (size_t prefetch : {size_t{0}, size_t{6000}}) {
+    ZeroConfig config;
+    config.stage = 3;
+    config.stage3_param_persistence_threshold = 1000;  // blocks 3 and 4 stay whole
+    config.stage3_max_live_parameters = 80000 + prefetch;
+    config.stage3_prefetch_bucket_size = prefetch;
+    EXPECT_EQ(PartitionedParameters::sizes(blocks, config).persistent, 1300u);
+    EXPECT_EQ(PartitionedParameters::sizes(blocks, config).live, 80000u);  // two blocks
+    std::vector<size_t> peaks(world), prefetched(world), gathered(world);
+    run_local_ranks(world, [&](Communicator& comm) {
+      const auto backend = make_cpu_backend();
+      PartitionedParameters params(comm, *backend, StorageDType::kF32, partition, blocks, config);
+      fill_partition(params, partition, comm.rank());
+      params.parameters_changed();
+      // Two passes of a forward-and-backward order: the first records it, the second
+      // prefetches along it.
+      const std::vector<int> order = {0, 1, 2, 3, 0, 4, 2, 1};
+      for (int pass = 0; pass < 2; pass++) {
+        for (size_t k = 0; k < order.size(); k++) {
+          const int b = order[k];
+          const void* data = params.acquire(b);
+          EXPECT_TRUE(holds_its_values(data, blocks[b]))
+              << "rank " << comm.rank() << ", pass " << pass << ", block " << b;
+          // The two layers in use at once: the next one acquired before this one's release.
+          if (b == 1 && k + 1 < order.size()) {
+            const int next = order[k + 1];
+            EXPECT_TRUE(holds_its_values(params.acquire(next), blocks[next]));
+            params.release(next);
+          }
+          params.release(b);
+        }
+        params.parameters_changed();
+      }
+      peaks[comm.rank()] = params.peak_live_elements();
+      prefetched[comm.rank()] = params.prefetched_blocks();
+      gathered[comm.rank()] = params.gathered_blocks();
+    });
+    // Only block 0 (5,000) fits the prefetch bucket: in the second pass it is fetched with
+    // the block before it. Every rank makes the same gathers.
+    for (int r = 0; r < world; r++) {
+      if (prefetch > 0)
+        EXPECT_GE(prefetched[r], 1u) << "rank " << r;
+      else
+        EXPECT_EQ(prefetched[r], 0u) << "rank " << r;
+      EXPECT_EQ(gathered[r], gathered[0]) << "rank " << r;
+    }
+    for (size_t peak : peaks) {
+      EXPECT_LE(peak, 80000u);
+      EXPECT_GE(peak, 80000u);  // the two layers were held together
+    }
+  }
+}
+
+TEST(PartitionedParameters, ALiveBudgetBelowTheTwoLargestBlocksIsRefused) {
+  ZeroConfig config;
+  config.stage3_param_persistence_threshold = 1000;
+  config.stage3_max_live_parameters = 79999;
+  try {
+    PartitionedParameters::sizes(test_blocks(), config);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("raise it to at least 80000"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tandem
