@@ -59,7 +59,7 @@ TEST(DataParallelGpu, EveryStageOnTwoRanksGivesTheBitsOfOneRankAccumulatingTwo) 
     one["bf16"] = {{"enabled", bf16}};
     const TrainResult reference = train(parse_train_config(one), options);
     ASSERT_EQ(reference.steps.size(), 3u);
-    for (int stage : {0, 1, 2}) {
+    for (int stage : {0, 1, 2, 3}) {
       nlohmann::json json = gpu_config(dir / "data.txt", dir / "two", stage, 1);
       json["bf16"] = {{"enabled", bf16}};
       const TrainConfig config = parse_train_config(json);
