@@ -18,9 +18,9 @@
 #include "tandem/core/file_io.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/cuda/cuda_device.h"
+#include "tandem/dist/gradient_accumulator.h"
 #include "tandem/dist/local_group.h"
 #include "tandem/dist/tree_sum.h"
-#include "tandem/dist/gradient_accumulator.h"
 #include "tandem/train/memory_plan.h"
 #include "tandem/train/step_hooks.h"
 #include "tandem/train/train_checkpoint.h"
@@ -126,7 +126,8 @@ TEST_F(DataParallelTraining, EveryStageScheduleAndBucketingGivesTheSameBits) {
   for (size_t prefetch : {size_t{0}, size_t{20000}}) {
     nlohmann::json json = dp_config(data(), dir_ / "tight", 3, 1);
     json["zero_optimization"]["stage3_param_persistence_threshold"] = 1000;
-    json["zero_optimization"]["stage3_max_live_parameters"] = 2 * layer + prefetch;  // more than needed
+    json["zero_optimization"]["stage3_max_live_parameters"] =
+        2 * layer + prefetch;  // more than needed
     json["zero_optimization"]["stage3_prefetch_bucket_size"] = prefetch;
     const std::string what = cat("stage 3, live ", 2 * layer + prefetch, ", prefetch ", prefetch);
     const RankResults run = train_on_ranks(3, json, options);
@@ -196,9 +197,8 @@ TEST_F(DataParallelTraining, Bf16GivesTheSameBitsForEveryStageAndSplit) {
   struct Split {
     int world, accum, stage;
   };
-  for (Split split :
-       {Split{1, 4, 0}, Split{2, 2, 0}, Split{2, 2, 1}, Split{2, 2, 2}, Split{4, 1, 2},
-        Split{2, 2, 3}, Split{4, 1, 3}}) {
+  for (Split split : {Split{1, 4, 0}, Split{2, 2, 0}, Split{2, 2, 1}, Split{2, 2, 2},
+                      Split{4, 1, 2}, Split{2, 2, 3}, Split{4, 1, 3}}) {
     nlohmann::json json = dp_config(data(), dir_ / "bf16", split.stage, split.accum);
     json["bf16"] = {{"enabled", true}};
     json["offload_optimizer"] = {{"schedule", "interleave"}, {"stride", 2}};

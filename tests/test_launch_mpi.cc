@@ -213,8 +213,8 @@ TEST_F(LaunchMpi, BenchZeroMeasuresEveryStageAtEveryWorldSize) {
   EXPECT_NE(run.output.find("tandem bench zero: stage 2, 2 ranks"), std::string::npos);
   const nlohmann::json cases = nlohmann::json::parse(last);
   ASSERT_EQ(cases.size(), 8u) << run.output;  // stages 0-3 at 1 and 2 ranks
-  const double P = 117504;  // the test model's parameters
-  const double S = 131072;  // one rank's partition, padded to 2^14 elements
+  const double P = 117504;                    // the test model's parameters
+  const double S = 131072;                    // one rank's partition, padded to 2^14 elements
   for (const nlohmann::json& c : cases) {
     const int world = c["world_size"], stage = c["stage"];
     const std::string what = cat("stage ", stage, ", ", world, " ranks: ", c.dump());

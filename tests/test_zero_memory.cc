@@ -62,8 +62,8 @@ TEST(PartitionedGradients, OwnersHoldTheTreeOverMicroBatchesOfTheTreesOverRanks)
   std::vector<std::vector<float>> got(world);
   run_local_ranks(world, [&](Communicator& comm) {
     const auto backend = make_cpu_backend();
-    PartitionedGradients grads(comm, *backend, StorageDType::kF32, partition, blocks,
-                               micro_batches, 7000);
+    PartitionedGradients grads(comm, *backend, StorageDType::kF32, partition, blocks, micro_batches,
+                               7000);
     for (int a = 0; a < micro_batches; a++) {
       grads.start_micro_batch(a);
       // Backward's order: the first block held throughout, the others last to first.
@@ -111,8 +111,8 @@ TEST(PartitionedGradients, AThirdBlockHeldAtOnceIsRefused) {
   const std::vector<ParamRange> blocks = test_blocks();
   const auto backend = make_cpu_backend();
   run_local_ranks(1, [&](Communicator& comm) {
-    PartitionedGradients grads(comm, *backend, StorageDType::kF32,
-                               ZeroPartition(total(blocks), 1), blocks, 1, 1000);
+    PartitionedGradients grads(comm, *backend, StorageDType::kF32, ZeroPartition(total(blocks), 1),
+                               blocks, 1, 1000);
     grads.start_micro_batch(0);
     grads.acquire(1);
     grads.acquire(2);

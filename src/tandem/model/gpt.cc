@@ -175,7 +175,8 @@ const void* Gpt::OwnBlockMemory::acquire_params(int block) {
 
 void* Gpt::OwnBlockMemory::acquire_grads(int block) {
   model_.check_own(model_.grads_, "gradients");
-  return model_.grads_.as<char>() + model_.blocks_[block].begin * storage_dtype_bytes(model_.dtype_);
+  return model_.grads_.as<char>() +
+         model_.blocks_[block].begin * storage_dtype_bytes(model_.dtype_);
 }
 
 template <typename Elem>
@@ -304,8 +305,8 @@ float Gpt::forward_as(int B, int T, bool with_targets) {
   }
   const Elem* residual = encoded;  // [N, C]
   for (int l = 0; l < config_.n_layer; l++) {
-    const auto w = layer_at<LayerParams<Elem>>(acquire_params_as<Elem>(layer_block(l)),
-                                               layer_offsets_);
+    const auto w =
+        layer_at<LayerParams<Elem>>(acquire_params_as<Elem>(layer_block(l)), layer_offsets_);
     const LayerActs<Elem> a = layer_acts<Elem>(l);
     k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
     k.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, 3 * C);           // [N, 3C]
@@ -391,8 +392,8 @@ void Gpt::backward_as(float loss_scale, const GradientsReady& ready) {
   }
 
   for (int l = config_.n_layer - 1; l >= 0; l--) {
-    const auto w = layer_at<LayerParams<Elem>>(acquire_params_as<Elem>(layer_block(l)),
-                                               layer_offsets_);
+    const auto w =
+        layer_at<LayerParams<Elem>>(acquire_params_as<Elem>(layer_block(l)), layer_offsets_);
     const auto g =
         layer_at<LayerGrads<Elem>>(acquire_grads_as<Elem>(layer_block(l)), layer_offsets_);
     const LayerActs<Elem> a = layer_acts<Elem>(l);
@@ -412,8 +413,8 @@ void Gpt::backward_as(float loss_scale, const GradientsReady& ready) {
     memory_->release_params(layer_block(l));
     finish_block(layer_block(l));
   }
-  k.encoder_backward(embedding_grads + wte_, embedding_grads + wpe_, dres, tokens_.as<int32_t>(),
-                     B, T, C);
+  k.encoder_backward(embedding_grads + wte_, embedding_grads + wpe_, dres, tokens_.as<int32_t>(), B,
+                     T, C);
   finish_block(embedding_block());
 }
 

@@ -263,8 +263,8 @@ void UpdateEngine::load_state(const float* params, const float* m, const float* 
     working16.resize(held.size());
     for (size_t i = 0; i < held.size(); i++) {
       const float p = params[held.begin + i];
-      working16[i] = buffers_.working_dtype == WorkingDType::kBF16 ? float_to_bf16(p)
-                                                                   : float_to_fp16(p);
+      working16[i] =
+          buffers_.working_dtype == WorkingDType::kBF16 ? float_to_bf16(p) : float_to_fp16(p);
     }
     working = working16.data();
   }

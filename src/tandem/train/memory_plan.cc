@@ -66,14 +66,13 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   const size_t e = plan.model_elem_bytes;
   const size_t S = ZeroPartition(plan.num_params, world_size).partition_size();
   const size_t params_held =
-      stage == 3 ? S
-                 : DataParallel::working_params_capacity(plan.num_params, world_size, stage);
+      stage == 3 ? S : DataParallel::working_params_capacity(plan.num_params, world_size, stage);
   const size_t grads_held = DataParallel::model_holds_gradients(stage) ? plan.num_params : S;
   plan.model_bytes = (params_held + grads_held) * e;
   if (stage >= 2) {
     const size_t partitioned = DataParallel::partitioned_bytes(
-        Gpt::blocks(config.model), plan.num_params, world_size, config.zero,
-        config.storage_dtype(), config.gradient_accumulation_steps);
+        Gpt::blocks(config.model), plan.num_params, world_size, config.zero, config.storage_dtype(),
+        config.gradient_accumulation_steps);
     plan.zero_buffer_bytes = partitioned - (stage == 3 ? 2 * S : S) * e;
   }
   const bool automatic = config.offload.schedule == UpdateSchedule::kAuto;
@@ -130,9 +129,8 @@ std::string TrainingMemoryPlan::to_text() const {
               "  device:      ", format_bytes(total.device), " of ", format_bytes(device_capacity),
               " (activations ", format_bytes(activation_bytes), ", working params + gradients ",
               format_bytes(model_bytes + zero_buffer_bytes),
-              model_elem_bytes == 2 ? " in bf16" : " in fp32",
-              ", optimizer state + staging ", format_bytes(optimizer_device_bytes), ")",
-              fits() ? "" : "  << does not fit", "\n",
+              model_elem_bytes == 2 ? " in bf16" : " in fp32", ", optimizer state + staging ",
+              format_bytes(optimizer_device_bytes), ")", fits() ? "" : "  << does not fit", "\n",
               "  pinned host: ", format_bytes(total.pinned_host),
               " (offloaded fp32 params, m, v; host gradients and working copies)\n",
               "  host:        ", format_bytes(total.host), " (checkpoint staging)\n");

@@ -20,9 +20,9 @@ struct TrainingMemoryPlan {
   OffloadPlan offload;
   size_t num_params = 0;
   size_t device_capacity = 0;
-  size_t activation_bytes = 0;        // device: activations and backward scratch
-  size_t model_elem_bytes = 4;        // bytes per working param and gradient (fp32 or bf16)
-  size_t model_bytes = 0;             // device: working params + gradients this rank holds
+  size_t activation_bytes = 0;  // device: activations and backward scratch
+  size_t model_elem_bytes = 4;  // bytes per working param and gradient (fp32 or bf16)
+  size_t model_bytes = 0;       // device: working params + gradients this rank holds
   // device, ZeRO stages 2 and 3: gradient slots, micro-batch partials, persistent and
   // gathered parameters (buffers, not model states).
   size_t zero_buffer_bytes = 0;

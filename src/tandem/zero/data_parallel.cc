@@ -51,8 +51,8 @@ size_t DataParallel::working_params_capacity(size_t num_params, int world_size, 
 }
 
 size_t DataParallel::partitioned_bytes(const std::vector<ParamRange>& blocks, size_t num_params,
-                                       int world_size, const ZeroConfig& config,
-                                       StorageDType dtype, int micro_batches) {
+                                       int world_size, const ZeroConfig& config, StorageDType dtype,
+                                       int micro_batches) {
   const ZeroPartition partition(num_params, world_size);
   size_t bytes = 0;
   if (config.stage >= 2)

@@ -34,9 +34,8 @@
 
 #include <cstddef>
 #include <functional>
-#include <vector>
-
 #include <memory>
+#include <vector>
 
 #include "tandem/compute/compute_backend.h"
 #include "tandem/dist/communicator.h"
@@ -151,9 +150,9 @@ class DataParallel final : public BlockMemory {
   ZeroConfig config_;
   ModelBuffers buffers_;
   ZeroPartition partition_;
-  std::unique_ptr<PartitionedGradients> grads_;   // stages 2 and 3
+  std::unique_ptr<PartitionedGradients> grads_;    // stages 2 and 3
   std::unique_ptr<PartitionedParameters> params_;  // stage 3
-  std::vector<ParamRange> pending_;  // announced, not yet reduced
+  std::vector<ParamRange> pending_;                // announced, not yet reduced
   size_t pending_elements_ = 0;
   size_t announced_ = 0;  // elements announced this step
 };

@@ -99,9 +99,8 @@ void* PartitionedGradients::acquire(int block) {
 }
 
 void PartitionedGradients::release(int block) {
-  auto slot = std::find_if(slots_.begin(), slots_.end(), [&](const Slot& s) {
-    return s.block == block;
-  });
+  auto slot =
+      std::find_if(slots_.begin(), slots_.end(), [&](const Slot& s) { return s.block == block; });
   TANDEM_CHECK(slot != slots_.end(), "release of block ", block, "'s gradients, never acquired");
   // The block's kernels were only queued: they must be done before the communicator (the
   // host, or NCCL's stream) reads the slot.
@@ -111,8 +110,7 @@ void PartitionedGradients::release(int block) {
   for (size_t b = range.begin; b < range.end;) {
     // A piece goes to one owner.
     const int owner = partition_.owner(b);
-    const size_t e =
-        std::min({range.end, partition_.range(owner).end, b + reduce_bucket_size_});
+    const size_t e = std::min({range.end, partition_.range(owner).end, b + reduce_bucket_size_});
     reduce_piece(data + (b - range.begin) * storage_dtype_bytes(dtype_), b, e);
     b = e;
   }

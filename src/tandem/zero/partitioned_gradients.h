@@ -27,8 +27,8 @@
 
 #include "tandem/compute/compute_backend.h"
 #include "tandem/dist/communicator.h"
-#include "tandem/model/param_range.h"
 #include "tandem/dist/gradient_accumulator.h"
+#include "tandem/model/param_range.h"
 #include "tandem/zero/partition.h"
 
 namespace tandem {

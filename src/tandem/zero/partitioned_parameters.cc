@@ -165,7 +165,8 @@ const void* PartitionedParameters::acquire(int block) {
   // Where the model is in the recorded order (another sequence, such as an evaluation's
   // forward passes, finds its place by the block).
   if (!recording_) {
-    auto it = std::find(order_.begin() + static_cast<std::ptrdiff_t>(position_), order_.end(), block);
+    auto it =
+        std::find(order_.begin() + static_cast<std::ptrdiff_t>(position_), order_.end(), block);
     if (it == order_.end()) it = std::find(order_.begin(), order_.end(), block);
     position_ = it == order_.end() ? order_.size() : static_cast<size_t>(it - order_.begin()) + 1;
   }
@@ -173,8 +174,9 @@ const void* PartitionedParameters::acquire(int block) {
   if (r == nullptr) {
     const size_t size = blocks_[block].size();
     const size_t offset = find_room(size, true);
-    TANDEM_CHECK(offset != kNone, "zero_optimization.stage3_max_live_parameters: no room for block ",
-                 block, " (", size, " parameters) beside the blocks in use; raise it");
+    TANDEM_CHECK(offset != kNone,
+                 "zero_optimization.stage3_max_live_parameters: no room for block ", block, " (",
+                 size, " parameters) beside the blocks in use; raise it");
     residents_.push_back({block, offset, size, 0, 0});
     gather(block, live_.as<char>() + offset * elem_);
     r = &residents_.back();

@@ -94,8 +94,8 @@ class PartitionedParameters {
   ZeroPartition partition_range_;
   std::vector<ParamRange> blocks_;
   ZeroConfig config_;
-  Buffer partition_;                      // [S]
-  Buffer persistent_buffer_;              // the persistent blocks, whole
+  Buffer partition_;                       // [S]
+  Buffer persistent_buffer_;               // the persistent blocks, whole
   std::vector<size_t> persistent_offset_;  // per block, SIZE_MAX when not persistent
   Buffer live_;
   size_t live_capacity_ = 0;
