@@ -432,13 +432,12 @@ TEST_F(DataParallelTraining, ModelStateBytesPerRankFollowTheZeroFormulas) {
       EXPECT_LE(bytes, formula[stage] + padding[stage]) << what;
       EXPECT_EQ(bytes, exact[stage]) << what;
       EXPECT_EQ(plan.offload.partition, zero_state_range(config, world, rank)) << what;
-      // Buffers: the two largest blocks' gradient slots from stage 2, and at stage 3 the
-      // live buffer (two layers) and the persistent ln_f.
+      // Buffers: the two largest blocks' gradient slots from stage 2 (the two layers: the
+      // embeddings have 256 x 64 + 16 x 64), and at stage 3 the live buffer (two layers)
+      // and the persistent ln_f.
       const double layer = static_cast<double>(dp_layer_params());
-      const double embeddings = 256 * 64 + 16 * 64;
       const double buffers[] = {0, 0, 2 * 2 * layer, 2 * (2 * layer + 2 * layer + 2 * 64)};
       EXPECT_EQ(static_cast<double>(plan.zero_buffer_bytes), buffers[stage]) << what;
-      EXPECT_LT(layer + embeddings, layer * 2);  // the layers are the two largest blocks
       EXPECT_GE(plan.total.device, plan.model_bytes + plan.zero_buffer_bytes) << what;
     }
   }

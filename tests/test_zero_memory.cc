@@ -38,26 +38,32 @@ float gradient(int rank, int micro, size_t i) {
   return 1.0f / static_cast<float>(3 + rank * 7 + micro * 13) + static_cast<float>(i % 97) * 1e-3f;
 }
 
+// The tree sum (dist/tree_sum.h) over `count` parts of n values, part k's value i being
+// value(k, i).
+template <typename Value>
+std::vector<float> tree_of(int count, size_t n, Value value) {
+  std::vector<std::vector<float>> parts(count, std::vector<float>(n));
+  std::vector<const float*> pointers;
+  for (int k = 0; k < count; k++) {
+    for (size_t i = 0; i < n; i++) parts[k][i] = value(k, i);
+    pointers.push_back(parts[k].data());
+  }
+  std::vector<float> sum(n);
+  tree_sum(pointers.data(), count, n, sum.data());
+  return sum;
+}
+
 TEST(PartitionedGradients, OwnersHoldTheTreeOverMicroBatchesOfTheTreesOverRanks) {
   const std::vector<ParamRange> blocks = test_blocks();
   const size_t P = total(blocks);
   const int world = 3, micro_batches = 3;
   const ZeroPartition partition(P, world);
   // Expected: for each micro-batch the tree over ranks, then the tree over micro-batches.
-  std::vector<std::vector<float>> per_micro(micro_batches, std::vector<float>(P));
-  for (int a = 0; a < micro_batches; a++) {
-    std::vector<std::vector<float>> ranks(world, std::vector<float>(P));
-    std::vector<const float*> parts;
-    for (int r = 0; r < world; r++) {
-      for (size_t i = 0; i < P; i++) ranks[r][i] = gradient(r, a, i);
-      parts.push_back(ranks[r].data());
-    }
-    tree_sum(parts.data(), world, P, per_micro[a].data());
-  }
-  std::vector<const float*> parts;
-  for (const auto& m : per_micro) parts.push_back(m.data());
-  std::vector<float> expected(P);
-  tree_sum(parts.data(), micro_batches, P, expected.data());
+  std::vector<std::vector<float>> per_micro;
+  for (int a = 0; a < micro_batches; a++)
+    per_micro.push_back(tree_of(world, P, [&](int r, size_t i) { return gradient(r, a, i); }));
+  const std::vector<float> expected =
+      tree_of(micro_batches, P, [&](int a, size_t i) { return per_micro[a][i]; });
 
   std::vector<std::vector<float>> got(world);
   run_local_ranks(world, [&](Communicator& comm) {
@@ -90,20 +96,12 @@ TEST(PartitionedGradients, OwnersHoldTheTreeOverMicroBatchesOfTheTreesOverRanks)
         << "rank " << r;
   }
   // The order matters: the tree over ranks of the trees over micro-batches differs.
-  std::vector<std::vector<float>> per_rank(world, std::vector<float>(P));
-  for (int r = 0; r < world; r++) {
-    std::vector<std::vector<float>> micro(micro_batches, std::vector<float>(P));
-    std::vector<const float*> mp;
-    for (int a = 0; a < micro_batches; a++) {
-      for (size_t i = 0; i < P; i++) micro[a][i] = gradient(r, a, i);
-      mp.push_back(micro[a].data());
-    }
-    tree_sum(mp.data(), micro_batches, P, per_rank[r].data());
-  }
-  std::vector<const float*> rp;
-  for (const auto& v : per_rank) rp.push_back(v.data());
-  std::vector<float> other(P);
-  tree_sum(rp.data(), world, P, other.data());
+  std::vector<std::vector<float>> per_rank;
+  for (int r = 0; r < world; r++)
+    per_rank.push_back(
+        tree_of(micro_batches, P, [&](int a, size_t i) { return gradient(r, a, i); }));
+  const std::vector<float> other =
+      tree_of(world, P, [&](int r, size_t i) { return per_rank[r][i]; });
   EXPECT_NE(std::memcmp(other.data(), expected.data(), P * sizeof(float)), 0);
 }
 

@@ -8,17 +8,21 @@
 
 namespace tandem {
 
-GradientAccumulator::GradientAccumulator(ComputeBackend& backend, StorageDType dtype, size_t n,
-                                         int micro_batches)
-    : backend_(backend), dtype_(dtype), n_(n), micro_batches_(micro_batches) {
-  TANDEM_CHECK(micro_batches >= 1, "gradient accumulation needs at least 1 micro-batch, got ",
-               micro_batches);
+size_t GradientAccumulator::buffers_needed(int micro_batches) {
   // The stack holds one partial per set bit of the number of micro-batches folded so
   // far; before the last micro-batch that is at most popcount(i) for i < micro_batches.
   int depth = 0;
   for (unsigned i = 1; i < static_cast<unsigned>(micro_batches); i++)
     depth = std::max(depth, std::popcount(i));
-  for (int i = 0; i < depth; i++) {
+  return static_cast<size_t>(depth);
+}
+
+GradientAccumulator::GradientAccumulator(ComputeBackend& backend, StorageDType dtype, size_t n,
+                                         int micro_batches)
+    : backend_(backend), dtype_(dtype), n_(n), micro_batches_(micro_batches) {
+  TANDEM_CHECK(micro_batches >= 1, "gradient accumulation needs at least 1 micro-batch, got ",
+               micro_batches);
+  for (size_t i = 0; i < buffers_needed(micro_batches); i++) {
     buffers_.push_back(backend_.allocate(n_ * storage_dtype_bytes(dtype_)));
     free_.push_back(buffers_.size() - 1);
   }

@@ -27,6 +27,9 @@ class GradientAccumulator {
   // every buffer it will need now.
   GradientAccumulator(ComputeBackend& backend, StorageDType dtype, size_t n, int micro_batches);
 
+  // Partial-sum buffers (of n elements each) kept for `micro_batches` per step.
+  static size_t buffers_needed(int micro_batches);
+
   int micro_batches() const { return micro_batches_; }
   // Bytes of backend memory held for partial sums.
   size_t allocated_bytes() const;

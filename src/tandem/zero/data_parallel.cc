@@ -164,7 +164,7 @@ void DataParallel::finish_reduction(const Reduced& reduced) {
 void DataParallel::reduce(size_t begin, size_t end, const Reduced& reduced) {
   const ParamRange mine = state_range();
   for (size_t b = begin; b < end;) {
-    // A bucket never straddles two partitions (at stage 2 it goes to one owner).
+    // A bucket never straddles two partitions (at stage 1 it goes to one owner).
     const int owner = partition_.owner(b);
     const size_t partition_end = std::min(end, partition_.range(owner).end);
     const size_t e = std::min(partition_end, b + config_.reduce_bucket_size);

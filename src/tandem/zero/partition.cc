@@ -15,6 +15,20 @@ ZeroPartition::ZeroPartition(size_t num_params, int world_size)
       kPartitionAlignment;
 }
 
+std::pair<size_t, size_t> two_largest_blocks(const std::vector<ParamRange>& blocks, size_t above) {
+  size_t largest = 0, second = 0;
+  for (const ParamRange& b : blocks) {
+    if (b.size() <= above) continue;
+    if (b.size() > largest) {
+      second = largest;
+      largest = b.size();
+    } else {
+      second = std::max(second, b.size());
+    }
+  }
+  return {largest, second};
+}
+
 ParamRange ZeroPartition::range(int rank) const {
   TANDEM_CHECK(rank >= 0 && rank < world_size_, "rank ", rank, " is not in a world of ",
                world_size_);

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
+#include <vector>
 
 #include "tandem/offload/offload_plan.h"
 
@@ -36,5 +38,11 @@ class ZeroPartition {
   int world_size_;
   size_t partition_size_;
 };
+
+// The sizes of the two largest of the blocks with more than `above` parameters (0 where
+// there are fewer): stages 2 and 3 hold at most two blocks' gradients or gathered
+// parameters at once (model/block_memory.h), so this is what their buffers must fit.
+std::pair<size_t, size_t> two_largest_blocks(const std::vector<ParamRange>& blocks,
+                                             size_t above = 0);
 
 }  // namespace tandem

@@ -1,47 +1,21 @@
 #include "tandem/zero/partitioned_gradients.h"
 
 #include <algorithm>
-#include <bit>
 
 #include "tandem/core/error.h"
 #include "tandem/core/half.h"
 
 namespace tandem {
-namespace {
-
-// The two slot sizes: the largest block, and the largest of the others.
-std::pair<size_t, size_t> slot_sizes(const std::vector<ParamRange>& blocks) {
-  size_t largest = 0, second = 0;
-  for (const ParamRange& b : blocks) {
-    if (b.size() > largest) {
-      second = largest;
-      largest = b.size();
-    } else {
-      second = std::max(second, b.size());
-    }
-  }
-  return {largest, second};
-}
-
-// Partial sums GradientAccumulator keeps for `micro_batches` per step.
-size_t accumulator_buffers(int micro_batches) {
-  int depth = 0;
-  for (unsigned i = 1; i < static_cast<unsigned>(micro_batches); i++)
-    depth = std::max(depth, std::popcount(i));
-  return static_cast<size_t>(depth);
-}
-
-}  // namespace
 
 size_t PartitionedGradients::slot_bytes(const std::vector<ParamRange>& blocks, StorageDType dtype) {
-  const auto [largest, second] = slot_sizes(blocks);
+  const auto [largest, second] = two_largest_blocks(blocks);
   return (largest + second) * storage_dtype_bytes(dtype);
 }
 
 size_t PartitionedGradients::bytes_needed(const std::vector<ParamRange>& blocks,
                                           const ZeroPartition& partition, StorageDType dtype,
                                           int micro_batches) {
-  return slot_bytes(blocks, dtype) + (1 + accumulator_buffers(micro_batches)) *
+  return slot_bytes(blocks, dtype) + (1 + GradientAccumulator::buffers_needed(micro_batches)) *
                                          partition.partition_size() * storage_dtype_bytes(dtype);
 }
 
@@ -59,7 +33,7 @@ PartitionedGradients::PartitionedGradients(Communicator& comm, ComputeBackend& b
       accumulator_(backend, dtype, partition.partition_size(), micro_batches) {
   TANDEM_CHECK(reduce_bucket_size >= 1, "zero_optimization.reduce_bucket_size must be at least 1");
   const size_t elem = storage_dtype_bytes(dtype_);
-  const auto [largest, second] = slot_sizes(blocks_);
+  const auto [largest, second] = two_largest_blocks(blocks_);
   for (size_t capacity : {largest, second}) {
     if (capacity == 0) continue;
     slots_.push_back({backend_.allocate(capacity * elem), capacity, -1});

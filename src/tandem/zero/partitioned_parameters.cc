@@ -10,38 +10,20 @@ namespace {
 
 constexpr size_t kNone = std::numeric_limits<size_t>::max();
 
-size_t two_largest(const std::vector<ParamRange>& blocks, size_t threshold) {
-  size_t largest = 0, second = 0;
-  for (const ParamRange& b : blocks) {
-    if (b.size() <= threshold) continue;
-    if (b.size() > largest) {
-      second = largest;
-      largest = b.size();
-    } else {
-      second = std::max(second, b.size());
-    }
-  }
-  return largest + second;
-}
-
 }  // namespace
 
 PartitionedParameters::Sizes PartitionedParameters::sizes(const std::vector<ParamRange>& blocks,
                                                           const ZeroConfig& config) {
   Sizes sizes;
-  size_t gathered = 0;
-  for (const ParamRange& b : blocks) {
-    if (b.size() <= config.stage3_param_persistence_threshold)
-      sizes.persistent += b.size();
-    else
-      gathered += b.size();
-  }
-  const size_t needed = two_largest(blocks, config.stage3_param_persistence_threshold);
+  for (const ParamRange& b : blocks)
+    if (b.size() <= config.stage3_param_persistence_threshold) sizes.persistent += b.size();
+  const auto [largest, second] =
+      two_largest_blocks(blocks, config.stage3_param_persistence_threshold);
+  const size_t needed = largest + second;
   TANDEM_CHECK(config.stage3_max_live_parameters >= needed,
                "zero_optimization.stage3_max_live_parameters = ", config.stage3_max_live_parameters,
                " is too small: the model uses two blocks of ", needed,
                " parameters together; raise it to at least ", needed);
-  (void)gathered;
   // Two blocks at the ends of the buffer: the one in use and the next (prefetched, or in
   // use too). More room would hold no more blocks.
   sizes.live = needed;
