@@ -52,7 +52,8 @@ if [[ -f $from/tandem-gpu.tar.xz ]]; then
 else
   bin="$from"
 fi
-for binary in tandem test_cuda_device test_cuda_backend test_update_engine test_nccl; do
+for binary in tandem test_cuda_device test_cuda_backend test_update_engine test_nccl \
+  test_data_parallel_gpu test_one_rank_device_communicator; do
   [[ -x $bin/$binary ]] || {
     note "FAIL: $bin/$binary is missing (run tools/pack_gpu_payload.sh first)"
     exit 1
@@ -96,7 +97,8 @@ note "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.
 nvidia-smi >&2
 
 step "libraries"
-for binary in tandem test_cuda_device test_cuda_backend test_update_engine test_nccl; do
+for binary in tandem test_cuda_device test_cuda_backend test_update_engine test_nccl \
+  test_data_parallel_gpu test_one_rank_device_communicator; do
   missing=$(ldd "$bin/$binary" 2>&1 | grep 'not found')
   if [[ -n $missing ]]; then
     note "FAIL: $binary cannot load: $(echo "$missing" | awk '{ print $1 }' | tr '\n' ' ')"
@@ -129,6 +131,9 @@ run_tests cuda_backend 180 test_cuda_backend
 run_tests update_engine_cuda 60 test_update_engine --gtest_filter='*Cuda*'
 # World size 1 through NCCL (NcclOnSeveralGpus needs 2 GPUs, and this machine has one).
 run_tests nccl 60 test_nccl --gtest_filter='NcclOnOneGpu.*'
+# Every ZeRO stage at world size 1 on the GPU (two ranks need two GPUs).
+run_tests data_parallel_gpu 90 test_data_parallel_gpu --gtest_filter='*OnOneRank*'
+run_tests one_rank_device_communicator 30 test_one_rank_device_communicator
 
 step "compute-sanitizer"
 : >"$out/sanitizer.log"

@@ -5,12 +5,14 @@
 // accumulating the ranks' micro-batches, on the GPU.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tandem/core/error.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/dist/local_group.h"
+#include "tandem/dist/nccl_communicator.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
 
@@ -44,6 +46,42 @@ nlohmann::json gpu_config(const std::filesystem::path& data, const std::filesyst
   json["train"]["steps"] = 3;
   json["train"]["eval_interval"] = 0;
   return json;
+}
+
+// World size 1 runs on any GPU, and a machine with one GPU has nothing else to run data
+// parallelism on: every stage's buffers (the stage-3 gathers into the live buffer among
+// them) must take the GPU's memory, through the rank's own communicator and through NCCL.
+TEST(DataParallelGpu, EveryStageOnOneRankGivesTheBitsOfNoDataParallelism) {
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no GPU to run on: " << why;
+  testing::ScratchDir dir("data_parallel_gpu_one");
+  testing::write_small_corpus(dir / "data.txt");
+  TrainOptions options;
+  options.show_progress = false;
+  options.save_checkpoints = false;
+  const TrainResult reference =
+      train(parse_train_config(gpu_config(dir / "data.txt", dir / "plain", 0, 2)), options);
+  ASSERT_EQ(reference.steps.size(), 3u);
+#if TANDEM_EMULATED_GPU
+  const bool nccl_cases[] = {false};  // the emulated GPU library has no NCCL
+#else
+  const bool nccl_cases[] = {false, true};
+#endif
+  for (bool nccl : nccl_cases) {
+    for (int stage : {0, 1, 2, 3}) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + (nccl ? ", NCCL" : ", own communicator"));
+      const TrainConfig config =
+          parse_train_config(gpu_config(dir / "data.txt", dir / "one", stage, 2));
+      TrainResult result;
+      run_local_ranks(1, [&](Communicator& comm) {
+        std::unique_ptr<Communicator> buffers = nccl ? make_nccl_communicator(comm) : nullptr;
+        result = train(config, options, comm, buffers.get());
+      });
+      EXPECT_EQ(result.state_digest, reference.state_digest);
+      ASSERT_EQ(result.steps.size(), 3u);
+      for (size_t i = 0; i < 3; i++) EXPECT_EQ(result.steps[i].loss, reference.steps[i].loss);
+    }
+  }
 }
 
 TEST(DataParallelGpu, EveryStageOnTwoRanksGivesTheBitsOfOneRankAccumulatingTwo) {

@@ -5,10 +5,10 @@
 // one-line errors of a bad placement).
 // On a GPU (bench/gpu_goals.sh runs NcclOnOneGpu.*; they skip, saying why, elsewhere): the
 // communicator contract (tests/communicator_contract.h) at world size 1 through NCCL, over
-// host buffers copied to and from the device; an all-reduce of megabytes of device data;
-// the device tree sum against tree_sum for 1 to 9 parts, denormals included; a missing
-// libnccl; more ranks than GPUs. NcclOnSeveralGpus: the contract on 2 or more GPUs, one
-// rank per GPU on threads of this process.
+// host buffers copied to and from the device (tests/over_device_memory.h); an all-reduce of
+// megabytes of device data; the device tree sum against tree_sum for 1 to 9 parts, denormals
+// included; a missing libnccl; more ranks than GPUs. NcclOnSeveralGpus: the contract on 2 or more
+// GPUs, one rank per GPU on threads of this process.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "communicator_contract.h"
+#include "over_device_memory.h"
 #include "tandem/core/rng.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/dist/local_group.h"
@@ -176,101 +177,6 @@ void to_host(void* host, const void* device, size_t bytes) {
   if (bytes > 0) check(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
 }
 
-// A device-memory communicator seen through host buffers: each call copies its host
-// buffers to device memory, calls the NCCL communicator there, and copies the results
-// back, so that the host contract checks run on it unchanged. In-place calls stay in place
-// on the device; a null recv stays null; a recv buffer goes to the device first, so that
-// one the backend must leave alone comes back unchanged.
-class OverDeviceMemory final : public Communicator {
- public:
-  explicit OverDeviceMemory(Communicator& device) : device_(device) {}
-
-  int rank() const override { return device_.rank(); }
-  int world_size() const override { return device_.world_size(); }
-  std::string_view backend() const override { return device_.backend(); }
-
-  void all_reduce_sum(float* data, size_t n) override {
-    DeviceArray d(n * sizeof(float));
-    to_device(d.get(), data, n * sizeof(float));
-    device_.all_reduce_sum(d.floats(), n);
-    to_host(data, d.get(), n * sizeof(float));
-    traffic_ = device_.traffic();
-  }
-  void reduce_scatter_sum(const float* send, float* recv, size_t count) override {
-    const size_t all = world_size() * count * sizeof(float);
-    DeviceArray d_send(all), d_recv(count * sizeof(float));
-    to_device(d_send.get(), send, all);
-    device_.reduce_scatter_sum(d_send.floats(), d_recv.floats(), count);
-    to_host(recv, d_recv.get(), count * sizeof(float));
-    traffic_ = device_.traffic();
-  }
-  void reduce_sum(const float* send, float* recv, size_t n, int root) override {
-    const size_t bytes = n * sizeof(float);
-    DeviceArray d_send(bytes), d_recv(recv != nullptr && recv != send ? bytes : 0);
-    to_device(d_send.get(), send, bytes);
-    float* device_recv = recv == nullptr ? nullptr
-                         : recv == send  ? d_send.floats()
-                                         : d_recv.floats();
-    if (recv != nullptr && recv != send) to_device(d_recv.get(), recv, bytes);
-    device_.reduce_sum(d_send.floats(), device_recv, n, root);
-    if (recv != nullptr) to_host(recv, device_recv, bytes);
-    traffic_ = device_.traffic();
-  }
-  void all_reduce_sum_bf16(Bf16* data, size_t n) override {
-    DeviceArray d(n * sizeof(Bf16));
-    to_device(d.get(), data, n * sizeof(Bf16));
-    device_.all_reduce_sum_bf16(static_cast<Bf16*>(d.get()), n);
-    to_host(data, d.get(), n * sizeof(Bf16));
-    traffic_ = device_.traffic();
-  }
-  void reduce_sum_bf16(const Bf16* send, Bf16* recv, size_t n, int root) override {
-    const size_t bytes = n * sizeof(Bf16);
-    DeviceArray d_send(bytes), d_recv(bytes);
-    to_device(d_send.get(), send, bytes);
-    Bf16* device_recv = recv == nullptr ? nullptr
-                        : recv == send  ? static_cast<Bf16*>(d_send.get())
-                                        : static_cast<Bf16*>(d_recv.get());
-    device_.reduce_sum_bf16(static_cast<const Bf16*>(d_send.get()), device_recv, n, root);
-    if (recv != nullptr) to_host(recv, device_recv, bytes);
-    traffic_ = device_.traffic();
-  }
-  void all_gather(const void* send, void* recv, size_t bytes) override {
-    DeviceArray d_send(bytes), d_recv(world_size() * bytes);
-    to_device(d_send.get(), send, bytes);
-    device_.all_gather(d_send.get(), d_recv.get(), bytes);
-    to_host(recv, d_recv.get(), world_size() * bytes);
-    traffic_ = device_.traffic();
-  }
-  void broadcast(void* data, size_t bytes, int root) override {
-    DeviceArray d(bytes);
-    to_device(d.get(), data, bytes);
-    device_.broadcast(d.get(), bytes, root);
-    to_host(data, d.get(), bytes);
-    traffic_ = device_.traffic();
-  }
-  void barrier() override { device_.barrier(); }
-  void send(const void* data, size_t bytes, int peer, int tag) override {
-    DeviceArray d(bytes);
-    to_device(d.get(), data, bytes);
-    device_.send(d.get(), bytes, peer, tag);
-    traffic_ = device_.traffic();
-  }
-  void recv(void* data, size_t bytes, int peer, int tag) override {
-    DeviceArray d(bytes);
-    device_.recv(d.get(), bytes, peer, tag);
-    to_host(data, d.get(), bytes);
-    traffic_ = device_.traffic();
-  }
-  void abort() noexcept override { device_.abort(); }
-  void set_timeout(std::chrono::milliseconds timeout) override {
-    Communicator::set_timeout(timeout);
-    device_.set_timeout(timeout);
-  }
-
- private:
-  Communicator& device_;
-};
-
 // Values of many magnitudes, whose sums depend on the order of the additions; with
 // `denormals`, values near the smallest normal float whose sums are denormal.
 std::vector<float> mixed_values(size_t n, uint64_t seed, bool denormals) {
@@ -305,13 +211,15 @@ class NcclOnOneGpu : public ::testing::Test {
     bootstrap_ = bootstrap_group_->communicator(0);
     try {
       nccl_ = make_nccl_communicator(*bootstrap_);
-      host_ = std::make_unique<OverDeviceMemory>(*nccl_);
+      device_ = make_cuda_device({.device_index = nccl_communicator_device(*nccl_)});
+      host_ = std::make_unique<testing::OverDeviceMemory>(*nccl_, *device_);
     } catch (const Error& e) {
       failure_ = e.what();
     }
   }
   static void TearDownTestSuite() {
     host_.reset();
+    device_.reset();
     nccl_.reset();
     bootstrap_.reset();
     bootstrap_group_.reset();
@@ -323,12 +231,14 @@ class NcclOnOneGpu : public ::testing::Test {
 
   static std::unique_ptr<LocalGroup> bootstrap_group_;
   static std::unique_ptr<Communicator> bootstrap_, nccl_, host_;
+  static std::unique_ptr<Device> device_;
   static std::string failure_;
 };
 std::unique_ptr<LocalGroup> NcclOnOneGpu::bootstrap_group_;
 std::unique_ptr<Communicator> NcclOnOneGpu::bootstrap_;
 std::unique_ptr<Communicator> NcclOnOneGpu::nccl_;
 std::unique_ptr<Communicator> NcclOnOneGpu::host_;
+std::unique_ptr<Device> NcclOnOneGpu::device_;
 std::string NcclOnOneGpu::failure_;
 
 TEST_F(NcclOnOneGpu, IsTheNcclBackendOfOneRank) {
@@ -456,7 +366,9 @@ TEST(NcclOnSeveralGpus, ContractHoldsOnEveryRank) {
   const int world = std::min(cuda_device_count(), 4);
   run_local_ranks(world, [&](Communicator& bootstrap) {
     std::unique_ptr<Communicator> nccl = make_nccl_communicator(bootstrap);
-    OverDeviceMemory comm(*nccl);
+    const std::unique_ptr<Device> device =
+        make_cuda_device({.device_index = nccl_communicator_device(*nccl)});
+    testing::OverDeviceMemory comm(*nccl, *device);
     EXPECT_EQ(comm.world_size(), world);
     testing::check_all_reduce(comm);
     testing::check_all_reduce_short(comm);

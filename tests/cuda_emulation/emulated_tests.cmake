@@ -213,3 +213,6 @@ tandem_emulated_gpu_test(test_data_parallel_gpu_emulated
 # the same bits whatever order the streams' work runs in, as long as CUDA's promises hold.
 tandem_emulated_gpu_test(test_stream_order_emulated
   ${PROJECT_SOURCE_DIR}/tests/test_stream_order_emulated.cc "*")
+# The one-rank device communicator's contract over emulated device memory.
+tandem_emulated_gpu_test(test_one_rank_device_communicator_emulated
+  ${PROJECT_SOURCE_DIR}/tests/test_one_rank_device_communicator.cc "*/cuda")

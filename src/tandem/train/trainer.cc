@@ -20,6 +20,7 @@
 #include "tandem/dist/gradient_accumulator.h"
 #include "tandem/dist/local_group.h"
 #include "tandem/dist/nccl_communicator.h"
+#include "tandem/dist/one_rank_device_communicator.h"
 #include "tandem/model/gpt.h"
 #include "tandem/offload/update_engine.h"
 #include "tandem/optim/grad_clip.h"
@@ -107,10 +108,8 @@ class Trainer {
       : config_(config),
         options_(options_for_rank(options, comm.rank())),
         comm_(comm),
-        own_buffer_comm_(buffer_comm != nullptr ? nullptr : make_buffer_communicator(config, comm)),
-        buffer_comm_(buffer_comm != nullptr ? *buffer_comm
-                     : own_buffer_comm_     ? *own_buffer_comm_
-                                            : comm),
+        nccl_buffer_comm_(buffer_comm != nullptr ? nullptr
+                                                 : make_nccl_buffer_communicator(config, comm)),
         B_(config.micro_batch_size),
         T_(config.seq_len()),
         data_(load_dataset(config.data.train_path, config.data.val_path, config.data.val_fraction,
@@ -118,7 +117,14 @@ class Trainer {
         train_loader_(data_.train, B_, T_, config.train.seed, true, "train"),
         // On the GPU NCCL picked for this rank, with several ranks on the cuda device.
         device_(make_training_device(
-            config, own_buffer_comm_ ? nccl_communicator_device(*own_buffer_comm_) : 0)),
+            config, nccl_buffer_comm_ ? nccl_communicator_device(*nccl_buffer_comm_) : 0)),
+        one_rank_buffer_comm_(buffer_comm == nullptr && comm.world_size() == 1 && on_gpu()
+                                  ? make_one_rank_device_communicator(*device_)
+                                  : nullptr),
+        buffer_comm_(buffer_comm != nullptr  ? *buffer_comm
+                     : nccl_buffer_comm_     ? *nccl_buffer_comm_
+                     : one_rank_buffer_comm_ ? *one_rank_buffer_comm_
+                                             : comm),
         optimizer_pool_(),
         plan_(checked_plan(config, *device_, optimizer_pool_, comm)),
         backend_(on_gpu() ? make_cuda_backend(*device_) : make_cpu_backend(*device_)),
@@ -332,11 +338,12 @@ class Trainer {
             .producer = &model.backend().stream()};
   }
 
-  // The communicator of the model's gradient and parameter buffers: NCCL over `comm` with
-  // several ranks on the cuda device (its GPU is then the one the device must use); else
-  // none of its own (`comm` itself: host memory).
-  static std::unique_ptr<Communicator> make_buffer_communicator(const TrainConfig& config,
-                                                                Communicator& comm) {
+  // The communicator of the model's gradient and parameter buffers with several ranks on
+  // the cuda device: NCCL over `comm` (its GPU is then the one the device must use). One
+  // rank on the cuda device has the one-rank device communicator; the cpu device has `comm`
+  // itself (host memory).
+  static std::unique_ptr<Communicator> make_nccl_buffer_communicator(const TrainConfig& config,
+                                                                     Communicator& comm) {
     if (comm.world_size() == 1 || config.device.type != "cuda") return nullptr;
     return make_nccl_communicator(comm);
   }
@@ -490,6 +497,9 @@ class Trainer {
           if (!micro_major()) accumulator_.add(model_.grads());
         }
         data_parallel_.finish_micro_batch();
+        // On a GPU backward only queues kernels: wait for them, so that backward_ms is
+        // their time rather than the launches' (the gradient norm below waits anyway).
+        model_.backend().stream().synchronize();
       }
       times.backward_ms += watch.millis();
     }
@@ -565,9 +575,8 @@ class Trainer {
 
   TrainConfig config_;
   TrainOptions options_;
-  Communicator& comm_;                             // host exchanges
-  std::unique_ptr<Communicator> own_buffer_comm_;  // NCCL, when this trainer made one
-  Communicator& buffer_comm_;                      // the model's buffers
+  Communicator& comm_;                              // host exchanges
+  std::unique_ptr<Communicator> nccl_buffer_comm_;  // when this trainer made one
   TraceRecorder tracer_;  // before the engine and device that may write to it
   int B_, T_;
   TokenSplit data_;
@@ -576,6 +585,8 @@ class Trainer {
   // The device first: the backend's tensors and the engine's state live in it, and it
   // must outlive them.
   std::unique_ptr<Device> device_;
+  std::unique_ptr<Communicator> one_rank_buffer_comm_;  // one rank on the cuda device
+  Communicator& buffer_comm_;                           // the model's buffers
   ThreadPool optimizer_pool_;  // pinned threads for the CPU AdamW, one per CPU
   TrainingMemoryPlan plan_;    // made before anything is allocated on the device
   std::unique_ptr<ComputeBackend> backend_;
