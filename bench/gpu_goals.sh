@@ -4,18 +4,19 @@
 # communicator's at world size 1 among them), compute-sanitizer (racecheck and memcheck) on
 # the kernel tests, then the three goals: pinned copies against plain cudaMemcpyAsync,
 # device AdamW against a device-to-device copy, and GPT-2 124M training tokens/s against the
-# PyTorch baseline on the same tokens.
+# PyTorch baseline on the same tokens (with both loss curves); and GPT-2 124M with its
+# optimizer state offloaded: updated by the CPU, and by the CPU and the GPU in tandem.
 #
 #   bench/gpu_goals.sh [PAYLOAD_OR_BUILD_DIR] [OUT_DIR]   (defaults: gpu-payload, $OUT or
 #                                                          runs/gpu-goals)
 #
 # PAYLOAD_OR_BUILD_DIR is what tools/pack_gpu_payload.sh made (its tandem-gpu.tar.xz is
 # unpacked there), or a build directory with the binaries in it (a machine that built
-# tandem itself). Run from the repository root. Writes at most 7 files into OUT_DIR (at
+# tandem itself). Run from the repository root. Writes at most 8 files into OUT_DIR (at
 # most 8 come back from the GPU machine): summary.txt (everything that matters, also
 # printed at the end), tests.log (the tests' output and the benchmarks' messages),
-# sanitizer.log, pcie.json, adamw_cuda.json,
-# step_tandem.json, step_pytorch.json. Exits non-zero if anything failed.
+# sanitizer.log, pcie.json, adamw_cuda.json, step_tandem.json, step_pytorch.json,
+# step_schedules.jsonl. Exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -166,9 +167,25 @@ shard=$(mktemp -d)/tinyshakespeare.bin
 "$bin/tandem" tokenize --input data/tinyshakespeare.txt --output "$shard" >&2 || status=1
 
 step "GPT-2 124M, B=16, T=1024, bf16: tandem"
-limited 120 60 "$bin/tandem" bench step --config configs/gpt2-124m.json \
-  --set data.train_path="$shard" --warmup 3 --steps 10 --json >"$out/step_tandem.json" \
-  2>>"$out/tests.log" || status=1
+# The baseline's constant learning rate (no warm-up, no decay), so that the two loss curves
+# can be set side by side (their batches differ: tandem samples windows, the baseline reads
+# them in order).
+constant_lr=(--set scheduler.params.warmup_num_steps=0 --set scheduler.params.cos_min_ratio=1)
+limited 120 100 "$bin/tandem" bench step --config configs/gpt2-124m.json \
+  --set data.train_path="$shard" "${constant_lr[@]}" --warmup 3 --steps 10 --json \
+  >"$out/step_tandem.json" 2>>"$out/tests.log" || status=1
+
+step "GPT-2 124M: the update on the CPU, and CPU and GPU in tandem"
+# The optimizer state in pinned host memory, 13 subgroups of 1e7 parameters: every subgroup
+# updated by the CPU (ZeRO-Offload), or interleaved with GPU updates (stride 2), or as the
+# performance model decides.
+: >"$out/step_schedules.jsonl"
+for schedule in cpu interleave auto; do
+  limited 60 60 "$bin/tandem" bench step --config configs/gpt2-124m.json \
+    --set data.train_path="$shard" "${constant_lr[@]}" --set zero_optimization.sub_group_size=10000000 \
+    --set offload_optimizer.schedule=$schedule --warmup 3 --steps 10 --json \
+    >>"$out/step_schedules.jsonl" 2>>"$out/tests.log" || status=1
+done
 
 step "GPT-2 124M, B=16, T=1024, bf16: PyTorch baseline"
 PYTHONUNBUFFERED=1 limited 120 5 python3 bench/pytorch_gpt2_train.py --device cuda \
@@ -186,6 +203,11 @@ def load(name):
         return {"error": f"{name}: no result ({e}); see tests.log"}
 pcie, adamw = load("pcie.json"), load("adamw_cuda.json")
 ours, torch = load("step_tandem.json"), load("step_pytorch.json")
+schedules = []
+try:
+    schedules = [json.loads(l) for l in (out / "step_schedules.jsonl").read_text().splitlines() if l.strip()]
+except Exception as e:
+    print("FAIL: step_schedules.jsonl: no result (%s); see tests.log" % e)
 for r in (pcie, adamw, ours, torch):
     if "error" in r:
         print("FAIL:", r["error"])
@@ -199,6 +221,18 @@ t, p = ours.get("tokens_per_s"), torch.get("tokens_per_s")
 ratio = "%.3f" % (t / p) if t and p else None
 print("GPT-2 124M tokens/s: tandem %s (fwd %s, bwd %s, update %s ms), PyTorch %s; ratio %s (goal >= 1)"
       % (t, ours.get("forward_ms"), ours.get("backward_ms"), ours.get("update_ms"), p, ratio))
+fmt = lambda losses: " ".join("%.2f" % l for l in losses or [])
+print("  losses, tandem:  ", fmt(ours.get("losses")))
+print("  losses, PyTorch: ", fmt(torch.get("losses")))
+if ours.get("losses") and torch.get("losses"):
+    a, b = ours["losses"][-1], torch["losses"][-1]
+    # Different batches, same model and learning rate: the curves must descend alike.
+    if not (a < 0.6 * ours["losses"][0] and a < 1.15 * b):
+        print("FAIL: tandem's last loss %.3f does not descend like the baseline's %.3f" % (a, b))
+for r in schedules:
+    print("schedule %-10s tokens/s %s, update %s ms (device schedule: %s ms); / device tokens/s %s"
+          % (r.get("schedule"), r.get("tokens_per_s"), r.get("update_ms"), ours.get("update_ms"),
+             "%.3f" % (r["tokens_per_s"] / t) if t and r.get("tokens_per_s") else None))
 PY
 note "gpu_goals: $([[ $status == 0 ]] && echo 'everything passed' || echo 'SOMETHING FAILED (see above)') in ${SECONDS} s"
 exit $status

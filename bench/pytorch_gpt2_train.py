@@ -143,7 +143,7 @@ def main():
         data = data.to(device)
         return data[:, :-1], data[:, 1:].contiguous()
 
-    rates = []
+    rates, losses = [], []
     for step in range(args.warmup + args.steps):
         x, y = batch(step)
         if device.type == "cuda":
@@ -161,13 +161,15 @@ def main():
         tokens_per_s = args.batch * T / elapsed
         if step >= args.warmup:
             rates.append(tokens_per_s)
+        losses.append(loss.item())
         print(f"step {step + 1}: loss {loss.item():.4f}, {elapsed * 1e3:.1f} ms, {tokens_per_s:.0f} tok/s")
     params = sum(p.numel() for p in model.parameters())
     print(json.dumps({"framework": "pytorch", "torch": torch.__version__, "device": str(device),
                       "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
                       "model": args.model, "params": params, "batch": args.batch, "seq_len": T,
                       "data": args.data or "random tokens",
-                      "tokens_per_s": statistics.median(rates) if rates else None}))
+                      "tokens_per_s": statistics.median(rates) if rates else None,
+                      "losses": [round(l, 4) for l in losses]}))
 
 
 if __name__ == "__main__":

@@ -144,7 +144,12 @@ void register_bench(CLI::App& app) {
         {"gradient_accumulation_steps", config.gradient_accumulation_steps},
         {"schedule", std::string(update_schedule_name(config.offload.schedule))},
         {"device", config.device.type},
-        {"timed_steps", step_args->steps}};
+        {"timed_steps", step_args->steps},
+        {"losses", [&] {
+           std::vector<double> losses;
+           for (const StepRecord& r : result.steps) losses.push_back(r.loss);
+           return losses;
+         }()}};
     if (step_args->json) {
       std::printf("%s\n", report.dump().c_str());
       return;
