@@ -299,6 +299,37 @@ TEST_F(CliTest, BenchStepReportsThroughputAndPhasesWithoutWritingCheckpoints) {
   EXPECT_FALSE(fs::exists(dir_ / "run/checkpoints"));
 }
 
+// Training on the CPU gives the same bits for any OpenMP thread count: every kernel's
+// reductions run in an order the thread count does not change, OpenBLAS's products
+// included (compute/cpu/matmul.cc; they differed between 1 and 2 threads before). The
+// products here have 256 rows, two of matmul's row blocks.
+TEST_F(CliTest, TrainingGivesTheSameBitsForAnyThreadCount) {
+  const fs::path config =
+      write_config({{"model", {{"n_embd", 64}, {"context_length", 64}}},
+                    {"train", {{"seq_len", 64}, {"steps", 3}, {"eval_interval", 0}}}});
+  std::vector<uint8_t> first_model, first_optimizer;
+  for (int threads : {1, 2, 3}) {
+    SCOPED_TRACE(cat(threads, " threads"));
+    const fs::path out = dir_ / cat("threads", threads);
+    const auto result =
+        run_command(cat("OMP_NUM_THREADS=", threads, " ", kTandem, " train --config ",
+                        config.string(), " --set train.output_dir=", out.string(), " </dev/null"));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    const fs::path checkpoint = out / "checkpoints" / "step_00000003";
+    const std::vector<uint8_t> model = read_file_bytes(checkpoint / "model.safetensors");
+    const std::vector<uint8_t> optimizer = read_file_bytes(checkpoint / "optimizer.safetensors");
+    ASSERT_FALSE(model.empty());
+    if (first_model.empty()) {
+      first_model = model;
+      first_optimizer = optimizer;
+      continue;
+    }
+    EXPECT_TRUE(model == first_model) << "the weights differ from the 1-thread run's";
+    EXPECT_TRUE(optimizer == first_optimizer)
+        << "the optimizer state differs from the 1-thread run's";
+  }
+}
+
 // Test binaries find the repository from where they are, not from the path they were
 // built at: the GPU machine runs them from a checkout at another path.
 TEST(SourceDir, TheRepositoryIsFoundAboveTheBinary) {
