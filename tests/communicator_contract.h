@@ -7,6 +7,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <exception>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include "tandem/core/rng.h"
@@ -244,6 +247,58 @@ inline void check_bad_arguments(Communicator& comm) {
                   "is not a rank of a world of");
   float y = 0.0f;
   EXPECT_CONTAINS(error_of([&] { comm.reduce_sum(&y, &y, 1, -1); }), "is not a rank of a world of");
+}
+
+// Communicator::duplicate: the same ranks, the same timeout, and collectives that run on
+// another thread at the same time as the original's (a CollectiveQueue beside the training
+// thread) without their messages meeting: each side gets its own sums, to the bit, round
+// after round. Lengths differ on the two sides, so a message taken by the wrong side shows.
+inline void check_duplicate_runs_beside_the_original(Communicator& comm) {
+  const int world = comm.world_size(), rank = comm.rank();
+  std::unique_ptr<Communicator> copy = comm.duplicate();
+  ASSERT_NE(copy, nullptr) << "backend " << comm.backend() << " gave no duplicate";
+  EXPECT_EQ(copy->rank(), rank);
+  EXPECT_EQ(copy->world_size(), world);
+  EXPECT_EQ(copy->timeout(), comm.timeout());
+  constexpr int kRounds = 25;
+  const size_t n_here = 1003, n_there = 2 * 1024 + 5;
+  const std::vector<float> want_here = sum_in_tree_order(world, n_here);
+  const std::vector<float> want_there = sum_in_tree_order(world, n_there);
+  int wrong_there = 0, wrong_gathers = 0;
+  std::exception_ptr failure;
+  std::thread other([&] {
+    try {
+      for (int round = 0; round < kRounds; round++) {
+        std::vector<float> x = rank_data(rank, n_there);
+        copy->all_reduce_sum(x.data(), n_there);
+        wrong_there += !same_bits(x, want_there);
+        int from_root = rank == round % world ? round : -1;
+        copy->broadcast(&from_root, sizeof(from_root), round % world);
+        wrong_there += from_root != round;
+      }
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  int wrong_here = 0;
+  for (int round = 0; round < kRounds; round++) {
+    std::vector<float> x = rank_data(rank, n_here);
+    comm.all_reduce_sum(x.data(), n_here);
+    wrong_here += !same_bits(x, want_here);
+    const int mine = 1000 * round + rank;
+    std::vector<int> all(world);
+    comm.all_gather(&mine, all.data(), sizeof(mine));
+    for (int r = 0; r < world; r++) wrong_gathers += all[r] != 1000 * round + r;
+  }
+  other.join();
+  if (failure) std::rethrow_exception(failure);
+  EXPECT_EQ(wrong_here, 0) << "rank " << rank;
+  EXPECT_EQ(wrong_gathers, 0) << "rank " << rank;
+  EXPECT_EQ(wrong_there, 0) << "rank " << rank;
+  // Each counts its own traffic.
+  if (world > 1) {
+    EXPECT_GT(copy->traffic().bytes_sent, uint64_t{0});
+  }
 }
 
 }  // namespace tandem::testing

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -234,8 +235,48 @@ TEST_P(LocalCommunicator, BadPeersAndRootsAreRefused) {
 TEST_P(LocalCommunicator, TimeoutIsSetPerCommunicator) {
   run_local_ranks(GetParam(), testing::check_timeout_setting);
 }
+TEST_P(LocalCommunicator, DuplicateRunsBesideTheOriginal) {
+  run_local_ranks(GetParam(), testing::check_duplicate_runs_beside_the_original);
+}
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, LocalCommunicator, ::testing::Values(1, 2, 3, 4, 5));
+
+// Every rank's k-th duplicate is one group, apart from its (k+1)-th: two duplicates made in
+// turn run their collectives in either order on two threads.
+TEST(LocalCommunicatorDuplicate, TheKthDuplicatesOfAllRanksAreOneGroup) {
+  run_local_ranks(3, [](Communicator& comm) {
+    std::unique_ptr<Communicator> first = comm.duplicate(), second = comm.duplicate();
+    float a = static_cast<float>(comm.rank() + 1), b = static_cast<float>(10 * (comm.rank() + 1));
+    std::thread other([&] { second->all_reduce_sum(&b, 1); });
+    first->all_reduce_sum(&a, 1);
+    other.join();
+    EXPECT_EQ(a, 6.0f);
+    EXPECT_EQ(b, 60.0f);
+  });
+}
+
+// A rank that fails aborts its group: a collective another rank's queue thread has in flight
+// on a duplicate ends at once too (instead of after the timeout), as MPI_Abort would end it.
+TEST(LocalCommunicatorFailure, AbortingTheGroupEndsCollectivesOnItsDuplicates) {
+  std::string blocked_error;
+  const auto start = std::chrono::steady_clock::now();
+  const std::string message = testing::error_of([&] {
+    run_local_ranks(2, [&](Communicator& comm) {
+      std::unique_ptr<Communicator> copy = comm.duplicate();
+      copy->set_timeout(std::chrono::seconds(60));
+      if (comm.rank() == 1) fail("rank 1 fails on purpose");
+      try {
+        copy->barrier();  // rank 1 never comes
+      } catch (const Error& e) {
+        blocked_error = e.what();
+        throw;
+      }
+    });
+  });
+  EXPECT_CONTAINS(message, "rank 1 fails on purpose");
+  EXPECT_CONTAINS(blocked_error, "another rank failed");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
 
 TEST(LocalCommunicatorFailure, AFailingRankAbortsTheOthersInsteadOfHangingThem) {
   std::atomic<int> aborted = 0;

@@ -41,6 +41,10 @@ TEST_F(MpiCommunicator, AllGatherAndBroadcastFromEveryRoot) {
 TEST_F(MpiCommunicator, PointToPointArrivesInOrder) { testing::check_point_to_point(*comm_); }
 TEST_F(MpiCommunicator, BadPeersAndRootsAreRefused) { testing::check_bad_arguments(*comm_); }
 TEST_F(MpiCommunicator, TimeoutIsSetPerCommunicator) { testing::check_timeout_setting(*comm_); }
+// Needs MPI_THREAD_MULTIPLE, which Debian's OpenMPI provides (tandem asks for it).
+TEST_F(MpiCommunicator, DuplicateRunsBesideTheOriginal) {
+  testing::check_duplicate_runs_beside_the_original(*comm_);
+}
 
 }  // namespace
 }  // namespace tandem

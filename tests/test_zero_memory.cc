@@ -5,11 +5,16 @@
 // blocks whole, stays within its live budget and prefetches in the recorded order.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/error.h"
+#include "tandem/dist/collective_queue.h"
 #include "tandem/dist/local_group.h"
 #include "tandem/dist/tree_sum.h"
 #include "tandem/zero/partitioned_gradients.h"
@@ -65,35 +70,41 @@ TEST(PartitionedGradients, OwnersHoldTheTreeOverMicroBatchesOfTheTreesOverRanks)
   const std::vector<float> expected =
       tree_of(micro_batches, P, [&](int a, size_t i) { return per_micro[a][i]; });
 
-  std::vector<std::vector<float>> got(world);
-  run_local_ranks(world, [&](Communicator& comm) {
-    const auto backend = make_cpu_backend();
-    PartitionedGradients grads(comm, *backend, StorageDType::kF32, partition, blocks, micro_batches,
-                               7000);
-    for (int a = 0; a < micro_batches; a++) {
-      grads.start_micro_batch(a);
-      // Backward's order: the first block held throughout, the others last to first.
-      auto* first = static_cast<float*>(grads.acquire(0));
-      for (int b = static_cast<int>(blocks.size()) - 1; b >= 1; b--) {
-        auto* slot = static_cast<float*>(grads.acquire(b));
-        for (size_t i = blocks[b].begin; i < blocks[b].end; i++)
-          slot[i - blocks[b].begin] += gradient(comm.rank(), a, i);
-        grads.release(b);
+  for (bool overlap : {false, true}) {
+    std::vector<std::vector<float>> got(world);
+    run_local_ranks(world, [&](Communicator& comm) {
+      const auto backend = make_cpu_backend();
+      // overlap_comm: the reductions run on a queue's thread, over a duplicate communicator.
+      const std::unique_ptr<Communicator> copy = overlap ? comm.duplicate() : nullptr;
+      std::unique_ptr<CollectiveQueue> queue =
+          overlap ? std::make_unique<CollectiveQueue>() : nullptr;
+      PartitionedGradients grads(overlap ? *copy : comm, *backend, StorageDType::kF32, partition,
+                                 blocks, micro_batches, 7000, queue.get());
+      for (int a = 0; a < micro_batches; a++) {
+        grads.start_micro_batch(a);
+        // Backward's order: the first block held throughout, the others last to first.
+        auto* first = static_cast<float*>(grads.acquire(0));
+        for (int b = static_cast<int>(blocks.size()) - 1; b >= 1; b--) {
+          auto* slot = static_cast<float*>(grads.acquire(b));
+          for (size_t i = blocks[b].begin; i < blocks[b].end; i++)
+            slot[i - blocks[b].begin] += gradient(comm.rank(), a, i);
+          grads.release(b);
+        }
+        for (size_t i = 0; i < blocks[0].end; i++) first[i] += gradient(comm.rank(), a, i);
+        grads.release(0);
+        grads.finish_micro_batch();
       }
-      for (size_t i = 0; i < blocks[0].end; i++) first[i] += gradient(comm.rank(), a, i);
-      grads.release(0);
-      grads.finish_micro_batch();
+      const ParamRange mine = partition.range(comm.rank());
+      const auto* reduced = static_cast<const float*>(grads.partition_grads());
+      got[comm.rank()].assign(reduced, reduced + mine.size());
+    });
+    for (int r = 0; r < world; r++) {
+      const ParamRange mine = partition.range(r);
+      ASSERT_EQ(got[r].size(), mine.size());
+      EXPECT_EQ(
+          std::memcmp(got[r].data(), expected.data() + mine.begin, mine.size() * sizeof(float)), 0)
+          << "rank " << r << (overlap ? ", overlap_comm" : "");
     }
-    const ParamRange mine = partition.range(comm.rank());
-    const auto* reduced = static_cast<const float*>(grads.partition_grads());
-    got[comm.rank()].assign(reduced, reduced + mine.size());
-  });
-  for (int r = 0; r < world; r++) {
-    const ParamRange mine = partition.range(r);
-    ASSERT_EQ(got[r].size(), mine.size());
-    EXPECT_EQ(std::memcmp(got[r].data(), expected.data() + mine.begin, mine.size() * sizeof(float)),
-              0)
-        << "rank " << r;
   }
   // The order matters: the tree over ranks of the trees over micro-batches differs.
   std::vector<std::vector<float>> per_rank;
@@ -103,6 +114,144 @@ TEST(PartitionedGradients, OwnersHoldTheTreeOverMicroBatchesOfTheTreesOverRanks)
   const std::vector<float> other =
       tree_of(world, P, [&](int r, size_t i) { return per_rank[r][i]; });
   EXPECT_NE(std::memcmp(other.data(), expected.data(), P * sizeof(float)), 0);
+}
+
+// A communicator that holds some of its collectives back until the test lets them go, so a
+// test can show that the training thread went on while they were pending. A held collective
+// never let go fails after 20 s, naming what waited for it.
+class HoldingCommunicator final : public Communicator {
+ public:
+  explicit HoldingCommunicator(Communicator& inner) : inner_(inner) {}
+
+  // From now on reduce_sum calls, resp. broadcasts of `bytes` bytes, wait for let_go().
+  void hold_reductions() { set(true, kAnySize); }
+  void hold_broadcasts_of(size_t bytes) { set(false, bytes); }
+  void let_go() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      hold_reductions_ = false;
+      hold_broadcast_bytes_ = kNoSize;
+    }
+    changed_.notify_all();
+  }
+  // Collectives that were held back so far.
+  int held() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return held_;
+  }
+
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::string_view backend() const override { return inner_.backend(); }
+  void all_reduce_sum(float* data, size_t n) override { inner_.all_reduce_sum(data, n); }
+  void reduce_scatter_sum(const float* send, float* recv, size_t count) override {
+    inner_.reduce_scatter_sum(send, recv, count);
+  }
+  void reduce_sum(const float* send, float* recv, size_t n, int root) override {
+    wait_if([&] { return hold_reductions_; }, "reduce_sum");
+    inner_.reduce_sum(send, recv, n, root);
+  }
+  void all_reduce_sum_bf16(Bf16* data, size_t n) override { inner_.all_reduce_sum_bf16(data, n); }
+  void reduce_sum_bf16(const Bf16* send, Bf16* recv, size_t n, int root) override {
+    inner_.reduce_sum_bf16(send, recv, n, root);
+  }
+  void all_gather(const void* send, void* recv, size_t bytes) override {
+    inner_.all_gather(send, recv, bytes);
+  }
+  void broadcast(void* data, size_t bytes, int root) override {
+    wait_if([&] { return hold_broadcast_bytes_ == bytes; }, "broadcast");
+    inner_.broadcast(data, bytes, root);
+  }
+  void barrier() override { inner_.barrier(); }
+  void send(const void* data, size_t bytes, int peer, int tag) override {
+    inner_.send(data, bytes, peer, tag);
+  }
+  void recv(void* data, size_t bytes, int peer, int tag) override {
+    inner_.recv(data, bytes, peer, tag);
+  }
+  void abort() noexcept override { inner_.abort(); }
+
+ private:
+  static constexpr size_t kAnySize = 0, kNoSize = static_cast<size_t>(-1);
+  void set(bool reductions, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (reductions) hold_reductions_ = true;
+    if (!reductions) hold_broadcast_bytes_ = bytes;
+  }
+  template <typename Held>
+  void wait_if(Held held, const char* what) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!held()) return;
+    held_++;
+    if (!changed_.wait_for(lock, std::chrono::seconds(20), [&] { return !held(); }))
+      fail("rank ", inner_.rank(), ": a held ", what,
+           " was never let go: the training thread waited for it instead of going on");
+  }
+
+  Communicator& inner_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  bool hold_reductions_ = false;
+  size_t hold_broadcast_bytes_ = kNoSize;
+  int held_ = 0;
+};
+
+// overlap_comm at stage 2: releasing a block starts its reduction and returns; backward
+// goes on with the next block (in the third slot, while the embeddings hold the first)
+// while the reduction is held back. A synchronous reduction would wait inside release(),
+// and two slots would make acquire() wait (20 s, then fail).
+TEST(PartitionedGradients, WithAQueueReleaseReturnsWhileTheReductionIsPending) {
+  const std::vector<ParamRange> blocks = test_blocks();
+  const size_t P = total(blocks);
+  const int world = 2;
+  const ZeroPartition partition(P, world);
+  const std::vector<float> expected =
+      tree_of(world, P, [&](int r, size_t i) { return gradient(r, 0, i); });
+  std::vector<int> held(world);
+  std::vector<std::vector<float>> got(world);
+  run_local_ranks(world, [&](Communicator& comm) {
+    const auto backend = make_cpu_backend();
+    const std::unique_ptr<Communicator> copy = comm.duplicate();
+    HoldingCommunicator holding(*copy);
+    CollectiveQueue queue;
+    PartitionedGradients grads(holding, *backend, StorageDType::kF32, partition, blocks, 1, 100000,
+                               &queue);
+    grads.start_micro_batch(0);
+    auto* first = static_cast<float*>(grads.acquire(0));
+    for (int b = static_cast<int>(blocks.size()) - 1; b >= 1; b--) {
+      auto* slot = static_cast<float*>(grads.acquire(b));
+      if (b == 1) {
+        // Block 2's reduction is still held back, yet backward got a slot for block 1
+        // (the third one) and goes on.
+        EXPECT_TRUE(grads.reducing(blocks[2].begin, blocks[2].end));
+        holding.let_go();
+      }
+      for (size_t i = blocks[b].begin; i < blocks[b].end; i++)
+        slot[i - blocks[b].begin] += gradient(comm.rank(), 0, i);
+      if (b == 2) holding.hold_reductions();
+      grads.release(b);
+      if (b == 2) {
+        EXPECT_TRUE(grads.reducing(blocks[2].begin, blocks[2].end));
+      }
+    }
+    for (size_t i = 0; i < blocks[0].end; i++) first[i] += gradient(comm.rank(), 0, i);
+    grads.release(0);
+    grads.finish_micro_batch();
+    EXPECT_FALSE(grads.reducing(0, P));
+    held[comm.rank()] = holding.held();
+    const ParamRange mine = partition.range(comm.rank());
+    const auto* reduced = static_cast<const float*>(grads.partition_grads());
+    got[comm.rank()].assign(reduced, reduced + mine.size());
+  });
+  for (int r = 0; r < world; r++) {
+    const ParamRange mine = partition.range(r);
+    EXPECT_EQ(std::memcmp(got[r].data(), expected.data() + mine.begin, mine.size() * sizeof(float)),
+              0)
+        << "rank " << r;
+  }
+  // The held reduction ran once let go, on the queue's thread (whether it reached the hold
+  // before the let-go is up to the scheduler).
+  for (int h : held) EXPECT_LE(h, 2);
 }
 
 TEST(PartitionedGradients, AThirdBlockHeldAtOnceIsRefused) {
@@ -136,7 +285,9 @@ TEST(PartitionedParameters, GathersExactBlocksWithinTheLiveBudget) {
   const std::vector<ParamRange> blocks = test_blocks();
   const int world = 3;
   const ZeroPartition partition(total(blocks), world);
-  for (size_t prefetch : {size_t{0}, size_t{6000}}) {
+  for (size_t prefetch : {size_t{0}, size_t{6000}, size_t{6001}}) {
+    // 6001: the same prefetch, overlapping compute (a queue over a duplicate communicator).
+    const bool overlap = prefetch == 6001;
     ZeroConfig config;
     config.stage = 3;
     config.stage3_param_persistence_threshold = 1000;  // blocks 3 and 4 stay whole
@@ -147,7 +298,11 @@ TEST(PartitionedParameters, GathersExactBlocksWithinTheLiveBudget) {
     std::vector<size_t> peaks(world), prefetched(world), gathered(world);
     run_local_ranks(world, [&](Communicator& comm) {
       const auto backend = make_cpu_backend();
-      PartitionedParameters params(comm, *backend, StorageDType::kF32, partition, blocks, config);
+      const std::unique_ptr<Communicator> copy = overlap ? comm.duplicate() : nullptr;
+      std::unique_ptr<CollectiveQueue> queue =
+          overlap ? std::make_unique<CollectiveQueue>() : nullptr;
+      PartitionedParameters params(overlap ? *copy : comm, *backend, StorageDType::kF32, partition,
+                                   blocks, config, queue.get());
       fill_partition(params, partition, comm.rank());
       params.parameters_changed();
       // Two passes of a forward-and-backward order: the first records it, the second
@@ -187,6 +342,51 @@ TEST(PartitionedParameters, GathersExactBlocksWithinTheLiveBudget) {
       EXPECT_GE(peak, 80000u);  // the two layers were held together
     }
   }
+}
+
+// overlap_comm at stage 3: once the order of acquires is known, acquiring a block queues
+// the gather of the next one and returns without waiting for it: the model computes with
+// this block while the next arrives. Here block 0 (5,000 parameters, one broadcast of 20,000
+// bytes from rank 0) is prefetched when block 2 is acquired, and held back until block 2 has
+// been used; a synchronous gather would keep acquire(2) waiting (20 s, then fail).
+TEST(PartitionedParameters, WithAQueueTheNextBlockArrivesWhileTheModelUsesThisOne) {
+  const std::vector<ParamRange> blocks = test_blocks();
+  const int world = 3;
+  const ZeroPartition partition(total(blocks), world);
+  ZeroConfig config;
+  config.stage = 3;
+  config.stage3_param_persistence_threshold = 1000;
+  config.stage3_max_live_parameters = 80000;
+  config.stage3_prefetch_bucket_size = 6000;
+  std::vector<size_t> prefetched(world);
+  run_local_ranks(world, [&](Communicator& comm) {
+    const auto backend = make_cpu_backend();
+    const std::unique_ptr<Communicator> copy = comm.duplicate();
+    HoldingCommunicator holding(*copy);
+    CollectiveQueue queue;
+    PartitionedParameters params(holding, *backend, StorageDType::kF32, partition, blocks, config,
+                                 &queue);
+    fill_partition(params, partition, comm.rank());
+    params.parameters_changed();
+    const std::vector<int> order = {1, 2, 3, 0};
+    for (int pass = 0; pass < 2; pass++) {  // the first records the order
+      for (int b : order) {
+        const bool watched = pass == 1 && b == 2;
+        if (watched) holding.hold_broadcasts_of(5000 * sizeof(float));
+        const size_t before = params.prefetched_blocks();
+        const void* data = params.acquire(b);
+        EXPECT_TRUE(holds_its_values(data, blocks[b])) << "rank " << comm.rank() << ", block " << b;
+        if (watched) {
+          EXPECT_EQ(params.prefetched_blocks(), before + 1) << "block 0 was not prefetched";
+          holding.let_go();
+        }
+        params.release(b);
+      }
+      params.parameters_changed();
+    }
+    prefetched[comm.rank()] = params.prefetched_blocks();
+  });
+  for (size_t p : prefetched) EXPECT_EQ(p, 1u);
 }
 
 TEST(PartitionedParameters, ALiveBudgetBelowTheTwoLargestBlocksIsRefused) {

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -137,6 +138,13 @@ class Communicator {
   // Point to point: a send is matched by the recv of the same peer pair and tag, in order.
   virtual void send(const void* data, size_t bytes, int peer, int tag) = 0;
   virtual void recv(void* data, size_t bytes, int peer, int tag) = 0;
+
+  // A new communicator of the same ranks whose messages never meet this one's, for another
+  // thread to use at the same time as this one (a CollectiveQueue's: collective_queue.h).
+  // Collective: every rank calls it, in the same order. Null when the backend cannot be
+  // used from two threads at once (MPI without MPI_THREAD_MULTIPLE, NCCL); the caller then
+  // keeps its collectives on one thread. Aborting either aborts both.
+  virtual std::unique_ptr<Communicator> duplicate() { return nullptr; }
 
   // Stops every rank of the job now, after this rank failed: the others must not wait
   // for it in a collective forever. MPI: MPI_Abort (the launcher ends every process);

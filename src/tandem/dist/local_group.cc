@@ -7,6 +7,7 @@
 #include <deque>
 #include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -18,6 +19,8 @@
 #include "tandem/dist/tree_sum.h"
 
 namespace tandem {
+
+struct LocalFamily;
 
 struct LocalGroup::Shared {
   explicit Shared(int world)
@@ -53,7 +56,9 @@ struct LocalGroup::Shared {
     }
     check_alive();
   }
-  void abort() {
+  // Aborts this group and every duplicate of its family.
+  void abort();
+  void abort_this_group() {
     std::lock_guard<std::mutex> lock(mutex);
     aborted = true;
     changed.notify_all();
@@ -74,7 +79,66 @@ struct LocalGroup::Shared {
   bool aborted = false;
   // Point-to-point messages in flight, by (source, destination, tag), in send order.
   std::map<std::tuple<int, int, int>, std::deque<std::vector<char>>> mailboxes;
+  // The group it was made with and its duplicates (Communicator::duplicate).
+  std::shared_ptr<LocalFamily> family;
 };
+
+// A local group and its duplicates: aborting one aborts all (as MPI_Abort ends every
+// communicator of a job), and the k-th duplicate call of every rank gets the same group.
+struct LocalFamily : std::enable_shared_from_this<LocalFamily> {
+  std::mutex mutex;
+  bool aborted = false;
+  std::vector<std::weak_ptr<LocalGroup::Shared>> members;
+  struct Made {
+    std::shared_ptr<LocalGroup::Shared> group;  // held until every rank has taken it
+    int takers = 0;
+  };
+  std::vector<Made> duplicates;
+  std::vector<size_t> taken_by_rank;  // duplicates each rank has made
+
+  static std::shared_ptr<LocalGroup::Shared> make_group(int world_size) {
+    auto group = std::make_shared<LocalGroup::Shared>(world_size);
+    group->family = std::make_shared<LocalFamily>();
+    group->family->members.push_back(group);
+    group->family->taken_by_rank.assign(world_size, 0);
+    return group;
+  }
+
+  std::shared_ptr<LocalGroup::Shared> duplicate(int rank, int world_size) {
+    std::lock_guard<std::mutex> lock(mutex);
+    const size_t k = taken_by_rank[rank]++;
+    if (k == duplicates.size()) {
+      auto group = std::make_shared<LocalGroup::Shared>(world_size);
+      group->family = shared_from_this();
+      duplicates.push_back({group, 0});
+      members.push_back(group);
+      if (aborted) group->abort_this_group();
+    }
+    Made& made = duplicates[k];
+    std::shared_ptr<LocalGroup::Shared> group = made.group;
+    if (++made.takers == world_size) made.group.reset();
+    return group;
+  }
+
+  void abort() {
+    std::vector<std::shared_ptr<LocalGroup::Shared>> alive;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      aborted = true;
+      for (const auto& member : members)
+        if (auto group = member.lock()) alive.push_back(std::move(group));
+    }
+    for (const auto& group : alive) group->abort_this_group();
+  }
+};
+
+void LocalGroup::Shared::abort() {
+  if (family) {
+    family->abort();
+  } else {
+    abort_this_group();
+  }
+}
 
 namespace {
 
@@ -143,6 +207,14 @@ class LocalCommunicator final : public Communicator {
   void barrier() override { shared_->arrive_and_wait(rank_, timeout_, "barrier"); }
 
   void abort() noexcept override { shared_->abort(); }
+
+  std::unique_ptr<Communicator> duplicate() override {
+    shared_->check_alive();
+    auto copy =
+        std::make_unique<LocalCommunicator>(shared_->family->duplicate(rank_, world_size()), rank_);
+    copy->set_timeout(timeout_);
+    return copy;
+  }
 
   void send(const void* data, size_t bytes, int peer, int tag) override {
     check_peer(peer);
@@ -240,7 +312,7 @@ class LocalCommunicator final : public Communicator {
 
 LocalGroup::LocalGroup(int world_size) {
   TANDEM_CHECK(world_size >= 1, "a local group needs at least 1 rank, got ", world_size);
-  shared_ = std::make_shared<Shared>(world_size);
+  shared_ = LocalFamily::make_group(world_size);
 }
 
 LocalGroup::~LocalGroup() = default;

@@ -70,6 +70,7 @@ struct MpiLifetime {
   std::mutex mutex;
   int communicators = 0;
   bool initialized_here = false;
+  int thread_level = MPI_THREAD_SINGLE;  // what MPI provides
 };
 MpiLifetime& mpi_lifetime() {
   static MpiLifetime lifetime;
@@ -84,11 +85,14 @@ class MpiCommunicator final : public Communicator {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
+      // Threads of their own may run collectives (CollectiveQueue, overlap_comm) beside the
+      // training thread's exchanges: MPI_THREAD_MULTIPLE where the library has it.
       int provided = 0;
-      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided),
+      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                 "MPI_Init_thread");
       life.initialized_here = true;
     }
+    MPI_Query_thread(&life.thread_level);
     // Point to point on one duplicate, collectives on another: a user's tags never meet
     // the collectives' (which count the collectives, so that no message of one collective
     // can be taken for another's).
@@ -123,6 +127,18 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   std::string_view backend() const override { return "mpi"; }
+
+  std::unique_ptr<Communicator> duplicate() override {
+    check_usable();
+    {
+      MpiLifetime& life = mpi_lifetime();
+      std::lock_guard<std::mutex> lock(life.mutex);
+      if (life.thread_level < MPI_THREAD_MULTIPLE) return nullptr;
+    }
+    auto copy = std::make_unique<MpiCommunicator>();
+    copy->set_timeout(timeout_);
+    return copy;
+  }
 
   void all_reduce_sum(float* data, size_t n) override { all_reduce(data, n, "all_reduce_sum"); }
   void all_reduce_sum_bf16(Bf16* data, size_t n) override {

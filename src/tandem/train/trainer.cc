@@ -121,9 +121,14 @@ class Trainer {
         one_rank_buffer_comm_(buffer_comm == nullptr && comm.world_size() == 1 && on_gpu()
                                   ? make_one_rank_device_communicator(*device_)
                                   : nullptr),
+        overlap_buffer_comm_(buffer_comm == nullptr && !nccl_buffer_comm_ &&
+                                     comm.world_size() > 1 && config.zero.overlap_comm
+                                 ? comm.duplicate()
+                                 : nullptr),
         buffer_comm_(buffer_comm != nullptr  ? *buffer_comm
                      : nccl_buffer_comm_     ? *nccl_buffer_comm_
                      : one_rank_buffer_comm_ ? *one_rank_buffer_comm_
+                     : overlap_buffer_comm_  ? *overlap_buffer_comm_
                                              : comm),
         optimizer_pool_(),
         plan_(checked_plan(config, *device_, optimizer_pool_, comm)),
@@ -224,6 +229,10 @@ class Trainer {
                                {"early_gradient_subgroups", times.update.early_gradient_subgroups},
                                {"comm_bytes_sent", times.comm_bytes_sent},
                                {"comm_bytes_received", times.comm_bytes_received}};
+      if (data_parallel_.overlaps_communication()) {
+        record["collective_ms"] = times.collective_ms;
+        record["collective_wait_ms"] = times.collective_wait_ms;
+      }
       if (comm_.world_size() > 1) record["ranks"] = per_rank_figures(ms, times);
       metrics.write(record);
       result.steps.push_back({.step = step_,
@@ -236,7 +245,9 @@ class Trainer {
                               .h2d_bytes = times.update.h2d_bytes,
                               .d2h_bytes = times.update.d2h_bytes,
                               .comm_bytes_sent = times.comm_bytes_sent,
-                              .comm_bytes_received = times.comm_bytes_received});
+                              .comm_bytes_received = times.comm_bytes_received,
+                              .collective_ms = times.collective_ms,
+                              .collective_wait_ms = times.collective_wait_ms});
       progress_.update(step_, loss, tokens_per_s, ms);
       if (tracer_.enabled() && (step_ == options_.trace_last_step || step_ == last_step)) {
         tracer_.set_enabled(false);
@@ -408,6 +419,7 @@ class Trainer {
     double forward_ms = 0, backward_ms = 0;
     UpdateStepStats update;
     size_t comm_bytes_sent = 0, comm_bytes_received = 0;
+    double collective_ms = 0, collective_wait_ms = 0;
   };
 
   // What this rank moved so far through both communicators (one object on the cpu device).
@@ -423,9 +435,16 @@ class Trainer {
   // The figures of a step that may differ between ranks, one array per figure indexed by
   // rank, holding only the figures that do differ (a collective: every rank calls it).
   nlohmann::json per_rank_figures(double ms, const StepTimes& times) {
-    static constexpr const char* kNames[] = {
-        "ms",        "forward_ms", "backward_ms",     "update_ms",
-        "h2d_bytes", "d2h_bytes",  "comm_bytes_sent", "comm_bytes_received"};
+    static constexpr const char* kNames[] = {"ms",
+                                             "forward_ms",
+                                             "backward_ms",
+                                             "update_ms",
+                                             "h2d_bytes",
+                                             "d2h_bytes",
+                                             "comm_bytes_sent",
+                                             "comm_bytes_received",
+                                             "collective_ms",
+                                             "collective_wait_ms"};
     constexpr size_t kFigures = std::size(kNames);
     const double mine[kFigures] = {ms,
                                    times.forward_ms,
@@ -434,7 +453,9 @@ class Trainer {
                                    static_cast<double>(times.update.h2d_bytes),
                                    static_cast<double>(times.update.d2h_bytes),
                                    static_cast<double>(times.comm_bytes_sent),
-                                   static_cast<double>(times.comm_bytes_received)};
+                                   static_cast<double>(times.comm_bytes_received),
+                                   times.collective_ms,
+                                   times.collective_wait_ms};
     std::vector<double> all(kFigures * comm_.world_size());
     comm_.all_gather(mine, all.data(), sizeof mine);
     nlohmann::json ranks = nlohmann::json::object();
@@ -462,6 +483,8 @@ class Trainer {
   StepTimes train_step(float lr) {
     StepTimes times;
     const CommunicatorTraffic traffic_before = traffic();
+    const double collective_before = data_parallel_.collective_seconds();
+    const double collective_wait_before = data_parallel_.collective_wait_seconds();
     const int accum = config_.gradient_accumulation_steps;
     const int world = comm_.world_size();
     const uint64_t rank = comm_.rank();
@@ -527,6 +550,9 @@ class Trainer {
     const CommunicatorTraffic traffic_after = traffic();
     times.comm_bytes_sent = traffic_after.bytes_sent - traffic_before.bytes_sent;
     times.comm_bytes_received = traffic_after.bytes_received - traffic_before.bytes_received;
+    times.collective_ms = 1e3 * (data_parallel_.collective_seconds() - collective_before);
+    times.collective_wait_ms =
+        1e3 * (data_parallel_.collective_wait_seconds() - collective_wait_before);
     return times;
   }
 
@@ -586,7 +612,10 @@ class Trainer {
   // must outlive them.
   std::unique_ptr<Device> device_;
   std::unique_ptr<Communicator> one_rank_buffer_comm_;  // one rank on the cuda device
-  Communicator& buffer_comm_;                           // the model's buffers
+  // A duplicate of comm_ for the collectives that overlap compute (overlap_comm on the cpu
+  // device): the training thread keeps comm_ for its own exchanges.
+  std::unique_ptr<Communicator> overlap_buffer_comm_;
+  Communicator& buffer_comm_;  // the model's buffers
   ThreadPool optimizer_pool_;  // pinned threads for the CPU AdamW, one per CPU
   TrainingMemoryPlan plan_;    // made before anything is allocated on the device
   std::unique_ptr<ComputeBackend> backend_;

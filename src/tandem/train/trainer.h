@@ -45,6 +45,10 @@ struct StepRecord {
   // Bytes this rank sent and received through the communicator in the step (data
   // parallelism: gradient reduction and parameter gathers).
   size_t comm_bytes_sent = 0, comm_bytes_received = 0;
+  // Milliseconds the collectives on the model's buffers ran on their own thread
+  // (overlap_comm), and of them those the training thread waited for: the rest overlapped
+  // compute. Both 0 without overlap.
+  double collective_ms = 0, collective_wait_ms = 0;
 };
 
 struct TrainResult {

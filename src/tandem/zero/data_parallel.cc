@@ -28,19 +28,23 @@ DataParallel::DataParallel(Communicator& host, Communicator& buffers, const Zero
   TANDEM_CHECK(config_.reduce_bucket_size >= 1 && config_.allgather_bucket_size >= 1,
                "zero_optimization bucket sizes must be at least 1 element");
   TANDEM_CHECK(buffers_.backend != nullptr, "DataParallel: the model's backend is missing");
+  // One thread per communicator at a time: the queue's thread may only take the buffer
+  // communicator if the training thread never uses it for its own exchanges.
+  if (overlaps_communication(config_, world_size()) && &buffer_comm_ != &comm_)
+    queue_ = std::make_unique<CollectiveQueue>();
   if (config_.stage >= 2) {
     TANDEM_CHECK(!buffers_.blocks.empty(), "DataParallel: stage ", config_.stage,
                  " needs the model's blocks");
     grads_ = std::make_unique<PartitionedGradients>(
         buffer_comm_, *buffers_.backend, buffers_.grad_dtype, partition_, buffers_.blocks,
-        buffers_.micro_batches, config_.reduce_bucket_size);
+        buffers_.micro_batches, config_.reduce_bucket_size, queue_.get());
   }
   if (config_.stage == 3) {
     TANDEM_CHECK(buffers_.working_dtype == buffers_.grad_dtype,
                  "DataParallel: working parameters and gradients of one storage type");
     params_ = std::make_unique<PartitionedParameters>(buffer_comm_, *buffers_.backend,
                                                       buffers_.working_dtype, partition_,
-                                                      buffers_.blocks, config_);
+                                                      buffers_.blocks, config_, queue_.get());
   }
 }
 
@@ -56,7 +60,8 @@ size_t DataParallel::partitioned_bytes(const std::vector<ParamRange>& blocks, si
   const ZeroPartition partition(num_params, world_size);
   size_t bytes = 0;
   if (config.stage >= 2)
-    bytes += PartitionedGradients::bytes_needed(blocks, partition, dtype, micro_batches);
+    bytes += PartitionedGradients::bytes_needed(blocks, partition, dtype, micro_batches,
+                                                overlaps_communication(config, world_size));
   if (config.stage == 3)
     bytes += PartitionedParameters::bytes_needed(blocks, partition, dtype, config);
   return bytes;
@@ -123,20 +128,24 @@ void DataParallel::gradients_final(size_t begin, size_t end, const Reduced& redu
     reduced(begin, end);
     return;
   }
-  pending_.push_back({begin, end});
-  pending_elements_ += end - begin;
-  if (grads_) {  // reduced as the model released the block: hand on this rank's part
+  if (grads_) {  // reduced (or being reduced) as the model released the block
     const ParamRange mine = state_range();
     const size_t b = std::max(begin, mine.begin), e = std::min(end, mine.end);
-    if (b < e && reduced) reduced(b, e);
+    if (b < e) handoff_.push_back({0, {b, e}});
+    grads_->complete_reductions(false);
+    hand_on(reduced, false);
     return;
   }
-  // Stage 1 reduces once the step's gradients are all final; 0 may start early.
-  const bool early = config_.overlap_comm && config_.stage == 0;
-  if (!early || pending_elements_ < config_.reduce_bucket_size) return;
-  for (const ParamRange& r : pending_) reduce(r.begin, r.end, reduced);
-  pending_.clear();
-  pending_elements_ = 0;
+  pending_.push_back({begin, end});
+  pending_elements_ += end - begin;
+  // Without overlap, stage 1 reduces once the step's gradients are all final.
+  const bool early = config_.overlap_comm && (config_.stage == 0 || queue_ != nullptr);
+  if (early && pending_elements_ >= config_.reduce_bucket_size) {
+    for (const ParamRange& r : pending_) reduce(r.begin, r.end);
+    pending_.clear();
+    pending_elements_ = 0;
+  }
+  hand_on(reduced, false);
 }
 
 void DataParallel::finish_reduction(const Reduced& reduced) {
@@ -146,6 +155,8 @@ void DataParallel::finish_reduction(const Reduced& reduced) {
                  " gradients were announced final this step; every gradient must be, exactly "
                  "once");
     announced_ = 0;
+    grads_->complete_reductions(true);
+    hand_on(reduced, true);
     return;
   }
   if (announced_ == 0)
@@ -155,47 +166,74 @@ void DataParallel::finish_reduction(const Reduced& reduced) {
   TANDEM_CHECK(announced_ == 0 || announced_ == buffers_.num_params,
                "data parallelism: ", announced_, " of ", buffers_.num_params,
                " gradients were announced final this step; every gradient must be, exactly once");
-  for (const ParamRange& r : pending_) reduce(r.begin, r.end, reduced);
+  for (const ParamRange& r : pending_) reduce(r.begin, r.end);
   pending_.clear();
   pending_elements_ = 0;
   announced_ = 0;
+  hand_on(reduced, true);
 }
 
-void DataParallel::reduce(size_t begin, size_t end, const Reduced& reduced) {
+void DataParallel::reduce(size_t begin, size_t end) {
   const ParamRange mine = state_range();
   for (size_t b = begin; b < end;) {
     // A bucket never straddles two partitions (at stage 1 it goes to one owner).
     const int owner = partition_.owner(b);
     const size_t partition_end = std::min(end, partition_.range(owner).end);
     const size_t e = std::min(partition_end, b + config_.reduce_bucket_size);
-    if (world_size() > 1) reduce_piece(b, e, owner);
+    const CollectiveQueue::Ticket ticket = world_size() > 1 ? reduce_piece(b, e, owner) : 0;
     const size_t rb = std::max(b, mine.begin), re = std::min(e, mine.end);
-    if (rb < re && reduced) reduced(rb, re);
+    if (rb < re) handoff_.push_back({ticket, {rb, re}});
     b = e;
   }
 }
 
-void DataParallel::reduce_piece(size_t begin, size_t end, int owner) {
+void DataParallel::hand_on(const Reduced& reduced, bool wait) {
+  while (!handoff_.empty()) {
+    const Handoff next = handoff_.front();
+    if (grads_) {
+      if (grads_->reducing(next.range.begin, next.range.end)) {
+        if (!wait) return;
+        grads_->complete_reductions(true);
+      }
+    } else {
+      if (!wait && queue_ != nullptr && !queue_->done(next.ticket)) return;
+      wait_collective(queue_.get(), next.ticket);  // rethrows a failed reduction
+    }
+    handoff_.pop_front();
+    if (reduced) reduced(next.range.begin, next.range.end);
+  }
+}
+
+void DataParallel::buffer_collective(std::function<void()> work) {
+  wait_collective(queue_.get(), run_collective(queue_.get(), std::move(work)));
+}
+
+CollectiveQueue::Ticket DataParallel::reduce_piece(size_t begin, size_t end, int owner) {
   // The range was announced once its kernels were queued: they must be done before
   // another stream (NCCL's) or the host (MPI) reads it.
   buffers_.backend->synchronize();
   const size_t n = end - begin;
   const bool to_owner = config_.stage >= 1;
+  const bool is_owner = rank() == owner;
+  Communicator& comm = buffer_comm_;
   if (buffers_.grad_dtype == StorageDType::kF32) {
     float* g = static_cast<float*>(buffers_.grads) + begin;
-    if (to_owner)
-      buffer_comm_.reduce_sum(g, rank() == owner ? g : nullptr, n, owner);
-    else
-      buffer_comm_.all_reduce_sum(g, n);
-    return;
+    return run_collective(queue_.get(), [&comm, g, n, to_owner, is_owner, owner] {
+      if (to_owner)
+        comm.reduce_sum(g, is_owner ? g : nullptr, n, owner);
+      else
+        comm.all_reduce_sum(g, n);
+    });
   }
   // bf16: summed as bf16 (half the bytes), every addition rounded to bf16 as the
   // micro-batches of one rank are added.
   Bf16* g = static_cast<Bf16*>(buffers_.grads) + begin;
-  if (to_owner)
-    buffer_comm_.reduce_sum_bf16(g, rank() == owner ? g : nullptr, n, owner);
-  else
-    buffer_comm_.all_reduce_sum_bf16(g, n);
+  return run_collective(queue_.get(), [&comm, g, n, to_owner, is_owner, owner] {
+    if (to_owner)
+      comm.reduce_sum_bf16(g, is_owner ? g : nullptr, n, owner);
+    else
+      comm.all_reduce_sum_bf16(g, n);
+  });
 }
 
 double DataParallel::grad_sum_of_squares(const std::function<double()>& whole_buffer) {
@@ -232,7 +270,9 @@ void DataParallel::gather_working_params() {
   // rank's partition sits at rank * S of the padded buffer: an in-place all-gather.
   const size_t bytes = partition_.partition_size() * storage_dtype_bytes(buffers_.working_dtype);
   char* all = static_cast<char*>(buffers_.working_params);
-  buffer_comm_.all_gather(all + rank() * bytes, all, bytes);
+  Communicator& comm = buffer_comm_;
+  const int me = rank();
+  buffer_collective([&comm, all, me, bytes] { comm.all_gather(all + me * bytes, all, bytes); });
 }
 
 void DataParallel::gather_partitions(void* data, size_t elem_bytes) {

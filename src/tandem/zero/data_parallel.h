@@ -24,6 +24,15 @@
 // step: when their number and the world size are powers of two; see
 // partitioned_gradients.h), and so do N ranks and one rank accumulating N micro-batches.
 //
+// overlap_comm (with world size > 1 and a buffer communicator that is not the host one,
+// such as Communicator::duplicate's): the collectives on the model's buffers run on a
+// CollectiveQueue's thread while the training thread computes (dist/collective_queue.h):
+// stages 0 and 1 reduce gradient buckets as soon as they are final during backward, stages
+// 2 and 3 reduce each block while backward computes the next, and stage 3 gathers the next
+// block's parameters while the model uses the current one. The training thread waits only
+// where it needs a result; the bits do not change. Off: every collective runs where it is
+// called, and stage 1 reduces after backward.
+//
 // Two communicators of the same ranks: `host` for the small host-side exchanges (losses,
 // norm block sums, the fp32 state gathered for a checkpoint) and `buffers` for the model's
 // gradient and parameter buffers, in the backend's memory: the same MPI or in-process
@@ -33,11 +42,13 @@
 #pragma once
 
 #include <cstddef>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "tandem/compute/compute_backend.h"
+#include "tandem/dist/collective_queue.h"
 #include "tandem/dist/communicator.h"
 #include "tandem/model/block_memory.h"
 #include "tandem/offload/offload_plan.h"
@@ -135,6 +146,17 @@ class DataParallel final : public BlockMemory {
   // allgather_bucket_size: the fp32 state of a checkpoint.
   void gather_partitions(void* data, size_t elem_bytes);
 
+  // Whether collectives on the model's buffers overlap compute (overlap_comm, see above).
+  bool overlaps_communication() const { return queue_ != nullptr; }
+  // Whether they will, given a buffer communicator of its own (what memory is planned for).
+  static bool overlaps_communication(const ZeroConfig& config, int world_size) {
+    return config.overlap_comm && world_size > 1;
+  }
+  // Seconds the collectives on the model's buffers ran on their own thread, and seconds the
+  // training thread waited for them, since the start (0 without overlap).
+  double collective_seconds() const { return queue_ ? queue_->busy_seconds() : 0.0; }
+  double collective_wait_seconds() const { return queue_ ? queue_->waited_seconds() : 0.0; }
+
   // The mean loss of the global batch from this rank's micro-batch losses (in order): the
   // losses of all ranks summed in double in the order of the global batch, as one rank
   // accumulating all of its micro-batches would. Rank r's micro-batch a is r A + a of the
@@ -142,8 +164,15 @@ class DataParallel final : public BlockMemory {
   float global_mean_loss(const std::vector<float>& micro_losses, bool micro_major);
 
  private:
-  void reduce(size_t begin, size_t end, const Reduced& reduced);
-  void reduce_piece(size_t begin, size_t end, int owner);
+  // Starts reducing [begin, end) in buckets (stages 0 and 1); this rank's parts are handed
+  // on by hand_on once reduced.
+  void reduce(size_t begin, size_t end);
+  CollectiveQueue::Ticket reduce_piece(size_t begin, size_t end, int owner);
+  // Hands on, in order, the ranges of this rank whose reduction is complete; all of them,
+  // waiting, when `wait`.
+  void hand_on(const Reduced& reduced, bool wait);
+  // Runs a collective on the model's buffers (on the queue when there is one) and waits.
+  void buffer_collective(std::function<void()> work);
 
   Communicator& comm_;         // host exchanges
   Communicator& buffer_comm_;  // the model's buffers
@@ -155,6 +184,16 @@ class DataParallel final : public BlockMemory {
   std::vector<ParamRange> pending_;                // announced, not yet reduced
   size_t pending_elements_ = 0;
   size_t announced_ = 0;  // elements announced this step
+  // This rank's ranges being reduced, in order (stages 0-1: by their reduction; 2-3: by
+  // the gradient slots' reductions, PartitionedGradients::reducing).
+  struct Handoff {
+    CollectiveQueue::Ticket ticket = 0;
+    ParamRange range;
+  };
+  std::deque<Handoff> handoff_;
+  // Last: destroyed first, so that a collective still running finishes while the buffers it
+  // uses exist.
+  std::unique_ptr<CollectiveQueue> queue_;
 };
 
 }  // namespace tandem

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "tandem/core/error.h"
 
@@ -40,14 +42,15 @@ size_t PartitionedParameters::bytes_needed(const std::vector<ParamRange>& blocks
 PartitionedParameters::PartitionedParameters(Communicator& comm, ComputeBackend& backend,
                                              StorageDType dtype, const ZeroPartition& partition,
                                              std::vector<ParamRange> blocks,
-                                             const ZeroConfig& config)
+                                             const ZeroConfig& config, CollectiveQueue* queue)
     : comm_(comm),
       backend_(backend),
       dtype_(dtype),
       elem_(storage_dtype_bytes(dtype)),
       partition_range_(partition),
       blocks_(std::move(blocks)),
-      config_(config) {
+      config_(config),
+      queue_(queue) {
   const Sizes s = sizes(blocks_, config_);
   partition_ = backend_.allocate(partition_range_.partition_size() * elem_);
   backend_.fill_zero(partition_.as<void>(), partition_range_.partition_size() * elem_);
@@ -112,11 +115,15 @@ size_t PartitionedParameters::find_room(size_t size, bool evict) {
     }
   }
   if (best == kNone) return kNone;
+  // A prefetched block never used may still be arriving: the new block's own piece, copied
+  // in before its gather, must not be overwritten by it.
+  for (const Resident& r : residents_)
+    if (overlaps(r, best)) wait_collective(queue_, r.gathered);
   std::erase_if(residents_, [&](const Resident& r) { return overlaps(r, best); });
   return best;
 }
 
-void PartitionedParameters::gather(int block, char* dst) {
+CollectiveQueue::Ticket PartitionedParameters::gather(int block, char* dst) {
   gathered_blocks_++;
   const ParamRange range = blocks_[block];
   const int me = comm_.rank();
@@ -129,14 +136,21 @@ void PartitionedParameters::gather(int block, char* dst) {
     backend_.copy(dst + (b - range.begin) * elem_,
                   partition_.as<const char>() + (b - mine.begin) * elem_, (e - b) * elem_);
   }
-  // The copy above, and the update engine's writes of the partition, must be done before
-  // the communicator reads it.
+  // The copy above, the update engine's writes of the partition, and the kernels that used
+  // what dst held before must be done before the communicator touches it.
   backend_.synchronize();
+  // Each owner's piece: [offset in dst, bytes).
+  std::vector<std::pair<int, ParamRange>> pieces;
   for (int owner = first; owner <= last; owner++) {
     const ParamRange theirs = partition_range_.range(owner);
     const size_t b = std::max(range.begin, theirs.begin), e = std::min(range.end, theirs.end);
-    if (b < e) comm_.broadcast(dst + (b - range.begin) * elem_, (e - b) * elem_, owner);
+    if (b < e) pieces.push_back({owner, {(b - range.begin) * elem_, (e - range.begin) * elem_}});
   }
+  Communicator& comm = comm_;
+  return run_collective(queue_, [&comm, dst, pieces = std::move(pieces)] {
+    for (const auto& [owner, bytes] : pieces)
+      comm.broadcast(dst + bytes.begin, bytes.size(), owner);
+  });
 }
 
 const void* PartitionedParameters::acquire(int block) {
@@ -159,16 +173,20 @@ const void* PartitionedParameters::acquire(int block) {
     TANDEM_CHECK(offset != kNone,
                  "zero_optimization.stage3_max_live_parameters: no room for block ", block, " (",
                  size, " parameters) beside the blocks in use; raise it");
-    residents_.push_back({block, offset, size, 0, 0});
-    gather(block, live_.as<char>() + offset * elem_);
+    residents_.push_back({block, offset, size, 0, 0, 0});
+    residents_.back().gathered = gather(block, live_.as<char>() + offset * elem_);
     r = &residents_.back();
     peak_live_ = std::max(peak_live_, live_elements());
   }
   r->users++;
   r->last_used = ++clock_;
-  const size_t offset = r->offset;  // prefetching may move the residents' records
+  // The next block's gather is queued before this one is waited for: it runs while the
+  // model computes with this one. (Prefetching may move the residents' records.)
   if (!recording_) prefetch_after(block);
-  return live_.as<char>() + offset * elem_;
+  r = resident(block);
+  wait_collective(queue_, r->gathered);
+  r->gathered = 0;
+  return live_.as<char>() + r->offset * elem_;
 }
 
 void PartitionedParameters::prefetch_after(int block) {
@@ -181,8 +199,8 @@ void PartitionedParameters::prefetch_after(int block) {
     if (size > config_.stage3_prefetch_bucket_size) return;
     const size_t offset = find_room(size, true);
     if (offset == kNone) return;
-    residents_.push_back({next, offset, size, 0, ++clock_});
-    gather(next, live_.as<char>() + offset * elem_);
+    residents_.push_back({next, offset, size, 0, ++clock_, 0});
+    residents_.back().gathered = gather(next, live_.as<char>() + offset * elem_);
     prefetched_blocks_++;
     peak_live_ = std::max(peak_live_, live_elements());
     return;
@@ -200,13 +218,18 @@ void PartitionedParameters::release(int block) {
 void PartitionedParameters::parameters_changed() {
   for (const Resident& r : residents_)
     TANDEM_CHECK(r.users == 0, "the parameters changed while block ", r.block, " was in use");
+  // Prefetched gathers of the old parameters may still be running into the live buffer.
+  if (queue_ != nullptr) queue_->wait_all();
   residents_.clear();
   if (!order_.empty()) recording_ = false;
   position_ = 0;
+  CollectiveQueue::Ticket last = 0;
   for (size_t b = 0; b < blocks_.size(); b++) {
     if (!persistent(static_cast<int>(b))) continue;
-    gather(static_cast<int>(b), persistent_buffer_.as<char>() + persistent_offset_[b] * elem_);
+    last =
+        gather(static_cast<int>(b), persistent_buffer_.as<char>() + persistent_offset_[b] * elem_);
   }
+  wait_collective(queue_, last);
 }
 
 }  // namespace tandem

@@ -14,9 +14,11 @@
 //   use takes the next block early (prefetch). stage3_max_live_parameters must allow the
 //   two largest blocks (a smaller value is refused); the buffer never holds more.
 // - Prefetch: the order of the acquires is recorded in the first step; from then on, a
-//   gather also fetches the block that comes next in that order, when it has at most
-//   stage3_prefetch_bucket_size parameters. (The communicators are synchronous, so this
-//   coalesces gathers rather than overlapping them with compute.)
+//   gather also starts fetching the block that comes next in that order, when it has at
+//   most stage3_prefetch_bucket_size parameters. With a CollectiveQueue (overlap_comm) that
+//   gather runs on the queue's thread while the model computes with the current block, and
+//   an acquire waits only for the gather of the block it asks for; without one, gathers are
+//   synchronous and prefetching only coalesces them.
 // - A gather moves each owner's piece of the block by a broadcast from that owner (the
 //   partitions are contiguous ranges of the flat space, shared with stages 1 and 2, so a
 //   block usually has one or two owners). Every rank makes the same calls in the same
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "tandem/compute/compute_backend.h"
+#include "tandem/dist/collective_queue.h"
 #include "tandem/dist/communicator.h"
 #include "tandem/model/param_range.h"
 #include "tandem/zero/partition.h"
@@ -40,7 +43,7 @@ class PartitionedParameters {
  public:
   PartitionedParameters(Communicator& comm, ComputeBackend& backend, StorageDType dtype,
                         const ZeroPartition& partition, std::vector<ParamRange> blocks,
-                        const ZeroConfig& config);
+                        const ZeroConfig& config, CollectiveQueue* queue = nullptr);
 
   struct Sizes {
     size_t persistent = 0;  // elements kept whole on every rank
@@ -76,13 +79,15 @@ class PartitionedParameters {
     size_t offset = 0, size = 0;  // elements of the live buffer
     int users = 0;
     uint64_t last_used = 0;
+    CollectiveQueue::Ticket gathered = 0;  // its gather, until waited for
   };
   bool persistent(int block) const;
   // Room for `size` elements at an end of the live buffer, evicting released blocks in
   // the way (of the end used least recently) when `evict`; SIZE_MAX when there is none.
   size_t find_room(size_t size, bool evict);
-  // Gathers `block` into the live buffer at `offset` (or into dst) from its owners.
-  void gather(int block, char* dst);
+  // Starts gathering `block` into dst (in the live or the persistent buffer) from its
+  // owners.
+  CollectiveQueue::Ticket gather(int block, char* dst);
   Resident* resident(int block);
   void prefetch_after(int block);
   size_t live_elements() const;
@@ -108,6 +113,7 @@ class PartitionedParameters {
   std::vector<int> order_;
   bool recording_ = true;
   size_t position_ = 0;
+  CollectiveQueue* queue_;
 };
 
 }  // namespace tandem
