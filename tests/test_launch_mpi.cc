@@ -222,6 +222,14 @@ TEST_F(LaunchMpi, BenchZeroMeasuresEveryStageAtEveryWorldSize) {
     const nlohmann::json& first_of_world = cases[world == 1 ? 0 : 4];
     EXPECT_EQ(c["state_digest"], first_of_world["state_digest"]) << what;
     const double sent = c["comm_bytes_sent_per_step"];
+    // overlap_comm is on by default: with several MPI ranks the collectives on the model's
+    // buffers run on their own thread (over an MPI_THREAD_MULTIPLE duplicate), timed apart
+    // from the training thread's waits for them.
+    const double collective_ms = c["collective_ms_per_step"];
+    EXPECT_EQ(collective_ms > 0, world > 1) << what;
+    EXPECT_LE(c["collective_wait_ms_per_step"].get<double>(),
+              1e3 * c["seconds_per_step"].get<double>())
+        << what;
     if (world == 1) {
       EXPECT_EQ(sent, 0) << what;
       // fp32 working params and gradients (4 + 4) and the fp32 params, m, v (12); from

@@ -94,7 +94,7 @@ ZeroBenchCase run_case(const ZeroBenchOptions& options, int world, int stage,
   c.stage = stage;
   std::ifstream in(metrics);
   std::string line;
-  std::vector<double> seconds, tokens, sent, received;
+  std::vector<double> seconds, tokens, sent, received, collective, waited;
   while (std::getline(in, line)) {
     const nlohmann::json record = nlohmann::json::parse(line);
     if (record.contains("plan")) {
@@ -110,6 +110,8 @@ ZeroBenchCase run_case(const ZeroBenchOptions& options, int world, int stage,
       tokens.push_back(record["tokens_per_s"].get<double>());
       sent.push_back(record["comm_bytes_sent"].get<double>());
       received.push_back(record["comm_bytes_received"].get<double>());
+      collective.push_back(record.value("collective_ms", 0.0));
+      waited.push_back(record.value("collective_wait_ms", 0.0));
     }
   }
   TANDEM_CHECK(!seconds.empty(), "bench zero: the run of stage ", stage, " on ", world,
@@ -118,6 +120,8 @@ ZeroBenchCase run_case(const ZeroBenchOptions& options, int world, int stage,
   c.tokens_per_s = median(tokens);
   c.comm_bytes_sent = median(sent);
   c.comm_bytes_received = median(received);
+  c.collective_ms = median(collective);
+  c.collective_wait_ms = median(waited);
   return c;
 }
 
@@ -148,19 +152,24 @@ std::vector<ZeroBenchCase> run_zero_bench(const ZeroBenchOptions& options) {
 std::string zero_bench_table(const std::vector<ZeroBenchCase>& cases) {
   std::string out =
       cat("ranks  stage  s/step    tokens/s  model states  device      pinned host  host        "
-          "sent/step   received/step  state digest\n");
+          "sent/step   received/step  comm ms  waited ms  state digest\n");
   for (const ZeroBenchCase& c : cases) {
     char row[512];
     std::snprintf(
-        row, sizeof row, "%5d  %5d  %8.4f  %9.0f  %-12s  %-10s  %-11s  %-10s  %-10s  %-13s  %s\n",
+        row, sizeof row,
+        "%5d  %5d  %8.4f  %9.0f  %-12s  %-10s  %-11s  %-10s  %-10s  %-13s  %7.1f  %9.1f  %s\n",
         c.world_size, c.stage, c.seconds_per_step, c.tokens_per_s,
         format_bytes(c.model_state_bytes).c_str(), format_bytes(c.device_bytes).c_str(),
         format_bytes(c.pinned_host_bytes).c_str(), format_bytes(c.host_bytes).c_str(),
         format_bytes(static_cast<size_t>(c.comm_bytes_sent)).c_str(),
-        format_bytes(static_cast<size_t>(c.comm_bytes_received)).c_str(), c.state_digest.c_str());
+        format_bytes(static_cast<size_t>(c.comm_bytes_received)).c_str(), c.collective_ms,
+        c.collective_wait_ms, c.state_digest.c_str());
     out += row;
   }
-  return out + "(bytes per rank, rank 0's: it holds the largest partition)\n";
+  return out +
+         "(bytes per rank, rank 0's: it holds the largest partition; comm ms: its collectives "
+         "on the model's buffers, run beside compute with overlap_comm, of which the training "
+         "thread waited for `waited ms`)\n";
 }
 
 nlohmann::json zero_bench_json(const std::vector<ZeroBenchCase>& cases) {
@@ -176,6 +185,8 @@ nlohmann::json zero_bench_json(const std::vector<ZeroBenchCase>& cases) {
                    {"host_bytes", c.host_bytes},
                    {"comm_bytes_sent_per_step", c.comm_bytes_sent},
                    {"comm_bytes_received_per_step", c.comm_bytes_received},
+                   {"collective_ms_per_step", c.collective_ms},
+                   {"collective_wait_ms_per_step", c.collective_wait_ms},
                    {"state_digest", c.state_digest}});
   return out;
 }

@@ -34,6 +34,10 @@ struct ZeroBenchCase {
   size_t model_state_bytes = 0;  // rank 0: working params, gradients, fp32 params, m, v
   size_t device_bytes = 0, pinned_host_bytes = 0, host_bytes = 0;  // rank 0, per tier
   double comm_bytes_sent = 0, comm_bytes_received = 0;             // rank 0, per step
+  // Rank 0, per step (medians): milliseconds its collectives on the model's buffers ran on
+  // their own thread, and of them those the training thread waited for (overlap_comm; 0
+  // without overlap).
+  double collective_ms = 0, collective_wait_ms = 0;
   std::string state_digest;
 };
 

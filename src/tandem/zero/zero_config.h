@@ -20,7 +20,9 @@ namespace tandem {
 
 struct ZeroConfig {
   int stage = 0;
-  bool overlap_comm = true;          // stage 0: reduce gradient buckets during backward
+  // With several ranks, collectives on the model's buffers run on their own thread while
+  // the rank computes (data_parallel.h).
+  bool overlap_comm = true;
   bool contiguous_gradients = true;  // gradients live in one flat buffer (always, in tandem)
   size_t reduce_bucket_size = 500'000'000;
   size_t allgather_bucket_size = 500'000'000;
