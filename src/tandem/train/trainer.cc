@@ -293,6 +293,11 @@ class Trainer {
   void start() {
     check_ranks_agree(comm_, config_, data_, options_);
     progress_.note(describe_plan());
+    if (DataParallel::overlaps_communication(config_.zero, comm_.world_size()) &&
+        !data_parallel_.overlaps_communication())
+      progress_.note(cat("zero_optimization.overlap_comm: the ", comm_.backend(),
+                         " communicator cannot run collectives on a second thread (MPI without "
+                         "MPI_THREAD_MULTIPLE); they run where they are called"));
     const fs::path checkpoints = checkpoints_root();
     if (!options_.resume.empty()) {
       resume(options_.resume);
