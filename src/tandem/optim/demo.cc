@@ -1,0 +1,138 @@
+#include "tandem/optim/demo.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <utility>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+DemoTensor::DemoTensor(std::string name, const std::vector<int64_t>& shape, const DemoHyper& hyper)
+    : name_(std::move(name)),
+      blocks_(shape, hyper.compression_chunk, name_.c_str()),
+      topk_(hyper.compression_topk),
+      beta_(hyper.compression_decay),
+      weight_decay_(hyper.weight_decay) {
+  TANDEM_CHECK(topk_ >= 1 && topk_ <= blocks_.block_size(),
+               "optimizer.params.compression_topk = ", topk_, " does not fit the DCT blocks of ",
+               name_, " (", blocks_.block_rows(), " x ", blocks_.block_cols(), " = ",
+               blocks_.block_size(), " coefficients); use a value from 1 to ",
+               blocks_.block_size());
+}
+
+void DemoTensor::compress(const DemoArrays& arrays, float lr, DemoMessage& sent) const {
+  const int64_t n = blocks_.num_elements(), bs = blocks_.block_size(), count = blocks_.count();
+  const float decay = 1.0f - lr * weight_decay_;
+  for (int64_t i = 0; i < n; i++) {
+    arrays.params[i] = arrays.params[i] * decay;
+    arrays.delta[i] = std::fma(beta_, arrays.delta[i], lr * arrays.grad[i]);
+  }
+  sent.indices.resize(static_cast<size_t>(count * topk_));
+  sent.values.resize(static_cast<size_t>(count * topk_));
+  std::vector<float> z(static_cast<size_t>(bs)), kept(static_cast<size_t>(bs));
+  std::vector<int32_t> order(static_cast<size_t>(bs));
+  for (int64_t b = 0; b < count; b++) {
+    blocks_.forward(arrays.delta, b, z.data());
+    std::iota(order.begin(), order.end(), 0);
+    // Largest |Z| first; equal magnitudes: the lower index first (every rank, every device).
+    std::partial_sort(order.begin(), order.begin() + topk_, order.end(), [&](int32_t x, int32_t y) {
+      const float ax = std::fabs(z[x]), ay = std::fabs(z[y]);
+      return ax > ay || (ax == ay && x < y);
+    });
+    std::fill(kept.begin(), kept.end(), 0.0f);
+    for (int64_t j = 0; j < topk_; j++) {
+      const int32_t i = order[j];
+      sent.indices[b * topk_ + j] = i;
+      sent.values[b * topk_ + j] = z[i];
+      kept[i] = z[i];
+    }
+    blocks_.inverse_add(kept.data(), b, -1.0f, arrays.delta);  // error feedback
+  }
+}
+
+void DemoTensor::apply(const std::vector<const DemoMessage*>& by_rank, float lr, float* params,
+                       float* u) const {
+  const int64_t bs = blocks_.block_size(), count = blocks_.count();
+  std::vector<float> q(static_cast<size_t>(bs));
+  std::vector<int32_t> senders(static_cast<size_t>(bs));
+  std::vector<float> decoded(u == nullptr ? blocks_.num_elements() : 0);
+  float* out = u != nullptr ? u : decoded.data();
+  for (int64_t b = 0; b < count; b++) {
+    std::fill(q.begin(), q.end(), 0.0f);
+    std::fill(senders.begin(), senders.end(), 0);
+    for (const DemoMessage* message : by_rank) {
+      for (int64_t j = 0; j < topk_; j++) {
+        const int32_t i = message->indices[b * topk_ + j];
+        TANDEM_CHECK(i >= 0 && i < bs, "DeMo: ", name_, ": a rank sent coefficient ", i,
+                     " of a block of ", bs);
+        q[i] = q[i] + message->values[b * topk_ + j];
+        senders[i]++;
+      }
+    }
+    for (int64_t i = 0; i < bs; i++)
+      if (senders[i] > 1) q[i] = q[i] / static_cast<float>(senders[i]);
+    blocks_.inverse(q.data(), b, out);
+  }
+  for (int64_t i = 0; i < blocks_.num_elements(); i++) {
+    const float s = out[i] > 0.0f ? 1.0f : out[i] < 0.0f ? -1.0f : 0.0f;
+    params[i] = params[i] - lr * s;
+  }
+}
+
+void demo_step(const std::vector<const DemoTensor*>& tensors, const std::vector<DemoArrays>& arrays,
+               float lr, Communicator& comm, std::vector<DemoMessage>* sent,
+               const std::vector<float*>* u) {
+  TANDEM_CHECK(arrays.size() == tensors.size(), "demo_step: ", arrays.size(), " arrays for ",
+               tensors.size(), " tensors");
+  std::vector<DemoMessage> mine(tensors.size());
+  size_t coefficients = 0;  // per rank, over every tensor
+  for (size_t t = 0; t < tensors.size(); t++) {
+    tensors[t]->compress(arrays[t], lr, mine[t]);
+    coefficients += mine[t].indices.size();
+  }
+  // One all-gather: [indices of every tensor | values of every tensor] per rank.
+  const size_t bytes = coefficients * (sizeof(int32_t) + sizeof(float));
+  const int world = comm.world_size();
+  std::vector<char> send(bytes), all(bytes * world);
+  size_t offset = 0;
+  for (const DemoMessage& m : mine) {
+    std::memcpy(send.data() + offset, m.indices.data(), m.indices.size() * sizeof(int32_t));
+    offset += m.indices.size() * sizeof(int32_t);
+  }
+  for (const DemoMessage& m : mine) {
+    std::memcpy(send.data() + offset, m.values.data(), m.values.size() * sizeof(float));
+    offset += m.values.size() * sizeof(float);
+  }
+  if (world == 1) {
+    all = send;
+  } else {
+    comm.all_gather(send.data(), all.data(), bytes);
+  }
+  std::vector<std::vector<DemoMessage>> received(world, std::vector<DemoMessage>(tensors.size()));
+  for (int r = 0; r < world; r++) {
+    const char* from = all.data() + r * bytes;
+    for (size_t t = 0; t < tensors.size(); t++) {
+      DemoMessage& m = received[r][t];
+      m.indices.resize(mine[t].indices.size());
+      std::memcpy(m.indices.data(), from, m.indices.size() * sizeof(int32_t));
+      from += m.indices.size() * sizeof(int32_t);
+    }
+    for (size_t t = 0; t < tensors.size(); t++) {
+      DemoMessage& m = received[r][t];
+      m.values.resize(mine[t].values.size());
+      std::memcpy(m.values.data(), from, m.values.size() * sizeof(float));
+      from += m.values.size() * sizeof(float);
+    }
+  }
+  for (size_t t = 0; t < tensors.size(); t++) {
+    std::vector<const DemoMessage*> by_rank;
+    for (int r = 0; r < world; r++) by_rank.push_back(&received[r][t]);
+    tensors[t]->apply(by_rank, lr, arrays[t].params, u != nullptr ? (*u)[t] : nullptr);
+  }
+  if (sent != nullptr) *sent = std::move(mine);
+}
+
+}  // namespace tandem

@@ -1,0 +1,88 @@
+// DeMo, decoupled momentum (Peng, Quesnelle, Kingma; arXiv 2411.19870), as a library on
+// plain host arrays: the update rule of ../shared/BRIEF.md section 1.3, one tensor at a
+// time, with the ranks' exchange over a Communicator. (The update engine's DeMo rule, on
+// CPU and GPU subgroups, is built on these pieces; issue 11.)
+//
+// Per tensor, on each rank, with beta = compression_decay and lr the step's learning rate:
+//   1. p     = p * (1 - lr * weight_decay)          (the factor rounded to float once)
+//   2. delta = fma(beta, delta, lr * grad)           lr inside the momentum, local gradient
+//   3. Z     = DCT(delta) per block (demo_transform.h)
+//      S     = the compression_topk coefficients of largest |Z| per block, ties to the
+//              lower index, sent in that order (decreasing |Z|)
+//   4. delta = delta - IDCT(Z restricted to S)       error feedback
+//   then every rank's (indices, values) are all-gathered, and
+//   5. Q[i]  = (sum of the values sent for coefficient i, ranks in order, from 0) / number
+//              of ranks that sent i; 0 where none did
+//      u     = IDCT(Q);  p = p - lr * sign(u)        sign(0) = 0
+// Every rank decodes the same messages in the same order, so every rank holds the same
+// parameters, bit for bit (the reference implementation leaves top-k ties and the order of
+// the decode's sum to the hardware, and its replicas can drift).
+//
+// Usage, on each rank (in-process ranks: dist/local_group.h):
+//   DemoTensor w("h.0.attn.c_attn.weight", {2304, 768}, hyper);
+//   DemoArrays arrays{params, delta, grad};                 // fp32 host arrays
+//   demo_step({&w}, {arrays}, lr, comm);                    // a collective
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tandem/dist/communicator.h"
+#include "tandem/optim/demo_transform.h"
+
+namespace tandem {
+
+struct DemoHyper {
+  float compression_decay = 0.999f;  // beta
+  int64_t compression_topk = 32;     // coefficients sent per block
+  int64_t compression_chunk = 64;    // most rows or columns of a block
+  float weight_decay = 0.0f;
+};
+
+// One tensor's fp32 arrays on this rank, row-major, of the tensor's size each.
+struct DemoArrays {
+  float* params = nullptr;  // the same on every rank
+  float* delta = nullptr;   // this rank's momentum
+  const float* grad = nullptr;
+};
+
+// What one rank sends for one tensor: per block, compression_topk coefficient indices
+// (within the block) and their values, blocks in order.
+struct DemoMessage {
+  std::vector<int32_t> indices;
+  std::vector<float> values;
+};
+
+class DemoTensor {
+ public:
+  // Throws tandem::Error naming the tensor or the key for a tensor DeMo cannot compress
+  // (0 or more than 2 dimensions) and a compression_topk outside [1, block size].
+  DemoTensor(std::string name, const std::vector<int64_t>& shape, const DemoHyper& hyper);
+
+  const std::string& name() const { return name_; }
+  const DemoBlocks& blocks() const { return blocks_; }
+  int64_t topk() const { return topk_; }
+
+  // Steps 1 to 4 on this rank: updates params (decay) and delta, and fills `sent`.
+  void compress(const DemoArrays& arrays, float lr, DemoMessage& sent) const;
+  // Step 5 from every rank's message, in rank order: u (if not null, [num_elements]) and
+  // the sign step on params.
+  void apply(const std::vector<const DemoMessage*>& by_rank, float lr, float* params,
+             float* u = nullptr) const;
+
+ private:
+  std::string name_;
+  DemoBlocks blocks_;
+  int64_t topk_;
+  float beta_, weight_decay_;
+};
+
+// One DeMo step of every tensor on this rank: compress, one all-gather of every rank's
+// messages over `comm`, apply. `sent` (optional) receives this rank's messages; `u`
+// (optional, one array per tensor) the decoded updates.
+void demo_step(const std::vector<const DemoTensor*>& tensors, const std::vector<DemoArrays>& arrays,
+               float lr, Communicator& comm, std::vector<DemoMessage>* sent = nullptr,
+               const std::vector<float*>* u = nullptr);
+
+}  // namespace tandem

@@ -1,0 +1,66 @@
+// The DCT side of DeMo (arXiv 2411.19870; ../shared/BRIEF.md section 1.3): how a tensor is
+// tiled into blocks, and each block's orthonormal DCT-II and its inverse, in float32 with a
+// fixed order of explicit FMAs so that a CUDA kernel can reproduce every bit.
+//
+// Tiling. For each dimension of size n the chunk is the largest divisor of n that is at
+// most `compression_chunk` (n itself when n <= chunk): 64 -> 64, 96 -> 48, 80 -> 40,
+// 50280 -> 60, 37 -> 37, a prime above the chunk -> 1. A 2-D tensor [m, n] is tiled into
+// blocks of c_m x c_n, numbered row-major over the grid of blocks; a 1-D tensor of n into
+// blocks of c_n (c_m = 1). Coefficient f_row * c_n + f_col of a block is frequency
+// (f_row, f_col). Tensors of 0 or more than 2 dimensions are refused.
+//
+// Transform. Z = C_m X C_n^T, with C[k, j] = s_k cos(pi (2j + 1) k / 2N), s_0 = sqrt(1/N),
+// s_k = sqrt(2/N), each entry computed in double and rounded once to float. Order: first
+// along rows, Y[a][l] = sum over b of X[a][b] C_n[l][b], then along columns, Z[k][l] = sum
+// over a of C_m[k][a] Y[a][l]; every sum starts at 0 and adds its terms in ascending index,
+// each with one fma. The inverse is X = C_m^T Z C_n in the same pattern: Y[k][b] = sum over
+// l of Z[k][l] C_n[l][b], X[a][b] = sum over k of C_m[k][a] Y[k][b]. A zero coefficient
+// adds exactly nothing (fma(0, c, acc) = acc), so the inverse of a sparse Z may skip its
+// zeros and keep the bits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace tandem {
+
+// The largest divisor of n that is at most chunk (n itself when n <= chunk); chunk >= 1.
+int64_t demo_chunk(int64_t n, int64_t chunk);
+
+// The orthonormal DCT-II matrix of size n x n, row k = frequency k, as float.
+std::vector<float> dct_matrix(int64_t n);
+
+class DemoBlocks {
+ public:
+  // Throws tandem::Error naming `name` for a tensor of 0 or more than 2 dimensions, and for
+  // a chunk below 1.
+  DemoBlocks(const std::vector<int64_t>& shape, int64_t chunk, const char* name = "tensor");
+
+  int64_t rows() const { return rows_; }  // 1 for a 1-D tensor
+  int64_t cols() const { return cols_; }
+  int64_t block_rows() const { return cm_; }
+  int64_t block_cols() const { return cn_; }
+  // Blocks of the tensor, and coefficients of a block.
+  int64_t count() const { return (rows_ / cm_) * (cols_ / cn_); }
+  int64_t block_size() const { return cm_ * cn_; }
+  int64_t num_elements() const { return rows_ * cols_; }
+
+  // z[block_size] = the DCT of block `block` of x (row-major [rows, cols]).
+  void forward(const float* x, int64_t block, float* z) const;
+  // out[element of block `block`] += sign * IDCT(z) for each element of the block (sign
+  // +1 or -1; the IDCT is rounded to float first, then added): with z the kept
+  // coefficients and sign -1, the error feedback delta -= IDCT(z).
+  void inverse_add(const float* z, int64_t block, float sign, float* out) const;
+  // out[element of block `block`] = IDCT(z).
+  void inverse(const float* z, int64_t block, float* out) const;
+
+ private:
+  // The block's IDCT into scratch [block_size], row-major within the block.
+  void inverse_block(const float* z, float* x) const;
+
+  int64_t rows_ = 1, cols_ = 1, cm_ = 1, cn_ = 1;
+  std::vector<float> c_m_, c_n_;  // [cm, cm], [cn, cn]
+};
+
+}  // namespace tandem

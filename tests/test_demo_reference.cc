@@ -1,0 +1,192 @@
+// tandem's DeMo library (optim/demo.h) against tests/fixtures/demo_reference.safetensors,
+// made by an independent numpy implementation written from the brief
+// (tools/make_demo_fixture.py): 3 in-process ranks, 3 steps with a changing learning rate
+// and weight decay, tensors whose chunk is not 64 (96 x 80), several 64 x 64 blocks, a prime
+// length below the chunk and a bias cut into two chunks.
+//
+// What must hold, and how closely (the reference computes its transforms in float64 and
+// rounds once; tandem in float32 with fixed-order FMAs):
+//   - the coefficients each rank sends: the same indices in the same order, exactly, in
+//     every block (no near-tie happens in this data: the test would say where);
+//   - their values: within 2e-6 of the largest sent; the momentum within 2e-6 of the larger
+//     of its own largest magnitude and the largest value sent (what the error feedback
+//     cancelled);
+//   - the parameters: bit for bit wherever the decoded update is farther than 1e-5 of its
+//     largest magnitude from 0 (elsewhere a rounding may flip the sign of u);
+//   - every rank's parameters: bit for bit the same.
+// Then the chunk rule, DCT round trips, and the errors for tensors DeMo cannot compress.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tandem/ckpt/safetensors.h"
+#include "tandem/core/error.h"
+#include "tandem/dist/local_group.h"
+#include "tandem/optim/demo.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+
+std::vector<std::string> split(const std::string& text, char by) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, by);) parts.push_back(part);
+  return parts;
+}
+
+float max_abs(const std::vector<float>& x) {
+  float m = 0.0f;
+  for (float v : x) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+struct FixtureTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+TEST(DemoReference, MatchesTheIndependentNumpyImplementation) {
+  const SafetensorsFile fixture = SafetensorsFile::read(testing::source_dir() / "tests" /
+                                                        "fixtures" / "demo_reference.safetensors");
+  const std::map<std::string, std::string>& meta = fixture.metadata();
+  const int ranks = std::stoi(meta.at("ranks")), steps = std::stoi(meta.at("steps"));
+  std::vector<float> lrs;
+  for (const std::string& lr : split(meta.at("lrs"), ',')) lrs.push_back(std::stof(lr));
+  ASSERT_EQ(static_cast<int>(lrs.size()), steps);
+  DemoHyper hyper;
+  hyper.compression_decay = std::stof(meta.at("compression_decay"));
+  hyper.compression_topk = std::stoll(meta.at("compression_topk"));
+  hyper.compression_chunk = std::stoll(meta.at("compression_chunk"));
+  hyper.weight_decay = std::stof(meta.at("weight_decay"));
+  std::vector<FixtureTensor> tensors;
+  for (const std::string& entry : split(meta.at("tensors"), ',')) {
+    const std::vector<std::string> name_shape = split(entry, ':');
+    FixtureTensor t{name_shape.at(0), {}};
+    for (const std::string& d : split(name_shape.at(1), 'x')) t.shape.push_back(std::stoll(d));
+    tensors.push_back(t);
+  }
+  ASSERT_EQ(tensors.size(), 4u);
+
+  for (const FixtureTensor& tensor : tensors) {
+    SCOPED_TRACE(tensor.name);
+    const DemoTensor rule(tensor.name, tensor.shape, hyper);
+    const int64_t n = rule.blocks().num_elements(), k = rule.topk();
+    const int64_t blocks = rule.blocks().count();
+    // results[rank][step]
+    std::vector<std::vector<std::vector<float>>> params(ranks), deltas(ranks), us(ranks);
+    std::vector<std::vector<DemoMessage>> sent(ranks);
+    run_local_ranks(ranks, [&](Communicator& comm) {
+      const int r = comm.rank();
+      std::vector<float> p = fixture.read_f32(tensor.name + ".p0", tensor.shape);
+      std::vector<float> delta(n, 0.0f), u(n);
+      for (int t = 0; t < steps; t++) {
+        const std::vector<float> grad =
+            fixture.read_f32(cat(tensor.name, ".grad.r", r, ".t", t), tensor.shape);
+        std::vector<DemoMessage> mine;
+        const std::vector<float*> u_out = {u.data()};
+        demo_step({&rule}, {DemoArrays{p.data(), delta.data(), grad.data()}}, lrs[t], comm, &mine,
+                  &u_out);
+        params[r].push_back(p);
+        deltas[r].push_back(delta);
+        us[r].push_back(u);
+        sent[r].push_back(mine.at(0));
+      }
+    });
+    for (int t = 0; t < steps; t++) {
+      SCOPED_TRACE(cat("step ", t));
+      const std::vector<float> p_ref = fixture.read_f32(cat(tensor.name, ".p.t", t), tensor.shape);
+      const std::vector<float> u_ref = fixture.read_f32(cat(tensor.name, ".u.t", t), tensor.shape);
+      const float u_scale = max_abs(u_ref);
+      int64_t compared = 0, different = 0;
+      for (int64_t i = 0; i < n; i++) {
+        if (std::fabs(u_ref[i]) <= 1e-5f * u_scale) continue;
+        compared++;
+        different += std::memcmp(&params[0][t][i], &p_ref[i], sizeof(float)) != 0;
+      }
+      EXPECT_EQ(different, 0) << "of " << compared << " parameters whose update is clear";
+      EXPECT_GT(compared, n * 9 / 10);
+      for (int r = 0; r < ranks; r++) {
+        SCOPED_TRACE(cat("rank ", r));
+        EXPECT_EQ(std::memcmp(params[r][t].data(), params[0][t].data(), n * sizeof(float)), 0)
+            << "the ranks' parameters differ";
+        const std::vector<int32_t> index_ref =
+            fixture.read_i32(cat(tensor.name, ".index.r", r, ".t", t), {blocks, k});
+        const std::vector<float> value_ref =
+            fixture.read_f32(cat(tensor.name, ".value.r", r, ".t", t), {blocks, k});
+        const std::vector<float> delta_ref =
+            fixture.read_f32(cat(tensor.name, ".delta.r", r, ".t", t), tensor.shape);
+        // The momentum left after the error feedback can be far smaller than what was
+        // cancelled (32 of bias_37's 37 coefficients are sent): its error is measured
+        // against the larger of the two.
+        const float delta_scale = std::max(max_abs(delta_ref), max_abs(value_ref));
+        float worst = 0.0f;
+        for (int64_t i = 0; i < n; i++)
+          worst = std::max(worst, std::fabs(deltas[r][t][i] - delta_ref[i]));
+        EXPECT_LE(worst, 2e-6f * delta_scale) << "momentum";
+        const DemoMessage& got = sent[r][t];
+        ASSERT_EQ(got.indices.size(), index_ref.size());
+        for (int64_t b = 0; b < blocks; b++) {
+          const auto first = index_ref.begin() + b * k;
+          EXPECT_TRUE(std::equal(first, first + k, got.indices.begin() + b * k))
+              << "block " << b << ": other coefficients sent";
+        }
+        const float value_scale = max_abs(value_ref);
+        float worst_value = 0.0f;
+        for (size_t j = 0; j < value_ref.size(); j++)
+          worst_value = std::max(worst_value, std::fabs(got.values[j] - value_ref[j]));
+        EXPECT_LE(worst_value, 2e-6f * value_scale) << "sent values";
+      }
+    }
+  }
+}
+
+TEST(DemoTransform, ChunksAreTheLargestDivisorsUpToTheChunk) {
+  const std::pair<int64_t, int64_t> cases[] = {{64, 64},   {50304, 64}, {50280, 60}, {96, 48},
+                                               {80, 40},   {100, 50},   {37, 37},    {67, 1},
+                                               {3072, 64}, {768, 64},   {50257, 29}, {1, 1}};
+  for (const auto& [n, chunk] : cases) EXPECT_EQ(demo_chunk(n, 64), chunk) << n;
+}
+
+TEST(DemoTransform, TheInverseUndoesTheForwardOnEveryBlock) {
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{96, 80}, {37}, {100}, {128, 64}}) {
+    const DemoBlocks blocks(shape, 64);
+    std::vector<float> x(blocks.num_elements()), back(blocks.num_elements());
+    for (size_t i = 0; i < x.size(); i++) x[i] = std::sin(0.37f * static_cast<float>(i)) + 0.1f;
+    std::vector<float> z(blocks.block_size());
+    for (int64_t b = 0; b < blocks.count(); b++) {
+      blocks.forward(x.data(), b, z.data());
+      blocks.inverse(z.data(), b, back.data());
+    }
+    for (size_t i = 0; i < x.size(); i++) EXPECT_NEAR(back[i], x[i], 2e-6f) << i;
+  }
+}
+
+TEST(DemoTensor, TensorsItCannotCompressAreOneLineErrorsNamingThem) {
+  DemoHyper hyper;
+  EXPECT_CONTAINS(testing::error_of([&] {
+                    DemoTensor("conv.weight", {8, 8, 3}, hyper);
+                  }),
+                  "conv.weight has 3 dimensions");
+  EXPECT_CONTAINS(testing::error_of([&] { DemoTensor("scale", {}, hyper); }),
+                  "scale has 0 dimensions");
+  hyper.compression_topk = 40;
+  EXPECT_CONTAINS(testing::error_of([&] { DemoTensor("bias", {37}, hyper); }),
+                  "compression_topk = 40 does not fit the DCT blocks of bias");
+  hyper.compression_topk = 32;
+  hyper.compression_chunk = 0;
+  EXPECT_CONTAINS(testing::error_of([&] {
+                    DemoTensor("w", {64, 64}, hyper);
+                  }),
+                  "compression_chunk = 0 must be at least 1");
+}
+
+}  // namespace
+}  // namespace tandem
