@@ -23,10 +23,12 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/core/error.h"
+#include "tandem/core/half.h"
 #include "tandem/dist/local_group.h"
 #include "tandem/optim/demo.h"
 #include "test_util.h"
@@ -167,6 +169,75 @@ TEST(DemoTransform, TheInverseUndoesTheForwardOnEveryBlock) {
     }
     for (size_t i = 0; i < x.size(); i++) EXPECT_NEAR(back[i], x[i], 2e-6f) << i;
   }
+}
+
+TEST(DemoWire, IndicesTakeTheFewestBitsAndFp32ValuesAreLossless) {
+  EXPECT_EQ(demo_index_bits(4096), 12);
+  EXPECT_EQ(demo_index_bits(37), 6);
+  EXPECT_EQ(demo_index_bits(64), 6);
+  EXPECT_EQ(demo_index_bits(65), 7);
+  EXPECT_EQ(demo_index_bits(1), 0);
+  // A 64 x 64 block at topk 32: 32 x 12 bits + 32 x 4 bytes, against the reference's 384
+  // (int64 + fp32); bf16 values 112; signs 52.
+  EXPECT_EQ(DemoWire(1, 4096, 32, DemoValueFormat::kFp32).bytes(), 176u);
+  EXPECT_EQ(DemoWire(1, 4096, 32, DemoValueFormat::kBf16).bytes(), 112u);
+  EXPECT_EQ(DemoWire(1, 4096, 32, DemoValueFormat::kSign).bytes(), 52u);
+  EXPECT_EQ(DemoWire(3, 37, 5, DemoValueFormat::kSign).bytes(), 12u + 2u);  // 90 bits, 15 bits
+  for (const auto& [blocks, size, k] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{4, 4096, 32}, {3, 37, 5}, {7, 1, 1}}) {
+    DemoMessage message;
+    for (int64_t j = 0; j < blocks * k; j++) {
+      message.indices.push_back(static_cast<int32_t>((j * 7919 + 13) % size));
+      message.values.push_back(
+          std::ldexp(static_cast<float>(j % 11) - 5.3f, -static_cast<int>(j % 9)));
+    }
+    for (DemoValueFormat format :
+         {DemoValueFormat::kFp32, DemoValueFormat::kBf16, DemoValueFormat::kSign}) {
+      SCOPED_TRACE(cat(blocks, " blocks of ", size, ", ", demo_value_format_name(format)));
+      const DemoWire wire(blocks, size, k, format);
+      std::vector<uint8_t> bytes(wire.bytes(), 0xAB);
+      wire.encode(message, bytes.data());
+      DemoMessage back;
+      wire.decode(bytes.data(), back);
+      EXPECT_EQ(back.indices, message.indices);
+      for (size_t j = 0; j < message.values.size(); j++) {
+        const float v = message.values[j];
+        const float want = format == DemoValueFormat::kFp32   ? v
+                           : format == DemoValueFormat::kBf16 ? bf16_to_float(float_to_bf16(v))
+                                                              : (v < 0.0f ? -1.0f : 1.0f);
+        EXPECT_EQ(back.values[j], want) << j;
+      }
+    }
+  }
+  EXPECT_CONTAINS(testing::error_of([] { parse_demo_value_format("int8"); }),
+                  "compression_values = \"int8\" is not a value format");
+}
+
+// Lossy value formats: every rank still decodes the same messages to the same parameters,
+// and the parameters differ from the lossless run's (the format is in effect).
+TEST(DemoTensor, LossyValueFormatsKeepEveryRankIdentical) {
+  const std::vector<int64_t> shape = {96, 80};
+  const int64_t n = 96 * 80;
+  std::vector<std::vector<float>> by_format;
+  for (DemoValueFormat format :
+       {DemoValueFormat::kFp32, DemoValueFormat::kBf16, DemoValueFormat::kSign}) {
+    DemoHyper hyper;
+    hyper.compression_values = format;
+    const DemoTensor rule("w", shape, hyper);
+    std::vector<std::vector<float>> params(3);
+    run_local_ranks(3, [&](Communicator& comm) {
+      std::vector<float> p(n, 0.5f), delta(n, 0.0f), grad(n);
+      for (int step = 0; step < 3; step++) {
+        for (int64_t i = 0; i < n; i++)
+          grad[i] = std::sin(0.01f * static_cast<float>(i * (comm.rank() + 1) + step));
+        demo_step({&rule}, {DemoArrays{p.data(), delta.data(), grad.data()}}, 0.01f, comm);
+      }
+      params[comm.rank()] = p;
+    });
+    for (int r = 1; r < 3; r++) EXPECT_EQ(params[r], params[0]) << "rank " << r;
+    by_format.push_back(params[0]);
+  }
+  EXPECT_NE(by_format[0], by_format[2]);  // signs decode to other updates
 }
 
 TEST(DemoTensor, TensorsItCannotCompressAreOneLineErrorsNamingThem) {

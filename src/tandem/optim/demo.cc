@@ -10,18 +10,26 @@
 
 namespace tandem {
 
+namespace {
+
+// compression_topk, when it fits the tensor's blocks.
+int64_t checked_topk(int64_t topk, const DemoBlocks& blocks, const std::string& name) {
+  TANDEM_CHECK(topk >= 1 && topk <= blocks.block_size(),
+               "optimizer.params.compression_topk = ", topk, " does not fit the DCT blocks of ",
+               name, " (", blocks.block_rows(), " x ", blocks.block_cols(), " = ",
+               blocks.block_size(), " coefficients); use a value from 1 to ", blocks.block_size());
+  return topk;
+}
+
+}  // namespace
+
 DemoTensor::DemoTensor(std::string name, const std::vector<int64_t>& shape, const DemoHyper& hyper)
     : name_(std::move(name)),
       blocks_(shape, hyper.compression_chunk, name_.c_str()),
-      topk_(hyper.compression_topk),
+      topk_(checked_topk(hyper.compression_topk, blocks_, name_)),
+      wire_(blocks_.count(), blocks_.block_size(), topk_, hyper.compression_values),
       beta_(hyper.compression_decay),
-      weight_decay_(hyper.weight_decay) {
-  TANDEM_CHECK(topk_ >= 1 && topk_ <= blocks_.block_size(),
-               "optimizer.params.compression_topk = ", topk_, " does not fit the DCT blocks of ",
-               name_, " (", blocks_.block_rows(), " x ", blocks_.block_cols(), " = ",
-               blocks_.block_size(), " coefficients); use a value from 1 to ",
-               blocks_.block_size());
-}
+      weight_decay_(hyper.weight_decay) {}
 
 void DemoTensor::compress(const DemoArrays& arrays, float lr, DemoMessage& sent) const {
   const int64_t n = blocks_.num_elements(), bs = blocks_.block_size(), count = blocks_.count();
@@ -88,23 +96,17 @@ void demo_step(const std::vector<const DemoTensor*>& tensors, const std::vector<
   TANDEM_CHECK(arrays.size() == tensors.size(), "demo_step: ", arrays.size(), " arrays for ",
                tensors.size(), " tensors");
   std::vector<DemoMessage> mine(tensors.size());
-  size_t coefficients = 0;  // per rank, over every tensor
+  size_t bytes = 0;  // of one rank's messages, every tensor's packed one after another
   for (size_t t = 0; t < tensors.size(); t++) {
     tensors[t]->compress(arrays[t], lr, mine[t]);
-    coefficients += mine[t].indices.size();
+    bytes += tensors[t]->wire().bytes();
   }
-  // One all-gather: [indices of every tensor | values of every tensor] per rank.
-  const size_t bytes = coefficients * (sizeof(int32_t) + sizeof(float));
   const int world = comm.world_size();
-  std::vector<char> send(bytes), all(bytes * world);
+  std::vector<uint8_t> send(bytes), all(bytes * world);
   size_t offset = 0;
-  for (const DemoMessage& m : mine) {
-    std::memcpy(send.data() + offset, m.indices.data(), m.indices.size() * sizeof(int32_t));
-    offset += m.indices.size() * sizeof(int32_t);
-  }
-  for (const DemoMessage& m : mine) {
-    std::memcpy(send.data() + offset, m.values.data(), m.values.size() * sizeof(float));
-    offset += m.values.size() * sizeof(float);
+  for (size_t t = 0; t < tensors.size(); t++) {
+    tensors[t]->wire().encode(mine[t], send.data() + offset);
+    offset += tensors[t]->wire().bytes();
   }
   if (world == 1) {
     all = send;
@@ -113,18 +115,10 @@ void demo_step(const std::vector<const DemoTensor*>& tensors, const std::vector<
   }
   std::vector<std::vector<DemoMessage>> received(world, std::vector<DemoMessage>(tensors.size()));
   for (int r = 0; r < world; r++) {
-    const char* from = all.data() + r * bytes;
+    const uint8_t* from = all.data() + r * bytes;
     for (size_t t = 0; t < tensors.size(); t++) {
-      DemoMessage& m = received[r][t];
-      m.indices.resize(mine[t].indices.size());
-      std::memcpy(m.indices.data(), from, m.indices.size() * sizeof(int32_t));
-      from += m.indices.size() * sizeof(int32_t);
-    }
-    for (size_t t = 0; t < tensors.size(); t++) {
-      DemoMessage& m = received[r][t];
-      m.values.resize(mine[t].values.size());
-      std::memcpy(m.values.data(), from, m.values.size() * sizeof(float));
-      from += m.values.size() * sizeof(float);
+      tensors[t]->wire().decode(from, received[r][t]);
+      from += tensors[t]->wire().bytes();
     }
   }
   for (size_t t = 0; t < tensors.size(); t++) {

@@ -10,7 +10,7 @@
 //      S     = the compression_topk coefficients of largest |Z| per block, ties to the
 //              lower index, sent in that order (decreasing |Z|)
 //   4. delta = delta - IDCT(Z restricted to S)       error feedback
-//   then every rank's (indices, values) are all-gathered, and
+//   then every rank's (indices, values) are all-gathered, packed (demo_wire.h), and
 //   5. Q[i]  = (sum of the values sent for coefficient i, ranks in order, from 0) / number
 //              of ranks that sent i; 0 where none did
 //      u     = IDCT(Q);  p = p - lr * sign(u)        sign(0) = 0
@@ -30,6 +30,7 @@
 
 #include "tandem/dist/communicator.h"
 #include "tandem/optim/demo_transform.h"
+#include "tandem/optim/demo_wire.h"
 
 namespace tandem {
 
@@ -38,6 +39,7 @@ struct DemoHyper {
   int64_t compression_topk = 32;     // coefficients sent per block
   int64_t compression_chunk = 64;    // most rows or columns of a block
   float weight_decay = 0.0f;
+  DemoValueFormat compression_values = DemoValueFormat::kFp32;  // demo_wire.h
 };
 
 // One tensor's fp32 arrays on this rank, row-major, of the tensor's size each.
@@ -63,6 +65,8 @@ class DemoTensor {
   const std::string& name() const { return name_; }
   const DemoBlocks& blocks() const { return blocks_; }
   int64_t topk() const { return topk_; }
+  // How this tensor's messages are packed (the same size on every rank).
+  const DemoWire& wire() const { return wire_; }
 
   // Steps 1 to 4 on this rank: updates params (decay) and delta, and fills `sent`.
   void compress(const DemoArrays& arrays, float lr, DemoMessage& sent) const;
@@ -75,11 +79,14 @@ class DemoTensor {
   std::string name_;
   DemoBlocks blocks_;
   int64_t topk_;
+  DemoWire wire_;
   float beta_, weight_decay_;
 };
 
 // One DeMo step of every tensor on this rank: compress, one all-gather of every rank's
-// messages over `comm`, apply. `sent` (optional) receives this rank's messages; `u`
+// packed messages (demo_wire.h) over `comm`, apply what was received (with lossy value
+// formats, the error feedback still subtracts the coefficients as computed, as the
+// reference does). `sent` (optional) receives this rank's messages as computed; `u`
 // (optional, one array per tensor) the decoded updates.
 void demo_step(const std::vector<const DemoTensor*>& tensors, const std::vector<DemoArrays>& arrays,
                float lr, Communicator& comm, std::vector<DemoMessage>* sent = nullptr,
