@@ -19,8 +19,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -29,6 +31,7 @@
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/core/error.h"
 #include "tandem/core/half.h"
+#include "tandem/core/thread_pool.h"
 #include "tandem/dist/local_group.h"
 #include "tandem/optim/demo.h"
 #include "test_util.h"
@@ -171,6 +174,49 @@ TEST(DemoTransform, TheInverseUndoesTheForwardOnEveryBlock) {
   }
 }
 
+// The SIMD targets compute combine_rows's exact sequence: the same bits as the scalar
+// code, forward and inverse, for blocks narrower and wider than a vector, and with zeros
+// (skipped terms) in the coefficients.
+TEST(DemoTransform, EverySimdTargetGivesTheScalarBits) {
+  std::vector<SimdTarget> targets;
+  for (SimdTarget target : {SimdTarget::kAvx2, SimdTarget::kAvx512}) {
+    if (cpu_supports(target)) {
+      targets.push_back(target);
+    } else {
+      std::printf("[ note ] this CPU has no %s: that kernel is not checked here\n",
+                  std::string(simd_target_name(target)).c_str());
+    }
+  }
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{96, 80}, {37}, {100}, {128, 64}, {30, 7}}) {
+    const DemoBlocks scalar(shape, 64, "w", SimdTarget::kScalar);
+    std::vector<float> x(scalar.num_elements());
+    for (size_t i = 0; i < x.size(); i++)
+      x[i] = i % 5 == 0 ? 0.0f : std::sin(1.3f * static_cast<float>(i)) * 3.0f;
+    std::vector<float> want_z(scalar.count() * scalar.block_size()), want_x(x.size());
+    for (int64_t b = 0; b < scalar.count(); b++) {
+      float* z = want_z.data() + b * scalar.block_size();
+      scalar.forward(x.data(), b, z);
+      z[1] = 0.0f;  // a sparse coefficient block for the inverse
+      scalar.inverse(z, b, want_x.data());
+    }
+    for (SimdTarget target : targets) {
+      const DemoBlocks blocks(shape, 64, "w", target);
+      std::vector<float> z(want_z.size()), back(x.size());
+      for (int64_t b = 0; b < blocks.count(); b++) {
+        float* zb = z.data() + b * blocks.block_size();
+        blocks.forward(x.data(), b, zb);
+        zb[1] = 0.0f;
+        blocks.inverse(zb, b, back.data());
+      }
+      EXPECT_EQ(std::memcmp(z.data(), want_z.data(), z.size() * sizeof(float)), 0)
+          << simd_target_name(target) << " forward, " << shape[0];
+      EXPECT_EQ(std::memcmp(back.data(), want_x.data(), back.size() * sizeof(float)), 0)
+          << simd_target_name(target) << " inverse, " << shape[0];
+    }
+  }
+}
+
 TEST(DemoWire, IndicesTakeTheFewestBitsAndFp32ValuesAreLossless) {
   EXPECT_EQ(demo_index_bits(4096), 12);
   EXPECT_EQ(demo_index_bits(37), 6);
@@ -238,6 +284,37 @@ TEST(DemoTensor, LossyValueFormatsKeepEveryRankIdentical) {
     by_format.push_back(params[0]);
   }
   EXPECT_NE(by_format[0], by_format[2]);  // signs decode to other updates
+}
+
+// Threads share the elements and the blocks; each is computed the same way whatever the
+// split, so any number of threads gives the bits of one.
+TEST(DemoTensor, AnyNumberOfThreadsGivesTheSameBits) {
+  const std::vector<int64_t> shape = {192, 160};  // 4 x 4 blocks of 48 x 40
+  const int64_t n = 192 * 160;
+  DemoHyper hyper;
+  hyper.weight_decay = 0.1f;
+  const DemoTensor rule("w", shape, hyper);
+  std::vector<std::vector<float>> params, deltas;
+  for (int threads : {0, 1, 2, 3}) {  // 0: no pool
+    std::unique_ptr<ThreadPool> pool =
+        threads > 0 ? std::make_unique<ThreadPool>(threads, false) : nullptr;
+    std::vector<float> p(n), delta(n, 0.0f), grad(n);
+    for (int64_t i = 0; i < n; i++) p[i] = std::cos(0.1f * static_cast<float>(i));
+    run_local_ranks(1, [&](Communicator& comm) {
+      for (int step = 0; step < 2; step++) {
+        for (int64_t i = 0; i < n; i++)
+          grad[i] = std::sin(0.003f * static_cast<float>(i * i % 997 + step));
+        demo_step({&rule}, {DemoArrays{p.data(), delta.data(), grad.data()}}, 0.01f, comm, nullptr,
+                  nullptr, pool.get());
+      }
+    });
+    params.push_back(p);
+    deltas.push_back(delta);
+  }
+  for (size_t k = 1; k < params.size(); k++) {
+    EXPECT_EQ(std::memcmp(params[k].data(), params[0].data(), n * sizeof(float)), 0) << k;
+    EXPECT_EQ(std::memcmp(deltas[k].data(), deltas[0].data(), n * sizeof(float)), 0) << k;
+  }
 }
 
 TEST(DemoTensor, TensorsItCannotCompressAreOneLineErrorsNamingThem) {

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "tandem/core/error.h"
+#include "tandem/core/thread_pool.h"
 
 namespace tandem {
 
@@ -31,74 +32,104 @@ DemoTensor::DemoTensor(std::string name, const std::vector<int64_t>& shape, cons
       beta_(hyper.compression_decay),
       weight_decay_(hyper.weight_decay) {}
 
-void DemoTensor::compress(const DemoArrays& arrays, float lr, DemoMessage& sent) const {
+namespace {
+
+// Runs fn(begin, end) over contiguous pieces of [0, n): one per worker of `pool`, or all
+// of it on this thread without one. Each piece is computed the same way whatever the
+// split, so the bits do not depend on the number of threads.
+template <typename Fn>
+void split_work(ThreadPool* pool, int64_t n, Fn&& fn) {
+  if (pool == nullptr || pool->size() == 1 || n <= 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  pool->run([&](int worker) {
+    const Range r = split_range(static_cast<size_t>(n), pool->size(), worker, 1);
+    if (r.begin < r.end) fn(static_cast<int64_t>(r.begin), static_cast<int64_t>(r.end));
+  });
+}
+
+}  // namespace
+
+void DemoTensor::compress(const DemoArrays& arrays, float lr, DemoMessage& sent,
+                          ThreadPool* pool) const {
   const int64_t n = blocks_.num_elements(), bs = blocks_.block_size(), count = blocks_.count();
   const float decay = 1.0f - lr * weight_decay_;
-  for (int64_t i = 0; i < n; i++) {
-    arrays.params[i] = arrays.params[i] * decay;
-    arrays.delta[i] = std::fma(beta_, arrays.delta[i], lr * arrays.grad[i]);
-  }
   sent.indices.resize(static_cast<size_t>(count * topk_));
   sent.values.resize(static_cast<size_t>(count * topk_));
-  std::vector<float> z(static_cast<size_t>(bs)), kept(static_cast<size_t>(bs));
-  std::vector<int32_t> order(static_cast<size_t>(bs));
-  for (int64_t b = 0; b < count; b++) {
-    blocks_.forward(arrays.delta, b, z.data());
-    std::iota(order.begin(), order.end(), 0);
-    // Largest |Z| first; equal magnitudes: the lower index first (every rank, every device).
-    std::partial_sort(order.begin(), order.begin() + topk_, order.end(), [&](int32_t x, int32_t y) {
-      const float ax = std::fabs(z[x]), ay = std::fabs(z[y]);
-      return ax > ay || (ax == ay && x < y);
-    });
-    std::fill(kept.begin(), kept.end(), 0.0f);
-    for (int64_t j = 0; j < topk_; j++) {
-      const int32_t i = order[j];
-      sent.indices[b * topk_ + j] = i;
-      sent.values[b * topk_ + j] = z[i];
-      kept[i] = z[i];
+  split_work(pool, n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) {
+      arrays.params[i] = arrays.params[i] * decay;
+      arrays.delta[i] = std::fma(beta_, arrays.delta[i], lr * arrays.grad[i]);
     }
-    blocks_.inverse_add(kept.data(), b, -1.0f, arrays.delta);  // error feedback
-  }
+  });
+  split_work(pool, count, [&](int64_t first, int64_t last) {
+    std::vector<float> z(static_cast<size_t>(bs)), kept(static_cast<size_t>(bs));
+    std::vector<int32_t> order(static_cast<size_t>(bs));
+    for (int64_t b = first; b < last; b++) {
+      blocks_.forward(arrays.delta, b, z.data());
+      std::iota(order.begin(), order.end(), 0);
+      // Largest |Z| first; equal magnitudes: the lower index first (every rank, every
+      // device).
+      std::partial_sort(order.begin(), order.begin() + topk_, order.end(),
+                        [&](int32_t x, int32_t y) {
+                          const float ax = std::fabs(z[x]), ay = std::fabs(z[y]);
+                          return ax > ay || (ax == ay && x < y);
+                        });
+      std::fill(kept.begin(), kept.end(), 0.0f);
+      for (int64_t j = 0; j < topk_; j++) {
+        const int32_t i = order[j];
+        sent.indices[b * topk_ + j] = i;
+        sent.values[b * topk_ + j] = z[i];
+        kept[i] = z[i];
+      }
+      blocks_.inverse_add(kept.data(), b, -1.0f, arrays.delta);  // error feedback
+    }
+  });
 }
 
 void DemoTensor::apply(const std::vector<const DemoMessage*>& by_rank, float lr, float* params,
-                       float* u) const {
+                       float* u, ThreadPool* pool) const {
   const int64_t bs = blocks_.block_size(), count = blocks_.count();
-  std::vector<float> q(static_cast<size_t>(bs));
-  std::vector<int32_t> senders(static_cast<size_t>(bs));
   std::vector<float> decoded(u == nullptr ? blocks_.num_elements() : 0);
   float* out = u != nullptr ? u : decoded.data();
-  for (int64_t b = 0; b < count; b++) {
-    std::fill(q.begin(), q.end(), 0.0f);
-    std::fill(senders.begin(), senders.end(), 0);
-    for (const DemoMessage* message : by_rank) {
-      for (int64_t j = 0; j < topk_; j++) {
-        const int32_t i = message->indices[b * topk_ + j];
-        TANDEM_CHECK(i >= 0 && i < bs, "DeMo: ", name_, ": a rank sent coefficient ", i,
-                     " of a block of ", bs);
-        q[i] = q[i] + message->values[b * topk_ + j];
-        senders[i]++;
+  split_work(pool, count, [&](int64_t first, int64_t last) {
+    std::vector<float> q(static_cast<size_t>(bs));
+    std::vector<int32_t> senders(static_cast<size_t>(bs));
+    for (int64_t b = first; b < last; b++) {
+      std::fill(q.begin(), q.end(), 0.0f);
+      std::fill(senders.begin(), senders.end(), 0);
+      for (const DemoMessage* message : by_rank) {
+        for (int64_t j = 0; j < topk_; j++) {
+          const int32_t i = message->indices[b * topk_ + j];
+          TANDEM_CHECK(i >= 0 && i < bs, "DeMo: ", name_, ": a rank sent coefficient ", i,
+                       " of a block of ", bs);
+          q[i] = q[i] + message->values[b * topk_ + j];
+          senders[i]++;
+        }
       }
+      for (int64_t i = 0; i < bs; i++)
+        if (senders[i] > 1) q[i] = q[i] / static_cast<float>(senders[i]);
+      blocks_.inverse(q.data(), b, out);
     }
-    for (int64_t i = 0; i < bs; i++)
-      if (senders[i] > 1) q[i] = q[i] / static_cast<float>(senders[i]);
-    blocks_.inverse(q.data(), b, out);
-  }
-  for (int64_t i = 0; i < blocks_.num_elements(); i++) {
-    const float s = out[i] > 0.0f ? 1.0f : out[i] < 0.0f ? -1.0f : 0.0f;
-    params[i] = params[i] - lr * s;
-  }
+  });
+  split_work(pool, blocks_.num_elements(), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) {
+      const float s = out[i] > 0.0f ? 1.0f : out[i] < 0.0f ? -1.0f : 0.0f;
+      params[i] = params[i] - lr * s;
+    }
+  });
 }
 
 void demo_step(const std::vector<const DemoTensor*>& tensors, const std::vector<DemoArrays>& arrays,
                float lr, Communicator& comm, std::vector<DemoMessage>* sent,
-               const std::vector<float*>* u) {
+               const std::vector<float*>* u, ThreadPool* pool) {
   TANDEM_CHECK(arrays.size() == tensors.size(), "demo_step: ", arrays.size(), " arrays for ",
                tensors.size(), " tensors");
   std::vector<DemoMessage> mine(tensors.size());
   size_t bytes = 0;  // of one rank's messages, every tensor's packed one after another
   for (size_t t = 0; t < tensors.size(); t++) {
-    tensors[t]->compress(arrays[t], lr, mine[t]);
+    tensors[t]->compress(arrays[t], lr, mine[t], pool);
     bytes += tensors[t]->wire().bytes();
   }
   const int world = comm.world_size();
@@ -124,7 +155,7 @@ void demo_step(const std::vector<const DemoTensor*>& tensors, const std::vector<
   for (size_t t = 0; t < tensors.size(); t++) {
     std::vector<const DemoMessage*> by_rank;
     for (int r = 0; r < world; r++) by_rank.push_back(&received[r][t]);
-    tensors[t]->apply(by_rank, lr, arrays[t].params, u != nullptr ? (*u)[t] : nullptr);
+    tensors[t]->apply(by_rank, lr, arrays[t].params, u != nullptr ? (*u)[t] : nullptr, pool);
   }
   if (sent != nullptr) *sent = std::move(mine);
 }

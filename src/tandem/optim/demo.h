@@ -34,6 +34,8 @@
 
 namespace tandem {
 
+class ThreadPool;
+
 struct DemoHyper {
   float compression_decay = 0.999f;  // beta
   int64_t compression_topk = 32;     // coefficients sent per block
@@ -68,12 +70,14 @@ class DemoTensor {
   // How this tensor's messages are packed (the same size on every rank).
   const DemoWire& wire() const { return wire_; }
 
-  // Steps 1 to 4 on this rank: updates params (decay) and delta, and fills `sent`.
-  void compress(const DemoArrays& arrays, float lr, DemoMessage& sent) const;
+  // Steps 1 to 4 on this rank: updates params (decay) and delta, and fills `sent`. With a
+  // pool, its workers share the elements and the blocks (the same bits for any number).
+  void compress(const DemoArrays& arrays, float lr, DemoMessage& sent,
+                ThreadPool* pool = nullptr) const;
   // Step 5 from every rank's message, in rank order: u (if not null, [num_elements]) and
   // the sign step on params.
   void apply(const std::vector<const DemoMessage*>& by_rank, float lr, float* params,
-             float* u = nullptr) const;
+             float* u = nullptr, ThreadPool* pool = nullptr) const;
 
  private:
   std::string name_;
@@ -90,6 +94,6 @@ class DemoTensor {
 // (optional, one array per tensor) the decoded updates.
 void demo_step(const std::vector<const DemoTensor*>& tensors, const std::vector<DemoArrays>& arrays,
                float lr, Communicator& comm, std::vector<DemoMessage>* sent = nullptr,
-               const std::vector<float*>* u = nullptr);
+               const std::vector<float*>* u = nullptr, ThreadPool* pool = nullptr);
 
 }  // namespace tandem

@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "tandem/core/error.h"
+#include "tandem/optim/demo_simd.h"
 
 namespace tandem {
 
@@ -29,12 +30,15 @@ std::vector<float> dct_matrix(int64_t n) {
   return c;
 }
 
-DemoBlocks::DemoBlocks(const std::vector<int64_t>& shape, int64_t chunk, const char* name) {
+DemoBlocks::DemoBlocks(const std::vector<int64_t>& shape, int64_t chunk, const char* name,
+                       SimdTarget target)
+    : target_(target) {
   TANDEM_CHECK(chunk >= 1, "optimizer.params.compression_chunk = ", chunk,
                " must be at least 1 (the reference uses 64)");
   TANDEM_CHECK(shape.size() == 1 || shape.size() == 2, "DeMo: ", name, " has ", shape.size(),
                " dimensions; DeMo compresses 1-D and 2-D tensors only (reshape it, or train "
                "with AdamW)");
+  TANDEM_CHECK(cpu_supports(target), "DeMo: this CPU has no ", simd_target_name(target));
   for (int64_t d : shape) TANDEM_CHECK(d >= 1, "DeMo: ", name, " has an empty dimension (", d, ")");
   if (shape.size() == 2) {
     rows_ = shape[0];
@@ -46,66 +50,45 @@ DemoBlocks::DemoBlocks(const std::vector<int64_t>& shape, int64_t chunk, const c
   cn_ = demo_chunk(cols_, chunk);
   c_m_ = dct_matrix(cm_);
   c_n_ = dct_matrix(cn_);
+  c_n_t_.resize(c_n_.size());
+  for (int64_t l = 0; l < cn_; l++)
+    for (int64_t b = 0; b < cn_; b++) c_n_t_[b * cn_ + l] = c_n_[l * cn_ + b];
+}
+
+int64_t DemoBlocks::block_origin(int64_t block) const {
+  const int64_t grid_cols = cols_ / cn_;
+  return (block / grid_cols) * cm_ * cols_ + (block % grid_cols) * cn_;
 }
 
 void DemoBlocks::forward(const float* x, int64_t block, float* z) const {
-  const int64_t grid_cols = cols_ / cn_;
-  const int64_t row0 = (block / grid_cols) * cm_, col0 = (block % grid_cols) * cn_;
-  std::vector<float> y(static_cast<size_t>(cm_ * cn_));
-  // Along rows: Y[a][l] = sum_b X[a][b] C_n[l][b].
-  for (int64_t a = 0; a < cm_; a++) {
-    const float* xa = x + (row0 + a) * cols_ + col0;
-    for (int64_t l = 0; l < cn_; l++) {
-      const float* cl = c_n_.data() + l * cn_;
-      float acc = 0.0f;
-      for (int64_t b = 0; b < cn_; b++) acc = std::fma(xa[b], cl[b], acc);
-      y[a * cn_ + l] = acc;
-    }
-  }
+  const float* origin = x + block_origin(block);
+  const auto cm = static_cast<size_t>(cm_), cn = static_cast<size_t>(cn_);
+  std::vector<float> y(cm * cn);
+  // Along rows: Y[a][l] = sum_b X[a][b] C_n[l][b] = sum_b X[a][b] C_n^T[b][l].
+  for (size_t a = 0; a < cm; a++)
+    combine_rows(target_, y.data() + a * cn, origin + a * cols_, 1, c_n_t_.data(), cn, cn, cn);
   // Along columns: Z[k][l] = sum_a C_m[k][a] Y[a][l].
-  for (int64_t k = 0; k < cm_; k++) {
-    const float* ck = c_m_.data() + k * cm_;
-    for (int64_t l = 0; l < cn_; l++) {
-      float acc = 0.0f;
-      for (int64_t a = 0; a < cm_; a++) acc = std::fma(ck[a], y[a * cn_ + l], acc);
-      z[k * cn_ + l] = acc;
-    }
-  }
+  for (size_t k = 0; k < cm; k++)
+    combine_rows(target_, z + k * cn, c_m_.data() + k * cm, 1, y.data(), cn, cm, cn);
 }
 
 void DemoBlocks::inverse_block(const float* z, float* x) const {
-  std::vector<float> y(static_cast<size_t>(cm_ * cn_));
-  // Y[k][b] = sum_l Z[k][l] C_n[l][b] (zeros skipped: they add nothing).
-  for (int64_t k = 0; k < cm_; k++) {
-    float* yk = y.data() + k * cn_;
-    for (int64_t b = 0; b < cn_; b++) yk[b] = 0.0f;
-    for (int64_t l = 0; l < cn_; l++) {
-      const float zkl = z[k * cn_ + l];
-      if (zkl == 0.0f) continue;
-      const float* cl = c_n_.data() + l * cn_;
-      for (int64_t b = 0; b < cn_; b++) yk[b] = std::fma(zkl, cl[b], yk[b]);
-    }
-  }
+  const auto cm = static_cast<size_t>(cm_), cn = static_cast<size_t>(cn_);
+  std::vector<float> y(cm * cn);
+  // Y[k][b] = sum_l Z[k][l] C_n[l][b].
+  for (size_t k = 0; k < cm; k++)
+    combine_rows(target_, y.data() + k * cn, z + k * cn, 1, c_n_.data(), cn, cn, cn);
   // X[a][b] = sum_k C_m[k][a] Y[k][b].
-  for (int64_t a = 0; a < cm_; a++)
-    for (int64_t b = 0; b < cn_; b++) x[a * cn_ + b] = 0.0f;
-  for (int64_t k = 0; k < cm_; k++) {
-    const float* yk = y.data() + k * cn_;
-    for (int64_t a = 0; a < cm_; a++) {
-      const float cka = c_m_[k * cm_ + a];
-      float* xa = x + a * cn_;
-      for (int64_t b = 0; b < cn_; b++) xa[b] = std::fma(cka, yk[b], xa[b]);
-    }
-  }
+  for (size_t a = 0; a < cm; a++)
+    combine_rows(target_, x + a * cn, c_m_.data() + a, cm, y.data(), cn, cm, cn);
 }
 
 void DemoBlocks::inverse_add(const float* z, int64_t block, float sign, float* out) const {
   std::vector<float> x(static_cast<size_t>(cm_ * cn_));
   inverse_block(z, x.data());
-  const int64_t grid_cols = cols_ / cn_;
-  const int64_t row0 = (block / grid_cols) * cm_, col0 = (block % grid_cols) * cn_;
+  float* origin = out + block_origin(block);
   for (int64_t a = 0; a < cm_; a++) {
-    float* oa = out + (row0 + a) * cols_ + col0;
+    float* oa = origin + a * cols_;
     for (int64_t b = 0; b < cn_; b++) oa[b] = oa[b] + sign * x[a * cn_ + b];
   }
 }
@@ -113,12 +96,9 @@ void DemoBlocks::inverse_add(const float* z, int64_t block, float sign, float* o
 void DemoBlocks::inverse(const float* z, int64_t block, float* out) const {
   std::vector<float> x(static_cast<size_t>(cm_ * cn_));
   inverse_block(z, x.data());
-  const int64_t grid_cols = cols_ / cn_;
-  const int64_t row0 = (block / grid_cols) * cm_, col0 = (block % grid_cols) * cn_;
-  for (int64_t a = 0; a < cm_; a++) {
-    float* oa = out + (row0 + a) * cols_ + col0;
-    for (int64_t b = 0; b < cn_; b++) oa[b] = x[a * cn_ + b];
-  }
+  float* origin = out + block_origin(block);
+  for (int64_t a = 0; a < cm_; a++)
+    for (int64_t b = 0; b < cn_; b++) origin[a * cols_ + b] = x[a * cn_ + b];
 }
 
 }  // namespace tandem

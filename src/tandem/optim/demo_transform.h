@@ -12,16 +12,19 @@
 // Transform. Z = C_m X C_n^T, with C[k, j] = s_k cos(pi (2j + 1) k / 2N), s_0 = sqrt(1/N),
 // s_k = sqrt(2/N), each entry computed in double and rounded once to float. Order: first
 // along rows, Y[a][l] = sum over b of X[a][b] C_n[l][b], then along columns, Z[k][l] = sum
-// over a of C_m[k][a] Y[a][l]; every sum starts at 0 and adds its terms in ascending index,
-// each with one fma. The inverse is X = C_m^T Z C_n in the same pattern: Y[k][b] = sum over
-// l of Z[k][l] C_n[l][b], X[a][b] = sum over k of C_m[k][a] Y[k][b]. A zero coefficient
-// adds exactly nothing (fma(0, c, acc) = acc), so the inverse of a sparse Z may skip its
-// zeros and keep the bits.
+// over a of C_m[k][a] Y[a][l]. The inverse is X = C_m^T Z C_n in the same pattern:
+// Y[k][b] = sum over l of Z[k][l] C_n[l][b], X[a][b] = sum over k of C_m[k][a] Y[k][b].
+// Every sum is combine_rows's (demo_simd.h): it starts at +0 and adds its terms in
+// ascending index, each with one fma, skipping the terms whose left factor is 0 (so the
+// inverse of a sparse Z costs what its nonzeros cost; only the sign of a zero result can
+// differ from not skipping). Every SIMD target gives the same bits.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "tandem/core/cpu_features.h"
 
 namespace tandem {
 
@@ -35,7 +38,8 @@ class DemoBlocks {
  public:
   // Throws tandem::Error naming `name` for a tensor of 0 or more than 2 dimensions, and for
   // a chunk below 1.
-  DemoBlocks(const std::vector<int64_t>& shape, int64_t chunk, const char* name = "tensor");
+  DemoBlocks(const std::vector<int64_t>& shape, int64_t chunk, const char* name = "tensor",
+             SimdTarget target = best_simd_target());
 
   int64_t rows() const { return rows_; }  // 1 for a 1-D tensor
   int64_t cols() const { return cols_; }
@@ -56,11 +60,15 @@ class DemoBlocks {
   void inverse(const float* z, int64_t block, float* out) const;
 
  private:
-  // The block's IDCT into scratch [block_size], row-major within the block.
+  // The block's IDCT into x [block_size], row-major within the block.
   void inverse_block(const float* z, float* x) const;
+  // Where block `block` starts in a [rows, cols] tensor.
+  int64_t block_origin(int64_t block) const;
 
   int64_t rows_ = 1, cols_ = 1, cm_ = 1, cn_ = 1;
   std::vector<float> c_m_, c_n_;  // [cm, cm], [cn, cn]
+  std::vector<float> c_n_t_;      // C_n transposed: the rows of the forward's first stage
+  SimdTarget target_;
 };
 
 }  // namespace tandem
