@@ -281,6 +281,18 @@ TEST_F(CliTest, GpuBenchmarksSayWhyTheyCannotRunWithoutAGpu) {
   EXPECT_FALSE(fs::exists(dir_ / "run/checkpoints"));
 }
 
+TEST_F(CliTest, BenchDemoReportsTheStepAndTheDctAgainstSgemm) {
+  const auto result = tandem("bench demo --json --repetitions 1 --threads 1");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const auto json = nlohmann::json::parse(result.output);
+  EXPECT_EQ(json["params"].get<int64_t>(), 7084800);  // one GPT-2 small layer's tensors
+  for (const char* key : {"step_seconds", "params_per_s", "dct_gflop_per_s", "sgemm_gflop_per_s"})
+    EXPECT_GT(json[key].get<double>(), 0.0) << key;
+  EXPECT_DOUBLE_EQ(json["dct_to_sgemm"].get<double>(),
+                   json["dct_gflop_per_s"].get<double>() / json["sgemm_gflop_per_s"].get<double>());
+  EXPECT_EQ(json["threads"].get<int>(), 1);
+}
+
 TEST_F(CliTest, BenchStepReportsThroughputAndPhasesWithoutWritingCheckpoints) {
   const auto result = tandem("bench step --config " + write_config().string() +
                              " --steps 3 --warmup 1 --json --set offload_optimizer.schedule=cpu");

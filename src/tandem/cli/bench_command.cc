@@ -6,6 +6,7 @@
 
 #include "tandem/bench/adamw_bench.h"
 #include "tandem/bench/cuda/memcpy_peak.h"
+#include "tandem/bench/demo_bench.h"
 #include "tandem/bench/device_bench.h"
 #include "tandem/bench/zero_bench.h"
 #include "tandem/cli/commands.h"
@@ -72,6 +73,32 @@ void register_bench(CLI::App& app) {
     options.repetitions = args->repetitions;
     const AdamWBenchResult result = run_adamw_bench(options);
     const std::string out = args->json ? result.to_json().dump() + "\n" : result.to_text();
+    std::fputs(out.c_str(), stdout);
+  });
+
+  struct DemoArgs {
+    int threads = 0;
+    std::string target;
+    int repetitions = 3;
+    bool json = false;
+  };
+  auto demo_args = std::make_shared<DemoArgs>();
+  CLI::App* demo = bench->add_subcommand(
+      "demo", "DeMo step throughput on the CPU, and its DCT's GFLOP/s next to OpenBLAS sgemm");
+  demo->add_option("--threads", demo_args->threads, "Threads (default: one per CPU)")
+      ->check(CLI::Range(0, 4096));
+  demo->add_option("--target", demo_args->target, "SIMD kernel (default: the best this CPU has)")
+      ->check(CLI::IsMember({"scalar", "avx2", "avx512"}));
+  demo->add_option("--repetitions", demo_args->repetitions, "Timed passes (best is reported)")
+      ->check(CLI::Range(1, 1000));
+  demo->add_flag("--json", demo_args->json, "Print one JSON object");
+  demo->callback([demo_args] {
+    DemoBenchOptions options;
+    options.threads = demo_args->threads;
+    if (!demo_args->target.empty()) options.target = *parse_simd_target(demo_args->target);
+    options.repetitions = demo_args->repetitions;
+    const DemoBenchResult result = run_demo_bench(options);
+    const std::string out = demo_args->json ? result.to_json().dump() + "\n" : result.to_text();
     std::fputs(out.c_str(), stdout);
   });
 

@@ -24,9 +24,10 @@ int64_t checked_topk(int64_t topk, const DemoBlocks& blocks, const std::string& 
 
 }  // namespace
 
-DemoTensor::DemoTensor(std::string name, const std::vector<int64_t>& shape, const DemoHyper& hyper)
+DemoTensor::DemoTensor(std::string name, const std::vector<int64_t>& shape, const DemoHyper& hyper,
+                       SimdTarget target)
     : name_(std::move(name)),
-      blocks_(shape, hyper.compression_chunk, name_.c_str()),
+      blocks_(shape, hyper.compression_chunk, name_.c_str(), target),
       topk_(checked_topk(hyper.compression_topk, blocks_, name_)),
       wire_(blocks_.count(), blocks_.block_size(), topk_, hyper.compression_values),
       beta_(hyper.compression_decay),

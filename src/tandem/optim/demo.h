@@ -62,7 +62,8 @@ class DemoTensor {
  public:
   // Throws tandem::Error naming the tensor or the key for a tensor DeMo cannot compress
   // (0 or more than 2 dimensions) and a compression_topk outside [1, block size].
-  DemoTensor(std::string name, const std::vector<int64_t>& shape, const DemoHyper& hyper);
+  DemoTensor(std::string name, const std::vector<int64_t>& shape, const DemoHyper& hyper,
+             SimdTarget target = best_simd_target());
 
   const std::string& name() const { return name_; }
   const DemoBlocks& blocks() const { return blocks_; }

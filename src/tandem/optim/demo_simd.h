@@ -1,11 +1,18 @@
-// The one primitive DeMo's DCT is made of (demo_transform.h), per instruction set:
+// The one primitive DeMo's DCT is made of (demo_transform.h), per instruction set: a small
+// matrix product with a fixed order of operations,
 //
-//   out[i] = sum over j = 0, 1, ..., m - 1 of coeffs[j * coeff_stride] * rows[j * row_stride + i]
+//   out[r][i] = sum over j = 0, 1, ..., m - 1 of coeffs[r][j] * rows[j][i]   (r < R, i < n)
 //
-// for i < n, each term added with one fma into an accumulator that starts at +0, in
-// ascending j, and a term whose coefficient is 0 skipped. Vectorised across i, every lane
-// performs exactly the scalar sequence, so every target (and a GPU thread per output) gives
-// the same bits.
+// each term added with one fma into an accumulator that starts at +0, in ascending j; with
+// skip_zero_coefficients, a term whose coefficient is 0 is skipped (a sparse left factor
+// then costs only its nonzeros; the result differs from not skipping at most in the sign
+// of a zero, or where rows hold an infinity or a NaN). The SIMD kernels work on tiles of several r
+// and i at once, but every output element goes through exactly the scalar sequence, so every target
+// (and a GPU thread per output) gives the same bits.
+//
+// Layouts: out[r][i] at out + r * out_stride + i; coeffs[r][j] at coeffs + r * coeff_row
+// + j * coeff_col (so a transposed matrix is a pair of strides); rows[j][i] at rows +
+// j * row_stride + i.
 #pragma once
 
 #include <cstddef>
@@ -14,7 +21,14 @@
 
 namespace tandem {
 
-void combine_rows(SimdTarget target, float* out, const float* coeffs, size_t coeff_stride,
-                  const float* rows, size_t row_stride, size_t m, size_t n);
+struct CombineLayout {
+  size_t out_stride = 0;
+  size_t coeff_row = 0, coeff_col = 1;
+  size_t row_stride = 0;
+};
+
+void combine_rows(SimdTarget target, float* out, const float* coeffs, const float* rows,
+                  const CombineLayout& layout, size_t R, size_t m, size_t n,
+                  bool skip_zero_coefficients);
 
 }  // namespace tandem

@@ -65,22 +65,27 @@ void DemoBlocks::forward(const float* x, int64_t block, float* z) const {
   const auto cm = static_cast<size_t>(cm_), cn = static_cast<size_t>(cn_);
   std::vector<float> y(cm * cn);
   // Along rows: Y[a][l] = sum_b X[a][b] C_n[l][b] = sum_b X[a][b] C_n^T[b][l].
-  for (size_t a = 0; a < cm; a++)
-    combine_rows(target_, y.data() + a * cn, origin + a * cols_, 1, c_n_t_.data(), cn, cn, cn);
+  combine_rows(
+      target_, y.data(), origin, c_n_t_.data(),
+      {.out_stride = cn, .coeff_row = static_cast<size_t>(cols_), .coeff_col = 1, .row_stride = cn},
+      cm, cn, cn, false);
   // Along columns: Z[k][l] = sum_a C_m[k][a] Y[a][l].
-  for (size_t k = 0; k < cm; k++)
-    combine_rows(target_, z + k * cn, c_m_.data() + k * cm, 1, y.data(), cn, cm, cn);
+  combine_rows(target_, z, c_m_.data(), y.data(),
+               {.out_stride = cn, .coeff_row = cm, .coeff_col = 1, .row_stride = cn}, cm, cm, cn,
+               false);
 }
 
 void DemoBlocks::inverse_block(const float* z, float* x) const {
   const auto cm = static_cast<size_t>(cm_), cn = static_cast<size_t>(cn_);
   std::vector<float> y(cm * cn);
   // Y[k][b] = sum_l Z[k][l] C_n[l][b].
-  for (size_t k = 0; k < cm; k++)
-    combine_rows(target_, y.data() + k * cn, z + k * cn, 1, c_n_.data(), cn, cn, cn);
-  // X[a][b] = sum_k C_m[k][a] Y[k][b].
-  for (size_t a = 0; a < cm; a++)
-    combine_rows(target_, x + a * cn, c_m_.data() + a, cm, y.data(), cn, cm, cn);
+  combine_rows(target_, y.data(), z, c_n_.data(),
+               {.out_stride = cn, .coeff_row = cn, .coeff_col = 1, .row_stride = cn}, cm, cn, cn,
+               true);
+  // X[a][b] = sum_k C_m[k][a] Y[k][b]: the coefficients are C_m transposed.
+  combine_rows(target_, x, c_m_.data(), y.data(),
+               {.out_stride = cn, .coeff_row = 1, .coeff_col = cm, .row_stride = cn}, cm, cm, cn,
+               false);
 }
 
 void DemoBlocks::inverse_add(const float* z, int64_t block, float sign, float* out) const {

@@ -15,9 +15,9 @@
 // over a of C_m[k][a] Y[a][l]. The inverse is X = C_m^T Z C_n in the same pattern:
 // Y[k][b] = sum over l of Z[k][l] C_n[l][b], X[a][b] = sum over k of C_m[k][a] Y[k][b].
 // Every sum is combine_rows's (demo_simd.h): it starts at +0 and adds its terms in
-// ascending index, each with one fma, skipping the terms whose left factor is 0 (so the
-// inverse of a sparse Z costs what its nonzeros cost; only the sign of a zero result can
-// differ from not skipping). Every SIMD target gives the same bits.
+// ascending index, each with one fma; the inverse's first stage skips the terms whose Z is
+// 0, so the inverse of a sparse Z (the top-k kept, the decoded means) costs what its
+// nonzeros cost. Every SIMD target gives the same bits.
 #pragma once
 
 #include <cstddef>
