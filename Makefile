@@ -8,7 +8,8 @@ DEMO_CONFIG ?= configs/shakespeare-char.json
 DEMO_DIR ?= runs/shakespeare-char
 
 DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-openmp-dev nlohmann-json3-dev \
-	libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev openmpi-bin libopenmpi-dev
+	libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev openmpi-bin libopenmpi-dev \
+	python3-matplotlib
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
