@@ -14,6 +14,7 @@
 #include "tandem/core/half.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/optim/adamw_cuda.h"
+#include "tandem/optim/adamw_device_kernel.h"
 #include "tandem/optim/adamw_reference.h"
 #include "test_util.h"
 
@@ -102,7 +103,7 @@ TEST_F(CudaDeviceTest, AdamWKernelIsBitIdenticalToTheReference) {
         const AdamWStepScalars s =
             adamw_step_scalars(hyper, step, step != 2, step == 2 ? 0.5f : 1.0f);
         adamw_reference(host, n, s);
-        device_->adamw_async(dev, n, s, *stream_);
+        device_->launch_async(adamw_device_kernel(dev, n, s), *stream_);
       }
       stream_->synchronize();
       const auto gp = download<float>(dp, n), gm = download<float>(dm, n),
@@ -184,7 +185,7 @@ TEST_F(CudaDeviceTest, AdamWOverSegmentsInOneLaunchIsBitIdenticalToTheReference)
           for (const AdamWSegment& seg : segments)
             adamw_reference(host.slice(seg.begin), seg.end - seg.begin,
                             seg.weight_decay ? decay : no_decay);
-          device_->adamw_async(dev, segments.data(), segments.size(), decay, no_decay, *stream_);
+          device_->launch_async(adamw_device_kernel(dev, segments, decay, no_decay), *stream_);
           stream_->synchronize();
           const auto gp = download<float>(dp, total), gm = download<float>(dm, total + 1),
                      gv = download<float>(dv, total);

@@ -18,6 +18,7 @@
 #include "tandem/core/rng.h"
 #include "tandem/device/cpu/cpu_device.h"
 #include "tandem/device/device.h"
+#include "tandem/optim/adamw_device_kernel.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -425,7 +426,7 @@ TEST(Device, AdamWIsBitIdenticalToTheReference) {
     for (int64_t step = 1; step <= 3; step++) {
       const AdamWStepScalars scalars = adamw_step_scalars(hyper, step, true, 0.5f);
       adamw_reference(host, n, scalars);
-      device->adamw_async(dev, n, scalars, *stream);
+      device->launch_async(adamw_device_kernel(dev, n, scalars), *stream);
     }
     // Then segments in one call: with and without decay, [n/2, n/2 + 5) left alone.
     const std::vector<AdamWSegment> segments{
@@ -435,7 +436,7 @@ TEST(Device, AdamWIsBitIdenticalToTheReference) {
     for (const AdamWSegment& seg : segments)
       adamw_reference(host.slice(seg.begin), seg.end - seg.begin,
                       seg.weight_decay ? decay : no_decay);
-    device->adamw_async(dev, segments.data(), segments.size(), decay, no_decay, *stream);
+    device->launch_async(adamw_device_kernel(dev, segments, decay, no_decay), *stream);
     stream->synchronize();
     EXPECT_EQ(std::memcmp(d_params.data(), params.data(), n * 4), 0);
     EXPECT_EQ(std::memcmp(d_m.data(), m.data(), n * 4), 0);
@@ -515,7 +516,7 @@ TEST(Device, AdamWOverSegmentsFromMisalignedStartsIsBitIdenticalToTheReference) 
         for (const AdamWSegment& seg : segments)
           adamw_reference(host.slice(seg.begin), seg.end - seg.begin,
                           seg.weight_decay ? decay : no_decay);
-        device->adamw_async(dev, segments.data(), segments.size(), decay, no_decay, *stream);
+        device->launch_async(adamw_device_kernel(dev, segments, decay, no_decay), *stream);
         stream->synchronize();
         for (size_t i = 0; i < total; i++) {
           ASSERT_TRUE(same_bits_or_both_nan(dp.as<float>()[i], p[i])) << "params[" << i << "]";

@@ -7,6 +7,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/timer.h"
 #include "tandem/offload/perf_model.h"
+#include "tandem/optim/adamw_device_kernel.h"
 
 namespace tandem {
 PcieBenchResult run_pcie_bench(Device& device, size_t bytes, int repetitions) {
@@ -81,7 +82,7 @@ DeviceAdamWBenchResult run_device_adamw_bench(Device& device, size_t params, int
   r.params = n;
   r.bytes_per_param = 30;
   const double adamw = best_seconds(repetitions, [&] {
-    device.adamw_async(arrays, n, scalars, *stream);
+    device.launch_async(adamw_device_kernel(arrays, n, scalars), *stream);
     stream->synchronize();
   });
   // A plain copy of half the state onto the other half (8 bytes per parameter read and

@@ -7,17 +7,19 @@
 //   schedule, memory limit and overlap without a GPU; it claims nothing about GPU speed.
 // - cuda: the same interface over CUDA streams, events, cudaHostAlloc and
 //   cudaMemcpyAsync (the CUDA backend issue).
+// Kernels of the libraries above (optimizer updates) reach a stream through launch_async
+// with a variant per kind of device (DeviceKernel).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 
 #include "tandem/core/error.h"
 #include "tandem/core/trace.h"
-#include "tandem/optim/adamw_reference.h"
 
 namespace tandem {
 
@@ -87,6 +89,19 @@ class Event {
   virtual bool ready() = 0;
 };
 
+// Work that a library above the device layer queues on a stream (an optimizer's update),
+// written once per kind of device: the layer itself knows memory, streams, events and
+// copies, and no optimizer.
+struct DeviceKernel {
+  std::string name;       // what a trace calls it when no label is given ("adamw")
+  size_t work_items = 0;  // for the trace (parameters updated)
+  // The host-only device: runs on the stream's thread, in order with its other work.
+  std::function<void()> on_host;
+  // A CUDA device: launches on the stream (a cudaStream_t, as void* so that this header
+  // needs no CUDA headers). Empty where the kernel has no GPU version.
+  std::function<void(void* cuda_stream)> on_cuda;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -112,21 +127,12 @@ class Device {
   // work in a trace (e.g. "sg 3 prefetch").
   virtual void copy_async(void* dst, const void* src, size_t bytes, Stream& stream,
                           std::string_view label = {}) = 0;
-  // AdamW on arrays in device memory over `segments` (ranges of the arrays, each with or
-  // without weight decay), computing exactly adamw_reference's operations: one kernel
-  // launch on a GPU for any number of segments (a subgroup's tensors). The segments are
-  // read before the call returns. (A pointer and a count, not a span: CUDA code, C++17,
-  // includes this header.)
-  virtual void adamw_async(const AdamWArrays& arrays, const AdamWSegment* segments,
-                           size_t num_segments, const AdamWStepScalars& with_decay,
-                           const AdamWStepScalars& without_decay, Stream& stream,
-                           std::string_view label = {}) = 0;
-  // The same over elements [0, n) with one set of scalars.
-  void adamw_async(const AdamWArrays& arrays, size_t n, const AdamWStepScalars& scalars,
-                   Stream& stream, std::string_view label = {}) {
-    const AdamWSegment all{0, n, true};
-    adamw_async(arrays, &all, 1, scalars, scalars, stream, label);
-  }
+  // Queues a kernel of a library above this layer (an optimizer's update: optim/) on the
+  // stream, in order with its other work; the device runs the variant for its kind. The
+  // kernel's arrays must stay valid until the stream has run it. Throws tandem::Error when
+  // the kernel has no variant for this device.
+  virtual void launch_async(const DeviceKernel& kernel, Stream& stream,
+                            std::string_view label = {}) = 0;
 
   // Work queued while `tracer` is enabled is recorded as slices on a lane named after
   // its stream. Null turns tracing off. The tracer must outlive the queued work.

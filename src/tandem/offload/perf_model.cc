@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "tandem/core/timer.h"
+#include "tandem/optim/adamw_device_kernel.h"
 #include "tandem/optim/cpu_adamw.h"
 
 namespace tandem {
@@ -47,10 +48,11 @@ UpdateRates calibrate_update_rates(Device& device, ThreadPool& pool, size_t samp
   CpuAdamW cpu(pool);
   UpdateRates rates;
   rates.cpu_params_per_s = n / best_seconds(kPasses, [&] { cpu.update(on_host, n, scalars); });
-  rates.device_params_per_s = n / best_seconds(kPasses, [&] {
-                                device.adamw_async(on_device, n, scalars, *stream);
-                                stream->synchronize();
-                              });
+  rates.device_params_per_s =
+      n / best_seconds(kPasses, [&] {
+        device.launch_async(adamw_device_kernel(on_device, n, scalars), *stream);
+        stream->synchronize();
+      });
   rates.h2d_bytes_per_s = bytes / best_seconds(kPasses, [&] {
                             device.copy_async(dev.data(), host.data(), bytes, *stream);
                             stream->synchronize();

@@ -16,6 +16,7 @@
 
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/device.h"
+#include "tandem/optim/adamw_reference.h"
 #include "tandem/offload/offload_plan.h"
 
 namespace tandem {

@@ -7,6 +7,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/half.h"
 #include "tandem/core/timer.h"
+#include "tandem/optim/adamw_device_kernel.h"
 
 namespace tandem {
 
@@ -296,8 +297,8 @@ void UpdateEngine::enqueue_device_update(SubgroupState& sg, float* state,
     arrays.params16 = working_at(sg.range.begin);
     arrays.params16_dtype = buffers_.working_dtype;
   }
-  device_.adamw_async(arrays, sg.segments.data(), sg.segments.size(), decay, no_decay, *compute_,
-                      label(sg, "adamw"));
+  device_.launch_async(adamw_device_kernel(arrays, sg.segments, decay, no_decay), *compute_,
+                       label(sg, "adamw"));
   if (!is_16_bit(buffers_.working_dtype)) {
     // The model computes with the fp32 params themselves.
     device_.copy_async(working_at(sg.range.begin), state, sg.size() * sizeof(float), *compute_,

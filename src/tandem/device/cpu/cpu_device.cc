@@ -7,10 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "tandem/core/cpu_features.h"
 #include "tandem/core/format.h"
 #include "tandem/device/cpu/cpu_stream.h"
-#include "tandem/optim/adamw_simd.h"
 
 namespace tandem {
 namespace {
@@ -22,9 +20,7 @@ constexpr std::align_val_t kAlignment{64};
 class CpuDevice final : public Device {
  public:
   explicit CpuDevice(const CpuDeviceOptions& options)
-      : capacity_(options.memory_bytes),
-        fail_copy_number_(options.fail_copy_number),
-        simd_target_(best_simd_target()) {}
+      : capacity_(options.memory_bytes), fail_copy_number_(options.fail_copy_number) {}
 
   ~CpuDevice() override = default;
 
@@ -96,20 +92,12 @@ class CpuDevice final : public Device {
                                  }));
   }
 
-  void adamw_async(const AdamWArrays& arrays, const AdamWSegment* segments, size_t num_segments,
-                   const AdamWStepScalars& with_decay, const AdamWStepScalars& without_decay,
-                   Stream& stream, std::string_view label) override {
+  void launch_async(const DeviceKernel& kernel, Stream& stream, std::string_view label) override {
+    TANDEM_CHECK(kernel.on_host != nullptr, "kernel '", kernel.name,
+                 "' has no version for the cpu device");
     CpuStream& queue = own(stream);
-    std::vector<AdamWSegment> ranges(segments, segments + num_segments);
-    size_t n = 0;
-    for (const AdamWSegment& s : ranges) n += s.end - s.begin;
-    queue.enqueue("adamw", traced(queue, label.empty() ? "adamw" : label, {{"params", n}},
-                                  [arrays, ranges = std::move(ranges), with_decay, without_decay,
-                                   target = simd_target_] {
-                                    for (const AdamWSegment& s : ranges)
-                                      adamw_kernel(target, arrays.slice(s.begin), s.end - s.begin,
-                                                   s.weight_decay ? with_decay : without_decay);
-                                  }));
+    queue.enqueue(kernel.name, traced(queue, label.empty() ? std::string_view(kernel.name) : label,
+                                      {{"items", kernel.work_items}}, kernel.on_host));
   }
 
  protected:
@@ -164,7 +152,6 @@ class CpuDevice final : public Device {
   const size_t capacity_;
   const int64_t fail_copy_number_;
   TraceRecorder* tracer_ = nullptr;
-  const SimdTarget simd_target_;
   std::atomic<size_t> in_use_{0};
   std::atomic<int64_t> next_copy_number_{0};
 };

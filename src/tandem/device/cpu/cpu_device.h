@@ -6,11 +6,10 @@
 // (including waits on events recorded on other streams, which therefore must still be
 // alive or already destroyed, never destroyed concurrently).
 //
-// Asynchrony: copy_async and adamw_async only queue work. Every pointer they are given
-// (and, for adamw_async, every array in AdamWArrays) must stay valid and must not be
-// written by anyone else until the stream has run the task; synchronize the stream or an
-// event recorded after it first. adamw_async runs single-threaded on the stream's worker
-// with the best SIMD kernel of this CPU, bit-identical to adamw_reference.
+// Asynchrony: copy_async and launch_async only queue work. Every pointer they are given
+// (and every array a kernel uses) must stay valid and must not be written by anyone else
+// until the stream has run the task; synchronize the stream or an event recorded after it
+// first. A kernel's host variant runs on the stream's worker thread.
 #pragma once
 
 #include <functional>

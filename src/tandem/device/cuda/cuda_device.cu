@@ -9,7 +9,6 @@
 #include "tandem/core/format.h"
 #include "tandem/device/cuda/cuda_check.h"
 #include "tandem/device/cuda/cuda_device.h"
-#include "tandem/optim/adamw_cuda.h"
 
 namespace tandem {
 namespace {
@@ -148,14 +147,13 @@ class CudaDevice final : public Device {
     end_trace(s, mark);
   }
 
-  void adamw_async(const AdamWArrays& arrays, const AdamWSegment* segments, size_t num_segments,
-                   const AdamWStepScalars& with_decay, const AdamWStepScalars& without_decay,
-                   Stream& stream, std::string_view label) override {
+  void launch_async(const DeviceKernel& kernel, Stream& stream, std::string_view label) override {
+    TANDEM_CHECK(kernel.on_cuda != nullptr, "kernel '", kernel.name,
+                 "' has no version for a CUDA device");
     CudaStream& s = own(stream);
-    size_t n = 0;
-    for (size_t i = 0; i < num_segments; i++) n += segments[i].end - segments[i].begin;
-    TraceMark* mark = begin_trace(s, label.empty() ? "adamw" : label, {{"params", n}});
-    launch_adamw_cuda(arrays, segments, num_segments, with_decay, without_decay, s.get());
+    TraceMark* mark = begin_trace(s, label.empty() ? std::string_view(kernel.name) : label,
+                                  {{"items", kernel.work_items}});
+    kernel.on_cuda(s.get());
     end_trace(s, mark);
   }
 

@@ -1,8 +1,8 @@
 // The `cuda` device backend: the device layer (device.h) over CUDA. Device memory is
 // cudaMalloc'ed and accounted against a capacity (device.memory_gb, or all memory free
 // when the device is made); pinned host memory is cudaHostAlloc'ed; streams and events
-// are CUDA streams and events; copies are cudaMemcpyAsync; adamw_async launches the
-// CUDA AdamW kernel. A CUDA error is sticky: a stream that saw one reports it at its
+// are CUDA streams and events; copies are cudaMemcpyAsync; launch_async runs a kernel's
+// CUDA variant on the stream. A CUDA error is sticky: a stream that saw one reports it at its
 // next synchronize and training cannot continue.
 #pragma once
 
