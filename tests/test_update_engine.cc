@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "tandem/offload/offload_plan.h"
 #include "tandem/offload/perf_model.h"
 #include "tandem/offload/update_engine.h"
+#include "tandem/offload/update_rule.h"
 #include "tandem/optim/cpu_adamw.h"
 #include "test_util.h"
 
@@ -343,6 +346,87 @@ TEST(UpdateEngine, AFailedCopyLeavesNoSubgroupHalfUpdated) {
     }
   }
   EXPECT_GT(failures_seen, 5);
+}
+
+// A rule the engine has never seen: heavy-ball SGD with two state arrays (param,
+// momentum), written here. The engine runs it under every schedule with the bits of the
+// rule applied to the flat arrays: placement, staging and copies follow the rule's state
+// size, and the arithmetic is the rule's alone.
+class MomentumSgdRule final : public UpdateRule {
+ public:
+  std::string_view name() const override { return "momentum-sgd"; }
+  const std::vector<std::string>& state_arrays() const override { return arrays_; }
+  void begin_step(int64_t, float lr, float grad_scale) override {
+    lr_ = lr;
+    scale_ = grad_scale;
+  }
+  // b = 0.9 b + scale g; p = p - lr b (each one rounding, no fma).
+  static void update(float* p, float* b, const float* g, size_t n, float lr, float scale) {
+    for (size_t i = 0; i < n; i++) {
+      b[i] = 0.9f * b[i] + scale * g[i];
+      p[i] = p[i] - lr * b[i];
+    }
+  }
+  void update_on_host(const RuleArrays& a, std::span<const UpdateSegment>) override {
+    update(a.array(0), a.array(1), static_cast<const float*>(a.grads), a.size, lr_, scale_);
+  }
+  DeviceKernel device_update(const RuleArrays& a, std::span<const UpdateSegment>) const override {
+    DeviceKernel kernel;
+    kernel.name = "momentum-sgd";
+    kernel.work_items = a.size;
+    kernel.on_host = [a, lr = lr_, scale = scale_] {
+      update(a.array(0), a.array(1), static_cast<const float*>(a.grads), a.size, lr, scale);
+    };
+    return kernel;
+  }
+
+ private:
+  std::vector<std::string> arrays_{"param", "momentum"};
+  float lr_ = 0, scale_ = 1;
+};
+
+TEST(UpdateEngine, AnyRuleRunsUnderEverySchedule) {
+  const Problem problem;
+  const size_t P = problem.P;
+  std::vector<float> want_p = problem.params, want_b(P, 0.0f);
+  for (int s = 0; s < kSteps; s++)
+    MomentumSgdRule::update(want_p.data(), want_b.data(), problem.grads[s].data(), P,
+                            Problem::lr(s), Problem::scale(s));
+  for (UpdateSchedule schedule : {UpdateSchedule::kDevice, UpdateSchedule::kCpu,
+                                  UpdateSchedule::kInterleave, UpdateSchedule::kRatio}) {
+    SCOPED_TRACE(update_schedule_name(schedule));
+    auto device = make_cpu_device({});
+    DeviceAllocation working = device->allocate(MemorySpace::kDevice, P * sizeof(float));
+    DeviceAllocation grads = device->allocate(MemorySpace::kDevice, P * sizeof(float));
+    UpdateEngine engine(*device, problem.layout,
+                        make_offload_plan({.schedule = schedule,
+                                           .sub_group_size = 1000,
+                                           .ratio = 0.5,
+                                           .stride = 2,
+                                           .staging_buffers = 2},
+                                          P),
+                        std::make_unique<MomentumSgdRule>(),
+                        {.working_params = working.data(), .grads = grads.data()});
+    EXPECT_EQ(engine.rule().state_floats(), 2u);
+    const std::vector<float> zeros(P, 0.0f);
+    const float* load[] = {problem.params.data(), zeros.data()};
+    engine.load_state(load, 0);
+    for (int s = 0; s < kSteps; s++) {
+      std::memcpy(grads.data(), problem.grads[s].data(), P * sizeof(float));
+      engine.step(Problem::lr(s), Problem::scale(s));
+    }
+    std::vector<float> got_p(P), got_b(P);
+    float* read[] = {got_p.data(), got_b.data()};
+    engine.read_state(read);
+    EXPECT_EQ(std::memcmp(got_p.data(), want_p.data(), P * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(got_b.data(), want_b.data(), P * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(working.data(), want_p.data(), P * sizeof(float)), 0)
+        << "the working parameters";
+    // AdamW's three arrays do not fit this rule.
+    std::vector<float> m(P), v(P);
+    EXPECT_CONTAINS(testing::error_of([&] { engine.read_state(got_p.data(), m.data(), v.data()); }),
+                    "3 state arrays for the momentum-sgd rule, which keeps 2");
+  }
 }
 
 TEST(UpdateEngine, ADeviceTooSmallIsRefusedWithTheBytesAndTheSettings) {

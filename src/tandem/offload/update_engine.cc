@@ -7,38 +7,36 @@
 #include "tandem/core/error.h"
 #include "tandem/core/half.h"
 #include "tandem/core/timer.h"
-#include "tandem/optim/adamw_device_kernel.h"
+#include "tandem/optim/adamw_rule.h"
+#include "tandem/optim/cpu_adamw.h"
 
 namespace tandem {
 
 struct UpdateEngine::SubgroupState {
   size_t index = 0;
   Subgroup range;
-  // [params | m | v], 3 x S floats: pinned host for host and staged subgroups, device
-  // memory for resident ones.
+  // The rule's state arrays (AdamW: [params | m | v]), state_floats x S floats: pinned
+  // host for host and staged subgroups, device memory for resident ones.
   float* state = nullptr;
-  void* host_grads = nullptr;          // pinned host, host subgroups only
-  uint16_t* host_working = nullptr;    // pinned host 16-bit working copy, host subgroups only
-  std::vector<AdamWSegment> segments;  // weight-decay ranges, relative to range.begin
+  void* host_grads = nullptr;           // pinned host, host subgroups only
+  uint16_t* host_working = nullptr;     // pinned host 16-bit working copy, host subgroups only
+  std::vector<UpdateSegment> segments;  // weight-decay ranges, relative to range.begin
   std::unique_ptr<Event> grads_on_host;
   size_t grads_final = 0;   // gradients of this step known final (host subgroups)
   bool grads_sent = false;  // their copy to the host is queued
 
   size_t size() const { return range.size(); }
   float* params() const { return state; }
-  float* m() const { return state + size(); }
-  float* v() const { return state + 2 * size(); }
+  float* array(size_t k) const { return state + k * size(); }
 };
 
 namespace {
 
-constexpr size_t kStateFloats = 3;  // params, m, v
-
 // The decay segments of the layout that fall inside [begin, end), relative to begin.
-std::vector<AdamWSegment> segments_within(const std::vector<AdamWSegment>& all, size_t begin,
-                                          size_t end) {
-  std::vector<AdamWSegment> out;
-  for (const AdamWSegment& s : all) {
+std::vector<UpdateSegment> segments_within(const std::vector<UpdateSegment>& all, size_t begin,
+                                           size_t end) {
+  std::vector<UpdateSegment> out;
+  for (const UpdateSegment& s : all) {
     const size_t b = std::max(s.begin, begin), e = std::min(s.end, end);
     if (b < e) out.push_back({b - begin, e - begin, s.weight_decay});
   }
@@ -55,12 +53,18 @@ std::string gib(size_t bytes) { return cat(static_cast<double>(bytes) / (1 << 30
 
 UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& layout,
                            OffloadPlan plan, const AdamWHyper& hyper, DeviceBuffers buffers)
+    : UpdateEngine(device, layout, std::move(plan), std::make_unique<AdamWRule>(hyper, pool),
+                   buffers) {}
+
+UpdateEngine::UpdateEngine(Device& device, const ParamLayout& layout, OffloadPlan plan,
+                           std::unique_ptr<UpdateRule> rule, DeviceBuffers buffers)
     : device_(device),
-      pool_(pool),
-      cpu_kernel_(pool),
       plan_(std::move(plan)),
-      hyper_(hyper),
+      rule_(std::move(rule)),
+      state_floats_(rule_ ? rule_->state_floats() : 0),
       buffers_(buffers) {
+  TANDEM_CHECK(rule_ != nullptr && state_floats_ >= 1,
+               "the update engine needs an update rule with the fp32 params among its state");
   TANDEM_CHECK(plan_.num_params == layout.num_elements(), "offload plan covers ", plan_.num_params,
                " parameters, the model has ", layout.num_elements());
   if (!buffers_.working_range) buffers_.working_range = ParamRange{0, plan_.num_params};
@@ -70,14 +74,14 @@ UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& 
                ") must cover the plan's partition [", part.begin, ", ", part.end, ")");
   TANDEM_CHECK(buffers_.grads_begin <= part.begin, "the gradients start at ", buffers_.grads_begin,
                ", after the plan's partition [", part.begin, ", ", part.end, ")");
-  const std::vector<AdamWSegment> decay_segments = adamw_segments(layout);
+  const std::vector<UpdateSegment> decay_segments = adamw_segments(layout);
 
   size_t host_state_floats = 0, host_grad_floats = 0, device_state_floats = 0;
   for (const Subgroup& s : plan_.subgroups) {
     if (s.site == UpdateSite::kDeviceResident)
-      device_state_floats += kStateFloats * s.size();
+      device_state_floats += state_floats_ * s.size();
     else
-      host_state_floats += kStateFloats * s.size();
+      host_state_floats += state_floats_ * s.size();
     if (s.site == UpdateSite::kHost) host_grad_floats += s.size();
   }
   const size_t staged = plan_.count(UpdateSite::kDeviceStaged);
@@ -89,7 +93,7 @@ UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& 
       host_working_ = device_.allocate(MemorySpace::kPinnedHost, host_grad_floats * 2);
     device_state_ = device_.allocate(MemorySpace::kDevice, device_state_floats * sizeof(float));
     staging_ = device_.allocate(MemorySpace::kDevice,
-                                slots * kStateFloats * plan_.max_subgroup_size * sizeof(float));
+                                slots * state_floats_ * plan_.max_subgroup_size * sizeof(float));
   } catch (const DeviceOutOfMemory& e) {
     const TierBytes needs = engine_memory_needs(plan_, working_bytes(), grad_bytes());
     throw DeviceOutOfMemory(
@@ -123,10 +127,10 @@ UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& 
     sg->segments = segments_within(decay_segments, s.begin, s.end);
     if (s.site == UpdateSite::kDeviceResident) {
       sg->state = device_state;
-      device_state += kStateFloats * s.size();
+      device_state += state_floats_ * s.size();
     } else {
       sg->state = host_state;
-      host_state += kStateFloats * s.size();
+      host_state += state_floats_ * s.size();
     }
     if (s.site == UpdateSite::kHost) {
       sg->host_grads = host_grads;
@@ -164,11 +168,10 @@ const void* UpdateEngine::grad_at(size_t index) const {
   return static_cast<const char*>(buffers_.grads) + (index - buffers_.grads_begin) * grad_bytes();
 }
 
-AdamWArrays UpdateEngine::arrays(float* state, size_t size, const void* grads) const {
-  AdamWArrays a;
-  a.params = state;
-  a.m = state + size;
-  a.v = state + 2 * size;
+RuleArrays UpdateEngine::arrays(float* state, size_t size, const void* grads) const {
+  RuleArrays a;
+  a.state = state;
+  a.size = size;
   a.grads = grads;
   a.grad_dtype = buffers_.grad_dtype;
   return a;
@@ -226,7 +229,7 @@ void UpdateEngine::set_tracer(TraceRecorder* tracer) {
   device_.set_tracer(tracer);
 }
 
-std::string UpdateEngine::label(const SubgroupState& sg, const char* what) const {
+std::string UpdateEngine::label(const SubgroupState& sg, std::string_view what) const {
   if (tracer_ == nullptr || !tracer_->enabled()) return {};
   return cat("sg ", sg.index, " ", what);
 }
@@ -245,17 +248,19 @@ void UpdateEngine::synchronize_all() {
   if (first) std::rethrow_exception(first);
 }
 
-void UpdateEngine::load_state(const float* params, const float* m, const float* v, int64_t step) {
+void UpdateEngine::load_state(std::span<const float* const> arrays, int64_t step) {
   TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
+  TANDEM_CHECK(arrays.size() == state_floats_, "load_state: ", arrays.size(),
+               " state arrays for the ", rule_->name(), " rule, which keeps ", state_floats_);
+  const float* params = arrays[0];
   const auto stream = device_.create_stream("load_state");
   // The working parameters may still be being zeroed on the model's stream (a new model's
   // buffers are), or read by the last forward.
   wait_for_producer({stream.get()});
   for (auto& sg : subgroups_) {
     const size_t b = sg->range.begin, bytes = sg->size() * sizeof(float);
-    device_.copy_async(sg->params(), params + b, bytes, *stream);
-    device_.copy_async(sg->m(), m + b, bytes, *stream);
-    device_.copy_async(sg->v(), v + b, bytes, *stream);
+    for (size_t k = 0; k < state_floats_; k++)
+      device_.copy_async(sg->array(k), arrays[k] + b, bytes, *stream);
   }
   const ParamRange held = working_range();
   std::vector<uint16_t> working16;
@@ -275,30 +280,29 @@ void UpdateEngine::load_state(const float* params, const float* m, const float* 
   step_ = step;
 }
 
-void UpdateEngine::read_state(float* params, float* m, float* v) {
+void UpdateEngine::read_state(std::span<float* const> arrays) {
+  TANDEM_CHECK(arrays.size() == state_floats_, "read_state: ", arrays.size(),
+               " state arrays for the ", rule_->name(), " rule, which keeps ", state_floats_);
   // A stream of its own: this also works after a failed step left the engine's
   // streams in their error state (to inspect or save what is there).
   const auto stream = device_.create_stream("read_state");
   for (auto& sg : subgroups_) {
     const size_t b = sg->range.begin, bytes = sg->size() * sizeof(float);
-    device_.copy_async(params + b, sg->params(), bytes, *stream);
-    device_.copy_async(m + b, sg->m(), bytes, *stream);
-    device_.copy_async(v + b, sg->v(), bytes, *stream);
+    for (size_t k = 0; k < state_floats_; k++)
+      device_.copy_async(arrays[k] + b, sg->array(k), bytes, *stream);
   }
   stream->synchronize();
 }
 
-void UpdateEngine::enqueue_device_update(SubgroupState& sg, float* state,
-                                         const AdamWStepScalars& decay,
-                                         const AdamWStepScalars& no_decay) {
-  AdamWArrays arrays = this->arrays(state, sg.size(), grad_at(sg.range.begin));
+void UpdateEngine::enqueue_device_update(SubgroupState& sg, float* state) {
+  RuleArrays arrays = this->arrays(state, sg.size(), grad_at(sg.range.begin));
   if (is_16_bit(buffers_.working_dtype)) {
     // The kernel writes the 16-bit working copy in place, in the same pass.
     arrays.params16 = working_at(sg.range.begin);
     arrays.params16_dtype = buffers_.working_dtype;
   }
-  device_.launch_async(adamw_device_kernel(arrays, sg.segments, decay, no_decay), *compute_,
-                       label(sg, "adamw"));
+  device_.launch_async(rule_->device_update(arrays, sg.segments), *compute_,
+                       label(sg, rule_->name()));
   if (!is_16_bit(buffers_.working_dtype)) {
     // The model computes with the fp32 params themselves.
     device_.copy_async(working_at(sg.range.begin), state, sg.size() * sizeof(float), *compute_,
@@ -306,10 +310,9 @@ void UpdateEngine::enqueue_device_update(SubgroupState& sg, float* state,
   }
 }
 
-void UpdateEngine::enqueue_staged(SubgroupState& sg, size_t slot, const AdamWStepScalars& decay,
-                                  const AdamWStepScalars& no_decay, UpdateStepStats& stats) {
-  const size_t bytes = kStateFloats * sg.size() * sizeof(float);
-  float* staging = staging_.as<float>() + slot * kStateFloats * plan_.max_subgroup_size;
+void UpdateEngine::enqueue_staged(SubgroupState& sg, size_t slot, UpdateStepStats& stats) {
+  const size_t bytes = state_floats_ * sg.size() * sizeof(float);
+  float* staging = staging_.as<float>() + slot * state_floats_ * plan_.max_subgroup_size;
   // Prefetch once the slot's previous subgroup has been written back.
   device_.wait(*h2d_, *slot_free_[slot]);
   device_.copy_async(staging, sg.state, bytes, *h2d_, label(sg, "prefetch"));
@@ -317,7 +320,7 @@ void UpdateEngine::enqueue_staged(SubgroupState& sg, size_t slot, const AdamWSte
   stats.h2d_bytes += bytes;
   // Update on the device.
   device_.wait(*compute_, *slot_loaded_[slot]);
-  enqueue_device_update(sg, staging, decay, no_decay);
+  enqueue_device_update(sg, staging);
   device_.record(*slot_updated_[slot], *compute_);
   // Write back in one copy: the subgroup's host state is replaced entirely or not at all.
   device_.wait(*d2h_, *slot_updated_[slot]);
@@ -329,11 +332,8 @@ void UpdateEngine::enqueue_staged(SubgroupState& sg, size_t slot, const AdamWSte
 UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
   TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
   Stopwatch watch;
-  AdamWHyper hyper = hyper_;
-  hyper.lr = lr;
   const int64_t step = step_ + 1;
-  const AdamWStepScalars decay = adamw_step_scalars(hyper, step, true, grad_scale);
-  const AdamWStepScalars no_decay = adamw_step_scalars(hyper, step, false, grad_scale);
+  rule_->begin_step(step, lr, grad_scale);
   // Everything queued for this step, including gradients sent during backward, is
   // counted in pending_ and handed over as the step's stats.
   UpdateStepStats& stats = pending_;
@@ -349,10 +349,9 @@ UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
     // 2. Device work, queued up front so that it overlaps the CPU updates below.
     size_t staged = 0;
     for (auto& sg : subgroups_) {
-      if (sg->range.site == UpdateSite::kDeviceResident)
-        enqueue_device_update(*sg, sg->state, decay, no_decay);
+      if (sg->range.site == UpdateSite::kDeviceResident) enqueue_device_update(*sg, sg->state);
       if (sg->range.site == UpdateSite::kDeviceStaged)
-        enqueue_staged(*sg, staged++ % slot_free_.size(), decay, no_decay, stats);
+        enqueue_staged(*sg, staged++ % slot_free_.size(), stats);
     }
     // 3. CPU updates, each as soon as its gradients have arrived; the new working
     //    parameters go back to the device behind it.
@@ -360,13 +359,13 @@ UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
       if (sg->range.site != UpdateSite::kHost) continue;
       sg->grads_on_host->synchronize();
       {
-        TraceScope scope(tracer_, "cpu update", label(*sg, "adamw"));
-        AdamWArrays arrays = this->arrays(sg->state, sg->size(), sg->host_grads);
+        TraceScope scope(tracer_, "cpu update", label(*sg, rule_->name()));
+        RuleArrays arrays = this->arrays(sg->state, sg->size(), sg->host_grads);
         if (sg->host_working != nullptr) {
           arrays.params16 = sg->host_working;
           arrays.params16_dtype = buffers_.working_dtype;
         }
-        cpu_kernel_.update(arrays, sg->segments, decay, no_decay);
+        rule_->update_on_host(arrays, sg->segments);
       }
       const size_t bytes = sg->size() * working_bytes();
       const void* source =

@@ -2,12 +2,14 @@
 // updated at its site (host CPU, device-resident, or staged through the device), with
 // copies and device work on streams overlapped with the CPU updates.
 //
-// Every site computes exactly adamw_reference's operations, so the parameters and
-// optimizer state after a step are bit-identical whatever the schedule.
+// The arithmetic is the update rule's (update_rule.h: AdamW, ...); every site computes
+// the rule's exact operations, so the parameters and optimizer state after a step are
+// bit-identical whatever the schedule.
 //
-// State layout: each offloaded subgroup keeps [params | m | v] (3 x S floats) in one
-// contiguous pinned-host block, so prefetch and write-back are one copy each: a failed
-// copy leaves a subgroup either entirely old or entirely new, never half-updated.
+// State layout: each offloaded subgroup keeps its state arrays ([params | m | v] for
+// AdamW: state_floats() x S floats) in one contiguous pinned-host block, so prefetch and
+// write-back are one copy each: a failed copy leaves a subgroup either entirely old or
+// entirely new, never half-updated.
 #pragma once
 
 #include <cstddef>
@@ -15,14 +17,15 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/device.h"
 #include "tandem/model/param_layout.h"
 #include "tandem/offload/offload_plan.h"
+#include "tandem/offload/update_rule.h"
 #include "tandem/optim/adamw_reference.h"
-#include "tandem/optim/cpu_adamw.h"
 
 namespace tandem {
 
@@ -64,6 +67,9 @@ class UpdateEngine {
   // Allocates everything the plan needs up front (so that no step can fail for lack
   // of memory); throws DeviceOutOfMemory naming the bytes per tier and the settings to
   // change when the device is too small.
+  UpdateEngine(Device& device, const ParamLayout& layout, OffloadPlan plan,
+               std::unique_ptr<UpdateRule> rule, DeviceBuffers buffers);
+  // With AdamW (optim/adamw_rule.h) updating host subgroups on `pool`.
   UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& layout, OffloadPlan plan,
                const AdamWHyper& hyper, DeviceBuffers buffers);
   ~UpdateEngine();
@@ -71,16 +77,27 @@ class UpdateEngine {
   UpdateEngine& operator=(const UpdateEngine&) = delete;
 
   const OffloadPlan& plan() const { return plan_; }
+  const UpdateRule& rule() const { return *rule_; }
   int64_t step_count() const { return step_; }
 
-  // Loads fp32 params, m, v (host, flat layout order) and the step count, and writes
-  // the working parameters (those of DeviceBuffers::working_range).
-  void load_state(const float* params, const float* m, const float* v, int64_t step);
-  // Copies the fp32 params, m, v out into host arrays in flat layout order (also after
-  // a failed step, to inspect what each subgroup holds).
-  void read_state(float* params, float* m, float* v);
+  // Loads the rule's state arrays (host, flat layout order, as many as
+  // rule().state_floats(), the fp32 params first) and the step count, and writes the
+  // working parameters (those of DeviceBuffers::working_range).
+  void load_state(std::span<const float* const> arrays, int64_t step);
+  // Copies the state arrays out into host arrays in flat layout order (also after a failed
+  // step, to inspect what each subgroup holds).
+  void read_state(std::span<float* const> arrays);
+  // AdamW's three arrays.
+  void load_state(const float* params, const float* m, const float* v, int64_t step) {
+    const float* arrays[] = {params, m, v};
+    load_state(arrays, step);
+  }
+  void read_state(float* params, float* m, float* v) {
+    float* arrays[] = {params, m, v};
+    read_state(arrays);
+  }
 
-  // One AdamW step with learning rate lr and gradient scale grad_scale (clipping), the
+  // One step of the rule with learning rate lr and gradient scale grad_scale (clipping), the
   // gradients in DeviceBuffers::grads being complete. On failure throws tandem::Error
   // saying that training cannot continue; the engine then refuses further steps.
   UpdateStepStats step(float lr, float grad_scale);
@@ -98,10 +115,8 @@ class UpdateEngine {
 
  private:
   struct SubgroupState;
-  void enqueue_staged(SubgroupState& sg, size_t slot, const AdamWStepScalars& decay,
-                      const AdamWStepScalars& no_decay, UpdateStepStats& stats);
-  void enqueue_device_update(SubgroupState& sg, float* state, const AdamWStepScalars& decay,
-                             const AdamWStepScalars& no_decay);
+  void enqueue_staged(SubgroupState& sg, size_t slot, UpdateStepStats& stats);
+  void enqueue_device_update(SubgroupState& sg, float* state);
   void synchronize_all();
   // Makes each of `streams` wait (on the device, not the host) for the work queued so
   // far on the producer stream; nothing without one.
@@ -111,32 +126,31 @@ class UpdateEngine {
   void release_to_producer(std::initializer_list<Stream*> streams);
   void send_gradients(SubgroupState& sg);
   // "sg 3 prefetch": names work in a trace; empty when not tracing.
-  std::string label(const SubgroupState& sg, const char* what) const;
+  std::string label(const SubgroupState& sg, std::string_view what) const;
   size_t working_bytes() const;
   size_t grad_bytes() const;
   // The gradient of parameter `index` in device memory.
   const void* grad_at(size_t index) const;
-  AdamWArrays arrays(float* state, size_t size, const void* grads) const;
+  RuleArrays arrays(float* state, size_t size, const void* grads) const;
   // The working copy of parameter `index` in device memory.
   void* working_at(size_t index) const;
   ParamRange working_range() const { return *buffers_.working_range; }
 
   Device& device_;
-  ThreadPool& pool_;
-  CpuAdamW cpu_kernel_;
   OffloadPlan plan_;
-  AdamWHyper hyper_;
+  std::unique_ptr<UpdateRule> rule_;
+  size_t state_floats_;  // rule_->state_floats()
   DeviceBuffers buffers_;
   int64_t step_ = 0;
   bool failed_ = false;
   TraceRecorder* tracer_ = nullptr;
   UpdateStepStats pending_;  // what gradients_ready() queued before the step
 
-  DeviceAllocation host_state_;    // pinned: [p|m|v] blocks of host and staged subgroups
+  DeviceAllocation host_state_;    // pinned: state blocks of host and staged subgroups
   DeviceAllocation host_grads_;    // pinned: gradients of host subgroups
   DeviceAllocation host_working_;  // pinned: 16-bit working copies of host subgroups
-  DeviceAllocation device_state_;  // device: [p|m|v] blocks of resident subgroups
-  DeviceAllocation staging_;       // device: staging_buffers x [p|m|v] of the largest subgroup
+  DeviceAllocation device_state_;  // device: state blocks of resident subgroups
+  DeviceAllocation staging_;       // device: staging_buffers x the largest subgroup's state
   std::unique_ptr<Stream> h2d_, d2h_, compute_;
   std::unique_ptr<Event> produced_;  // recorded on DeviceBuffers::producer
   static constexpr size_t kReleaseEvents = 3;

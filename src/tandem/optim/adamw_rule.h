@@ -1,0 +1,38 @@
+// AdamW as the update engine's rule (offload/update_rule.h): state [param | m | v], the
+// step's scalars from adamw_step_scalars, CpuAdamW on the host and adamw_device_kernel on a
+// device, both adamw_reference's operations.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tandem/core/cpu_features.h"
+#include "tandem/core/thread_pool.h"
+#include "tandem/offload/update_rule.h"
+#include "tandem/optim/adamw_reference.h"
+#include "tandem/optim/cpu_adamw.h"
+
+namespace tandem {
+
+class AdamWRule final : public UpdateRule {
+ public:
+  AdamWRule(const AdamWHyper& hyper, ThreadPool& pool, SimdTarget target = best_simd_target());
+
+  std::string_view name() const override { return "adamw"; }
+  const std::vector<std::string>& state_arrays() const override { return arrays_; }
+  void begin_step(int64_t step, float lr, float grad_scale) override;
+  void update_on_host(const RuleArrays& arrays, std::span<const UpdateSegment> segments) override;
+  DeviceKernel device_update(const RuleArrays& arrays,
+                             std::span<const UpdateSegment> segments) const override;
+
+ private:
+  AdamWArrays adamw_arrays(const RuleArrays& arrays) const;
+
+  AdamWHyper hyper_;
+  CpuAdamW cpu_;
+  SimdTarget target_;
+  std::vector<std::string> arrays_{"param", "exp_avg", "exp_avg_sq"};
+  AdamWStepScalars with_decay_{}, without_decay_{};
+};
+
+}  // namespace tandem
