@@ -498,6 +498,30 @@ TEST(PerfModel, PredictsTheSlowerOfCpuAndDevice) {
   EXPECT_LT(p.seconds, predict_update(cpu, rates).seconds);
 }
 
+// The model measures the rule it is given and moves that rule's state: a rule of two
+// arrays stages 8 bytes per parameter each way, not AdamW's 12.
+TEST(PerfModel, MeasuresAndMovesTheRulesOwnState) {
+  auto device = make_cpu_device({});
+  MomentumSgdRule sgd;
+  const UpdateRates measured = calibrate_update_rates(*device, sgd, 1 << 14);
+  EXPECT_EQ(measured.state_bytes_per_param, 8u);
+  EXPECT_GT(measured.cpu_params_per_s, 0.0);
+  EXPECT_GT(measured.device_params_per_s, 0.0);
+  ThreadPool pool(1);
+  EXPECT_EQ(calibrate_update_rates(*device, pool, 1 << 14).state_bytes_per_param, 12u);
+
+  UpdateRates rates{.cpu_params_per_s = 1e9,
+                    .device_params_per_s = 1e10,
+                    .state_bytes_per_param = 8,
+                    .h2d_bytes_per_s = 24e9,
+                    .d2h_bytes_per_s = 24e9};
+  const OffloadPlan half = make_offload_plan(
+      {.schedule = UpdateSchedule::kInterleave, .sub_group_size = 1000, .stride = 2}, 100000);
+  EXPECT_NEAR(predict_update(half, rates).h2d_seconds, (50000.0 * 8 + 50000.0 * 4) / 24e9, 1e-12);
+  EXPECT_EQ(engine_memory_needs(half, 4, 4, 8).pinned_host,
+            engine_memory_needs(half, 4, 4).pinned_host - 100000 * 4);
+}
+
 TEST(PerfModel, AutoIsNeverPredictedSlowerThanAFixedScheduleThatFits) {
   const UpdateRates rates{.cpu_params_per_s = 2e9,
                           .device_params_per_s = 5e10,

@@ -107,21 +107,21 @@ OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params
 }
 
 TierBytes engine_memory_needs(const OffloadPlan& plan, size_t working_bytes_per_param,
-                              size_t grad_bytes_per_param) {
-  constexpr size_t kStateBytes = 3 * sizeof(float);  // fp32 params, m, v
+                              size_t grad_bytes_per_param, size_t state_bytes_per_param) {
+  const size_t state_bytes = state_bytes_per_param;
   TierBytes bytes;
   bytes.device = plan.num_params * (working_bytes_per_param + grad_bytes_per_param) +
-                 plan.params_at(UpdateSite::kDeviceResident) * kStateBytes;
+                 plan.params_at(UpdateSite::kDeviceResident) * state_bytes;
   if (plan.count(UpdateSite::kDeviceStaged) > 0) {
     const size_t slots =
         std::min<size_t>(plan.settings.staging_buffers, plan.count(UpdateSite::kDeviceStaged));
-    bytes.device += slots * plan.max_subgroup_size * kStateBytes;
+    bytes.device += slots * plan.max_subgroup_size * state_bytes;
   }
   const size_t offloaded =
       plan.params_at(UpdateSite::kHost) + plan.params_at(UpdateSite::kDeviceStaged);
   const size_t host_updated = plan.params_at(UpdateSite::kHost);
   bytes.pinned_host =
-      offloaded * kStateBytes + host_updated * (grad_bytes_per_param + working_bytes_per_param);
+      offloaded * state_bytes + host_updated * (grad_bytes_per_param + working_bytes_per_param);
   return bytes;
 }
 

@@ -77,7 +77,8 @@ struct TierBytes {
   size_t pinned_host = 0;
   size_t host = 0;
 };
+// `state_bytes_per_param`: the update rule's state (AdamW: fp32 params, m, v).
 TierBytes engine_memory_needs(const OffloadPlan& plan, size_t working_bytes_per_param,
-                              size_t grad_bytes_per_param);
+                              size_t grad_bytes_per_param, size_t state_bytes_per_param = 12);
 
 }  // namespace tandem

@@ -2,12 +2,12 @@
 // predicted time of a plan, and the `auto` schedule that picks the plan with the
 // smallest predicted time that fits in device memory.
 //
-// Per parameter, a CPU update costs 1 / cpu rate; a staged device update moves 12 bytes
-// each way (fp32 params, m, v) and costs 1 / device rate; a resident device update
-// costs only 1 / device rate. CPU-updated subgroups also move their gradients
-// device-to-host and their new working parameters host-to-device (4 bytes each way).
-// The CPU and the device work concurrently, and with two or more staging buffers the
-// prefetch, update and write-back of consecutive staged subgroups pipeline, so
+// Per parameter, a CPU update costs 1 / cpu rate; a staged device update moves the rule's
+// state each way (AdamW: 12 bytes, fp32 params, m, v) and costs 1 / device rate; a resident device
+// update costs only 1 / device rate. CPU-updated subgroups also move their gradients device-to-host
+// and their new working parameters host-to-device (4 bytes each way). The CPU and the device work
+// concurrently, and with two or more staging buffers the prefetch, update and write-back of
+// consecutive staged subgroups pipeline, so
 //   time = max(host time, max(h2d time, d2h time, device compute time)).
 #pragma once
 
@@ -16,20 +16,24 @@
 
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/device.h"
-#include "tandem/optim/adamw_reference.h"
 #include "tandem/offload/offload_plan.h"
+#include "tandem/offload/update_rule.h"
+#include "tandem/optim/adamw_reference.h"
 
 namespace tandem {
 
 struct UpdateRates {
-  double cpu_params_per_s = 0;     // CPU AdamW on the whole thread pool
-  double device_params_per_s = 0;  // device AdamW
-  double h2d_bytes_per_s = 0;      // pinned host -> device
-  double d2h_bytes_per_s = 0;      // device -> pinned host
+  double cpu_params_per_s = 0;        // the rule's CPU kernel on the whole thread pool
+  double device_params_per_s = 0;     // the rule's device kernel
+  size_t state_bytes_per_param = 12;  // the rule's state (AdamW: fp32 params, m, v)
+  double h2d_bytes_per_s = 0;         // pinned host -> device
+  double d2h_bytes_per_s = 0;         // device -> pinned host
   std::string to_text() const;
 };
 
-// Measures the rates with `sample_params` parameters (best of a few passes).
+// Measures the rates of `rule` with `sample_params` parameters (best of a few passes).
+UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t sample_params);
+// The same for AdamW, its CPU kernel on `pool`.
 UpdateRates calibrate_update_rates(Device& device, ThreadPool& pool, size_t sample_params);
 
 // Fills [params | m | v | grads] (4 x n floats at `state`, in any memory space of

@@ -95,7 +95,8 @@ UpdateEngine::UpdateEngine(Device& device, const ParamLayout& layout, OffloadPla
     staging_ = device_.allocate(MemorySpace::kDevice,
                                 slots * state_floats_ * plan_.max_subgroup_size * sizeof(float));
   } catch (const DeviceOutOfMemory& e) {
-    const TierBytes needs = engine_memory_needs(plan_, working_bytes(), grad_bytes());
+    const TierBytes needs =
+        engine_memory_needs(plan_, working_bytes(), grad_bytes(), state_floats_ * sizeof(float));
     throw DeviceOutOfMemory(
         cat(e.what(), "; the '", update_schedule_name(plan_.settings.schedule), "' schedule needs ",
             gib(needs.device), " of device memory (including working params and gradients) and ",
