@@ -53,7 +53,7 @@ class UpdateEngine {
     size_t grads_begin = 0;
     // The flat range working_params holds, from its first element: all parameters when
     // unset; a partition at ZeRO stage 3. It covers the plan's partition.
-    std::optional<ParamRange> working_range;
+    std::optional<ParamRange> working_range = std::nullopt;
     // The stream the model's kernels run on, when they run asynchronously (a GPU). Both
     // ways are ordered on the device, with events, never by the host: the engine's reads
     // of the gradients and its writes of the working parameters wait for the work queued
