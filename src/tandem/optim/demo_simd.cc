@@ -71,22 +71,11 @@ void combine_scalar(float* out, const float* coeffs, const float* rows, const Co
         }                                                                                    \
       }                                                                                      \
     }                                                                                        \
-    /* Rows left over, a vector at a time. */                                                \
+    /* What the tiles left, a vector at a time: the rows past the last full tile, and  */    \
+    /* the columns past the last full tile in the others.                              */    \
     const size_t full_vectors = n / V * V;                                                   \
-    for (size_t r = full_rows; r < R; r++) {                                                 \
-      for (size_t i = 0; i < full_vectors; i += V) {                                         \
-        VEC acc = ZERO();                                                                    \
-        for (size_t j = 0; j < m; j++) {                                                     \
-          const float c = coeff_at(coeffs, l, r, j);                                         \
-          if (kSkipZeros && c == 0.0f) continue;                                             \
-          acc = FMA(SET1(c), LOAD(rows + j * l.row_stride + i), acc);                        \
-        }                                                                                    \
-        STORE(out + r * l.out_stride + i, acc);                                              \
-      }                                                                                      \
-    }                                                                                        \
-    /* Columns left over in the full row tiles, a vector at a time. */                       \
-    for (size_t r = 0; r < full_rows; r++) {                                                 \
-      for (size_t i = full_cols; i < full_vectors; i += V) {                                 \
+    for (size_t r = 0; r < R; r++) {                                                         \
+      for (size_t i = r < full_rows ? full_cols : 0; i < full_vectors; i += V) {             \
         VEC acc = ZERO();                                                                    \
         for (size_t j = 0; j < m; j++) {                                                     \
           const float c = coeff_at(coeffs, l, r, j);                                         \
