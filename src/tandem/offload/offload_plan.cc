@@ -53,6 +53,13 @@ OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params
 
 OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params,
                               ParamRange partition) {
+  return make_offload_plan(settings, num_params, partition, {});
+}
+
+OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params,
+                              ParamRange partition, std::span<const size_t> cut_points) {
+  TANDEM_CHECK(std::is_sorted(cut_points.begin(), cut_points.end()),
+               "make_offload_plan: cut points must be ascending");
   TANDEM_CHECK(partition.begin <= partition.end && partition.end <= num_params, "partition [",
                partition.begin, ", ", partition.end, ") is not inside the ", num_params,
                " parameters");
@@ -76,11 +83,15 @@ OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params
   plan.settings = settings;
   plan.num_params = num_params;
   plan.partition = partition;
-  for (size_t begin = partition.begin, x = 0; begin < partition.end;
-       begin += settings.sub_group_size, x++) {
+  for (size_t begin = partition.begin, x = 0; begin < partition.end; x++) {
     Subgroup s;
     s.begin = begin;
     s.end = std::min(partition.end, begin + settings.sub_group_size);
+    if (!cut_points.empty()) {
+      const auto cut = std::lower_bound(cut_points.begin(), cut_points.end(), s.end);
+      s.end = cut == cut_points.end() ? partition.end : std::min(partition.end, *cut);
+    }
+    begin = s.end;
     switch (settings.schedule) {
       case UpdateSchedule::kDevice:
         s.site = UpdateSite::kDeviceResident;

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,6 +69,12 @@ OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params
 // The same over one partition [begin, end) of the num_params parameters.
 OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params,
                               ParamRange partition);
+// The same with every subgroup ending on one of `cut_points` (ascending flat indices, such
+// as the ends of the model's tensors) or at the partition's end: each subgroup runs to the
+// first cut point at least sub_group_size past its start, so it holds whole tensors (an
+// update rule that works per tensor, DeMo, needs them whole at one site).
+OffloadPlan make_offload_plan(const OffloadSettings& settings, size_t num_params,
+                              ParamRange partition, std::span<const size_t> cut_points);
 
 // Bytes needed in each memory space by the update engine for a plan: device (working
 // params, gradients, resident fp32 state, staging buffers), pinned host (offloaded

@@ -169,10 +169,11 @@ const void* UpdateEngine::grad_at(size_t index) const {
   return static_cast<const char*>(buffers_.grads) + (index - buffers_.grads_begin) * grad_bytes();
 }
 
-RuleArrays UpdateEngine::arrays(float* state, size_t size, const void* grads) const {
+RuleArrays UpdateEngine::arrays(const SubgroupState& sg, float* state, const void* grads) const {
   RuleArrays a;
   a.state = state;
-  a.size = size;
+  a.size = sg.size();
+  a.begin = sg.range.begin;
   a.grads = grads;
   a.grad_dtype = buffers_.grad_dtype;
   return a;
@@ -295,8 +296,12 @@ void UpdateEngine::read_state(std::span<float* const> arrays) {
   stream->synchronize();
 }
 
-void UpdateEngine::enqueue_device_update(SubgroupState& sg, float* state) {
-  RuleArrays arrays = this->arrays(state, sg.size(), grad_at(sg.range.begin));
+void UpdateEngine::enqueue_device_update(SubgroupState& sg, float* state, Phase phase) {
+  RuleArrays arrays = this->arrays(sg, state, grad_at(sg.range.begin));
+  if (phase == Phase::kPrepare) {
+    device_.launch_async(rule_->device_prepare(arrays), *compute_, label(sg, "prepare"));
+    return;
+  }
   if (is_16_bit(buffers_.working_dtype)) {
     // The kernel writes the 16-bit working copy in place, in the same pass.
     arrays.params16 = working_at(sg.range.begin);
@@ -311,7 +316,8 @@ void UpdateEngine::enqueue_device_update(SubgroupState& sg, float* state) {
   }
 }
 
-void UpdateEngine::enqueue_staged(SubgroupState& sg, size_t slot, UpdateStepStats& stats) {
+void UpdateEngine::enqueue_staged(SubgroupState& sg, size_t slot, Phase phase,
+                                  UpdateStepStats& stats) {
   const size_t bytes = state_floats_ * sg.size() * sizeof(float);
   float* staging = staging_.as<float>() + slot * state_floats_ * plan_.max_subgroup_size;
   // Prefetch once the slot's previous subgroup has been written back.
@@ -319,15 +325,52 @@ void UpdateEngine::enqueue_staged(SubgroupState& sg, size_t slot, UpdateStepStat
   device_.copy_async(staging, sg.state, bytes, *h2d_, label(sg, "prefetch"));
   device_.record(*slot_loaded_[slot], *h2d_);
   stats.h2d_bytes += bytes;
-  // Update on the device.
+  // Update (or prepare) on the device.
   device_.wait(*compute_, *slot_loaded_[slot]);
-  enqueue_device_update(sg, staging);
+  enqueue_device_update(sg, staging, phase);
   device_.record(*slot_updated_[slot], *compute_);
   // Write back in one copy: the subgroup's host state is replaced entirely or not at all.
   device_.wait(*d2h_, *slot_updated_[slot]);
   device_.copy_async(sg.state, staging, bytes, *d2h_, label(sg, "write-back"));
   device_.record(*slot_free_[slot], *d2h_);
   stats.d2h_bytes += bytes;
+}
+
+void UpdateEngine::enqueue_device_work(Phase phase, UpdateStepStats& stats) {
+  size_t staged = 0;
+  for (auto& sg : subgroups_) {
+    if (sg->range.site == UpdateSite::kDeviceResident) enqueue_device_update(*sg, sg->state, phase);
+    if (sg->range.site == UpdateSite::kDeviceStaged)
+      enqueue_staged(*sg, staged++ % slot_free_.size(), phase, stats);
+  }
+}
+
+void UpdateEngine::run_host_work(Phase phase, UpdateStepStats& stats) {
+  for (auto& sg : subgroups_) {
+    if (sg->range.site != UpdateSite::kHost) continue;
+    sg->grads_on_host->synchronize();
+    RuleArrays arrays = this->arrays(*sg, sg->state, sg->host_grads);
+    if (phase == Phase::kPrepare) {
+      TraceScope scope(tracer_, "cpu update", label(*sg, "prepare"));
+      rule_->prepare_on_host(arrays);
+      continue;
+    }
+    {
+      TraceScope scope(tracer_, "cpu update", label(*sg, rule_->name()));
+      if (sg->host_working != nullptr) {
+        arrays.params16 = sg->host_working;
+        arrays.params16_dtype = buffers_.working_dtype;
+      }
+      rule_->update_on_host(arrays, sg->segments);
+    }
+    // The new working parameters go back to the device behind the update.
+    const size_t bytes = sg->size() * working_bytes();
+    const void* source =
+        sg->host_working != nullptr ? static_cast<const void*>(sg->host_working) : sg->params();
+    device_.copy_async(working_at(sg->range.begin), source, bytes, *h2d_,
+                       label(*sg, "working params"));
+    stats.h2d_bytes += bytes;
+  }
 }
 
 UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
@@ -347,34 +390,19 @@ UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
     for (auto& sg : subgroups_) {
       if (sg->range.site == UpdateSite::kHost && !sg->grads_sent) send_gradients(*sg);
     }
+    if (rule_->has_exchange()) {
+      // A rule that needs the other ranks: every subgroup is prepared at its site (device
+      // work first, overlapping the CPU's), then the ranks exchange, then every subgroup
+      // is updated.
+      enqueue_device_work(Phase::kPrepare, stats);
+      run_host_work(Phase::kPrepare, stats);
+      synchronize_all();
+      rule_->exchange();
+    }
     // 2. Device work, queued up front so that it overlaps the CPU updates below.
-    size_t staged = 0;
-    for (auto& sg : subgroups_) {
-      if (sg->range.site == UpdateSite::kDeviceResident) enqueue_device_update(*sg, sg->state);
-      if (sg->range.site == UpdateSite::kDeviceStaged)
-        enqueue_staged(*sg, staged++ % slot_free_.size(), stats);
-    }
-    // 3. CPU updates, each as soon as its gradients have arrived; the new working
-    //    parameters go back to the device behind it.
-    for (auto& sg : subgroups_) {
-      if (sg->range.site != UpdateSite::kHost) continue;
-      sg->grads_on_host->synchronize();
-      {
-        TraceScope scope(tracer_, "cpu update", label(*sg, rule_->name()));
-        RuleArrays arrays = this->arrays(sg->state, sg->size(), sg->host_grads);
-        if (sg->host_working != nullptr) {
-          arrays.params16 = sg->host_working;
-          arrays.params16_dtype = buffers_.working_dtype;
-        }
-        rule_->update_on_host(arrays, sg->segments);
-      }
-      const size_t bytes = sg->size() * working_bytes();
-      const void* source =
-          sg->host_working != nullptr ? static_cast<const void*>(sg->host_working) : sg->params();
-      device_.copy_async(working_at(sg->range.begin), source, bytes, *h2d_,
-                         label(*sg, "working params"));
-      stats.h2d_bytes += bytes;
-    }
+    enqueue_device_work(Phase::kUpdate, stats);
+    // 3. CPU updates, each as soon as its gradients have arrived.
+    run_host_work(Phase::kUpdate, stats);
     // The model's next kernels wait on the device for the new working parameters (and
     // for the gradient reads to finish), whatever the host does below.
     release_to_producer({d2h_.get(), compute_.get(), h2d_.get()});

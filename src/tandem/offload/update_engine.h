@@ -115,8 +115,13 @@ class UpdateEngine {
 
  private:
   struct SubgroupState;
-  void enqueue_staged(SubgroupState& sg, size_t slot, UpdateStepStats& stats);
-  void enqueue_device_update(SubgroupState& sg, float* state);
+  // A rule with an exchange (update_rule.h) prepares every subgroup before updating it.
+  enum class Phase { kPrepare, kUpdate };
+  void enqueue_staged(SubgroupState& sg, size_t slot, Phase phase, UpdateStepStats& stats);
+  void enqueue_device_update(SubgroupState& sg, float* state, Phase phase);
+  // Every device subgroup's work of the phase, queued; every host subgroup's, done.
+  void enqueue_device_work(Phase phase, UpdateStepStats& stats);
+  void run_host_work(Phase phase, UpdateStepStats& stats);
   void synchronize_all();
   // Makes each of `streams` wait (on the device, not the host) for the work queued so
   // far on the producer stream; nothing without one.
@@ -131,7 +136,7 @@ class UpdateEngine {
   size_t grad_bytes() const;
   // The gradient of parameter `index` in device memory.
   const void* grad_at(size_t index) const;
-  RuleArrays arrays(float* state, size_t size, const void* grads) const;
+  RuleArrays arrays(const SubgroupState& sg, float* state, const void* grads) const;
   // The working copy of parameter `index` in device memory.
   void* working_at(size_t index) const;
   ParamRange working_range() const { return *buffers_.working_range; }

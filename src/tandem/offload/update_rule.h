@@ -5,8 +5,11 @@
 // device memory. Both kernels must compute the same IEEE operations in the same order, so
 // that every offload schedule gives the same bits.
 //
-// Rules: AdamW (optim/adamw_rule.h). DeMo (issue 11) adds a collective phase between its
-// compression and its update.
+// A rule may need every rank before it can update (DeMo: optim/demo_rule.h): then each
+// step the engine runs its prepare kernels on every subgroup at its site, calls exchange()
+// once every subgroup is prepared, and then runs its update kernels on every subgroup.
+//
+// Rules: AdamW (optim/adamw_rule.h), DeMo (optim/demo_rule.h).
 #pragma once
 
 #include <cstddef>
@@ -30,6 +33,7 @@ struct RuleArrays {
   // first, then the rule's own (AdamW: m, v).
   float* state = nullptr;
   size_t size = 0;
+  size_t begin = 0;             // the flat index of element 0 (which tensors the subgroup holds)
   const void* grads = nullptr;  // [size] of grad_dtype
   GradDType grad_dtype = GradDType::kF32;
   // A 16-bit working copy written in the same pass (mixed precision), or null.
@@ -56,6 +60,14 @@ class UpdateRule {
   // A subgroup in device memory: the kernel the engine queues on a device stream.
   virtual DeviceKernel device_update(const RuleArrays& arrays,
                                      std::span<const UpdateSegment> segments) const = 0;
+
+  // The collective phase (see above); a rule without one keeps these defaults.
+  virtual bool has_exchange() const { return false; }
+  virtual void prepare_on_host(const RuleArrays& /*arrays*/) {}
+  virtual DeviceKernel device_prepare(const RuleArrays& /*arrays*/) const { return {}; }
+  // Every subgroup of the step is prepared (device kernels included): exchange with the
+  // other ranks. A collective.
+  virtual void exchange() {}
 };
 
 }  // namespace tandem

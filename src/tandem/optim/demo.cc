@@ -52,8 +52,8 @@ void split_work(ThreadPool* pool, int64_t n, Fn&& fn) {
 
 }  // namespace
 
-void DemoTensor::compress(const DemoArrays& arrays, float lr, DemoMessage& sent,
-                          ThreadPool* pool) const {
+void DemoTensor::compress(const DemoArrays& arrays, float lr, DemoMessage& sent, ThreadPool* pool,
+                          float grad_scale) const {
   const int64_t n = blocks_.num_elements(), bs = blocks_.block_size(), count = blocks_.count();
   const float decay = 1.0f - lr * weight_decay_;
   sent.indices.resize(static_cast<size_t>(count * topk_));
@@ -61,7 +61,7 @@ void DemoTensor::compress(const DemoArrays& arrays, float lr, DemoMessage& sent,
   split_work(pool, n, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i++) {
       arrays.params[i] = arrays.params[i] * decay;
-      arrays.delta[i] = std::fma(beta_, arrays.delta[i], lr * arrays.grad[i]);
+      arrays.delta[i] = std::fma(beta_, arrays.delta[i], lr * (grad_scale * arrays.grad[i]));
     }
   });
   split_work(pool, count, [&](int64_t first, int64_t last) {

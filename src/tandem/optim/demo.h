@@ -6,6 +6,7 @@
 // Per tensor, on each rank, with beta = compression_decay and lr the step's learning rate:
 //   1. p     = p * (1 - lr * weight_decay)          (the factor rounded to float once)
 //   2. delta = fma(beta, delta, lr * grad)           lr inside the momentum, local gradient
+//                                                    (times the clipping scale, if any)
 //   3. Z     = DCT(delta) per block (demo_transform.h)
 //      S     = the compression_topk coefficients of largest |Z| per block, ties to the
 //              lower index, sent in that order (decreasing |Z|)
@@ -73,8 +74,9 @@ class DemoTensor {
 
   // Steps 1 to 4 on this rank: updates params (decay) and delta, and fills `sent`. With a
   // pool, its workers share the elements and the blocks (the same bits for any number).
-  void compress(const DemoArrays& arrays, float lr, DemoMessage& sent,
-                ThreadPool* pool = nullptr) const;
+  // `grad_scale` multiplies the gradient first (clipping; 1 leaves it exact).
+  void compress(const DemoArrays& arrays, float lr, DemoMessage& sent, ThreadPool* pool = nullptr,
+                float grad_scale = 1.0f) const;
   // Step 5 from every rank's message, in rank order: u (if not null, [num_elements]) and
   // the sign step on params.
   void apply(const std::vector<const DemoMessage*>& by_rank, float lr, float* params,

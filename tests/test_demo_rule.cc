@@ -1,0 +1,161 @@
+// DeMo in the update engine (optim/demo_rule.h) on the host-only device: on 3 in-process
+// ranks, every offload schedule (device-resident, CPU, staged through the device every
+// other subgroup, a ratio) gives the parameters and momentum of the library's demo_step
+// on the flat tensors, bit for bit, with the same parameters on every rank and the working
+// copy written; a plan that splits a tensor is refused naming it.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/core/rng.h"
+#include "tandem/core/thread_pool.h"
+#include "tandem/device/device.h"
+#include "tandem/dist/local_group.h"
+#include "tandem/model/gpt_config.h"
+#include "tandem/model/param_layout.h"
+#include "tandem/offload/offload_plan.h"
+#include "tandem/offload/update_engine.h"
+#include "tandem/optim/demo.h"
+#include "tandem/optim/demo_rule.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+
+const GptConfig kModel{
+    .vocab_size = 64, .context_length = 16, .n_layer = 2, .n_head = 2, .n_embd = 32};
+constexpr int kRanks = 3, kSteps = 3;
+
+std::vector<DemoRuleTensor> demo_tensors(const ParamLayout& layout) {
+  std::vector<DemoRuleTensor> tensors;
+  for (const ParamView& v : layout.views()) tensors.push_back({v.name, v.shape, v.offset});
+  return tensors;
+}
+
+DemoHyper hyper() {
+  DemoHyper h;
+  h.weight_decay = 0.1f;
+  return h;
+}
+
+float lr(int step) { return 0.01f * (1.0f - 0.25f * static_cast<float>(step)); }
+float scale(int step) { return step == 1 ? 0.5f : 1.0f; }
+
+// Rank r's gradients at each step, and everyone's starting parameters.
+struct Problem {
+  ParamLayout layout = ParamLayout::gpt2(kModel);
+  size_t P = layout.num_elements();
+  std::vector<float> params;
+  std::vector<std::vector<std::vector<float>>> grads;  // [rank][step]
+  Problem() : params(P), grads(kRanks) {
+    Rng rng(5);
+    for (float& p : params) p = rng.normal() * 0.3f;
+    for (auto& rank : grads) {
+      for (int s = 0; s < kSteps; s++) {
+        rank.emplace_back(P);
+        for (float& g : rank.back()) g = rng.normal();
+      }
+    }
+  }
+};
+
+struct RankState {
+  std::vector<float> params, delta, working;
+};
+
+// The library on flat arrays: each tensor a DemoTensor, one demo_step per step.
+std::vector<RankState> library_run(const Problem& problem) {
+  std::vector<RankState> out(kRanks);
+  run_local_ranks(kRanks, [&](Communicator& comm) {
+    std::vector<DemoTensor> tensors;
+    for (const DemoRuleTensor& t : demo_tensors(problem.layout))
+      tensors.emplace_back(t.name, t.shape, hyper());
+    std::vector<float> p = problem.params, delta(problem.P, 0.0f), g(problem.P);
+    for (int s = 0; s < kSteps; s++) {
+      // The clipping scale multiplies the gradient first, as the rule does.
+      for (size_t i = 0; i < problem.P; i++) g[i] = scale(s) * problem.grads[comm.rank()][s][i];
+      std::vector<const DemoTensor*> rules;
+      std::vector<DemoArrays> arrays;
+      for (size_t t = 0; t < tensors.size(); t++) {
+        const size_t o = problem.layout.views()[t].offset;
+        rules.push_back(&tensors[t]);
+        arrays.push_back({p.data() + o, delta.data() + o, g.data() + o});
+      }
+      demo_step(rules, arrays, lr(s), comm);
+    }
+    out[comm.rank()] = {p, delta, {}};
+  });
+  return out;
+}
+
+std::vector<RankState> engine_run(const Problem& problem, const OffloadSettings& settings,
+                                  bool cut_at_tensors) {
+  std::vector<RankState> out(kRanks);
+  run_local_ranks(kRanks, [&](Communicator& comm) {
+    auto device = make_cpu_device({});
+    ThreadPool pool(2, false);
+    const size_t P = problem.P;
+    DeviceAllocation working = device->allocate(MemorySpace::kDevice, P * sizeof(float));
+    DeviceAllocation grads = device->allocate(MemorySpace::kDevice, P * sizeof(float));
+    auto rule = std::make_unique<DemoRule>(demo_tensors(problem.layout), hyper(), comm, &pool);
+    const std::vector<size_t> cuts = cut_at_tensors ? rule->tensor_ends() : std::vector<size_t>{};
+    UpdateEngine engine(*device, problem.layout,
+                        make_offload_plan(settings, P, ParamRange{0, P}, cuts), std::move(rule),
+                        {.working_params = working.data(), .grads = grads.data()});
+    const std::vector<float> zeros(P, 0.0f);
+    const float* load[] = {problem.params.data(), zeros.data()};
+    engine.load_state(load, 0);
+    for (int s = 0; s < kSteps; s++) {
+      std::memcpy(grads.data(), problem.grads[comm.rank()][s].data(), P * sizeof(float));
+      engine.step(lr(s), scale(s));
+    }
+    RankState state{std::vector<float>(P), std::vector<float>(P), std::vector<float>(P)};
+    float* read[] = {state.params.data(), state.delta.data()};
+    engine.read_state(read);
+    std::memcpy(state.working.data(), working.data(), P * sizeof(float));
+    out[comm.rank()] = std::move(state);
+  });
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(DemoRule, EveryScheduleGivesTheLibrarysBitsOnEveryRank) {
+  const Problem problem;
+  const std::vector<RankState> want = library_run(problem);
+  for (int r = 1; r < kRanks; r++) ASSERT_TRUE(same_bits(want[r].params, want[0].params));
+  // The momenta differ (each rank's own gradients).
+  ASSERT_FALSE(same_bits(want[1].delta, want[0].delta));
+  const OffloadSettings schedules[] = {
+      {.schedule = UpdateSchedule::kDevice, .sub_group_size = 3000},
+      {.schedule = UpdateSchedule::kCpu, .sub_group_size = 3000},
+      {.schedule = UpdateSchedule::kInterleave, .sub_group_size = 2000, .stride = 2},
+      {.schedule = UpdateSchedule::kRatio, .sub_group_size = 1500, .ratio = 0.5},
+  };
+  for (const OffloadSettings& settings : schedules) {
+    SCOPED_TRACE(update_schedule_name(settings.schedule));
+    const std::vector<RankState> got = engine_run(problem, settings, true);
+    for (int r = 0; r < kRanks; r++) {
+      EXPECT_TRUE(same_bits(got[r].params, want[r].params)) << "rank " << r << " params";
+      EXPECT_TRUE(same_bits(got[r].delta, want[r].delta)) << "rank " << r << " momentum";
+      EXPECT_TRUE(same_bits(got[r].working, want[r].params)) << "rank " << r << " working copy";
+    }
+  }
+}
+
+TEST(DemoRule, APlanThatSplitsATensorIsRefusedNamingIt) {
+  const Problem problem;
+  const std::string message = testing::error_of([&] {
+    engine_run(problem, {.schedule = UpdateSchedule::kCpu, .sub_group_size = 1000}, false);
+  });
+  EXPECT_CONTAINS(message, "splits tensor transformer.wte.weight");
+  EXPECT_CONTAINS(message, "subgroups must be cut at tensor boundaries");
+}
+
+}  // namespace
+}  // namespace tandem
