@@ -122,17 +122,11 @@ void DemoTensor::apply(const std::vector<const DemoMessage*>& by_rank, float lr,
   });
 }
 
-void demo_step(const std::vector<const DemoTensor*>& tensors, const std::vector<DemoArrays>& arrays,
-               float lr, Communicator& comm, std::vector<DemoMessage>* sent,
-               const std::vector<float*>* u, ThreadPool* pool) {
-  TANDEM_CHECK(arrays.size() == tensors.size(), "demo_step: ", arrays.size(), " arrays for ",
-               tensors.size(), " tensors");
-  std::vector<DemoMessage> mine(tensors.size());
+std::vector<std::vector<DemoMessage>> demo_exchange(const std::vector<const DemoTensor*>& tensors,
+                                                    const std::vector<DemoMessage>& mine,
+                                                    Communicator& comm) {
   size_t bytes = 0;  // of one rank's messages, every tensor's packed one after another
-  for (size_t t = 0; t < tensors.size(); t++) {
-    tensors[t]->compress(arrays[t], lr, mine[t], pool);
-    bytes += tensors[t]->wire().bytes();
-  }
+  for (const DemoTensor* t : tensors) bytes += t->wire().bytes();
   const int world = comm.world_size();
   std::vector<uint8_t> send(bytes), all(bytes * world);
   size_t offset = 0;
@@ -153,9 +147,20 @@ void demo_step(const std::vector<const DemoTensor*>& tensors, const std::vector<
       from += tensors[t]->wire().bytes();
     }
   }
+  return received;
+}
+
+void demo_step(const std::vector<const DemoTensor*>& tensors, const std::vector<DemoArrays>& arrays,
+               float lr, Communicator& comm, std::vector<DemoMessage>* sent,
+               const std::vector<float*>* u, ThreadPool* pool) {
+  TANDEM_CHECK(arrays.size() == tensors.size(), "demo_step: ", arrays.size(), " arrays for ",
+               tensors.size(), " tensors");
+  std::vector<DemoMessage> mine(tensors.size());
+  for (size_t t = 0; t < tensors.size(); t++) tensors[t]->compress(arrays[t], lr, mine[t], pool);
+  const auto received = demo_exchange(tensors, mine, comm);
   for (size_t t = 0; t < tensors.size(); t++) {
     std::vector<const DemoMessage*> by_rank;
-    for (int r = 0; r < world; r++) by_rank.push_back(&received[r][t]);
+    for (const auto& rank : received) by_rank.push_back(&rank[t]);
     tensors[t]->apply(by_rank, lr, arrays[t].params, u != nullptr ? (*u)[t] : nullptr, pool);
   }
   if (sent != nullptr) *sent = std::move(mine);

@@ -90,6 +90,13 @@ class DemoTensor {
   float beta_, weight_decay_;
 };
 
+// Every rank's messages for `tensors` ([rank][tensor], as the wire format carries them),
+// from this rank's `mine` (one per tensor): one all-gather of the packed messages. A
+// collective.
+std::vector<std::vector<DemoMessage>> demo_exchange(const std::vector<const DemoTensor*>& tensors,
+                                                    const std::vector<DemoMessage>& mine,
+                                                    Communicator& comm);
+
 // One DeMo step of every tensor on this rank: compress, one all-gather of every rank's
 // packed messages (demo_wire.h) over `comm`, apply what was received (with lossy value
 // formats, the error feedback still subtracts the coefficients as computed, as the

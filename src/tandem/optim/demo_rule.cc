@@ -85,26 +85,9 @@ void DemoRule::exchange() {
   for (size_t t = 0; t < layout_.size(); t++)
     TANDEM_CHECK(prepared_[t], "DeMo: tensor ", layout_[t].name,
                  " was in no subgroup this step; every rank must compress every tensor");
-  size_t bytes = 0;
-  for (const DemoTensor& t : tensors_) bytes += t.wire().bytes();
-  std::vector<uint8_t> send(bytes), all(bytes * comm_.world_size());
-  size_t offset = 0;
-  for (size_t t = 0; t < tensors_.size(); t++) {
-    tensors_[t].wire().encode(sent_[t], send.data() + offset);
-    offset += tensors_[t].wire().bytes();
-  }
-  if (comm_.world_size() == 1) {
-    all = send;
-  } else {
-    comm_.all_gather(send.data(), all.data(), bytes);
-  }
-  for (int r = 0; r < comm_.world_size(); r++) {
-    const uint8_t* from = all.data() + r * bytes;
-    for (size_t t = 0; t < tensors_.size(); t++) {
-      tensors_[t].wire().decode(from, received_[r][t]);
-      from += tensors_[t].wire().bytes();
-    }
-  }
+  std::vector<const DemoTensor*> tensors;
+  for (const DemoTensor& t : tensors_) tensors.push_back(&t);
+  received_ = demo_exchange(tensors, sent_, comm_);
 }
 
 void DemoRule::apply(const RuleArrays& arrays, ThreadPool* pool) const {
