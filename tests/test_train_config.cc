@@ -342,7 +342,8 @@ TEST(ParseTrainConfig, Bf16IsAnEnabledFlag) {
 
 TEST(ParseTrainConfig, TypeValuesListAllowed) {
   const std::string opt = error_with("optimizer.type=SGD");
-  EXPECT_NE(opt.find("optimizer.type must be one of: \"AdamW\""), std::string::npos) << opt;
+  EXPECT_NE(opt.find("optimizer.type must be one of: \"AdamW\", \"DeMo\""), std::string::npos)
+      << opt;
   EXPECT_NE(opt.find("SGD"), std::string::npos) << opt;
   const std::string sched = error_with("scheduler.type=Linear");
   EXPECT_NE(sched.find("scheduler.type must be one of: \"WarmupCosineLR\""), std::string::npos)

@@ -1,7 +1,9 @@
 #include "tandem/dist/agreement.h"
 
 #include <cstdint>
+#include <vector>
 
+#include "tandem/core/checksum.h"
 #include "tandem/core/error.h"
 
 namespace tandem {
@@ -46,6 +48,19 @@ void require_same_on_every_rank(Communicator& comm, const nlohmann::json& mine,
                fix);
   TANDEM_CHECK(all_same, "another rank was started with a ", what,
                " that differs from rank 0's (its error names the key)");
+}
+
+void require_same_bits_on_every_rank(Communicator& comm, const void* data, size_t bytes,
+                                     std::string_view what, std::string_view fix) {
+  if (comm.world_size() == 1) return;
+  const uint64_t mine = checksum64(data, bytes);
+  std::vector<uint64_t> all(comm.world_size());
+  comm.all_gather(&mine, all.data(), sizeof mine);
+  std::string differing;
+  for (int r = 1; r < comm.world_size(); r++)
+    if (all[r] != all[0]) differing += cat("rank ", r, ": ", checksum_hex(all[r]), ", ");
+  TANDEM_CHECK(differing.empty(), what, " differ between the ranks (", differing,
+               "rank 0: ", checksum_hex(all[0]), "); ", fix);
 }
 
 }  // namespace tandem

@@ -27,4 +27,10 @@ std::string first_json_difference(const nlohmann::json& a, const nlohmann::json&
 void require_same_on_every_rank(Communicator& comm, const nlohmann::json& mine,
                                 std::string_view what, std::string_view fix);
 
+// Every rank compares an XXH3-64 of `bytes` bytes at `data` with every other's, and all
+// throw together if any differs, naming the ranks whose hash differs from rank 0's:
+// "<what> differ(s) between the ranks (rank 2: 1f..., rank 0: 3a...); <fix>".
+void require_same_bits_on_every_rank(Communicator& comm, const void* data, size_t bytes,
+                                     std::string_view what, std::string_view fix);
+
 }  // namespace tandem

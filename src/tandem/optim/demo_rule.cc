@@ -56,19 +56,24 @@ std::pair<size_t, size_t> DemoRule::tensors_of(const RuleArrays& arrays) const {
                layout_[layout_[f].begin != begin ? f : l - 1].name,
                "; DeMo compresses whole tensors at one site, so subgroups must be cut at tensor "
                "boundaries");
-  TANDEM_CHECK(arrays.grad_dtype == GradDType::kF32,
-               "DeMo: bf16 gradients are not supported yet; train in fp32 (bf16.enabled = false)");
   return {f, l};
 }
 
 void DemoRule::prepare(const RuleArrays& arrays, ThreadPool* pool) const {
   const auto [first, last] = tensors_of(arrays);
-  const auto* grads = static_cast<const float*>(arrays.grads);
+  std::vector<float> widened;  // a tensor's bf16 gradients in fp32 (exactly)
   for (size_t t = first; t < last; t++) {
     const size_t offset = layout_[t].begin - arrays.begin;
-    tensors_[t].compress(
-        DemoArrays{arrays.array(0) + offset, arrays.array(1) + offset, grads + offset}, lr_,
-        sent_[t], pool, grad_scale_);
+    const float* grad = static_cast<const float*>(arrays.grads) + offset;
+    if (arrays.grad_dtype == GradDType::kBF16) {
+      const auto n = static_cast<size_t>(tensors_[t].blocks().num_elements());
+      const uint16_t* bits = static_cast<const uint16_t*>(arrays.grads) + offset;
+      widened.resize(n);
+      for (size_t i = 0; i < n; i++) widened[i] = bf16_to_float(bits[i]);
+      grad = widened.data();
+    }
+    tensors_[t].compress(DemoArrays{arrays.array(0) + offset, arrays.array(1) + offset, grad}, lr_,
+                         sent_[t], pool, grad_scale_);
     prepared_[t] = 1;
   }
 }

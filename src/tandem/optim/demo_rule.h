@@ -10,7 +10,8 @@
 // The arithmetic is demo.h's, so the engine gives the library's bits under every offload
 // schedule. Subgroups must hold whole tensors (make_offload_plan with tensor_ends() as cut
 // points); every parameter is updated with weight_decay, as the reference does; gradients
-// are fp32. The device variants run on the host-only device; DeMo has no CUDA kernels yet.
+// are fp32 or bf16 (widened exactly). The device variants run on the host-only device; DeMo has no
+// CUDA kernels yet.
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,7 @@
 #include "tandem/core/format.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/model/gpt.h"
+#include "tandem/train/optimizer_setup.h"
 #include "tandem/zero/data_parallel.h"
 #include "tandem/zero/partition.h"
 
@@ -14,16 +15,16 @@ namespace tandem {
 namespace {
 
 void add_up(TrainingMemoryPlan& plan) {
-  const TierBytes engine =
-      engine_memory_needs(plan.offload, plan.model_elem_bytes, plan.model_elem_bytes);
+  const TierBytes engine = engine_memory_needs(plan.offload, plan.model_elem_bytes,
+                                               plan.model_elem_bytes, plan.state_bytes_per_param);
   // engine_memory_needs counts a full working copy and gradient buffer; the model's are
   // counted in model_bytes (padded, or partitioned).
   plan.optimizer_device_bytes = engine.device - plan.num_params * 2 * plan.model_elem_bytes;
   plan.total.device = plan.activation_bytes + plan.model_bytes + plan.zero_buffer_bytes +
                       plan.optimizer_device_bytes;
   plan.total.pinned_host = engine.pinned_host;
-  // Host: the fp32 params, m and v gathered when a checkpoint is written.
-  plan.total.host = plan.num_params * 3 * sizeof(float);
+  // Host: the fp32 state gathered when a checkpoint is written.
+  plan.total.host = plan.num_params * plan.state_bytes_per_param;
 }
 
 }  // namespace
@@ -47,7 +48,7 @@ ParamRange zero_state_range(const TrainConfig& config, int world_size, int rank)
 }
 
 size_t TrainingMemoryPlan::model_state_bytes() const {
-  return model_bytes + offload.partition.size() * 3 * sizeof(float);
+  return model_bytes + offload.partition.size() * state_bytes_per_param;
 }
 
 TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
@@ -79,9 +80,15 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   // Until the rates are known, `auto` is costed as its least demanding choice (all CPU).
   OffloadSettings fixed = config.offload;
   if (automatic) fixed.schedule = UpdateSchedule::kCpu;
-  plan.offload = make_offload_plan(fixed, plan.num_params, state_range);
+  plan.state_bytes_per_param = optimizer_state_bytes_per_param(config.optimizer);
+  if (config.optimizer.type == OptimizerType::kDeMo) plan.state_names = "fp32 params, delta";
+  const std::vector<size_t> cuts =
+      subgroup_cut_points(config.optimizer, ParamLayout::gpt2(config.model));
+  plan.offload = make_offload_plan(fixed, plan.num_params, state_range, cuts);
   add_up(plan);
   if (!plan.fits()) return plan;  // nothing to measure: the run cannot start
+  // The performance model times AdamW's kernels; DeMo's plans are fixed (no `auto`).
+  if (config.optimizer.type != OptimizerType::kAdamW) return plan;
 
   // A sample the CPU must stream from memory as the real update does, small enough to take
   // well under a second and to fit beside nothing else in the device memory (16 bytes per
@@ -120,8 +127,8 @@ std::string TrainingMemoryPlan::to_text() const {
     text += cat("ZeRO stage ", zero_stage, " over ", world_size, " ranks: this rank updates ",
                 offload.partition.size(), " parameters [", offload.partition.begin, ", ",
                 offload.partition.end, "); model states ", format_bytes(model_state_bytes()),
-                " (working params + gradients ", format_bytes(model_bytes), ", fp32 params, m, v ",
-                format_bytes(offload.partition.size() * 3 * sizeof(float)), ")",
+                " (working params + gradients ", format_bytes(model_bytes), ", ", state_names, " ",
+                format_bytes(offload.partition.size() * state_bytes_per_param), ")",
                 zero_buffer_bytes > 0
                     ? cat("; buffers ", format_bytes(zero_buffer_bytes),
                           zero_stage == 3 ? " (gradient slots, gathered and persistent parameters)"
@@ -134,10 +141,13 @@ std::string TrainingMemoryPlan::to_text() const {
               format_bytes(model_bytes + zero_buffer_bytes),
               model_elem_bytes == 2 ? " in bf16" : " in fp32", ", optimizer state + staging ",
               format_bytes(optimizer_device_bytes), ")", fits() ? "" : "  << does not fit", "\n",
-              "  pinned host: ", format_bytes(total.pinned_host),
-              " (offloaded fp32 params, m, v; host gradients and working copies)\n",
-              "  host:        ", format_bytes(total.host), " (checkpoint staging)\n");
-  if (rates.cpu_params_per_s == 0) return text + "measured: nothing (the plan does not fit)\n";
+              "  pinned host: ", format_bytes(total.pinned_host), " (offloaded ", state_names,
+              "; host gradients and working copies)\n", "  host:        ", format_bytes(total.host),
+              " (checkpoint staging)\n");
+  if (rates.cpu_params_per_s == 0)
+    return text + (fits() ? "measured: nothing (the performance model times AdamW only; `tandem "
+                            "bench demo` measures DeMo's step)\n"
+                          : "measured: nothing (the plan does not fit)\n");
   return text + cat("measured: ", rates.to_text(), "\n",
                     "predicted update time: ", prediction.seconds * 1e3, " ms (CPU ",
                     prediction.host_seconds * 1e3, " ms, device ", prediction.device_seconds * 1e3,

@@ -27,7 +27,11 @@ struct TrainingMemoryPlan {
   // gathered parameters (buffers, not model states).
   size_t zero_buffer_bytes = 0;
   size_t optimizer_device_bytes = 0;  // device: resident fp32 state + staging buffers
-  TierBytes total;                    // every tier, all of the above included
+  // The update rule's fp32 state per parameter (AdamW: params, m, v = 12; DeMo: params,
+  // delta = 8) and its names for the text.
+  size_t state_bytes_per_param = 12;
+  std::string state_names = "fp32 params, m, v";
+  TierBytes total;  // every tier, all of the above included
   UpdateRates rates;
   UpdatePrediction prediction;
   // Data parallelism: the ranks and the ZeRO stage; offload.partition is this rank's.
@@ -35,8 +39,8 @@ struct TrainingMemoryPlan {
   int zero_stage = 0;
 
   // What ZeRO's paper counts as model states, per rank: working params, gradients and
-  // the fp32 params, m and v this rank holds (in mixed precision: 16P at stage 0, 4P +
-  // 12P/N at stage 1, 2P + 14P/N at stage 2, 16P/N at stage 3, up to the padding).
+  // the fp32 optimizer state this rank holds (AdamW's numbers: (in mixed precision: 16P at stage 0,
+  // 4P + 12P/N at stage 1, 2P + 14P/N at stage 2, 16P/N at stage 3, up to the padding).
   size_t model_state_bytes() const;
 
   bool fits() const { return total.device <= device_capacity; }
@@ -47,8 +51,10 @@ struct TrainingMemoryPlan {
 // capacity of its memory): the model's tensors and the optimizer state share it.
 std::unique_ptr<Device> make_training_device(const TrainConfig& config, int cuda_device_index = 0);
 
-// Calibrates the update rates on `device` and `pool`, builds the update plan (the
-// performance model's choice for `auto`) and adds up the memory, the model's included.
+// Calibrates the update rates on `device` and `pool` (AdamW; DeMo's are measured by
+// `tandem bench demo`, and its plans are not costed), builds the update plan (the
+// performance model's choice for `auto`; DeMo's subgroups cut at tensor ends) and adds up
+// the memory, the model's included.
 // Call it before the model allocates anything on the device.
 TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool);
 // The same for a rank that holds the optimizer state of `state_range` only (ZeRO).

@@ -54,7 +54,7 @@ fs::path save_sharded_training_checkpoint(Communicator& comm, const fs::path& ch
   TANDEM_CHECK(all_ranks_ok(comm, error.empty()),
                rank == 0 ? error : "checkpoint: rank 0 could not open the staging directory");
 
-  // 2. Every rank writes its shard of the moments.
+  // 2. Every rank writes its shard of the optimizer state.
   ShardReport mine;
   mine.begin = shard.range.begin;
   mine.end = shard.range.end;
@@ -62,8 +62,8 @@ fs::path save_sharded_training_checkpoint(Communicator& comm, const fs::path& ch
     if (shard.range.size() > 0) {
       const auto n = static_cast<int64_t>(shard.range.size());
       SafetensorsWriter writer;
-      writer.add("exp_avg", DType::kF32, {n}, shard.exp_avg + shard.range.begin);
-      writer.add("exp_avg_sq", DType::kF32, {n}, shard.exp_avg_sq + shard.range.begin);
+      for (const auto& [name, array] : shard.arrays)
+        writer.add(name, DType::kF32, {n}, array + shard.range.begin);
       writer.set_metadata("begin", std::to_string(shard.range.begin));
       writer.set_metadata("end", std::to_string(shard.range.end));
       writer.set_metadata("step", std::to_string(state.step));
@@ -94,7 +94,8 @@ fs::path save_sharded_training_checkpoint(Communicator& comm, const fs::path& ch
         if (reports[r].written == 0) continue;
         const std::string name = shard_file_name(r, world);
         staged->add_written({name, reports[r].bytes, reports[r].xxh3_64});
-        shards.push_back({{"file", name}, {"begin", reports[r].begin}, {"end", reports[r].end}});
+        shards.push_back(
+            {{"file", name}, {"rank", r}, {"begin", reports[r].begin}, {"end", reports[r].end}});
       }
       for (const CheckpointFileWriter& file : training_checkpoint_files(state, false))
         staged->write(file);
@@ -102,6 +103,7 @@ fs::path save_sharded_training_checkpoint(Communicator& comm, const fs::path& ch
                                     {{"num_params", state.params.size()},
                                      {"world_size", world},
                                      {"zero_stage", shard.zero_stage},
+                                     {"per_rank", shard.per_rank},
                                      {"shards", shards}}}});
     } catch (const Error& e) {
       error = e.what();

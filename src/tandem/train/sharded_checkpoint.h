@@ -1,21 +1,26 @@
 // Checkpoints of a data-parallel run: rank 0 writes the weights (Hugging Face safetensors,
 // whatever the world size), the config and the trainer state; every rank writes its own
-// shard of the Adam moments (its ZeRO partition), into one staging directory on the
-// shared filesystem; rank 0 writes the manifest last, recording the partitioning:
+// shard of the optimizer's state (AdamW's moments over its ZeRO partition; DeMo's momentum,
+// whole: every rank keeps its own), into one staging directory on the shared filesystem;
+// rank 0 writes the manifest last, recording the partitioning:
 //
 //   step_00000500/
 //     model.safetensors, config.json, trainer_state.json    rank 0
-//     optimizer_shard_00001_of_00004.safetensors            rank 1: exp_avg, exp_avg_sq
-//                                                            over [begin, end) (flat layout)
+//     optimizer_shard_00001_of_00004.safetensors            rank 1: exp_avg, exp_avg_sq (or
+//                                                            delta) over [begin, end)
 //     manifest.json   files + "optimizer_shards": {"num_params", "world_size", "zero_stage",
-//                     "shards": [{"file", "begin", "end"}, ...]}
+//                     "per_rank", "shards": [{"file", "rank", "begin", "end"}, ...]}
 //
-// load_training_checkpoint (train_checkpoint.h) reads it at any world size and stage: a
-// rank reads the shards that overlap the range it keeps, so no conversion step exists.
+// load_training_checkpoint (train_checkpoint.h) reads partitioned state at any world size
+// and stage: a rank reads the shards that overlap the range it keeps, so no conversion step
+// exists. Per-rank state ("per_rank": true) is read by the rank of the same number.
 // A rank that fails to write leaves nothing published: every rank learns it and throws.
 #pragma once
 
 #include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tandem/dist/communicator.h"
 #include "tandem/offload/offload_plan.h"
@@ -25,15 +30,15 @@ namespace tandem {
 
 struct ShardedOptimizerState {
   int zero_stage = 0;
-  ParamRange range;  // this rank's partition
-  // Flat arrays over all parameters, valid on `range`.
-  const float* exp_avg = nullptr;
-  const float* exp_avg_sq = nullptr;
+  bool per_rank = false;  // every rank writes state of its own (optimizer_state_per_rank)
+  ParamRange range;       // what this rank writes: its partition, or all parameters
+  // Flat arrays over all parameters, valid on `range`, with their names
+  // (optimizer_state_names).
+  std::vector<std::pair<std::string, const float*>> arrays;
 };
 
 // A collective. `state` is read on rank 0 only (config, step, positions and the full fp32
-// params; its exp_avg/exp_avg_sq are not used). Returns the checkpoint directory on every
-// rank.
+// params; its optimizer_state is not used). Returns the checkpoint directory on every rank.
 std::filesystem::path save_sharded_training_checkpoint(
     Communicator& comm, const std::filesystem::path& checkpoints_root, const TrainingState& state,
     const ShardedOptimizerState& shard);

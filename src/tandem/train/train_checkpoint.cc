@@ -9,6 +9,7 @@
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/train/optimizer_setup.h"
 
 namespace tandem {
 namespace fs = std::filesystem;
@@ -32,14 +33,39 @@ nlohmann::json state_json(const TrainingState& state) {
 }
 
 void write_optimizer(const fs::path& path, const TrainingState& state, const ParamLayout& layout) {
+  const std::vector<std::string> names = optimizer_state_names(state.config.optimizer);
   SafetensorsWriter writer;
-  for (const ParamView& view : layout.views()) {
-    writer.add("exp_avg." + view.name, DType::kF32, view.shape, state.exp_avg.data() + view.offset);
-    writer.add("exp_avg_sq." + view.name, DType::kF32, view.shape,
-               state.exp_avg_sq.data() + view.offset);
-  }
+  for (const ParamView& view : layout.views())
+    for (size_t k = 0; k < names.size(); k++)
+      writer.add(names[k] + "." + view.name, DType::kF32, view.shape,
+                 state.optimizer_state[k].data() + view.offset);
   writer.set_metadata("step", std::to_string(state.step));
+  writer.set_metadata("optimizer", std::string(optimizer_type_name(state.config.optimizer.type)));
   writer.write(path);
+}
+
+// Reads rank `slice.rank`'s state from the per-rank shards of a data-parallel DeMo run.
+void read_per_rank_shards(const fs::path& dir, const nlohmann::json& sharded,
+                          const std::vector<std::string>& names, const OptimizerStateSlice& slice,
+                          TrainingState& state) {
+  const fs::path where = dir / "manifest.json";
+  const int world = sharded.at("world_size").get<int>();
+  TANDEM_CHECK(world == slice.world_size, dir.string(), ": the checkpoint holds the ",
+               optimizer_type_name(state.config.optimizer.type), " state of each of ", world,
+               " ranks (every rank keeps its own); resume it with ", world, " ranks, not ",
+               slice.world_size);
+  for (const nlohmann::json& shard : sharded.at("shards")) {
+    if (shard.at("rank").get<int>() != slice.rank) continue;
+    const std::string file = shard.at("file").get<std::string>();
+    verify_checkpoint(dir, {file});
+    const SafetensorsFile f = SafetensorsFile::read(dir / file);
+    const std::vector<int64_t> shape = {static_cast<int64_t>(state.params.size())};
+    for (size_t k = 0; k < names.size(); k++)
+      state.optimizer_state[k] = f.read_f32(names[k], shape);
+    return;
+  }
+  fail(where.string(), ": no optimizer shard of rank ", slice.rank,
+       "; the checkpoint is incomplete — use another checkpoint");
 }
 
 // Reads trainer_state.json into everything but the tensors.
@@ -77,9 +103,14 @@ std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState&
                                                             bool with_optimizer) {
   const auto layout = std::make_shared<ParamLayout>(ParamLayout::gpt2(state.config.model));
   const size_t P = layout->num_elements();
-  TANDEM_CHECK(state.params.size() == P &&
-                   (!with_optimizer || (state.exp_avg.size() == P && state.exp_avg_sq.size() == P)),
-               "checkpoint state does not match the model's ", P, " parameters");
+  bool sizes_match = state.params.size() == P;
+  if (with_optimizer) {
+    sizes_match = sizes_match && state.optimizer_state.size() ==
+                                     optimizer_state_names(state.config.optimizer).size();
+    for (const std::vector<float>& array : state.optimizer_state)
+      sizes_match = sizes_match && array.size() == P;
+  }
+  TANDEM_CHECK(sizes_match, "checkpoint state does not match the model's ", P, " parameters");
   // The weights: one model.safetensors, or shards and their index past max_shard_size.
   const std::vector<WeightShard> shards =
       plan_gpt2_weight_shards(*layout, state.config.train.max_shard_size);
@@ -123,27 +154,37 @@ TrainingState load_checkpoint_weights(const fs::path& path) {
   return state;
 }
 
-TrainingState load_training_checkpoint(const fs::path& path) {
-  return load_training_checkpoint(path, ParamRange{0, SIZE_MAX});
+const std::vector<float>& TrainingState::optimizer_array(const std::string& name) const {
+  const std::vector<std::string> names = optimizer_state_names(config.optimizer);
+  for (size_t k = 0; k < names.size() && k < optimizer_state.size(); k++)
+    if (names[k] == name) return optimizer_state[k];
+  fail("the ", optimizer_type_name(config.optimizer.type), " optimizer keeps no state array '",
+       name, "'");
 }
 
-TrainingState load_training_checkpoint(const fs::path& path, ParamRange keep) {
+TrainingState load_training_checkpoint(const fs::path& path, const OptimizerStateSlice& slice) {
   TrainingState state = load_checkpoint_weights(path);
   const fs::path dir = resolve_checkpoint(path);
   const ParamLayout layout = ParamLayout::gpt2(state.config.model);
   const size_t P = layout.num_elements();
-  keep.end = std::min(keep.end, P);
-  state.exp_avg.assign(P, 0.0f);
-  state.exp_avg_sq.assign(P, 0.0f);
+  const std::vector<std::string> names = optimizer_state_names(state.config.optimizer);
+  const ParamRange keep{slice.keep.begin, std::min(slice.keep.end, P)};
+  state.optimizer_state.assign(names.size(), std::vector<float>(P, 0.0f));
   const nlohmann::json manifest = checkpoint_manifest(dir);
+  const bool per_rank = optimizer_state_per_rank(state.config.optimizer);
   if (manifest.contains("optimizer_shards")) {
-    // Written by the ranks of a data-parallel run: read the shards overlapping `keep`.
+    // Written by the ranks of a data-parallel run: read the shards overlapping `keep`, or
+    // this rank's own.
     const fs::path where = dir / "manifest.json";
     try {
       const nlohmann::json& sharded = manifest.at("optimizer_shards");
       TANDEM_CHECK(sharded.at("num_params").get<size_t>() == P, where.string(),
                    ": the optimizer shards cover ", sharded.at("num_params").get<size_t>(),
                    " parameters, the model has ", P);
+      if (per_rank) {
+        read_per_rank_shards(dir, sharded, names, slice, state);
+        return state;
+      }
       size_t covered = 0;
       for (const nlohmann::json& shard : sharded.at("shards")) {
         const std::string file = shard.at("file").get<std::string>();
@@ -156,10 +197,11 @@ TrainingState load_training_checkpoint(const fs::path& path, ParamRange keep) {
         verify_checkpoint(dir, {file});
         const SafetensorsFile f = SafetensorsFile::read(dir / file);
         const std::vector<int64_t> shape = {static_cast<int64_t>(end - begin)};
-        const std::vector<float> m = f.read_f32("exp_avg", shape);
-        const std::vector<float> v = f.read_f32("exp_avg_sq", shape);
-        std::copy(m.begin() + (b - begin), m.begin() + (e - begin), state.exp_avg.begin() + b);
-        std::copy(v.begin() + (b - begin), v.begin() + (e - begin), state.exp_avg_sq.begin() + b);
+        for (size_t k = 0; k < names.size(); k++) {
+          const std::vector<float> array = f.read_f32(names[k], shape);
+          std::copy(array.begin() + (b - begin), array.begin() + (e - begin),
+                    state.optimizer_state[k].begin() + b);
+        }
       }
       TANDEM_CHECK(covered == P, where.string(), ": the optimizer shards cover ", covered, " of ",
                    P, " parameters; the checkpoint is incomplete — use another checkpoint");
@@ -168,14 +210,17 @@ TrainingState load_training_checkpoint(const fs::path& path, ParamRange keep) {
     }
     return state;
   }
+  TANDEM_CHECK(!per_rank || slice.world_size == 1, dir.string(), ": the checkpoint holds the ",
+               optimizer_type_name(state.config.optimizer.type),
+               " state of one rank (every rank keeps its own); resume it with 1 rank, not ",
+               slice.world_size);
   verify_checkpoint(dir, {"optimizer.safetensors"});
   const SafetensorsFile optimizer = SafetensorsFile::read(dir / "optimizer.safetensors");
-  for (const ParamView& view : layout.views()) {
-    optimizer.copy_f32("exp_avg." + view.name, view.shape,
-                       std::span<float>(state.exp_avg.data() + view.offset, view.numel));
-    optimizer.copy_f32("exp_avg_sq." + view.name, view.shape,
-                       std::span<float>(state.exp_avg_sq.data() + view.offset, view.numel));
-  }
+  for (const ParamView& view : layout.views())
+    for (size_t k = 0; k < names.size(); k++)
+      optimizer.copy_f32(
+          names[k] + "." + view.name, view.shape,
+          std::span<float>(state.optimizer_state[k].data() + view.offset, view.numel));
   return state;
 }
 

@@ -3,13 +3,16 @@
 //   step_00000500/
 //     model.safetensors      weights, Hugging Face GPT-2 names and layout (F32)
 //     config.json            Hugging Face GPT-2 config, so `transformers` loads the dir
-//     optimizer.safetensors  AdamW moments: exp_avg.<name>, exp_avg_sq.<name> (tandem layout)
+//     optimizer.safetensors  the optimizer's state, <array>.<name> (tandem layout): AdamW's
+//                            exp_avg and exp_avg_sq, DeMo's delta
 //     trainer_state.json     step, data-loader position, RNG state, the run config
 //     manifest.json          size and XXH3-64 checksum of each file above
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "tandem/ckpt/checkpoint_dir.h"
@@ -27,8 +30,23 @@ struct TrainingState {
   DataLoader::Position train_position;
   Rng::State sample_rng{};
   std::vector<float> params;  // flat, tandem layout
-  std::vector<float> exp_avg;
-  std::vector<float> exp_avg_sq;
+  // The optimizer's state beside the params, flat, one array per name of
+  // optimizer_state_names(config.optimizer) (train/optimizer_setup.h), in that order: AdamW
+  // exp_avg, exp_avg_sq; DeMo delta (this rank's: each rank keeps its own).
+  std::vector<std::vector<float>> optimizer_state;
+
+  // The array named `name` (throws naming it when the optimizer keeps none of that name).
+  const std::vector<float>& optimizer_array(const std::string& name) const;
+};
+
+// Which part of a checkpoint's optimizer state a rank reads.
+struct OptimizerStateSlice {
+  // State partitioned over the ranks (AdamW): only within `keep`, zero elsewhere.
+  ParamRange keep{0, SIZE_MAX};
+  // State of each rank's own (DeMo): rank `rank`'s, of a checkpoint written by `world_size`
+  // ranks (another world size is refused).
+  int rank = 0;
+  int world_size = 1;
 };
 
 // Writes a checkpoint directory under checkpoints_root (atomically; see
@@ -45,11 +63,9 @@ std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState&
 // Loads from a checkpoint directory, a checkpoints root or a run directory. The
 // checksums of the files read are verified first: a damaged checkpoint is refused with
 // the file named. Reads one optimizer.safetensors or the shards of a data-parallel run
-// (sharded_checkpoint.h), whatever world size wrote them.
-TrainingState load_training_checkpoint(const std::filesystem::path& path);
-// The same, with the Adam moments read only within `keep` (zero elsewhere): a rank's
-// partition, from the shards that overlap it.
-TrainingState load_training_checkpoint(const std::filesystem::path& path, ParamRange keep);
+// (sharded_checkpoint.h); partitioned state whatever world size wrote it.
+TrainingState load_training_checkpoint(const std::filesystem::path& path,
+                                       const OptimizerStateSlice& slice = {});
 
 // Model weights and config only (what `tandem sample` needs); checksums verified.
 TrainingState load_checkpoint_weights(const std::filesystem::path& path);

@@ -37,6 +37,7 @@ constexpr std::string_view kTopKeys[] = {"model",
                                          "gradient_accumulation_steps",
                                          "gradient_clipping",
                                          "optimizer",
+                                         "demo",
                                          "scheduler",
                                          "zero_optimization",
                                          "offload_optimizer",
@@ -61,14 +62,29 @@ constexpr std::string_view kModelKeys[] = {"vocab_size", "context_length", "n_la
                                            "n_embd"};
 constexpr std::string_view kDataKeys[] = {"train_path", "val_path", "val_fraction"};
 constexpr std::string_view kTypedKeys[] = {"type", "params"};
-constexpr std::string_view kOptimizerParamKeys[] = {"lr", "betas", "eps", "weight_decay"};
+constexpr std::string_view kAdamWParamKeys[] = {"lr", "betas", "eps", "weight_decay"};
+constexpr std::string_view kDemoParamKeys[] = {"lr",
+                                               "compression_decay",
+                                               "compression_topk",
+                                               "compression_chunk",
+                                               "compression_values",
+                                               "weight_decay"};
+// Every key of either type: what may be written one level too high.
+constexpr std::string_view kOptimizerParamKeys[] = {"lr",
+                                                    "betas",
+                                                    "eps",
+                                                    "weight_decay",
+                                                    "compression_decay",
+                                                    "compression_topk",
+                                                    "compression_chunk",
+                                                    "compression_values"};
+constexpr std::string_view kDemoKeys[] = {"replica_check_interval"};
 constexpr std::string_view kSchedulerParamKeys[] = {"warmup_num_steps", "cos_min_ratio"};
 constexpr std::string_view kTrainKeys[] = {"steps",         "seed",         "seq_len",
                                            "eval_interval", "eval_batches", "checkpoint_interval",
                                            "log_interval",  "output_dir",   "sample_bytes",
                                            "max_shard_size"};
 
-constexpr std::string_view kOptimizerType = "AdamW";
 constexpr std::string_view kSchedulerType = "WarmupCosineLR";
 
 bool is_ignored_key(std::string_view key) {
@@ -317,7 +333,29 @@ json float_json(float f) {
   return static_cast<double>(f);
 }
 
+json optimizer_json(const OptimizerConfig& o) {
+  if (o.type == OptimizerType::kDeMo)
+    return {{"type", "DeMo"},
+            {"params",
+             {{"lr", float_json(o.lr)},
+              {"compression_decay", float_json(o.compression_decay)},
+              {"compression_topk", o.compression_topk},
+              {"compression_chunk", o.compression_chunk},
+              {"compression_values", std::string(demo_value_format_name(o.compression_values))},
+              {"weight_decay", float_json(o.weight_decay)}}}};
+  return {{"type", "AdamW"},
+          {"params",
+           {{"lr", float_json(o.lr)},
+            {"betas", json::array({float_json(o.beta1), float_json(o.beta2)})},
+            {"eps", float_json(o.eps)},
+            {"weight_decay", float_json(o.weight_decay)}}}};
+}
+
 }  // namespace
+
+std::string_view optimizer_type_name(OptimizerType type) {
+  return type == OptimizerType::kDeMo ? "DeMo" : "AdamW";
+}
 
 TrainConfig parse_train_config(const json& config_json) {
   if (!config_json.is_object())
@@ -361,22 +399,62 @@ TrainConfig parse_train_config(const json& config_json) {
 
   const Section optimizer = top.section("optimizer");
   optimizer.check_keys(kTypedKeys, "params", kOptimizerParamKeys);
-  optimizer.read_type(kOptimizerType);
-  const Section opt = optimizer.section("params");
-  opt.check_keys(kOptimizerParamKeys);
   OptimizerConfig& o = config.optimizer;
-  opt.read_real("lr", o.lr, "a number > 0", [](double v) { return v > 0; });
-  if (const json* betas = opt.find("betas")) {
-    const std::string where = opt.path("betas");
-    if (!betas->is_array() || betas->size() != 2)
-      fail(where, " must be an array of two numbers [beta1, beta2], each in [0, 1), got ",
-           describe(*betas));
-    const auto in_unit = [](double v) { return v >= 0 && v < 1; };
-    o.beta1 = Section::real_value<float>((*betas)[0], where + "[0]", "a number in [0, 1)", in_unit);
-    o.beta2 = Section::real_value<float>((*betas)[1], where + "[1]", "a number in [0, 1)", in_unit);
+  if (const json* type = optimizer.find("type")) {
+    const std::string name = type->is_string() ? lower(type->get<std::string>()) : "";
+    if (name == "adamw") {
+      o.type = OptimizerType::kAdamW;
+    } else if (name == "demo") {
+      o.type = OptimizerType::kDeMo;
+    } else {
+      fail("optimizer.type must be one of: \"AdamW\", \"DeMo\"; got ", describe(*type));
+    }
   }
-  opt.read_real("eps", o.eps, "a number > 0", [](double v) { return v > 0; });
+  const bool demo = o.type == OptimizerType::kDeMo;
+  if (demo) o.weight_decay = 0.0f;
+  const Section opt = optimizer.section("params");
+  const Keys own = demo ? Keys(kDemoParamKeys) : Keys(kAdamWParamKeys);
+  const Keys other = demo ? Keys(kAdamWParamKeys) : Keys(kDemoParamKeys);
+  for (std::string_view key : other)
+    if (std::find(own.begin(), own.end(), key) == own.end() && opt.find(key) != nullptr)
+      fail(opt.path(key), " is a parameter of optimizer.type ", demo ? "AdamW" : "DeMo",
+           ", not of ", optimizer_type_name(o.type), "; remove it or set optimizer.type to ",
+           demo ? "AdamW" : "DeMo");
+  opt.check_keys(own);
+  opt.read_real("lr", o.lr, "a number > 0", [](double v) { return v > 0; });
   opt.read_real("weight_decay", o.weight_decay, "a number >= 0", [](double v) { return v >= 0; });
+  if (!demo) {
+    if (const json* betas = opt.find("betas")) {
+      const std::string where = opt.path("betas");
+      if (!betas->is_array() || betas->size() != 2)
+        fail(where, " must be an array of two numbers [beta1, beta2], each in [0, 1), got ",
+             describe(*betas));
+      const auto in_unit = [](double v) { return v >= 0 && v < 1; };
+      o.beta1 =
+          Section::real_value<float>((*betas)[0], where + "[0]", "a number in [0, 1)", in_unit);
+      o.beta2 =
+          Section::real_value<float>((*betas)[1], where + "[1]", "a number in [0, 1)", in_unit);
+    }
+    opt.read_real("eps", o.eps, "a number > 0", [](double v) { return v > 0; });
+  } else {
+    opt.read_real("compression_decay", o.compression_decay, "a number in [0, 1)",
+                  [](double v) { return v >= 0 && v < 1; });
+    // Whether it fits each tensor's blocks is checked when the blocks are known (optim/demo.h).
+    opt.read_int("compression_topk", o.compression_topk, 1);
+    opt.read_int("compression_chunk", o.compression_chunk, 1);
+    if (const json* values = opt.find("compression_values")) {
+      if (!values->is_string())
+        fail(opt.path("compression_values"), " must be \"fp32\", \"bf16\" or \"sign\", got ",
+             describe(*values));
+      o.compression_values = parse_demo_value_format(values->get<std::string>());
+    }
+  }
+  const Section demo_section = top.section("demo");
+  TANDEM_CHECK(demo || demo_section.find("replica_check_interval") == nullptr,
+               "demo.replica_check_interval applies to optimizer.type DeMo only; remove it or set "
+               "optimizer.type to DeMo");
+  demo_section.check_keys(kDemoKeys);
+  demo_section.read_int("replica_check_interval", config.demo.replica_check_interval, 0);
 
   const Section scheduler = top.section("scheduler");
   scheduler.check_keys(kTypedKeys, "params", kSchedulerParamKeys);
@@ -457,6 +535,19 @@ TrainConfig parse_train_config(const json& config_json) {
                "train.output_dir must not be empty");
   train.read_int("sample_bytes", t.sample_bytes, 0);
   train.read_int("max_shard_size", t.max_shard_size, 1);
+
+  if (demo) {
+    TANDEM_CHECK(z.stage == 0, "optimizer.type DeMo needs zero_optimization.stage 0, got ", z.stage,
+                 ": DeMo never reduces gradients and every rank keeps its own whole momentum; set "
+                 "zero_optimization.stage to 0");
+    TANDEM_CHECK(config.device.type == "cpu",
+                 "optimizer.type DeMo runs on device.type \"cpu\" only so far (DeMo has no CUDA "
+                 "kernels yet); set device.type to cpu");
+    TANDEM_CHECK(config.offload.schedule != UpdateSchedule::kAuto,
+                 "offload_optimizer.schedule auto is not available with optimizer.type DeMo (the "
+                 "performance model is calibrated for AdamW's kernels); choose device, cpu, ratio "
+                 "or interleave");
+  }
   return config;
 }
 
@@ -587,7 +678,7 @@ json to_json(const TrainConfig& config) {
   const GptConfig& m = config.model;
   const OptimizerConfig& o = config.optimizer;
   const TrainLoopConfig& t = config.train;
-  return json{
+  json out{
       {"model",
        {{"vocab_size", m.vocab_size},
         {"context_length", m.context_length},
@@ -601,13 +692,7 @@ json to_json(const TrainConfig& config) {
       {"train_micro_batch_size_per_gpu", config.micro_batch_size},
       {"gradient_accumulation_steps", config.gradient_accumulation_steps},
       {"gradient_clipping", float_json(config.gradient_clipping)},
-      {"optimizer",
-       {{"type", std::string(kOptimizerType)},
-        {"params",
-         {{"lr", float_json(o.lr)},
-          {"betas", json::array({float_json(o.beta1), float_json(o.beta2)})},
-          {"eps", float_json(o.eps)},
-          {"weight_decay", float_json(o.weight_decay)}}}}},
+      {"optimizer", optimizer_json(o)},
       {"scheduler",
        {{"type", std::string(kSchedulerType)},
         {"params",
@@ -642,6 +727,9 @@ json to_json(const TrainConfig& config) {
         {"sample_bytes", t.sample_bytes},
         {"max_shard_size", t.max_shard_size}}},
   };
+  if (o.type == OptimizerType::kDeMo)
+    out["demo"] = {{"replica_check_interval", config.demo.replica_check_interval}};
+  return out;
 }
 
 }  // namespace tandem

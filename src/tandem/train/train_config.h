@@ -11,6 +11,7 @@
 #include "tandem/compute/compute_backend.h"
 #include "tandem/model/gpt_config.h"
 #include "tandem/offload/offload_plan.h"
+#include "tandem/optim/demo_wire.h"
 #include "tandem/zero/zero_config.h"
 
 namespace tandem {
@@ -23,12 +24,36 @@ struct DataConfig {
   double val_fraction = 0.1;
 };
 
-struct OptimizerConfig {  // JSON: "optimizer": {"type": "AdamW", "params": {...}}
+enum class OptimizerType {
+  kAdamW,  // optim/adamw_rule.h; gradients reduced over the ranks
+  kDeMo,   // optim/demo_rule.h; gradients never reduced, momentum compressed and exchanged
+};
+std::string_view optimizer_type_name(OptimizerType type);  // "AdamW", "DeMo"
+
+// JSON: "optimizer": {"type": "AdamW" or "DeMo", "params": {...}}; each type reads its own
+// params (the other type's keys are refused, naming the type they belong to).
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::kAdamW;
   float lr = 1e-3f;
+  // AdamW
   float beta1 = 0.9f;  // "betas": [beta1, beta2]
   float beta2 = 0.95f;
   float eps = 1e-8f;
-  float weight_decay = 0.1f;  // decoupled; applied to 2-D weights only
+  // Decoupled. AdamW: applied to 2-D weights only, default 0.1. DeMo: to every tensor, as
+  // the reference does, default 0.
+  float weight_decay = 0.1f;
+  // DeMo (optim/demo.h)
+  float compression_decay = 0.999f;
+  int64_t compression_topk = 32;
+  int64_t compression_chunk = 64;
+  DemoValueFormat compression_values = DemoValueFormat::kFp32;  // "fp32", "bf16", "sign"
+};
+
+struct DemoConfig {  // JSON: "demo": {...}, read with optimizer.type DeMo only
+  // Every this many steps the ranks compare a hash of their parameters and stop with an
+  // error on a mismatch (DeMo's replicas are meant to stay identical, bit for bit); 0:
+  // never.
+  int64_t replica_check_interval = 100;
 };
 
 struct SchedulerConfig {         // JSON: "scheduler": {"type": "WarmupCosineLR", "params": {...}}
@@ -63,6 +88,7 @@ struct TrainConfig {
   GptConfig model;
   DataConfig data;
   OptimizerConfig optimizer;
+  DemoConfig demo;
   SchedulerConfig scheduler;
   TrainLoopConfig train;
   // "zero_optimization": {"sub_group_size"}, "offload_optimizer": {"schedule", "ratio",

@@ -27,6 +27,7 @@
 #include "tandem/optim/lr_schedule.h"
 #include "tandem/train/memory_plan.h"
 #include "tandem/train/metrics_log.h"
+#include "tandem/train/optimizer_setup.h"
 #include "tandem/train/progress.h"
 #include "tandem/train/sampler.h"
 #include "tandem/train/sharded_checkpoint.h"
@@ -101,6 +102,17 @@ class DataParallelHooks final : public StepHooks {
   UpdateEngine& engine_;
 };
 
+// An optimizer that never reduces gradients (DeMo): each rank's own gradients go to the
+// update engine as they become final; the rule exchanges with the other ranks itself.
+class LocalGradientHooks final : public StepHooks {
+ public:
+  explicit LocalGradientHooks(UpdateEngine& engine) : engine_(engine) {}
+  void gradients_final(size_t begin, size_t end) override { engine_.gradients_ready(begin, end); }
+
+ private:
+  UpdateEngine& engine_;
+};
+
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const TrainOptions& options, Communicator& comm,
@@ -122,7 +134,8 @@ class Trainer {
                                   ? make_one_rank_device_communicator(*device_)
                                   : nullptr),
         overlap_buffer_comm_(buffer_comm == nullptr && !nccl_buffer_comm_ &&
-                                     comm.world_size() > 1 && config.zero.overlap_comm
+                                     comm.world_size() > 1 && config.zero.overlap_comm &&
+                                     reduces_gradients(config)
                                  ? comm.duplicate()
                                  : nullptr),
         buffer_comm_(buffer_comm != nullptr  ? *buffer_comm
@@ -148,12 +161,8 @@ class Trainer {
                         .num_params = model_.layout().num_elements(),
                         .blocks = model_.blocks(),
                         .micro_batches = config.gradient_accumulation_steps}),
-        engine_(*device_, optimizer_pool_, model_.layout(), plan_.offload,
-                AdamWHyper{.lr = config.optimizer.lr,
-                           .beta1 = config.optimizer.beta1,
-                           .beta2 = config.optimizer.beta2,
-                           .eps = config.optimizer.eps,
-                           .weight_decay = config.optimizer.weight_decay},
+        engine_(*device_, model_.layout(), plan_.offload,
+                make_update_rule(config.optimizer, model_.layout(), comm, optimizer_pool_),
                 device_buffers(model_, data_parallel_)),
         // Stages 0 and 1 sum a rank's micro-batches in the model's gradient buffer; from
         // stage 2 the owners sum them in their partitions (zero/partitioned_gradients.h).
@@ -162,6 +171,7 @@ class Trainer {
                          ? config.gradient_accumulation_steps
                          : 1),
         data_parallel_hooks_(data_parallel_, engine_),
+        local_gradient_hooks_(engine_),
         schedule_{.base_lr = config.optimizer.lr,
                   .warmup_steps = config.scheduler.warmup_num_steps,
                   .total_steps = config.train.steps,
@@ -171,7 +181,10 @@ class Trainer {
         inputs_(static_cast<size_t>(B_) * T_),
         targets_(static_cast<size_t>(B_) * T_) {
     model_.set_block_memory(data_parallel_.block_memory());
-    hooks_.push_back(&data_parallel_hooks_);
+    if (reduces_gradients(config))
+      hooks_.push_back(&data_parallel_hooks_);
+    else
+      hooks_.push_back(&local_gradient_hooks_);
     hooks_.insert(hooks_.end(), options.hooks.begin(), options.hooks.end());
     if (config.train.eval_interval > 0 && (comm.rank() == 0 || every_rank_runs_the_model()))
       val_loader_ =
@@ -233,6 +246,8 @@ class Trainer {
         record["collective_ms"] = times.collective_ms;
         record["collective_wait_ms"] = times.collective_wait_ms;
       }
+      if (comm_.world_size() > 1) record["ring_allreduce_bytes"] = ring_allreduce_bytes();
+      if (times.replicas_checked) record["replicas_identical"] = true;
       if (comm_.world_size() > 1) record["ranks"] = per_rank_figures(ms, times);
       metrics.write(record);
       result.steps.push_back({.step = step_,
@@ -293,7 +308,8 @@ class Trainer {
   void start() {
     check_ranks_agree(comm_, config_, data_, options_);
     progress_.note(describe_plan());
-    if (DataParallel::overlaps_communication(config_.zero, comm_.world_size()) &&
+    if (reduces_gradients(config_) &&
+        DataParallel::overlaps_communication(config_.zero, comm_.world_size()) &&
         !data_parallel_.overlaps_communication())
       progress_.note(cat("zero_optimization.overlap_comm: the ", comm_.backend(),
                          " communicator cannot run collectives on a second thread (MPI without "
@@ -313,16 +329,20 @@ class Trainer {
                  config_.train.output_dir,
                  ", or start afresh in another directory with --set train.output_dir=DIR");
     TANDEM_CHECK(all_fresh, "rank 0 refused to start (its error says why)");
-    // The engine holds the fp32 master weights and writes the model's working copy.
+    // The engine holds the fp32 master weights and writes the model's working copy; the
+    // optimizer's own state starts at zero.
     const std::vector<float> params = model_.initial_params(config_.train.seed);
     const std::vector<float> zeros(params.size(), 0.0f);
-    engine_.load_state(params.data(), zeros.data(), zeros.data(), 0);
+    std::vector<const float*> arrays(engine_.rule().state_floats(), zeros.data());
+    arrays[0] = params.data();
+    engine_.load_state(arrays, 0);
     data_parallel_.parameters_loaded();
     progress_.note(cat("tandem: training GPT-2 (", config_.model.n_layer, " layers, ",
                        config_.model.n_embd, " channels, ", config_.model.num_parameters(),
-                       " parameters) on ", data_.train.size(), " tokens (",
-                       train_loader_.batches_per_epoch(), " batches of ", B_, "x", T_,
-                       " per epoch), ", config_.train.steps, " steps"));
+                       " parameters) with ", optimizer_type_name(config_.optimizer.type), " on ",
+                       data_.train.size(), " tokens (", train_loader_.batches_per_epoch(),
+                       " batches of ", B_, "x", T_, " per epoch), ", config_.train.steps,
+                       " steps"));
     if (comm_.world_size() > 1)
       progress_.note(cat("tandem: ", comm_.world_size(), " ranks (", comm_.backend(),
                          "), ZeRO stage ", config_.zero.stage, ", global batch ",
@@ -332,6 +352,18 @@ class Trainer {
   }
 
   bool on_gpu() const { return config_.device.type == "cuda"; }
+  // What each rank would send (and receive) per step in a ring all-reduce of the fp32
+  // gradients at this world size, 2 (N - 1) / N x 4 bytes per parameter: the yardstick
+  // next to comm_bytes_sent.
+  size_t ring_allreduce_bytes() const {
+    const size_t N = static_cast<size_t>(comm_.world_size());
+    return 2 * (N - 1) * (model_.layout().num_elements() * sizeof(float)) / N;
+  }
+  // Whether the ranks reduce their gradients (AdamW), or keep them (DeMo exchanges its
+  // compressed momentum instead).
+  static bool reduces_gradients(const TrainConfig& config) {
+    return config.optimizer.type != OptimizerType::kDeMo;
+  }
   // At ZeRO stage 3 a forward pass gathers parameters from every rank: evaluation and
   // sampling run on every rank (rank 0 alone reports them).
   bool every_rank_runs_the_model() const {
@@ -382,34 +414,75 @@ class Trainer {
     return indented;
   }
 
-  // XXH3-64 over params, m and v (all ranks' partitions): equal digests mean
-  // bit-identical optimizer state.
+  // XXH3-64 over the fp32 params and the optimizer's state (all ranks' partitions; state
+  // each rank keeps of its own, every rank's in rank order): equal digests mean
+  // bit-identical optimizer state. A collective.
   std::string state_digest() {
+    const std::vector<std::vector<float>> state = read_full_state();
     const size_t P = model_.layout().num_elements();
-    std::vector<float> state(3 * P);
-    read_full_state(state.data(), state.data() + P, state.data() + 2 * P);
-    return checksum_hex(checksum64(state.data(), state.size() * sizeof(float)));
+    const bool per_rank = optimizer_state_per_rank(config_.optimizer);
+    const size_t world = static_cast<size_t>(comm_.world_size());
+    std::vector<float> all(P);
+    std::copy(state[0].begin(), state[0].end(), all.begin());
+    for (size_t k = 1; k < state.size(); k++) {
+      const size_t at = all.size();
+      all.resize(at + (per_rank ? world : 1) * P);
+      if (per_rank)
+        comm_.all_gather(state[k].data(), all.data() + at, P * sizeof(float));
+      else
+        std::copy(state[k].begin(), state[k].end(), all.begin() + static_cast<ptrdiff_t>(at));
+    }
+    return checksum_hex(checksum64(all.data(), all.size() * sizeof(float)));
   }
 
-  // The fp32 params, m and v of every parameter, each rank's partition from its owner
-  // (a collective).
-  void read_full_state(float* params, float* m, float* v) {
-    engine_.read_state(params, m, v);
-    for (float* array : {params, m, v}) data_parallel_.gather_partitions(array, sizeof(float));
+  // The engine's state arrays (the fp32 params first, then optimizer_state_names), flat
+  // over all parameters, each rank's partition from its owner (a collective).
+  std::vector<std::vector<float>> read_full_state() {
+    const size_t P = model_.layout().num_elements();
+    std::vector<std::vector<float>> state(engine_.rule().state_floats(), std::vector<float>(P));
+    std::vector<float*> arrays;
+    for (std::vector<float>& array : state) arrays.push_back(array.data());
+    engine_.read_state(arrays);
+    for (std::vector<float>& array : state)
+      data_parallel_.gather_partitions(array.data(), sizeof(float));
+    return state;
+  }
+
+  // DeMo's replicas hold the same parameters bit for bit by construction; every
+  // demo.replica_check_interval steps the ranks prove it (a collective).
+  void check_replicas(int64_t step) {
+    const size_t P = model_.layout().num_elements();
+    std::vector<std::vector<float>> state(engine_.rule().state_floats(), std::vector<float>(P));
+    std::vector<float*> arrays;
+    for (std::vector<float>& array : state) arrays.push_back(array.data());
+    engine_.read_state(arrays);
+    require_same_bits_on_every_rank(
+        comm_, state[0].data(), P * sizeof(float), cat("DeMo: the parameters at step ", step),
+        "the replicas diverged, which DeMo's fixed order of operations should make impossible: "
+        "please report it, and resume from the last checkpoint");
   }
 
   void resume(const fs::path& path) {
-    TrainingState state = load_training_checkpoint(path, data_parallel_.state_range());
+    TrainingState state = load_training_checkpoint(path, {.keep = data_parallel_.state_range(),
+                                                          .rank = comm_.rank(),
+                                                          .world_size = comm_.world_size()});
     const std::string diff = describe_model_difference(state.config.model, config_.model);
     TANDEM_CHECK(diff.empty(), path.string(), ": the checkpoint's model differs from the config (",
                  diff, "); resume with the config the run started with");
+    TANDEM_CHECK(state.config.optimizer.type == config_.optimizer.type, path.string(),
+                 ": optimizer.type: the checkpoint was written with ",
+                 optimizer_type_name(state.config.optimizer.type), ", the config says ",
+                 optimizer_type_name(config_.optimizer.type),
+                 "; resume with the optimizer the run started with, or start a new run");
     TANDEM_CHECK(state.step <= config_.train.steps, path.string(), ": the checkpoint is at step ",
                  state.step, ", beyond train.steps = ", config_.train.steps,
                  "; raise train.steps to continue");
-    // Every rank reads the weights whole and the moments of its partition, from the
-    // shards that overlap it: any world size and stage resumes any other's checkpoint.
-    engine_.load_state(state.params.data(), state.exp_avg.data(), state.exp_avg_sq.data(),
-                       state.step);
+    // Every rank reads the weights whole and its optimizer state (its partition, from the
+    // shards that overlap it; or its own): any world size and stage resumes any other's
+    // partitioned checkpoint.
+    std::vector<const float*> arrays = {state.params.data()};
+    for (const std::vector<float>& array : state.optimizer_state) arrays.push_back(array.data());
+    engine_.load_state(arrays, state.step);
     data_parallel_.parameters_loaded();
     train_loader_.set_position(state.train_position);
     sample_rng_.set_state(state.sample_rng);
@@ -425,6 +498,7 @@ class Trainer {
     UpdateStepStats update;
     size_t comm_bytes_sent = 0, comm_bytes_received = 0;
     double collective_ms = 0, collective_wait_ms = 0;
+    bool replicas_checked = false;  // DeMo's replica check ran (and passed) after the update
   };
 
   // What this rank moved so far through both communicators (one object on the cpu device).
@@ -493,7 +567,9 @@ class Trainer {
     const int accum = config_.gradient_accumulation_steps;
     const int world = comm_.world_size();
     const uint64_t rank = comm_.rank();
-    const float loss_scale = 1.0f / static_cast<float>(accum * world);
+    // The mean over the global batch; without a reduction, over this rank's micro-batches.
+    const float loss_scale =
+        1.0f / static_cast<float>(reduces_gradients(config_) ? accum * world : accum);
     std::vector<float> micro_losses;
     if (!micro_major()) train_loader_.skip_batches(rank * accum);
     accumulator_.start_step();
@@ -548,6 +624,11 @@ class Trainer {
       TraceScope scope(&tracer_, "update", cat("optimizer step ", step_ + 1));
       times.update = engine_.step(lr, scale);
     }
+    const int64_t check_every = config_.demo.replica_check_interval;
+    if (!reduces_gradients(config_) && check_every > 0 && (step_ + 1) % check_every == 0) {
+      check_replicas(step_ + 1);
+      times.replicas_checked = true;
+    }
     {
       TraceScope scope(&tracer_, "compute", "after update (parameter gather)");
       for (StepHooks* hooks : hooks_) hooks->after_update(step_ + 1);
@@ -584,22 +665,28 @@ class Trainer {
     state.train_position = train_loader_.position();
     state.sample_rng = sample_rng_.state();
     const size_t P = model_.layout().num_elements();
-    state.params.resize(P);
-    state.exp_avg.resize(P);
-    state.exp_avg_sq.resize(P);
-    engine_.read_state(state.params.data(), state.exp_avg.data(), state.exp_avg_sq.data());
+    std::vector<std::vector<float>> arrays(engine_.rule().state_floats(), std::vector<float>(P));
+    std::vector<float*> pointers;
+    for (std::vector<float>& array : arrays) pointers.push_back(array.data());
+    engine_.read_state(pointers);
+    state.params = std::move(arrays[0]);
+    state.optimizer_state.assign(std::make_move_iterator(arrays.begin() + 1),
+                                 std::make_move_iterator(arrays.end()));
     if (comm_.world_size() == 1) return save_training_checkpoint(checkpoints_root(), state);
-    // Rank 0 writes the weights (all partitions of the fp32 params gathered), each rank
-    // its own partition of the moments; at stage 0 those are whole on every rank and
-    // rank 0's shard is all of them.
+    // Rank 0 writes the weights (all partitions of the fp32 params gathered), each rank its
+    // own part of the optimizer state: its partition (at stage 0 the state is whole on
+    // every rank, and rank 0's shard is all of it), or, for state every rank keeps of its
+    // own (DeMo), all of it.
     data_parallel_.gather_partitions(state.params.data(), sizeof(float));
     ShardedOptimizerState shard;
     shard.zero_stage = config_.zero.stage;
-    shard.range = config_.zero.stage == 0
-                      ? (comm_.rank() == 0 ? data_parallel_.state_range() : ParamRange{})
-                      : data_parallel_.state_range();
-    shard.exp_avg = state.exp_avg.data();
-    shard.exp_avg_sq = state.exp_avg_sq.data();
+    shard.per_rank = optimizer_state_per_rank(config_.optimizer);
+    shard.range = shard.per_rank || config_.zero.stage > 0 ? data_parallel_.state_range()
+                  : comm_.rank() == 0                      ? data_parallel_.state_range()
+                                                           : ParamRange{};
+    const std::vector<std::string> names = optimizer_state_names(config_.optimizer);
+    for (size_t k = 0; k < names.size(); k++)
+      shard.arrays.emplace_back(names[k], state.optimizer_state[k].data());
     const fs::path path = save_sharded_training_checkpoint(comm_, checkpoints_root(), state, shard);
     return comm_.rank() == 0 ? path : fs::path();
   }
@@ -629,7 +716,9 @@ class Trainer {
   UpdateEngine engine_;
   GradientAccumulator accumulator_;
   DataParallelHooks data_parallel_hooks_;
-  std::vector<StepHooks*> hooks_;  // data parallelism first, then TrainOptions::hooks
+  LocalGradientHooks local_gradient_hooks_;
+  // Data parallelism (or the local gradients' hooks) first, then TrainOptions::hooks.
+  std::vector<StepHooks*> hooks_;
   WarmupCosineSchedule schedule_;
   Rng sample_rng_;
   ProgressLine progress_;

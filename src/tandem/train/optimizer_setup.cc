@@ -1,0 +1,54 @@
+#include "tandem/train/optimizer_setup.h"
+
+#include "tandem/optim/adamw_rule.h"
+#include "tandem/optim/demo_rule.h"
+
+namespace tandem {
+
+namespace {
+
+bool is_demo(const OptimizerConfig& config) { return config.type == OptimizerType::kDeMo; }
+
+}  // namespace
+
+std::unique_ptr<UpdateRule> make_update_rule(const OptimizerConfig& config,
+                                             const ParamLayout& layout, Communicator& comm,
+                                             ThreadPool& pool) {
+  if (!is_demo(config))
+    return std::make_unique<AdamWRule>(AdamWHyper{.lr = config.lr,
+                                                  .beta1 = config.beta1,
+                                                  .beta2 = config.beta2,
+                                                  .eps = config.eps,
+                                                  .weight_decay = config.weight_decay},
+                                       pool);
+  std::vector<DemoRuleTensor> tensors;
+  for (const ParamView& view : layout.views())
+    tensors.push_back({.name = view.name, .shape = view.shape, .begin = view.offset});
+  return std::make_unique<DemoRule>(std::move(tensors),
+                                    DemoHyper{.compression_decay = config.compression_decay,
+                                              .compression_topk = config.compression_topk,
+                                              .compression_chunk = config.compression_chunk,
+                                              .weight_decay = config.weight_decay,
+                                              .compression_values = config.compression_values},
+                                    comm, &pool);
+}
+
+std::vector<std::string> optimizer_state_names(const OptimizerConfig& config) {
+  if (is_demo(config)) return {"delta"};
+  return {"exp_avg", "exp_avg_sq"};
+}
+
+bool optimizer_state_per_rank(const OptimizerConfig& config) { return is_demo(config); }
+
+size_t optimizer_state_bytes_per_param(const OptimizerConfig& config) {
+  return (1 + optimizer_state_names(config).size()) * sizeof(float);
+}
+
+std::vector<size_t> subgroup_cut_points(const OptimizerConfig& config, const ParamLayout& layout) {
+  std::vector<size_t> cuts;
+  if (!is_demo(config)) return cuts;
+  for (const ParamView& view : layout.views()) cuts.push_back(view.offset + view.numel);
+  return cuts;
+}
+
+}  // namespace tandem
