@@ -144,7 +144,7 @@ gtest_discover_tests(test_cublaslt_emulated
 set(TANDEM_EMULATED_GPU_TUS
   ${TANDEM_FLASH_EMULATED_TU} ${TANDEM_KERNELS_EMULATED_TU} ${TANDEM_CUBLASLT_EMULATED_TU})
 foreach(cuda_source compute/cuda/cuda_backend device/cuda/cuda_device optim/adamw_cuda
-                    bench/cuda/memcpy_peak)
+                    optim/demo_cuda bench/cuda/memcpy_peak)
   get_filename_component(cuda_name ${cuda_source} NAME)
   set(emulated_tu ${PROJECT_BINARY_DIR}/cuda_emulation/${cuda_name}_emulated.cc)
   add_custom_command(
@@ -205,6 +205,7 @@ tandem_emulated_gpu_test(test_cuda_device_emulated ${PROJECT_SOURCE_DIR}/tests/t
 tandem_emulated_gpu_test(test_cuda_backend_emulated ${PROJECT_SOURCE_DIR}/tests/test_cuda_backend.cc
   "-CudaBackend.FiftyTrainingStepsMatchTheCpuRun")
 # Only its CUDA test: the others run on the CPU device, in test_update_engine already.
+tandem_emulated_gpu_test(test_demo_cuda_emulated ${PROJECT_SOURCE_DIR}/tests/test_demo_cuda.cc "*")
 tandem_emulated_gpu_test(test_update_engine_emulated ${PROJECT_SOURCE_DIR}/tests/test_update_engine.cc "*Cuda*")
 # Data parallelism on the cuda device: two in-process ranks on the emulated GPU, every stage.
 tandem_emulated_gpu_test(test_data_parallel_gpu_emulated
