@@ -166,8 +166,8 @@ TEST_F(DemoCudaTest, EveryStepIsTheCpusBitsOnThreeRanks) {
           std::vector<float> cpu_u(n);
           tensor.apply(by_rank, lr, cpu_params[r].data(), cpu_u.data());
           const WorkingDType working = step % 2 == 0 ? WorkingDType::kBF16 : WorkingDType::kF16;
-          const DemoCudaApply args{.indices = static_cast<const int32_t*>(d_indices.data()),
-                                   .values = static_cast<const float*>(d_values.data()),
+          const DemoCudaApply args{.indices = static_cast<int32_t*>(d_indices.data()),
+                                   .values = static_cast<float*>(d_values.data()),
                                    .world = world,
                                    .topk = tensor.topk(),
                                    .lr = lr,
@@ -228,8 +228,8 @@ TEST_F(DemoCudaTest, TiesGoToTheLowerIndex) {
   const std::vector<int32_t> got = download<int32_t>(indices, sent);
   for (size_t b = 0; b < static_cast<size_t>(blocks.count()); b++)
     for (size_t j = 0; j < 6; j++) ASSERT_EQ(got[b * 6 + j], static_cast<int32_t>(j)) << b;
-  launch(demo_apply_kernel(gpu_blocks, {.indices = static_cast<const int32_t*>(indices.data()),
-                                        .values = static_cast<const float*>(values.data()),
+  launch(demo_apply_kernel(gpu_blocks, {.indices = static_cast<int32_t*>(indices.data()),
+                                        .values = static_cast<float*>(values.data()),
                                         .topk = tensor.topk(),
                                         .lr = 1e-3f,
                                         .params = static_cast<float*>(params.data()),

@@ -300,7 +300,6 @@ TEST_F(DemoTraining, BadConfigsAreOneLineErrorsNamingTheKey) {
        "optimizer.params.betas is a parameter of "
        "optimizer.type AdamW"},
       {"/zero_optimization/stage", 1, "needs zero_optimization.stage 0"},
-      {"/device/type", "cuda", "device.type \"cpu\" only"},
       {"/offload_optimizer/schedule", "auto", "offload_optimizer.schedule auto"},
       {"/optimizer/type", "Lion",
        "optimizer.type must be one of: \"AdamW\", \"DeMo\"; got \"Lion\""},

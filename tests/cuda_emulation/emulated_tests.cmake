@@ -206,6 +206,8 @@ tandem_emulated_gpu_test(test_cuda_backend_emulated ${PROJECT_SOURCE_DIR}/tests/
   "-CudaBackend.FiftyTrainingStepsMatchTheCpuRun")
 # Only its CUDA test: the others run on the CPU device, in test_update_engine already.
 tandem_emulated_gpu_test(test_demo_cuda_emulated ${PROJECT_SOURCE_DIR}/tests/test_demo_cuda.cc "*")
+tandem_emulated_gpu_test(test_demo_rule_emulated ${PROJECT_SOURCE_DIR}/tests/test_demo_rule.cc
+                         "DemoRuleCuda.*")
 tandem_emulated_gpu_test(test_update_engine_emulated ${PROJECT_SOURCE_DIR}/tests/test_update_engine.cc "*Cuda*")
 # Data parallelism on the cuda device: two in-process ranks on the emulated GPU, every stage.
 tandem_emulated_gpu_test(test_data_parallel_gpu_emulated

@@ -1,6 +1,7 @@
 // `tandem bench demo`: how fast a DeMo step runs on the CPU, next to OpenBLAS sgemm measured
 // in the same process with the same threads (the DCT is dense float arithmetic, so sgemm is
-// what it can be held to).
+// what it can be held to); and, where there is a GPU, the same step by the CUDA kernels
+// (demo_cuda.h) in the same run.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,11 @@ struct DemoBenchResult {
   double dct_gflop_per_s = 0;
   double sgemm_gflop_per_s = 0;  // OpenBLAS, n = 1024, the same threads
   double ratio = 0;              // dct_gflop_per_s / sgemm_gflop_per_s
+  // The GPU (empty device: none, gpu_unavailable says why): a one-rank step of every tensor
+  // by the CUDA kernels, compress and apply, data in device memory (best pass).
+  std::string gpu_device, gpu_unavailable;
+  double gpu_step_seconds = 0;
+  double gpu_params_per_s = 0;
 
   nlohmann::json to_json() const;
   std::string to_text() const;

@@ -102,10 +102,18 @@ struct DeviceKernel {
   std::function<void(void* cuda_stream)> on_cuda;
 };
 
+// Which variant of a DeviceKernel a device runs (and so which memory a kernel's own
+// workspace must live in).
+enum class DeviceKind {
+  kHostOnly,  // device/cpu: DeviceKernel::on_host
+  kCuda,      // DeviceKernel::on_cuda
+};
+
 class Device {
  public:
   virtual ~Device() = default;
   virtual std::string_view name() const = 0;
+  virtual DeviceKind kind() const = 0;
 
   // ---- memory ---------------------------------------------------------------
   // Throws DeviceOutOfMemory for kDevice beyond the capacity. Contents undefined.

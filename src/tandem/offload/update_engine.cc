@@ -106,6 +106,7 @@ UpdateEngine::UpdateEngine(Device& device, const ParamLayout& layout, OffloadPla
             "offload_optimizer.staging_buffers or a smaller zero_optimization.sub_group_size)"));
   }
 
+  rule_->attach_device(device_, plan_);
   h2d_ = device_.create_stream("host-to-device");
   d2h_ = device_.create_stream("device-to-host");
   compute_ = device_.create_stream("device update");

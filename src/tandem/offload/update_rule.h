@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tandem/device/device.h"
+#include "tandem/offload/offload_plan.h"
 #include "tandem/optim/adamw_reference.h"
 
 namespace tandem {
@@ -60,6 +61,12 @@ class UpdateRule {
   // A subgroup in device memory: the kernel the engine queues on a device stream.
   virtual DeviceKernel device_update(const RuleArrays& arrays,
                                      std::span<const UpdateSegment> segments) const = 0;
+
+  // Called once by the engine before any step, with the device its device kernels run on
+  // and the plan: a rule whose device kernels need memory of their own (DeMo's on a GPU:
+  // DCT matrices, scratch, messages) allocates it here, and throws DeviceOutOfMemory when
+  // it does not fit.
+  virtual void attach_device(Device& /*device*/, const OffloadPlan& /*plan*/) {}
 
   // The collective phase (see above); a rule without one keeps these defaults.
   virtual bool has_exchange() const { return false; }

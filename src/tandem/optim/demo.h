@@ -69,6 +69,8 @@ class DemoTensor {
   const std::string& name() const { return name_; }
   const DemoBlocks& blocks() const { return blocks_; }
   int64_t topk() const { return topk_; }
+  float compression_decay() const { return beta_; }
+  float weight_decay() const { return weight_decay_; }
   // How this tensor's messages are packed (the same size on every rank).
   const DemoWire& wire() const { return wire_; }
 

@@ -232,6 +232,11 @@ unsigned grid_for(int64_t n) {
   return static_cast<unsigned>(wanted < 1 ? 1 : wanted > kMaxGrid ? kMaxGrid : wanted);
 }
 
+void copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+  const cudaError_t err = cudaMemcpyAsync(dst, src, bytes, kind, s);
+  if (err != cudaSuccess) fail("DeMo: copying a message failed: ", cudaGetErrorString(err));
+}
+
 void check_launch(const char* what) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) fail("DeMo ", what, " kernel launch failed: ", cudaGetErrorString(err));
@@ -259,6 +264,11 @@ void launch_demo_compress_cuda(const DemoCudaBlocks& blocks, const DemoCudaCompr
   topk_kernel<<<static_cast<unsigned>(blocks.count()), kThreads, 0, s>>>(g, z, args.topk, y, y2,
                                                                          args.indices, args.values);
   check_launch("top-k");
+  const size_t entries = static_cast<size_t>(blocks.count() * args.topk);
+  if (args.host_indices != nullptr)
+    copy(args.host_indices, args.indices, entries * sizeof(int32_t), cudaMemcpyDeviceToHost, s);
+  if (args.host_values != nullptr)
+    copy(args.host_values, args.values, entries * sizeof(float), cudaMemcpyDeviceToHost, s);
   inverse_rows_kernel<<<grid, kThreads, 0, s>>>(g, y, y2);
   check_launch("inverse DCT");
   feedback_kernel<<<grid, kThreads, 0, s>>>(g, y2, args.delta);
@@ -273,6 +283,11 @@ void launch_demo_apply_cuda(const DemoCudaBlocks& blocks, const DemoCudaApply& a
   float* senders = args.scratch + n;
   float* y = args.scratch + 2 * n;
   const unsigned grid = grid_for(n);
+  const size_t entries = static_cast<size_t>(args.world * blocks.count() * args.topk);
+  if (args.host_indices != nullptr)
+    copy(args.indices, args.host_indices, entries * sizeof(int32_t), cudaMemcpyHostToDevice, s);
+  if (args.host_values != nullptr)
+    copy(args.values, args.host_values, entries * sizeof(float), cudaMemcpyHostToDevice, s);
   decode_kernel<<<static_cast<unsigned>(blocks.count()), kThreads, 0, s>>>(
       g, args.indices, args.values, args.world, args.topk, q, senders);
   check_launch("decode");

@@ -48,6 +48,9 @@ struct DemoCudaCompress {
   float* scratch = nullptr;    // demo_cuda_scratch_floats
   int32_t* indices = nullptr;  // [count * topk]: the message, block by block
   float* values = nullptr;
+  // Optional (pinned) host copies of the message, written on the stream after it is made.
+  int32_t* host_indices = nullptr;
+  float* host_values = nullptr;
 };
 
 // Steps 1-4 of demo.h on `stream` (a cudaStream_t). Throws tandem::Error if a launch fails.
@@ -57,8 +60,12 @@ void launch_demo_compress_cuda(const DemoCudaBlocks& blocks, const DemoCudaCompr
 struct DemoCudaApply {
   // [world][count * topk], ranks in order: every rank's message (indices checked by the
   // caller to lie within a block).
-  const int32_t* indices = nullptr;
-  const float* values = nullptr;
+  int32_t* indices = nullptr;
+  float* values = nullptr;
+  // Optional (pinned) host copies of them, copied into `indices` and `values` on the
+  // stream first.
+  const int32_t* host_indices = nullptr;
+  const float* host_values = nullptr;
   int world = 1;
   int64_t topk = 32;
   float lr = 0.0f;

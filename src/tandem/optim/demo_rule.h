@@ -15,10 +15,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tandem/core/cpu_features.h"
+#include "tandem/device/device.h"
 #include "tandem/dist/communicator.h"
 #include "tandem/offload/update_rule.h"
 #include "tandem/optim/demo.h"
@@ -39,11 +41,20 @@ class DemoRule final : public UpdateRule {
   // `tensors` cover the flat space in order. Host work runs on `pool` when given.
   DemoRule(std::vector<DemoRuleTensor> tensors, const DemoHyper& hyper, Communicator& comm,
            ThreadPool* pool = nullptr, SimdTarget target = best_simd_target());
+  ~DemoRule() override;
 
   // The flat index where each tensor ends: the cut points of a plan DeMo can run.
   std::vector<size_t> tensor_ends() const;
 
+  // Device bytes the GPU kernels need beside the state (DCT matrices, scratch for the
+  // largest tensor on a device site, every rank's messages) for `plan` on a device of
+  // `kind`: 0 on the host-only device or with no device subgroup.
+  static size_t device_workspace_bytes(const std::vector<DemoRuleTensor>& tensors,
+                                       const DemoHyper& hyper, int world_size,
+                                       const OffloadPlan& plan, DeviceKind kind);
+
   std::string_view name() const override { return "demo"; }
+  void attach_device(Device& device, const OffloadPlan& plan) override;
   const std::vector<std::string>& state_arrays() const override { return arrays_; }
   void begin_step(int64_t step, float lr, float grad_scale) override;
   bool has_exchange() const override { return true; }
@@ -73,6 +84,11 @@ class DemoRule final : public UpdateRule {
   mutable std::vector<DemoMessage> sent_;
   mutable std::vector<char> prepared_;
   std::vector<std::vector<DemoMessage>> received_;  // [rank][tensor]
+
+  // On a GPU (attach_device): what the CUDA kernels use.
+  struct CudaWorkspace;
+  std::unique_ptr<CudaWorkspace> cuda_;
+  mutable std::vector<char> prepared_on_device_;  // tensor t's message is in pinned memory
 };
 
 }  // namespace tandem

@@ -19,7 +19,8 @@ void add_up(TrainingMemoryPlan& plan) {
                                                plan.model_elem_bytes, plan.state_bytes_per_param);
   // engine_memory_needs counts a full working copy and gradient buffer; the model's are
   // counted in model_bytes (padded, or partitioned).
-  plan.optimizer_device_bytes = engine.device - plan.num_params * 2 * plan.model_elem_bytes;
+  plan.optimizer_device_bytes =
+      engine.device - plan.num_params * 2 * plan.model_elem_bytes + plan.rule_workspace_bytes;
   plan.total.device = plan.activation_bytes + plan.model_bytes + plan.zero_buffer_bytes +
                       plan.optimizer_device_bytes;
   plan.total.pinned_host = engine.pinned_host;
@@ -85,6 +86,8 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   const std::vector<size_t> cuts =
       subgroup_cut_points(config.optimizer, ParamLayout::gpt2(config.model));
   plan.offload = make_offload_plan(fixed, plan.num_params, state_range, cuts);
+  plan.rule_workspace_bytes = optimizer_device_workspace_bytes(
+      config.optimizer, ParamLayout::gpt2(config.model), plan.offload, world_size, device.kind());
   add_up(plan);
   if (!plan.fits()) return plan;  // nothing to measure: the run cannot start
   // The performance model times AdamW's kernels; DeMo's plans are fixed (no `auto`).

@@ -26,7 +26,10 @@ struct TrainingMemoryPlan {
   // device, ZeRO stages 2 and 3: gradient slots, micro-batch partials, persistent and
   // gathered parameters (buffers, not model states).
   size_t zero_buffer_bytes = 0;
-  size_t optimizer_device_bytes = 0;  // device: resident fp32 state + staging buffers
+  // device: resident fp32 state + staging buffers + the rule's workspace
+  size_t optimizer_device_bytes = 0;
+  // device: what the rule's own GPU kernels need (DeMo: DCT matrices, scratch, messages)
+  size_t rule_workspace_bytes = 0;
   // The update rule's fp32 state per parameter (AdamW: params, m, v = 12; DeMo: params,
   // delta = 8) and its names for the text.
   size_t state_bytes_per_param = 12;

@@ -9,6 +9,21 @@ namespace {
 
 bool is_demo(const OptimizerConfig& config) { return config.type == OptimizerType::kDeMo; }
 
+std::vector<DemoRuleTensor> demo_tensors(const ParamLayout& layout) {
+  std::vector<DemoRuleTensor> tensors;
+  for (const ParamView& view : layout.views())
+    tensors.push_back({.name = view.name, .shape = view.shape, .begin = view.offset});
+  return tensors;
+}
+
+DemoHyper demo_hyper(const OptimizerConfig& config) {
+  return {.compression_decay = config.compression_decay,
+          .compression_topk = config.compression_topk,
+          .compression_chunk = config.compression_chunk,
+          .weight_decay = config.weight_decay,
+          .compression_values = config.compression_values};
+}
+
 }  // namespace
 
 std::unique_ptr<UpdateRule> make_update_rule(const OptimizerConfig& config,
@@ -21,16 +36,14 @@ std::unique_ptr<UpdateRule> make_update_rule(const OptimizerConfig& config,
                                                   .eps = config.eps,
                                                   .weight_decay = config.weight_decay},
                                        pool);
-  std::vector<DemoRuleTensor> tensors;
-  for (const ParamView& view : layout.views())
-    tensors.push_back({.name = view.name, .shape = view.shape, .begin = view.offset});
-  return std::make_unique<DemoRule>(std::move(tensors),
-                                    DemoHyper{.compression_decay = config.compression_decay,
-                                              .compression_topk = config.compression_topk,
-                                              .compression_chunk = config.compression_chunk,
-                                              .weight_decay = config.weight_decay,
-                                              .compression_values = config.compression_values},
-                                    comm, &pool);
+  return std::make_unique<DemoRule>(demo_tensors(layout), demo_hyper(config), comm, &pool);
+}
+
+size_t optimizer_device_workspace_bytes(const OptimizerConfig& config, const ParamLayout& layout,
+                                        const OffloadPlan& plan, int world_size, DeviceKind kind) {
+  if (!is_demo(config)) return 0;
+  return DemoRule::device_workspace_bytes(demo_tensors(layout), demo_hyper(config), world_size,
+                                          plan, kind);
 }
 
 std::vector<std::string> optimizer_state_names(const OptimizerConfig& config) {

@@ -35,6 +35,11 @@ bool optimizer_state_per_rank(const OptimizerConfig& config);
 // fp32 state bytes per parameter, the master weights included (AdamW 12, DeMo 8).
 size_t optimizer_state_bytes_per_param(const OptimizerConfig& config);
 
+// Device bytes the rule's own device kernels need beside the state for `plan` (DeMo on a
+// GPU: DCT matrices, scratch, messages; see DemoRule::device_workspace_bytes); 0 for most.
+size_t optimizer_device_workspace_bytes(const OptimizerConfig& config, const ParamLayout& layout,
+                                        const OffloadPlan& plan, int world_size, DeviceKind kind);
+
 // The flat indices where offload subgroups may end (DeMo: every tensor's end, so that each
 // tensor is updated whole at one site); empty when any index will do.
 std::vector<size_t> subgroup_cut_points(const OptimizerConfig& config, const ParamLayout& layout);

@@ -540,9 +540,6 @@ TrainConfig parse_train_config(const json& config_json) {
     TANDEM_CHECK(z.stage == 0, "optimizer.type DeMo needs zero_optimization.stage 0, got ", z.stage,
                  ": DeMo never reduces gradients and every rank keeps its own whole momentum; set "
                  "zero_optimization.stage to 0");
-    TANDEM_CHECK(config.device.type == "cpu",
-                 "optimizer.type DeMo runs on device.type \"cpu\" only so far (DeMo has no CUDA "
-                 "kernels yet); set device.type to cpu");
     TANDEM_CHECK(config.offload.schedule != UpdateSchedule::kAuto,
                  "offload_optimizer.schedule auto is not available with optimizer.type DeMo (the "
                  "performance model is calibrated for AdamW's kernels); choose device, cpu, ratio "

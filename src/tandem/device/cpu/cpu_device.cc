@@ -25,6 +25,7 @@ class CpuDevice final : public Device {
   ~CpuDevice() override = default;
 
   std::string_view name() const override { return "cpu"; }
+  DeviceKind kind() const override { return DeviceKind::kHostOnly; }
 
   DeviceAllocation allocate(MemorySpace space, size_t bytes) override {
     if (space == MemorySpace::kDevice) reserve(bytes);

@@ -85,6 +85,7 @@ class CudaDevice final : public Device {
   }
 
   std::string_view name() const override { return name_; }
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
   int index() const { return index_; }
 
   DeviceAllocation allocate(MemorySpace space, size_t bytes) override {
