@@ -54,7 +54,7 @@ else
   bin="$from"
 fi
 for binary in tandem test_cuda_device test_cuda_backend test_update_engine test_nccl \
-  test_data_parallel_gpu test_one_rank_device_communicator; do
+  test_data_parallel_gpu test_one_rank_device_communicator test_demo_cuda test_demo_rule; do
   [[ -x $bin/$binary ]] || {
     note "FAIL: $bin/$binary is missing (run tools/pack_gpu_payload.sh first)"
     exit 1
@@ -99,7 +99,7 @@ nvidia-smi >&2
 
 step "libraries"
 for binary in tandem test_cuda_device test_cuda_backend test_update_engine test_nccl \
-  test_data_parallel_gpu test_one_rank_device_communicator; do
+  test_data_parallel_gpu test_one_rank_device_communicator test_demo_cuda test_demo_rule; do
   missing=$(ldd "$bin/$binary" 2>&1 | grep 'not found')
   if [[ -n $missing ]]; then
     note "FAIL: $binary cannot load: $(echo "$missing" | awk '{ print $1 }' | tr '\n' ' ')"
@@ -135,6 +135,9 @@ run_tests nccl 60 test_nccl --gtest_filter='NcclOnOneGpu.*'
 # Every ZeRO stage at world size 1 on the GPU (two ranks need two GPUs).
 run_tests data_parallel_gpu 90 test_data_parallel_gpu --gtest_filter='*OnOneRank*'
 run_tests one_rank_device_communicator 30 test_one_rank_device_communicator
+# DeMo's CUDA kernels against the CPU's bits, alone and under every offload schedule.
+run_tests demo_cuda 60 test_demo_cuda
+run_tests demo_rule_cuda 60 test_demo_rule --gtest_filter='DemoRuleCuda.*'
 
 step "compute-sanitizer"
 : >"$out/sanitizer.log"
@@ -161,6 +164,9 @@ limited 45 175 "$bin/tandem" bench pcie --json >"$out/pcie.json" 2>>"$out/tests.
 step "device AdamW vs device-to-device copy"
 limited 45 130 "$bin/tandem" bench adamw --device cuda --params 1e8 --json >"$out/adamw_cuda.json" \
   2>>"$out/tests.log" || status=1
+
+step "DeMo step: CPU and GPU"
+limited 60 100 "$bin/tandem" bench demo --json >"$out/demo.json" 2>>"$out/tests.log" || status=1
 
 # Both sides of the throughput comparison train on the same token shard.
 shard=$(mktemp -d)/tinyshakespeare.bin
@@ -201,14 +207,14 @@ def load(name):
         return json.loads((out / name).read_text().strip().splitlines()[-1])
     except Exception as e:  # the step above failed and said why, in tests.log
         return {"error": f"{name}: no result ({e}); see tests.log"}
-pcie, adamw = load("pcie.json"), load("adamw_cuda.json")
+pcie, adamw, demo = load("pcie.json"), load("adamw_cuda.json"), load("demo.json")
 ours, torch = load("step_tandem.json"), load("step_pytorch.json")
 schedules = []
 try:
     schedules = [json.loads(l) for l in (out / "step_schedules.jsonl").read_text().splitlines() if l.strip()]
 except Exception as e:
     print("FAIL: step_schedules.jsonl: no result (%s); see tests.log" % e)
-for r in (pcie, adamw, ours, torch):
+for r in (pcie, adamw, demo, ours, torch):
     if "error" in r:
         print("FAIL:", r["error"])
 print("pinned copies GB/s: h2d %s, d2h %s, both %s" % (
@@ -217,6 +223,13 @@ print("  / plain cudaMemcpyAsync: h2d %s, d2h %s (goal >= 0.85)" % (
     pcie.get("h2d_ratio"), pcie.get("d2h_ratio")))
 print("device AdamW: %s GB/s; device copy %s GB/s; ratio %s (goal >= 0.85)" % (
     adamw.get("gb_per_s"), adamw.get("copy_gb_per_s"), adamw.get("ratio")))
+gpu = demo.get("gpu") or {}
+print("DeMo step: CPU %s M params/s (%s threads, DCT/sgemm %s); GPU %s M params/s = %sx the CPU"
+      % (round(demo.get("params_per_s", 0) / 1e6, 1), demo.get("threads"),
+         demo.get("dct_to_sgemm"), round(gpu.get("params_per_s", 0) / 1e6, 1),
+         gpu.get("gpu_to_cpu")))
+if demo and "error" not in demo and not gpu:
+    print("FAIL: tandem bench demo found no GPU")
 t, p = ours.get("tokens_per_s"), torch.get("tokens_per_s")
 ratio = "%.3f" % (t / p) if t and p else None
 print("GPT-2 124M tokens/s: tandem %s (fwd %s, bwd %s, update %s ms), PyTorch %s; ratio %s (goal >= 1)"
