@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_test.h"
 #include "tandem/core/half.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/optim/adamw_cuda.h"
@@ -21,33 +22,7 @@
 namespace tandem {
 namespace {
 
-class CudaDeviceTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string why;
-    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no GPU to run on: " << why;
-    device_ = make_cuda_device({});
-    stream_ = device_->create_stream("test");
-  }
-  // Host vector -> new device allocation.
-  template <typename T>
-  DeviceAllocation upload(const std::vector<T>& host) {
-    DeviceAllocation a = device_->allocate(MemorySpace::kDevice, host.size() * sizeof(T));
-    device_->copy_async(a.data(), host.data(), host.size() * sizeof(T), *stream_);
-    stream_->synchronize();
-    return a;
-  }
-  template <typename T>
-  std::vector<T> download(const DeviceAllocation& a, size_t n) {
-    std::vector<T> host(n);
-    device_->copy_async(host.data(), a.data(), n * sizeof(T), *stream_);
-    stream_->synchronize();
-    return host;
-  }
-
-  std::unique_ptr<Device> device_;
-  std::unique_ptr<Stream> stream_;
-};
+using CudaDeviceTest = testing::GpuTest;
 
 // Bit for bit, except that any NaN equals any NaN: an invalid operation gives the GPU's
 // canonical NaN (0x7fffffff) but x86's default NaN (0xffc00000), and which operand's

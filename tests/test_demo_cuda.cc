@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_test.h"
 #include "tandem/core/half.h"
 #include "tandem/core/rng.h"
 #include "tandem/device/cuda/cuda_device.h"
@@ -34,35 +35,12 @@ std::string first_difference(const std::vector<float>& a, const std::vector<floa
   return a.size() == b.size() ? "none" : "sizes differ";
 }
 
-class DemoCudaTest : public ::testing::Test {
+class DemoCudaTest : public testing::GpuTest {
  protected:
-  void SetUp() override {
-    std::string why;
-    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no GPU to run on: " << why;
-    device_ = make_cuda_device({});
-    stream_ = device_->create_stream("test");
-  }
-  template <typename T>
-  DeviceAllocation upload(const std::vector<T>& host) {
-    DeviceAllocation a = device_->allocate(MemorySpace::kDevice, host.size() * sizeof(T));
-    device_->copy_async(a.data(), host.data(), host.size() * sizeof(T), *stream_);
-    stream_->synchronize();
-    return a;
-  }
-  template <typename T>
-  std::vector<T> download(const DeviceAllocation& a, size_t n) {
-    std::vector<T> host(n);
-    device_->copy_async(host.data(), a.data(), n * sizeof(T), *stream_);
-    stream_->synchronize();
-    return host;
-  }
   void launch(const DeviceKernel& kernel) {
     device_->launch_async(kernel, *stream_);
     stream_->synchronize();
   }
-
-  std::unique_ptr<Device> device_;
-  std::unique_ptr<Stream> stream_;
 };
 
 struct Shape {
@@ -118,9 +96,8 @@ TEST_F(DemoCudaTest, EveryStepIsTheCpusBitsOnThreeRanks) {
         std::vector<std::vector<int32_t>> all_indices;
         std::vector<std::vector<float>> all_values;
         for (int r = 0; r < world; r++) {
-          // Step 2 has all-zero gradients: with delta decayed, |Z| ties are rare but the
-          // first step of a zero gradient would tie everything; step 0's delta is zero and
-          // its gradients nonzero, so ties are covered by the zero-gradient tensor below.
+          // Step 2's gradients are all zero (only the momentum moves); ties of |Z| are
+          // TiesGoToTheLowerIndex's case.
           std::vector<float> grad = testing::randn(n, rng.next_u64(), step == 2 ? 0.0f : 1.0f);
           std::vector<uint16_t> grad16(n);
           for (size_t i = 0; i < n; i++) {

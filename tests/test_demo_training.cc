@@ -20,6 +20,7 @@
 #include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
+#include "train_on_ranks.h"
 
 namespace tandem {
 namespace {
@@ -40,40 +41,11 @@ nlohmann::json demo_config(const fs::path& data, const fs::path& out) {
   return json;
 }
 
-struct RankResults {
-  std::vector<TrainResult> by_rank;
-  std::vector<std::string> errors;  // empty where the rank succeeded
-};
-
-RankResults train_on_ranks(int world, const nlohmann::json& json, TrainOptions options = {}) {
-  options.show_progress = false;
-  RankResults results;
-  results.by_rank.resize(world);
-  results.errors.resize(world);
-  const TrainConfig config = parse_train_config(json);
-  run_local_ranks(world, [&](Communicator& comm) {
-    try {
-      results.by_rank[comm.rank()] = train(config, options, comm);
-    } catch (const Error& e) {
-      results.errors[comm.rank()] = e.what();
-    }
-  });
-  return results;
-}
-
-std::vector<float> losses(const TrainResult& r) {
-  std::vector<float> out;
-  for (const StepRecord& s : r.steps) out.push_back(s.loss);
-  return out;
-}
-
-void expect_ranks_agree(const RankResults& results, const std::string& what) {
-  for (size_t r = 0; r < results.by_rank.size(); r++) {
-    ASSERT_EQ(results.errors[r], "") << what << ", rank " << r;
-    EXPECT_EQ(results.by_rank[r].state_digest, results.by_rank[0].state_digest) << what;
-    EXPECT_EQ(losses(results.by_rank[r]), losses(results.by_rank[0])) << what;
-  }
-}
+using testing::expect_ranks_agree;
+using testing::losses;
+using testing::RankResults;
+using testing::same_bits;
+using testing::train_on_ranks;
 
 class DemoTraining : public ::testing::Test {
  protected:

@@ -13,6 +13,11 @@ namespace tandem {
 
 namespace {
 
+// Coefficients a rank sends for the tensor: topk per block.
+size_t message_entries(const DemoTensor& tensor) {
+  return static_cast<size_t>(tensor.blocks().count() * tensor.topk());
+}
+
 // The tensors wholly or partly in subgroups at a device site.
 std::vector<char> tensors_on_device(const std::vector<DemoRuleTensor>& tensors,
                                     const OffloadPlan& plan) {
@@ -258,8 +263,7 @@ void DemoRule::exchange() {
     const CudaWorkspace& w = *cuda_;
     for (size_t t = 0; t < layout_.size(); t++) {
       if (!prepared_on_device_[t]) continue;
-      const size_t at = w.layout.offset[t],
-                   n = static_cast<size_t>(tensors_[t].blocks().count() * tensors_[t].topk());
+      const size_t at = w.layout.offset[t], n = message_entries(tensors_[t]);
       const int32_t* indices = w.sent_indices(w.sent_host) + at;
       const float* values = w.sent_values(w.sent_host) + at;
       sent_[t].indices.assign(indices, indices + n);
@@ -277,7 +281,7 @@ void DemoRule::exchange() {
     if (!prepared_on_device_[t]) continue;
     prepared_on_device_[t] = 0;
     const int64_t bs = tensors_[t].blocks().block_size();
-    const size_t n = static_cast<size_t>(tensors_[t].blocks().count() * tensors_[t].topk());
+    const size_t n = message_entries(tensors_[t]);
     int32_t* indices = w.received_indices(w.received_host) + w.world * w.layout.offset[t];
     float* values = w.received_values(w.received_host) + w.world * w.layout.offset[t];
     for (size_t r = 0; r < w.world; r++) {

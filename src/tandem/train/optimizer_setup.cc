@@ -53,6 +53,8 @@ std::vector<std::string> optimizer_state_names(const OptimizerConfig& config) {
 
 bool optimizer_state_per_rank(const OptimizerConfig& config) { return is_demo(config); }
 
+bool optimizer_reduces_gradients(const OptimizerConfig& config) { return !is_demo(config); }
+
 size_t optimizer_state_bytes_per_param(const OptimizerConfig& config) {
   return (1 + optimizer_state_names(config).size()) * sizeof(float);
 }

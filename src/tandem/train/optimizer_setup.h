@@ -32,6 +32,10 @@ std::vector<std::string> optimizer_state_names(const OptimizerConfig& config);
 // checkpoint holds one copy per rank, rather than one copy partitioned over the ranks.
 bool optimizer_state_per_rank(const OptimizerConfig& config);
 
+// Whether data parallelism reduces the gradients over the ranks before the update (AdamW),
+// or the rule exchanges with the other ranks itself and each rank keeps its own (DeMo).
+bool optimizer_reduces_gradients(const OptimizerConfig& config);
+
 // fp32 state bytes per parameter, the master weights included (AdamW 12, DeMo 8).
 size_t optimizer_state_bytes_per_param(const OptimizerConfig& config);
 

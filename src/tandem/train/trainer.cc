@@ -359,10 +359,8 @@ class Trainer {
     const size_t N = static_cast<size_t>(comm_.world_size());
     return 2 * (N - 1) * (model_.layout().num_elements() * sizeof(float)) / N;
   }
-  // Whether the ranks reduce their gradients (AdamW), or keep them (DeMo exchanges its
-  // compressed momentum instead).
   static bool reduces_gradients(const TrainConfig& config) {
-    return config.optimizer.type != OptimizerType::kDeMo;
+    return optimizer_reduces_gradients(config.optimizer);
   }
   // At ZeRO stage 3 a forward pass gathers parameters from every rank: evaluation and
   // sampling run on every rank (rank 0 alone reports them).
@@ -438,11 +436,7 @@ class Trainer {
   // The engine's state arrays (the fp32 params first, then optimizer_state_names), flat
   // over all parameters, each rank's partition from its owner (a collective).
   std::vector<std::vector<float>> read_full_state() {
-    const size_t P = model_.layout().num_elements();
-    std::vector<std::vector<float>> state(engine_.rule().state_floats(), std::vector<float>(P));
-    std::vector<float*> arrays;
-    for (std::vector<float>& array : state) arrays.push_back(array.data());
-    engine_.read_state(arrays);
+    std::vector<std::vector<float>> state = read_engine_state();
     for (std::vector<float>& array : state)
       data_parallel_.gather_partitions(array.data(), sizeof(float));
     return state;
@@ -451,15 +445,23 @@ class Trainer {
   // DeMo's replicas hold the same parameters bit for bit by construction; every
   // demo.replica_check_interval steps the ranks prove it (a collective).
   void check_replicas(int64_t step) {
+    const std::vector<float> params = std::move(read_engine_state()[0]);
+    require_same_bits_on_every_rank(
+        comm_, params.data(), params.size() * sizeof(float),
+        cat("DeMo: the parameters at step ", step),
+        "the replicas diverged, which DeMo's fixed order of operations should make impossible: "
+        "please report it, and resume from the last checkpoint");
+  }
+
+  // This rank's state arrays as the engine holds them (the fp32 params first, then
+  // optimizer_state_names), flat; partitions not held are left zero.
+  std::vector<std::vector<float>> read_engine_state() {
     const size_t P = model_.layout().num_elements();
     std::vector<std::vector<float>> state(engine_.rule().state_floats(), std::vector<float>(P));
     std::vector<float*> arrays;
     for (std::vector<float>& array : state) arrays.push_back(array.data());
     engine_.read_state(arrays);
-    require_same_bits_on_every_rank(
-        comm_, state[0].data(), P * sizeof(float), cat("DeMo: the parameters at step ", step),
-        "the replicas diverged, which DeMo's fixed order of operations should make impossible: "
-        "please report it, and resume from the last checkpoint");
+    return state;
   }
 
   void resume(const fs::path& path) {
@@ -664,11 +666,7 @@ class Trainer {
     state.step = step_;
     state.train_position = train_loader_.position();
     state.sample_rng = sample_rng_.state();
-    const size_t P = model_.layout().num_elements();
-    std::vector<std::vector<float>> arrays(engine_.rule().state_floats(), std::vector<float>(P));
-    std::vector<float*> pointers;
-    for (std::vector<float>& array : arrays) pointers.push_back(array.data());
-    engine_.read_state(pointers);
+    std::vector<std::vector<float>> arrays = read_engine_state();
     state.params = std::move(arrays[0]);
     state.optimizer_state.assign(std::make_move_iterator(arrays.begin() + 1),
                                  std::make_move_iterator(arrays.end()));
@@ -681,9 +679,9 @@ class Trainer {
     ShardedOptimizerState shard;
     shard.zero_stage = config_.zero.stage;
     shard.per_rank = optimizer_state_per_rank(config_.optimizer);
-    shard.range = shard.per_rank || config_.zero.stage > 0 ? data_parallel_.state_range()
-                  : comm_.rank() == 0                      ? data_parallel_.state_range()
-                                                           : ParamRange{};
+    shard.range = shard.per_rank || config_.zero.stage > 0 || comm_.rank() == 0
+                      ? data_parallel_.state_range()
+                      : ParamRange{};
     const std::vector<std::string> names = optimizer_state_names(config_.optimizer);
     for (size_t k = 0; k < names.size(); k++)
       shard.arrays.emplace_back(names[k], state.optimizer_state[k].data());
