@@ -175,8 +175,9 @@ TEST(DemoTransform, TheInverseUndoesTheForwardOnEveryBlock) {
 }
 
 // The SIMD targets compute combine_rows's exact sequence: the same bits as the scalar
-// code, forward and inverse, for blocks narrower and wider than a vector, and with zeros
-// (skipped terms) in the coefficients.
+// code, forward and inverse, for blocks narrower and wider than a vector, block heights
+// that leave every remainder of the kernels' 6-row bands (48, 64, 30, 35, 45, 26 rows;
+// 1-D), and with zeros (skipped terms) in the coefficients.
 TEST(DemoTransform, EverySimdTargetGivesTheScalarBits) {
   std::vector<SimdTarget> targets;
   for (SimdTarget target : {SimdTarget::kAvx2, SimdTarget::kAvx512}) {
@@ -187,8 +188,8 @@ TEST(DemoTransform, EverySimdTargetGivesTheScalarBits) {
                   std::string(simd_target_name(target)).c_str());
     }
   }
-  for (const std::vector<int64_t>& shape :
-       std::vector<std::vector<int64_t>>{{96, 80}, {37}, {100}, {128, 64}, {30, 7}}) {
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
+           {96, 80}, {37}, {100}, {128, 64}, {30, 7}, {35, 72}, {45, 24}, {26, 16}}) {
     const DemoBlocks scalar(shape, 64, "w", SimdTarget::kScalar);
     std::vector<float> x(scalar.num_elements());
     for (size_t i = 0; i < x.size(); i++)

@@ -1,6 +1,7 @@
 #include "tandem/bench/demo_bench.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +20,12 @@ namespace {
 
 // n x n x n OpenBLAS sgemm with `threads` threads: rows split into blocks of 128, one
 // single-threaded OpenBLAS call each (as tandem's matmuls run it).
+//
+// OpenBLAS (OpenMP build) runs single-threaded inside an *active* parallel region; a
+// region of one thread is not active, and there it takes omp_get_max_threads() threads of
+// its own. So the pass sets OpenMP's thread count for its duration: a one-thread sgemm
+// then really runs on one core (with only num_threads(1) it ran on every core, and the
+// DCT's one-thread ratio was measured against a multi-threaded sgemm).
 class SgemmPass {
  public:
   static constexpr int n = 1024;
@@ -31,12 +38,15 @@ class SgemmPass {
   static double gflop() { return 2.0 * n * n * n / 1e9; }
   void run(int threads) {
     constexpr int kRows = 128;
+    const int previous_threads = omp_get_max_threads();
+    omp_set_num_threads(threads);
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int block = 0; block < n / kRows; block++) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kRows, n, n, 1.0f,
                   a_.data() + static_cast<size_t>(block) * kRows * n, n, b_.data(), n, 0.0f,
                   c_.data() + static_cast<size_t>(block) * kRows * n, n);
     }
+    omp_set_num_threads(previous_threads);
   }
 
  private:

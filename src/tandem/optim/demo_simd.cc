@@ -2,11 +2,11 @@
 // instead of the file being compiled with -mavx2, so no AVX instruction reaches a CPU
 // without it.
 //
-// The vector kernels compute tiles of 4 outputs rows x 2 vectors: per j, two loads of
-// rows[j] feed up to 8 fmas (one broadcast coefficient per output row; when zeros are
-// skipped, a zero coefficient leaves its row's accumulators alone, as the scalar code
-// does). 8 independent
-// accumulators keep both fma units busy through their latency.
+// The vector kernels compute tiles of 6 output rows x 2 vectors: per j, two loads of
+// rows[j] and six broadcast coefficients (one per output row) feed up to 12 fmas into 12
+// independent accumulators, which keep both fma units busy through their latency and, with
+// the two loaded vectors and the broadcast, fit AVX2's 16 registers. When zeros are
+// skipped, a zero coefficient leaves its row's accumulators alone, as the scalar code does.
 #include "tandem/optim/demo_simd.h"
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -21,6 +21,9 @@ namespace {
 
 #define TANDEM_AVX2 __attribute__((target("avx2,fma")))
 #define TANDEM_AVX512 __attribute__((target("avx2,fma,avx512f")))
+
+// Output rows per band and vectors per tile (see the file comment).
+constexpr size_t kBandRows = 6, kTileVectors = 2;
 
 inline float coeff_at(const float* coeffs, const CombineLayout& l, size_t r, size_t j) {
   return coeffs[r * l.coeff_row + j * l.coeff_col];
@@ -41,51 +44,73 @@ void combine_scalar(float* out, const float* coeffs, const float* rows, const Co
   }
 }
 
-// The vector kernel of a target: V floats per vector, Load/Store/Fma/Zero/Broadcast.
-#define TANDEM_COMBINE_KERNEL(NAME, ATTR, VEC, V, LOAD, STORE, FMA, ZERO, SET1)              \
-  template <bool kSkipZeros>                                                                 \
-  ATTR void NAME(float* out, const float* coeffs, const float* rows, const CombineLayout& l, \
-                 size_t R, size_t m, size_t n, size_t& done_cols) {                          \
-    constexpr size_t kRows = 4, kCols = 2 * V;                                               \
-    const size_t full_rows = R / kRows * kRows, full_cols = n / kCols * kCols;               \
-    for (size_t r = 0; r < full_rows; r += kRows) {                                          \
-      for (size_t i = 0; i < full_cols; i += kCols) {                                        \
-        VEC acc[kRows][2];                                                                   \
-        for (size_t t = 0; t < kRows; t++) acc[t][0] = acc[t][1] = ZERO();                   \
-        const float* c0 = coeffs + r * l.coeff_row;                                          \
-        const float* row = rows + i;                                                         \
-        for (size_t j = 0; j < m; j++, c0 += l.coeff_col, row += l.row_stride) {             \
-          const VEC x0 = LOAD(row), x1 = LOAD(row + V);                                      \
-          for (size_t t = 0; t < kRows; t++) {                                               \
-            const float c = c0[t * l.coeff_row];                                             \
-            if (kSkipZeros && c == 0.0f) continue;                                           \
-            const VEC cv = SET1(c);                                                          \
-            acc[t][0] = FMA(cv, x0, acc[t][0]);                                              \
-            acc[t][1] = FMA(cv, x1, acc[t][1]);                                              \
-          }                                                                                  \
-        }                                                                                    \
-        for (size_t t = 0; t < kRows; t++) {                                                 \
-          float* o = out + (r + t) * l.out_stride + i;                                       \
-          STORE(o, acc[t][0]);                                                               \
-          STORE(o + V, acc[t][1]);                                                           \
-        }                                                                                    \
-      }                                                                                      \
-    }                                                                                        \
-    /* What the tiles left, a vector at a time: the rows past the last full tile, and  */    \
-    /* the columns past the last full tile in the others.                              */    \
-    const size_t full_vectors = n / V * V;                                                   \
-    for (size_t r = 0; r < R; r++) {                                                         \
-      for (size_t i = r < full_rows ? full_cols : 0; i < full_vectors; i += V) {             \
-        VEC acc = ZERO();                                                                    \
-        for (size_t j = 0; j < m; j++) {                                                     \
-          const float c = coeff_at(coeffs, l, r, j);                                         \
-          if (kSkipZeros && c == 0.0f) continue;                                             \
-          acc = FMA(SET1(c), LOAD(rows + j * l.row_stride + i), acc);                        \
-        }                                                                                    \
-        STORE(out + r * l.out_stride + i, acc);                                              \
-      }                                                                                      \
-    }                                                                                        \
-    done_cols = full_vectors;                                                                \
+// The vector kernels of a target: V floats per vector, Load/Store/Fma/Zero/Broadcast.
+//
+// NAME##_tile computes outputs [r, r + kRows) x [i, i + kVecs * V); NAME##_band the rows
+// [r, r + kRows) across every full vector of columns (tiles of kVecs vectors, then single
+// vectors); NAME all rows, in bands of kBandRows and one band of the remainder.
+#define TANDEM_COMBINE_KERNEL(NAME, ATTR, VEC, V, LOAD, STORE, FMA, ZERO, SET1)                    \
+  template <bool kSkipZeros, size_t kRows, size_t kVecs>                                           \
+  ATTR inline void NAME##_tile(float* out, const float* coeffs, const float* rows,                 \
+                               const CombineLayout& l, size_t r, size_t i, size_t m) {             \
+    VEC acc[kRows][kVecs];                                                                         \
+    for (size_t t = 0; t < kRows; t++)                                                             \
+      for (size_t v = 0; v < kVecs; v++) acc[t][v] = ZERO();                                       \
+    const float* c0 = coeffs + r * l.coeff_row;                                                    \
+    const float* row = rows + i;                                                                   \
+    for (size_t j = 0; j < m; j++, c0 += l.coeff_col, row += l.row_stride) {                       \
+      VEC x[kVecs];                                                                                \
+      for (size_t v = 0; v < kVecs; v++) x[v] = LOAD(row + v * V);                                 \
+      for (size_t t = 0; t < kRows; t++) {                                                         \
+        const float c = c0[t * l.coeff_row];                                                       \
+        if (kSkipZeros && c == 0.0f) continue;                                                     \
+        const VEC cv = SET1(c);                                                                    \
+        for (size_t v = 0; v < kVecs; v++) acc[t][v] = FMA(cv, x[v], acc[t][v]);                   \
+      }                                                                                            \
+    }                                                                                              \
+    for (size_t t = 0; t < kRows; t++) {                                                           \
+      float* o = out + (r + t) * l.out_stride + i;                                                 \
+      for (size_t v = 0; v < kVecs; v++) STORE(o + v * V, acc[t][v]);                              \
+    }                                                                                              \
+  }                                                                                                \
+                                                                                                   \
+  template <bool kSkipZeros, size_t kRows>                                                         \
+  ATTR void NAME##_band(float* out, const float* coeffs, const float* rows,                        \
+                        const CombineLayout& l, size_t r, size_t m, size_t vectors) {              \
+    size_t v = 0;                                                                                  \
+    for (; v + kTileVectors <= vectors; v += kTileVectors)                                         \
+      NAME##_tile<kSkipZeros, kRows, kTileVectors>(out, coeffs, rows, l, r, v * V, m);             \
+    for (; v < vectors; v++) NAME##_tile<kSkipZeros, kRows, 1>(out, coeffs, rows, l, r, v * V, m); \
+  }                                                                                                \
+                                                                                                   \
+  template <bool kSkipZeros>                                                                       \
+  ATTR void NAME(float* out, const float* coeffs, const float* rows, const CombineLayout& l,       \
+                 size_t R, size_t m, size_t n, size_t& done_cols) {                                \
+    const size_t vectors = n / V;                                                                  \
+    size_t r = 0;                                                                                  \
+    for (; r + kBandRows <= R; r += kBandRows)                                                     \
+      NAME##_band<kSkipZeros, kBandRows>(out, coeffs, rows, l, r, m, vectors);                     \
+    static_assert(kBandRows == 6, "the remainder switch below covers 1 to 5 rows");                \
+    switch (R - r) {                                                                               \
+      case 5:                                                                                      \
+        NAME##_band<kSkipZeros, 5>(out, coeffs, rows, l, r, m, vectors);                           \
+        break;                                                                                     \
+      case 4:                                                                                      \
+        NAME##_band<kSkipZeros, 4>(out, coeffs, rows, l, r, m, vectors);                           \
+        break;                                                                                     \
+      case 3:                                                                                      \
+        NAME##_band<kSkipZeros, 3>(out, coeffs, rows, l, r, m, vectors);                           \
+        break;                                                                                     \
+      case 2:                                                                                      \
+        NAME##_band<kSkipZeros, 2>(out, coeffs, rows, l, r, m, vectors);                           \
+        break;                                                                                     \
+      case 1:                                                                                      \
+        NAME##_band<kSkipZeros, 1>(out, coeffs, rows, l, r, m, vectors);                           \
+        break;                                                                                     \
+      default:                                                                                     \
+        break;                                                                                     \
+    }                                                                                              \
+    done_cols = vectors * V;                                                                       \
   }
 
 TANDEM_COMBINE_KERNEL(combine_avx2, TANDEM_AVX2, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps,
