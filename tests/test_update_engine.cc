@@ -5,6 +5,7 @@
 // device too small is refused with the bytes and the settings to change.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstring>
@@ -265,6 +266,51 @@ TEST(UpdateEngine, GradientsAnnouncedDuringBackwardStartEarlyAndChangeNothing) {
   EXPECT_TRUE(bitwise_equal(p, want_p));
   EXPECT_TRUE(bitwise_equal(m, want_m));
   EXPECT_TRUE(bitwise_equal(v, want_v));
+}
+
+// A lazy snapshot taken after step 1 holds step 1's state though step 2 runs while its
+// copies are still queued: the snapshot stream is slowed (each copy sleeps first), so
+// without the per-subgroup waits step 2 would overwrite state before it was copied. Every
+// site: host, resident and staged subgroups, under each schedule. The step's result is
+// unchanged, and the wait is counted.
+TEST(UpdateEngine, ALazySnapshotHoldsItsStepsStateWhileTheNextStepRuns) {
+  const Problem problem;
+  std::vector<float> want_p1, want_m1, want_v1, want_p2, want_m2, want_v2;
+  problem.reference(want_p1, want_m1, want_v1, 1);
+  problem.reference(want_p2, want_m2, want_v2, 2);
+  for (const OffloadSettings& settings : std::vector<OffloadSettings>{
+           {.schedule = UpdateSchedule::kCpu, .sub_group_size = 777},
+           {.schedule = UpdateSchedule::kDevice, .sub_group_size = 777},
+           {.schedule = UpdateSchedule::kRatio, .sub_group_size = 777, .ratio = 0.5},
+           {.schedule = UpdateSchedule::kInterleave,
+           .sub_group_size = 777,
+           .stride = 2,
+           .staging_buffers = 1}}) {
+    EngineRun run(problem, settings, {.slow_stream = "snapshot", .slow_copy_ms = 2});
+    run.upload_grads(problem.grads[0]);
+    run.engine->step(Problem::lr(0), Problem::scale(0));
+    DeviceAllocation snapshot =
+        run.device->allocate(MemorySpace::kPinnedHost, 3 * problem.P * sizeof(float));
+    std::fill_n(snapshot.as<float>(), 3 * problem.P, -1.0f);
+    float* arrays[] = {snapshot.as<float>(), snapshot.as<float>() + problem.P,
+                       snapshot.as<float>() + 2 * problem.P};
+    run.engine->begin_capture(arrays);
+    EXPECT_TRUE(run.engine->capturing());
+    run.upload_grads(problem.grads[1]);
+    const UpdateStepStats stats = run.engine->step(Problem::lr(1), Problem::scale(1));
+    EXPECT_GT(stats.capture_wait_ms, 0.0) << describe(settings);
+    run.engine->finish_capture();
+    EXPECT_FALSE(run.engine->capturing());
+    const auto copy = [&](int k) { return std::vector<float>(arrays[k], arrays[k] + problem.P); };
+    EXPECT_TRUE(bitwise_equal(copy(0), want_p1)) << describe(settings);
+    EXPECT_TRUE(bitwise_equal(copy(1), want_m1)) << describe(settings);
+    EXPECT_TRUE(bitwise_equal(copy(2), want_v1)) << describe(settings);
+    std::vector<float> p, m, v, w;
+    run.read(problem, p, m, v, w);
+    EXPECT_TRUE(bitwise_equal(p, want_p2)) << describe(settings);
+    EXPECT_TRUE(bitwise_equal(m, want_m2)) << describe(settings);
+    EXPECT_TRUE(bitwise_equal(v, want_v2)) << describe(settings);
+  }
 }
 
 // A GPU's backward is still running when it announces gradients: the engine must order

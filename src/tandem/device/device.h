@@ -156,6 +156,10 @@ struct CpuDeviceOptions {
   // Fault injection for tests: the copy with this sequence number (0-based, counted over
   // all streams in the order copies are queued) fails without writing anything.
   int64_t fail_copy_number = -1;
+  // Slowness injection for tests: each copy on a stream of this name first sleeps
+  // slow_copy_ms (a slow link or disk, so that work ordered after it is seen to wait).
+  std::string slow_stream = {};
+  double slow_copy_ms = 0;
 };
 
 // The host-only test and development backend (see the top of this file).

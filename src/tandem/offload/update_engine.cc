@@ -22,8 +22,10 @@ struct UpdateEngine::SubgroupState {
   uint16_t* host_working = nullptr;     // pinned host 16-bit working copy, host subgroups only
   std::vector<UpdateSegment> segments;  // weight-decay ranges, relative to range.begin
   std::unique_ptr<Event> grads_on_host;
-  size_t grads_final = 0;   // gradients of this step known final (host subgroups)
-  bool grads_sent = false;  // their copy to the host is queued
+  size_t grads_final = 0;           // gradients of this step known final (host subgroups)
+  bool grads_sent = false;          // their copy to the host is queued
+  std::unique_ptr<Event> captured;  // recorded after its snapshot copies (begin_capture)
+  bool capture_pending = false;     // those copies are not yet known to have landed
 
   size_t size() const { return range.size(); }
   float* params() const { return state; }
@@ -149,7 +151,7 @@ UpdateEngine::UpdateEngine(Device& device, const ParamLayout& layout, OffloadPla
 
 UpdateEngine::~UpdateEngine() {
   // Queued work must not outlive the buffers it uses.
-  for (Stream* stream : {h2d_.get(), d2h_.get(), compute_.get()}) {
+  for (Stream* stream : {h2d_.get(), d2h_.get(), compute_.get(), capture_stream_.get()}) {
     try {
       if (stream != nullptr) stream->synchronize();
     } catch (const Error&) {
@@ -255,6 +257,7 @@ void UpdateEngine::load_state(std::span<const float* const> arrays, int64_t step
   TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
   TANDEM_CHECK(arrays.size() == state_floats_, "load_state: ", arrays.size(),
                " state arrays for the ", rule_->name(), " rule, which keeps ", state_floats_);
+  finish_capture();
   const float* params = arrays[0];
   const auto stream = device_.create_stream("load_state");
   // The working parameters may still be being zeroed on the model's stream (a new model's
@@ -295,6 +298,41 @@ void UpdateEngine::read_state(std::span<float* const> arrays) {
       device_.copy_async(arrays[k] + b, sg->array(k), bytes, *stream);
   }
   stream->synchronize();
+}
+
+void UpdateEngine::begin_capture(std::span<float* const> arrays) {
+  TANDEM_CHECK(arrays.size() == state_floats_, "begin_capture: ", arrays.size(),
+               " state arrays for the ", rule_->name(), " rule, which keeps ", state_floats_);
+  TANDEM_CHECK(!capturing(), "begin_capture: the previous capture is not finished");
+  TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
+  capture_stream_ = device_.create_stream("snapshot");
+  for (auto& sg : subgroups_) {
+    const size_t b = sg->range.begin, bytes = sg->size() * sizeof(float);
+    for (size_t k = 0; k < state_floats_; k++)
+      device_.copy_async(arrays[k] + b, sg->array(k), bytes, *capture_stream_,
+                         label(*sg, "snapshot"));
+    if (!sg->captured) sg->captured = device_.create_event();
+    device_.record(*sg->captured, *capture_stream_);
+    sg->capture_pending = true;
+  }
+}
+
+double UpdateEngine::finish_capture() {
+  if (!capturing()) return 0.0;
+  Stopwatch watch;
+  // The stream ends with the capture whatever happens below.
+  const std::unique_ptr<Stream> stream = std::move(capture_stream_);
+  for (auto& sg : subgroups_) sg->capture_pending = false;
+  stream->synchronize();
+  return watch.millis();
+}
+
+void UpdateEngine::wait_for_capture(SubgroupState& sg, UpdateStepStats& stats) {
+  if (!sg.capture_pending) return;
+  Stopwatch watch;
+  sg.captured->synchronize();
+  sg.capture_pending = false;
+  stats.capture_wait_ms += watch.millis();
 }
 
 void UpdateEngine::enqueue_device_update(SubgroupState& sg, float* state, Phase phase) {
@@ -340,6 +378,8 @@ void UpdateEngine::enqueue_staged(SubgroupState& sg, size_t slot, Phase phase,
 void UpdateEngine::enqueue_device_work(Phase phase, UpdateStepStats& stats) {
   size_t staged = 0;
   for (auto& sg : subgroups_) {
+    // Resident subgroups change in place; staged ones when they are written back.
+    if (sg->range.site != UpdateSite::kHost) wait_for_capture(*sg, stats);
     if (sg->range.site == UpdateSite::kDeviceResident) enqueue_device_update(*sg, sg->state, phase);
     if (sg->range.site == UpdateSite::kDeviceStaged)
       enqueue_staged(*sg, staged++ % slot_free_.size(), phase, stats);
@@ -349,6 +389,7 @@ void UpdateEngine::enqueue_device_work(Phase phase, UpdateStepStats& stats) {
 void UpdateEngine::run_host_work(Phase phase, UpdateStepStats& stats) {
   for (auto& sg : subgroups_) {
     if (sg->range.site != UpdateSite::kHost) continue;
+    wait_for_capture(*sg, stats);
     sg->grads_on_host->synchronize();
     RuleArrays arrays = this->arrays(*sg, sg->state, sg->host_grads);
     if (phase == Phase::kPrepare) {

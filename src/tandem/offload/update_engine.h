@@ -35,6 +35,9 @@ struct UpdateStepStats {
   size_t d2h_bytes = 0;  // device-to-host bytes queued this step (backward included)
   // CPU-updated subgroups whose gradients started moving to the host during backward.
   size_t early_gradient_subgroups = 0;
+  // Milliseconds the step waited for a lazy snapshot's copies (begin_capture) before it
+  // could change a subgroup's state: the checkpoint's stall inside the update.
+  double capture_wait_ms = 0;
 };
 
 class UpdateEngine {
@@ -97,6 +100,20 @@ class UpdateEngine {
     read_state(arrays);
   }
 
+  // Lazy snapshot, for checkpoints taken while training goes on: queues copies of every
+  // subgroup's state arrays into `arrays` (host memory, flat layout order as read_state
+  // fills them; pinned memory lets a GPU copy asynchronously) on a stream of their own,
+  // in the order the next step updates the subgroups, and returns. The model may compute
+  // meanwhile; the next step() waits for a subgroup's copy only before it changes that
+  // subgroup's state (counted in UpdateStepStats::capture_wait_ms), so the arrays receive
+  // the state as it is now. They must stay valid until finish_capture(). One capture at
+  // a time.
+  void begin_capture(std::span<float* const> arrays);
+  bool capturing() const { return capture_stream_ != nullptr; }
+  // Blocks until every copy of the capture has landed (rethrows a failed one) and ends
+  // it; returns the milliseconds waited. Nothing to do without a capture.
+  double finish_capture();
+
   // One step of the rule with learning rate lr and gradient scale grad_scale (clipping), the
   // gradients in DeviceBuffers::grads being complete. On failure throws tandem::Error
   // saying that training cannot continue; the engine then refuses further steps.
@@ -130,6 +147,8 @@ class UpdateEngine {
   // each of `streams` (at most kReleaseEvents); nothing without a producer.
   void release_to_producer(std::initializer_list<Stream*> streams);
   void send_gradients(SubgroupState& sg);
+  // Before the step changes sg's state: waits for its snapshot copy, if one is pending.
+  void wait_for_capture(SubgroupState& sg, UpdateStepStats& stats);
   // "sg 3 prefetch": names work in a trace; empty when not tracing.
   std::string label(const SubgroupState& sg, std::string_view what) const;
   size_t working_bytes() const;
@@ -162,6 +181,7 @@ class UpdateEngine {
   std::vector<std::unique_ptr<Event>> released_;  // waited for on DeviceBuffers::producer
   std::vector<std::unique_ptr<Event>> slot_free_, slot_loaded_, slot_updated_;
   std::vector<std::unique_ptr<SubgroupState>> subgroups_;
+  std::unique_ptr<Stream> capture_stream_;  // while a capture is in flight
 };
 
 }  // namespace tandem

@@ -1,9 +1,12 @@
 #include "tandem/device/cpu/cpu_device.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -20,7 +23,10 @@ constexpr std::align_val_t kAlignment{64};
 class CpuDevice final : public Device {
  public:
   explicit CpuDevice(const CpuDeviceOptions& options)
-      : capacity_(options.memory_bytes), fail_copy_number_(options.fail_copy_number) {}
+      : capacity_(options.memory_bytes),
+        fail_copy_number_(options.fail_copy_number),
+        slow_stream_(options.slow_stream),
+        slow_copy_ms_(options.slow_copy_ms) {}
 
   ~CpuDevice() override = default;
 
@@ -86,8 +92,13 @@ class CpuDevice final : public Device {
     // by program order and not by thread timing.
     const int64_t number = next_copy_number_.fetch_add(1);
     const bool inject = number == fail_copy_number_;
+    const double delay_ms =
+        !slow_stream_.empty() && queue.name() == slow_stream_ ? slow_copy_ms_ : 0;
     queue.enqueue("copy", traced(queue, label.empty() ? "copy" : label, {{"bytes", bytes}},
-                                 [dst, src, bytes, number, inject] {
+                                 [dst, src, bytes, number, inject, delay_ms] {
+                                   if (delay_ms > 0)
+                                     std::this_thread::sleep_for(
+                                         std::chrono::duration<double, std::milli>(delay_ms));
                                    if (inject) fail("injected copy failure (copy #", number, ")");
                                    std::memcpy(dst, src, bytes);
                                  }));
@@ -152,6 +163,8 @@ class CpuDevice final : public Device {
 
   const size_t capacity_;
   const int64_t fail_copy_number_;
+  const std::string slow_stream_;
+  const double slow_copy_ms_;
   TraceRecorder* tracer_ = nullptr;
   std::atomic<size_t> in_use_{0};
   std::atomic<int64_t> next_copy_number_{0};
