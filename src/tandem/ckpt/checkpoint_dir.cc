@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <string_view>
+#include <utility>
 
 #include "tandem/core/checksum.h"
 #include "tandem/core/error.h"
@@ -311,6 +313,107 @@ void verify_checkpoint(const fs::path& checkpoint_dir, const std::vector<std::st
 
 int64_t checkpoint_step(const fs::path& checkpoint_dir) {
   return read_manifest(checkpoint_dir).step;
+}
+
+namespace {
+
+// Step of a name "step_%08d" (committed) or "step_%08d.tmp-..." (staging); -1 otherwise.
+int64_t step_of_name(const std::string& name, bool staging) {
+  constexpr std::string_view kPrefix = "step_";
+  if (name.rfind(kPrefix, 0) != 0) return -1;
+  size_t end = kPrefix.size();
+  while (end < name.size() && name[end] >= '0' && name[end] <= '9') end++;
+  if (end == kPrefix.size()) return -1;
+  const std::string rest = name.substr(end);
+  if (staging ? rest.rfind(".tmp-", 0) != 0 : !rest.empty()) return -1;
+  return std::stoll(name.substr(kPrefix.size(), end - kPrefix.size()));
+}
+
+// Committed checkpoint directories under the root (named step_N, with a manifest),
+// newest first.
+std::vector<std::pair<int64_t, fs::path>> committed_checkpoints(const fs::path& root) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
+    const int64_t step = step_of_name(entry.path().filename().string(), false);
+    std::error_code file_ec;
+    if (step >= 0 && fs::is_regular_file(entry.path() / kManifestName, file_ec))
+      found.emplace_back(step, entry.path());
+  }
+  if (ec) fail(root.string(), ": cannot list the checkpoints (", ec.message(), ")");
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  return found;
+}
+
+}  // namespace
+
+ResumableCheckpoint newest_verified_checkpoint(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail(path.string(), ": no such file or directory");
+  if (fs::is_regular_file(path / kManifestName, ec)) {
+    verify_checkpoint(path);
+    return {path, ""};
+  }
+  fs::path root;
+  if (fs::is_regular_file(path / kLatestName, ec)) {
+    root = path;
+  } else if (fs::is_directory(path / "checkpoints", ec)) {
+    root = path / "checkpoints";
+  } else {
+    resolve_checkpoint(path);  // throws, saying what was looked for
+  }
+  std::vector<fs::path> candidates;
+  std::string passed_over;
+  try {
+    candidates.push_back(follow_latest(root));
+  } catch (const Error& e) {
+    passed_over = e.what();
+  }
+  for (const auto& [step, dir] : committed_checkpoints(root))
+    if (candidates.empty() || dir != candidates.front()) candidates.push_back(dir);
+  for (const fs::path& dir : candidates) {
+    try {
+      verify_checkpoint(dir);
+      return {dir, passed_over};
+    } catch (const Error& e) {
+      passed_over += (passed_over.empty() ? "" : "; ") + std::string(e.what());
+    }
+  }
+  fail(path.string(), ": no checkpoint verifies (",
+       passed_over.empty() ? "none found" : passed_over, "); start afresh in another directory");
+}
+
+std::vector<fs::path> prune_checkpoints(const fs::path& root, int64_t keep) {
+  std::vector<fs::path> removed;
+  fs::path latest;
+  try {
+    latest = follow_latest(root);
+  } catch (const Error&) {
+    return removed;  // nothing committed to measure "older" against
+  }
+  const int64_t latest_step = step_of_name(latest.filename().string(), false);
+  std::error_code ec;
+  if (keep > 0) {
+    int64_t kept = 0;
+    for (const auto& [step, dir] : committed_checkpoints(root)) {
+      if (dir == latest || kept < keep) {
+        kept++;
+        continue;
+      }
+      fs::remove_all(dir, ec);
+      if (ec) fail(dir.string(), ": cannot remove an old checkpoint (", ec.message(), ")");
+      removed.push_back(dir);
+    }
+  }
+  for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
+    const int64_t step = step_of_name(entry.path().filename().string(), true);
+    if (step < 0 || step >= latest_step) continue;
+    std::error_code remove_ec;
+    fs::remove_all(entry.path(), remove_ec);
+    if (!remove_ec) removed.push_back(entry.path());
+  }
+  return removed;
 }
 
 }  // namespace tandem

@@ -18,4 +18,10 @@ std::string format_bytes(size_t bytes) {
   return text;
 }
 
+std::string format_fixed(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
 }  // namespace tandem

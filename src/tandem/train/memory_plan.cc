@@ -146,7 +146,8 @@ std::string TrainingMemoryPlan::to_text() const {
               format_bytes(optimizer_device_bytes), ")", fits() ? "" : "  << does not fit", "\n",
               "  pinned host: ", format_bytes(total.pinned_host), " (offloaded ", state_names,
               "; host gradients and working copies)\n", "  host:        ", format_bytes(total.host),
-              " (checkpoint staging)\n");
+              " (the checkpoint snapshot: lazy checkpoints keep it for the run, synchronous "
+              "ones while they save)\n");
   if (rates.cpu_params_per_s == 0)
     return text + (fits() ? "measured: nothing (the performance model times AdamW only; `tandem "
                             "bench demo` measures DeMo's step)\n"

@@ -80,10 +80,19 @@ constexpr std::string_view kOptimizerParamKeys[] = {"lr",
                                                     "compression_values"};
 constexpr std::string_view kDemoKeys[] = {"replica_check_interval"};
 constexpr std::string_view kSchedulerParamKeys[] = {"warmup_num_steps", "cos_min_ratio"};
-constexpr std::string_view kTrainKeys[] = {"steps",         "seed",         "seq_len",
-                                           "eval_interval", "eval_batches", "checkpoint_interval",
-                                           "log_interval",  "output_dir",   "sample_bytes",
-                                           "max_shard_size"};
+constexpr std::string_view kTrainKeys[] = {"steps",
+                                           "seed",
+                                           "seq_len",
+                                           "eval_interval",
+                                           "eval_batches",
+                                           "checkpoint_interval",
+                                           "log_interval",
+                                           "output_dir",
+                                           "sample_bytes",
+                                           "max_shard_size",
+                                           "lazy_checkpoints",
+                                           "keep_checkpoints",
+                                           "checkpoint_failure"};
 
 constexpr std::string_view kSchedulerType = "WarmupCosineLR";
 
@@ -535,6 +544,14 @@ TrainConfig parse_train_config(const json& config_json) {
                "train.output_dir must not be empty");
   train.read_int("sample_bytes", t.sample_bytes, 0);
   train.read_int("max_shard_size", t.max_shard_size, 1);
+  train.read_bool("lazy_checkpoints", t.lazy_checkpoints);
+  train.read_int("keep_checkpoints", t.keep_checkpoints, 0);
+  std::string failure = "stop";
+  train.read_string("checkpoint_failure", failure);
+  TANDEM_CHECK(failure == "stop" || failure == "continue", "train.checkpoint_failure = \"", failure,
+               "\": must be \"stop\" (the default) or \"continue\"");
+  t.checkpoint_failure =
+      failure == "stop" ? CheckpointFailure::kStop : CheckpointFailure::kContinue;
 
   if (demo) {
     TANDEM_CHECK(z.stage == 0, "optimizer.type DeMo needs zero_optimization.stage 0, got ", z.stage,
@@ -722,7 +739,11 @@ json to_json(const TrainConfig& config) {
         {"log_interval", t.log_interval},
         {"output_dir", t.output_dir},
         {"sample_bytes", t.sample_bytes},
-        {"max_shard_size", t.max_shard_size}}},
+        {"max_shard_size", t.max_shard_size},
+        {"lazy_checkpoints", t.lazy_checkpoints},
+        {"keep_checkpoints", t.keep_checkpoints},
+        {"checkpoint_failure",
+         t.checkpoint_failure == CheckpointFailure::kStop ? "stop" : "continue"}}},
   };
   if (o.type == OptimizerType::kDeMo)
     out["demo"] = {{"replica_check_interval", config.demo.replica_check_interval}};

@@ -61,6 +61,8 @@ struct SchedulerConfig {         // JSON: "scheduler": {"type": "WarmupCosineLR"
   float cos_min_ratio = 0.1f;    // cosine decay to lr * cos_min_ratio at the last step
 };
 
+enum class CheckpointFailure { kStop, kContinue };
+
 struct TrainLoopConfig {  // JSON: "train": {...}
   int64_t steps = 1000;
   uint64_t seed = 1337;
@@ -75,6 +77,15 @@ struct TrainLoopConfig {  // JSON: "train": {...}
   // model-0000k-of-0000n.safetensors with model.safetensors.index.json, as Hugging Face's
   // save_pretrained does (its default, 5 GB).
   int64_t max_shard_size = 5'000'000'000;
+  // Checkpoints are snapshotted while the next step computes and written in the
+  // background (lazy); false: the loop stops until every byte is written.
+  bool lazy_checkpoints = true;
+  // Keep the newest N checkpoints, removing older ones once a newer one is committed; 0
+  // keeps all.
+  int64_t keep_checkpoints = 0;
+  // A checkpoint that cannot be written (disk full): stop training with the error, or
+  // note it and go on (the previous checkpoint stays intact either way).
+  CheckpointFailure checkpoint_failure = CheckpointFailure::kStop;
 };
 
 struct DeviceConfig {  // JSON: "device": {...}

@@ -8,6 +8,7 @@
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/checksum.h"
 #include "tandem/core/error.h"
+#include "tandem/core/format.h"
 #include "tandem/core/rng.h"
 #include "tandem/core/timer.h"
 #include "tandem/core/trace.h"
@@ -25,6 +26,7 @@
 #include "tandem/offload/update_engine.h"
 #include "tandem/optim/grad_clip.h"
 #include "tandem/optim/lr_schedule.h"
+#include "tandem/train/checkpointer.h"
 #include "tandem/train/memory_plan.h"
 #include "tandem/train/metrics_log.h"
 #include "tandem/train/optimizer_setup.h"
@@ -170,6 +172,8 @@ class Trainer {
                      DataParallel::model_holds_gradients(config.zero.stage)
                          ? config.gradient_accumulation_steps
                          : 1),
+        checkpointer_(config_, engine_, checkpoints_root(), comm.rank(), comm.world_size(),
+                      options_.save_checkpoints && lazy_checkpoints()),
         data_parallel_hooks_(data_parallel_, engine_),
         local_gradient_hooks_(engine_),
         schedule_{.base_lr = config.optimizer.lr,
@@ -224,6 +228,8 @@ class Trainer {
       Stopwatch watch;
       const float lr = schedule_.lr_at(step_);
       const StepTimes times = train_step(lr);
+      // A lazy checkpoint begun after the last step has its snapshot now.
+      checkpointer_.after_step(times.update);
       const float loss = times.loss;
       step_++;
       const double ms = watch.millis();
@@ -282,10 +288,13 @@ class Trainer {
       }
       const int64_t ckpt_every = config_.train.checkpoint_interval;
       if (options_.save_checkpoints && (finished || (ckpt_every > 0 && step_ % ckpt_every == 0))) {
-        result.last_checkpoint = save();
-        if (!result.last_checkpoint.empty())
-          progress_.note(cat("step ", step_, ": saved ", result.last_checkpoint.string()));
+        // The last checkpoint has no next step to hide behind: it is written now.
+        if (lazy_checkpoints() && !finished)
+          checkpointer_.begin_lazy(trainer_state());
+        else
+          checkpointer_.save_now(step_, [this] { return save(); });
       }
+      record_checkpoints(checkpointer_.collect(finished), metrics, result);
     }
     progress_.finish();
     if (!options_.trace_path.empty() && !trace_written)
@@ -464,7 +473,13 @@ class Trainer {
     return state;
   }
 
-  void resume(const fs::path& path) {
+  void resume(const fs::path& requested) {
+    // A run directory resumes from its newest checkpoint that verifies.
+    const ResumableCheckpoint chosen = newest_verified_checkpoint(requested);
+    const fs::path& path = chosen.dir;
+    if (!chosen.passed_over.empty())
+      progress_.note(cat("tandem: passed over checkpoints that do not verify (", chosen.passed_over,
+                         "); resuming from ", path.string()));
     TrainingState state = load_training_checkpoint(path, {.keep = data_parallel_.state_range(),
                                                           .rank = comm_.rank(),
                                                           .world_size = comm_.world_size()});
@@ -658,14 +673,50 @@ class Trainer {
 
   fs::path checkpoints_root() const { return fs::path(config_.train.output_dir) / "checkpoints"; }
 
-  // A collective: every rank hands its partition of the state to the others; rank 0
-  // writes the checkpoint (the others return an empty path).
-  fs::path save() {
+  // Lazy checkpoints need the whole state on this rank (one rank); several ranks save
+  // together, synchronously.
+  bool lazy_checkpoints() const {
+    return config_.train.lazy_checkpoints && comm_.world_size() == 1;
+  }
+
+  // What a checkpoint holds besides the engine's arrays.
+  TrainingState trainer_state() const {
     TrainingState state;
     state.config = config_;
     state.step = step_;
     state.train_position = train_loader_.position();
     state.sample_rng = sample_rng_.state();
+    return state;
+  }
+
+  // Committed (or failed, under checkpoint_failure "continue") checkpoints: metrics, a
+  // note, the result.
+  void record_checkpoints(std::vector<CheckpointRecord> records, MetricsLog& metrics,
+                          TrainResult& result) {
+    for (CheckpointRecord& record : records) {
+      if (!record.error.empty()) {
+        progress_.note(cat("tandem: ", record.error, "; training goes on"));
+        metrics.write({{"step", record.step}, {"checkpoint_error", record.error}});
+      } else if (!record.path.empty()) {
+        progress_.note(cat("step ", record.step, ": saved ", record.path.string(), " (",
+                           record.lazy ? "lazy" : "synchronous", ": training waited ",
+                           format_fixed(record.stall_ms, 1), " ms, written in ",
+                           format_fixed(record.flush_ms, 1), " ms)"));
+        metrics.write({{"step", record.step},
+                       {"checkpoint", record.path.string()},
+                       {"checkpoint_lazy", record.lazy},
+                       {"checkpoint_stall_ms", record.stall_ms},
+                       {"checkpoint_flush_ms", record.flush_ms}});
+        result.last_checkpoint = record.path;
+      }
+      result.checkpoints.push_back(std::move(record));
+    }
+  }
+
+  // A collective: every rank hands its partition of the state to the others; rank 0
+  // writes the checkpoint (the others return an empty path).
+  fs::path save() {
+    TrainingState state = trainer_state();
     std::vector<std::vector<float>> arrays = read_engine_state();
     state.params = std::move(arrays[0]);
     state.optimizer_state.assign(std::make_move_iterator(arrays.begin() + 1),
@@ -713,6 +764,7 @@ class Trainer {
   DataParallel data_parallel_;  // the model's BlockMemory from stage 2
   UpdateEngine engine_;
   GradientAccumulator accumulator_;
+  Checkpointer checkpointer_;  // snapshots the engine's state: after it, gone before it
   DataParallelHooks data_parallel_hooks_;
   LocalGradientHooks local_gradient_hooks_;
   // Data parallelism (or the local gradients' hooks) first, then TrainOptions::hooks.

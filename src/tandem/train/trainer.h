@@ -51,14 +51,28 @@ struct StepRecord {
   double collective_ms = 0, collective_wait_ms = 0;
 };
 
+// One checkpoint of a run (also what --metrics records when it is committed).
+struct CheckpointRecord {
+  int64_t step = 0;
+  std::filesystem::path path = {};  // empty when the write failed (error says why)
+  bool lazy = false;
+  // Milliseconds the training loop was blocked by this checkpoint: waiting for the
+  // previous write, the snapshot's copies the next update waited for, or (synchronous)
+  // the whole save.
+  double stall_ms = 0;
+  double flush_ms = 0;  // writing it, from the snapshot to the committed directory
+  std::string error = {};
+};
+
 struct TrainResult {
   std::vector<StepRecord> steps;  // every step of this invocation
   int64_t steps_done = 0;
   float last_train_loss = 0.0f;
   float last_val_loss = 0.0f;  // NaN when no evaluation ran
   std::filesystem::path last_checkpoint;
-  std::string sample;        // bytes sampled at the end (train.sample_bytes)
-  std::string state_digest;  // XXH3-64 of the final params, m and v (hex)
+  std::vector<CheckpointRecord> checkpoints;  // committed (or failed) in this invocation
+  std::string sample;                         // bytes sampled at the end (train.sample_bytes)
+  std::string state_digest;                   // XXH3-64 of the final params, m and v (hex)
   // ZeRO stage 3: the most gathered parameters this rank held at once (at most
   // zero_optimization.stage3_max_live_parameters); 0 below stage 3.
   size_t peak_live_parameters = 0;

@@ -1,0 +1,195 @@
+// Lazy checkpoints (train/checkpointer.h): the snapshot taken while the next step runs
+// holds the same bits as a synchronous save, under every schedule; resuming from one is
+// bit-exact; train.keep_checkpoints removes only older committed checkpoints; a write that
+// fails (the file-size limit standing in for a full disk) names the path and the bytes,
+// leaves the previous checkpoint as `latest`, and stops or continues as
+// train.checkpoint_failure says.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <csignal>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tandem/ckpt/checkpoint_dir.h"
+#include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
+#include "tandem/train/train_checkpoint.h"
+#include "tandem/train/trainer.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+namespace fs = std::filesystem;
+
+TrainOptions quiet() {
+  TrainOptions options;
+  options.show_progress = false;
+  return options;
+}
+
+std::set<std::string> entries(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+// Every file of two checkpoints, byte for byte, but the run config in trainer_state.json
+// (which names the run's own directory and checkpoint mode).
+void expect_same_checkpoint(const fs::path& a, const fs::path& b, const std::string& what) {
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_EQ(read_file_bytes(a / file), read_file_bytes(b / file)) << what << ": " << file;
+  const TrainingState sa = load_training_checkpoint(a), sb = load_training_checkpoint(b);
+  EXPECT_EQ(sa.step, sb.step) << what;
+  EXPECT_EQ(sa.train_position, sb.train_position) << what;
+  EXPECT_EQ(sa.sample_rng, sb.sample_rng) << what;
+}
+
+TEST(LazyCheckpoints, HoldTheBitsOfSynchronousOnesUnderEverySchedule) {
+  testing::ScratchDir dir("lazy_bits");
+  testing::write_small_corpus(dir / "data.txt");
+  struct Case {
+    const char* schedule;
+    double ratio;
+  };
+  for (const Case& c :
+       {Case{"device", 0.5}, Case{"cpu", 0.5}, Case{"ratio", 0.5}, Case{"interleave", 0.5}}) {
+    std::vector<TrainResult> results;
+    for (bool lazy : {true, false}) {
+      nlohmann::json json = testing::tiny_run_config(
+          dir / "data.txt", dir / cat(c.schedule, lazy ? "_lazy" : "_sync"));
+      json["train"]["steps"] = 9;
+      json["train"]["checkpoint_interval"] = 3;
+      json["train"]["lazy_checkpoints"] = lazy;
+      json["zero_optimization"] = {{"sub_group_size", 1000}};
+      json["offload_optimizer"] = {{"schedule", c.schedule}, {"ratio", c.ratio}, {"stride", 2}};
+      results.push_back(train(parse_train_config(json), quiet()));
+    }
+    const TrainResult &lazy = results[0], &sync = results[1];
+    ASSERT_EQ(lazy.checkpoints.size(), 3u) << c.schedule;
+    ASSERT_EQ(sync.checkpoints.size(), 3u) << c.schedule;
+    for (size_t k = 0; k < 3; k++) {
+      const CheckpointRecord &a = lazy.checkpoints[k], &b = sync.checkpoints[k];
+      EXPECT_EQ(a.step, static_cast<int64_t>(3 * (k + 1)));
+      EXPECT_TRUE(a.error.empty()) << a.error;
+      // The last checkpoint of a run has no next step to hide behind.
+      EXPECT_EQ(a.lazy, k < 2) << c.schedule << " checkpoint " << k;
+      EXPECT_FALSE(b.lazy);
+      EXPECT_GE(a.flush_ms, 0.0);
+      expect_same_checkpoint(a.path, b.path, cat(c.schedule, " step ", a.step));
+    }
+    EXPECT_EQ(lazy.state_digest, sync.state_digest) << c.schedule;
+  }
+}
+
+TEST(LazyCheckpoints, ResumeFromALazyCheckpointIsBitExact) {
+  testing::ScratchDir dir("lazy_resume");
+  testing::write_small_corpus(dir / "data.txt");
+  nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "straight");
+  json["train"]["checkpoint_interval"] = 5;
+  const TrainResult straight = train(parse_train_config(json), quiet());
+  ASSERT_EQ(straight.checkpoints.size(), 4u);
+  ASSERT_TRUE(straight.checkpoints[1].lazy);
+  const fs::path step10 = straight.checkpoints[1].path;
+
+  json["train"]["output_dir"] = (dir / "resumed").string();
+  TrainOptions resume = quiet();
+  resume.resume = step10;
+  const TrainResult resumed = train(parse_train_config(json), resume);
+  EXPECT_EQ(resumed.steps_done, 20);
+  expect_same_checkpoint(straight.last_checkpoint, resumed.last_checkpoint, "step 20");
+  EXPECT_EQ(straight.state_digest, resumed.state_digest);
+}
+
+TEST(LazyCheckpoints, KeepCheckpointsRemovesOnlyOlderCommittedOnes) {
+  testing::ScratchDir dir("keep");
+  testing::write_small_corpus(dir / "data.txt");
+  nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "run");
+  json["train"]["steps"] = 12;
+  json["train"]["checkpoint_interval"] = 2;
+  json["train"]["keep_checkpoints"] = 2;
+  const TrainResult result = train(parse_train_config(json), quiet());
+  EXPECT_EQ(result.checkpoints.size(), 6u);
+  EXPECT_EQ(entries(dir / "run" / "checkpoints"),
+            (std::set<std::string>{"latest", "step_00000010", "step_00000012"}));
+  EXPECT_EQ(resolve_checkpoint(dir / "run"), dir / "run" / "checkpoints" / "step_00000012");
+}
+
+// Writes past `bytes` fail with EFBIG (SIGXFSZ ignored) while an instance lives: a full
+// disk without mounting one.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    previous_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    getrlimit(RLIMIT_FSIZE, &previous_);
+    rlimit limit = previous_;
+    limit.rlim_cur = bytes;
+    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &previous_);
+    std::signal(SIGXFSZ, previous_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit previous_{};
+  void (*previous_handler_)(int) = nullptr;
+};
+
+TEST(LazyCheckpoints, AFailedWriteKeepsThePreviousCheckpointAndStopsOrContinues) {
+  testing::ScratchDir dir("ckpt_failure");
+  testing::write_small_corpus(dir / "data.txt");
+  nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "run");
+  json["train"]["checkpoint_interval"] = 5;
+  TrainOptions first = quiet();
+  first.stop_at_step = 10;
+  train(parse_train_config(json), first);
+  const fs::path root = dir / "run" / "checkpoints";
+  ASSERT_EQ(resolve_checkpoint(root), root / "step_00000010");
+  const uint64_t model_bytes = fs::file_size(root / "step_00000010" / "model.safetensors");
+
+  for (const char* policy : {"stop", "continue"}) {
+    json["train"]["checkpoint_failure"] = policy;
+    TrainOptions resume = quiet();
+    resume.resume = dir / "run";
+    std::string error;
+    TrainResult result;
+    {
+      // The weights file fits, the optimizer's (twice its size) does not.
+      const FileSizeLimit limit(model_bytes + 4096);
+      try {
+        result = train(parse_train_config(json), resume);
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    }
+    if (std::string(policy) == "stop") {
+      // The lazy checkpoint of step 15 failed in the background; the loop stopped on it.
+      EXPECT_CONTAINS(error, "the checkpoint of step 15 failed: ");
+      EXPECT_CONTAINS(error, "optimizer.safetensors");
+      EXPECT_CONTAINS(error, "; it needs about ");
+      EXPECT_CONTAINS(error, "'latest' still names it");
+      std::printf("[ note ] the error: %s\n", error.c_str());
+    } else {
+      EXPECT_EQ(error, "");
+      EXPECT_EQ(result.steps_done, 20);
+      ASSERT_EQ(result.checkpoints.size(), 2u);  // 15 (lazy) and 20 (synchronous)
+      for (const CheckpointRecord& record : result.checkpoints) {
+        EXPECT_CONTAINS(record.error, "optimizer.safetensors");
+        EXPECT_TRUE(record.path.empty());
+      }
+    }
+    // Nothing of the failed checkpoints is left, and `latest` still names step 10, intact.
+    EXPECT_EQ(entries(root), (std::set<std::string>{"latest", "step_00000005", "step_00000010"}))
+        << policy;
+    EXPECT_EQ(resolve_checkpoint(root), root / "step_00000010");
+    verify_checkpoint(root / "step_00000010");
+  }
+}
+
+}  // namespace
+}  // namespace tandem
