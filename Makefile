@@ -13,7 +13,7 @@ DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-openmp-dev nlohm
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build test demo clean format
+.PHONY: all deps build test test-long demo clean format
 
 all: build
 
@@ -32,8 +32,12 @@ $(BUILD_DIR)/CMakeCache.txt:
 build: deps $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# Tests labelled `long` (minutes each: the 200-kill crash test) run only with `make test-long`.
 test: build
-	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -LE long
+
+test-long: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -L long
 
 # A fresh demo run each time: the previous demo output is replaced.
 demo: build

@@ -210,5 +210,55 @@ TEST_F(CheckpointDirTest, RejectsBadArgumentsAndUnresolvablePaths) {
                   (root_ / "latest").string() + ": points to 'step_00000042', but");
 }
 
+// --resume of a run directory: the newest committed checkpoint that verifies, also when a
+// crash came before `latest` moved to it; damaged newer ones are passed over, saying why;
+// a checkpoint directory named on its own is taken or refused, never replaced.
+TEST_F(CheckpointDirTest, ResumeFallsBackToTheNewestCheckpointThatVerifies) {
+  for (int64_t step : {10, 20, 30})
+    save_checkpoint_dir(root_, step, {text_file("model.safetensors", cat("weights ", step))});
+  EXPECT_EQ(newest_verified_checkpoint(run_).dir, root_ / "step_00000030");
+  EXPECT_EQ(newest_verified_checkpoint(run_).passed_over, "");
+
+  // Committed (manifest and all) but `latest` not yet moved: it counts.
+  write_file_atomic(root_ / "latest", std::string("step_00000020\n"));
+  EXPECT_EQ(newest_verified_checkpoint(root_).dir, root_ / "step_00000030");
+
+  write_file_atomic(root_ / "step_00000030" / "model.safetensors", std::string("damaged!"));
+  const ResumableCheckpoint chosen = newest_verified_checkpoint(run_);
+  EXPECT_EQ(chosen.dir, root_ / "step_00000020");
+  EXPECT_CONTAINS(chosen.passed_over, (root_ / "step_00000030" / "model.safetensors").string());
+  EXPECT_CONTAINS(error_of([&] { newest_verified_checkpoint(root_ / "step_00000030"); }),
+                  "model.safetensors: size is 8 bytes");
+
+  // Staging directories and half-removed checkpoints are not candidates.
+  fs::create_directories(root_ / "step_00000040.tmp-1");
+  fs::create_directories(root_ / "step_00000050.removing-1");
+  write_file_atomic(root_ / "step_00000050.removing-1" / "manifest.json", std::string("{}"));
+  EXPECT_EQ(newest_verified_checkpoint(run_).dir, root_ / "step_00000020");
+
+  for (int64_t step : {10, 20}) fs::remove_all(root_ / checkpoint_dir_name(step));
+  EXPECT_CONTAINS(error_of([&] { newest_verified_checkpoint(run_); }), "no checkpoint verifies (");
+}
+
+TEST_F(CheckpointDirTest, PruningKeepsTheNewestAndLatestAndClearsWhatCrashesLeft) {
+  for (int64_t step : {1, 2, 3, 4})
+    save_checkpoint_dir(root_, step, {text_file("model.safetensors", "w")});
+  fs::create_directories(root_ / "step_00000002.tmp-99");  // abandoned: older than latest
+  fs::create_directories(root_ / "step_00000009.tmp-99");  // may be a writer at work
+  fs::create_directories(root_ / "step_00000001.removing-99");
+  EXPECT_EQ(prune_checkpoints(root_, 0).size(), 2u);  // keep 0: only the crash leftovers
+  EXPECT_EQ(root_entries(),
+            (std::set<std::string>{"latest", "step_00000001", "step_00000002", "step_00000003",
+                                   "step_00000004", "step_00000009.tmp-99"}));
+  prune_checkpoints(root_, 2);
+  EXPECT_EQ(root_entries(), (std::set<std::string>{"latest", "step_00000003", "step_00000004",
+                                                   "step_00000009.tmp-99"}));
+  // `latest` is kept whatever its age.
+  write_file_atomic(root_ / "latest", std::string("step_00000003\n"));
+  prune_checkpoints(root_, 1);
+  EXPECT_EQ(root_entries(), (std::set<std::string>{"latest", "step_00000003", "step_00000004",
+                                                   "step_00000009.tmp-99"}));
+}
+
 }  // namespace
 }  // namespace tandem

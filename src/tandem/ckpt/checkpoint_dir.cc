@@ -363,15 +363,12 @@ ResumableCheckpoint newest_verified_checkpoint(const fs::path& path) {
   } else {
     resolve_checkpoint(path);  // throws, saying what was looked for
   }
+  // Newest first. A step directory is committed once it has its manifest (written last,
+  // before the rename that publishes it), so it counts even when a crash came before
+  // `latest` was moved to it.
   std::vector<fs::path> candidates;
+  for (const auto& [step, dir] : committed_checkpoints(root)) candidates.push_back(dir);
   std::string passed_over;
-  try {
-    candidates.push_back(follow_latest(root));
-  } catch (const Error& e) {
-    passed_over = e.what();
-  }
-  for (const auto& [step, dir] : committed_checkpoints(root))
-    if (candidates.empty() || dir != candidates.front()) candidates.push_back(dir);
   for (const fs::path& dir : candidates) {
     try {
       verify_checkpoint(dir);
@@ -401,14 +398,23 @@ std::vector<fs::path> prune_checkpoints(const fs::path& root, int64_t keep) {
         kept++;
         continue;
       }
-      fs::remove_all(dir, ec);
-      if (ec) fail(dir.string(), ": cannot remove an old checkpoint (", ec.message(), ")");
+      // Renamed out of the step_* names first: removing files one by one, a crash would
+      // otherwise leave a directory with a manifest and missing files, which would look
+      // like a committed checkpoint.
+      const fs::path doomed = fs::path(dir).concat(".removing-" + std::to_string(::getpid()));
+      rename_or_fail(dir, doomed);
+      fs::remove_all(doomed, ec);
+      if (ec) fail(doomed.string(), ": cannot remove an old checkpoint (", ec.message(), ")");
       removed.push_back(dir);
     }
   }
+  // Left by a crash: staging directories of steps before the latest, and checkpoints
+  // caught halfway through their removal.
   for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
-    const int64_t step = step_of_name(entry.path().filename().string(), true);
-    if (step < 0 || step >= latest_step) continue;
+    const std::string name = entry.path().filename().string();
+    const int64_t step = step_of_name(name, true);
+    const bool abandoned = step >= 0 && step < latest_step;
+    if (!abandoned && name.find(".removing-") == std::string::npos) continue;
     std::error_code remove_ec;
     fs::remove_all(entry.path(), remove_ec);
     if (!remove_ec) removed.push_back(entry.path());

@@ -93,9 +93,10 @@ void verify_checkpoint(const std::filesystem::path& checkpoint_dir,
 int64_t checkpoint_step(const std::filesystem::path& checkpoint_dir);
 
 // What --resume reads. A checkpoint directory is taken as named (a damaged one is
-// refused). A checkpoints root or a run directory means its newest checkpoint that
-// verifies in full: "latest" when it does, else the step_* directories from the newest
-// down, with `passed_over` saying which were skipped and why. Throws when none verifies.
+// refused). A checkpoints root or a run directory means its newest committed checkpoint
+// (step_* with a manifest: usually the one "latest" names, newer only when a crash came
+// between the publishing rename and the pointer) that verifies in full; `passed_over`
+// says which newer ones were skipped and why. Throws when none verifies.
 struct ResumableCheckpoint {
   std::filesystem::path dir;
   std::string passed_over;  // empty when the first choice verified
@@ -103,9 +104,10 @@ struct ResumableCheckpoint {
 ResumableCheckpoint newest_verified_checkpoint(const std::filesystem::path& path);
 
 // After a checkpoint is committed: removes committed checkpoints under the root beyond
-// the newest `keep` (never the one "latest" names; keep 0 removes none), and staging
-// directories of steps before the latest (left by a crash mid-write). Returns what it
-// removed.
+// the newest `keep` (never the one "latest" names; keep 0 removes none), each renamed
+// out of the step_* names before its files go, and what crashes left: staging
+// directories of steps before the latest, checkpoints caught mid-removal. Returns what
+// it removed.
 std::vector<std::filesystem::path> prune_checkpoints(const std::filesystem::path& checkpoints_root,
                                                      int64_t keep);
 

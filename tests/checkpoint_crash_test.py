@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Crash safety of checkpoints, tested as storage systems test it: kill training with
+SIGKILL at random moments (many of them while a lazy checkpoint is being written), resume,
+and check every time that
+
+  - resume picks the newest committed checkpoint (a step_* directory with its manifest)
+    and verifies it (the trainer checks every checksum; none may be passed over: SIGKILL
+    never damages a committed checkpoint);
+  - no half-written checkpoint looks complete: every step_* directory has a manifest
+    whose files exist with the sizes it lists;
+
+and at the end that the run, resumed after all the kills, finishes with the same bits as
+one that was never interrupted (the final checkpoint's weights and optimizer state, byte
+for byte, and the state digest).
+
+Each kill prints its seed; `--seed S --kills 1` replays that kill's timing.
+
+usage: checkpoint_crash_test.py TANDEM_BINARY SOURCE_DIR [--kills N] [--seed S]
+"""
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+STEPS = 200
+
+
+def write_config(work, source_dir, output_dir):
+    corpus = os.path.join(work, "data.txt")
+    if not os.path.exists(corpus):
+        with open(os.path.join(source_dir, "data", "tinyshakespeare.txt"), "rb") as f:
+            text = f.read(40000)
+        with open(corpus, "wb") as f:
+            f.write(text)
+    config = {
+        "model": {"vocab_size": 256, "context_length": 32, "n_layer": 2, "n_head": 2, "n_embd": 64},
+        "data": {"train_path": corpus, "val_fraction": 0.1},
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": 1.0,
+        "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
+        "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 5}},
+        "offload_optimizer": {"schedule": "interleave", "stride": 2},
+        "zero_optimization": {"sub_group_size": 20000},
+        "train": {"steps": STEPS, "seed": 3, "eval_interval": 0, "checkpoint_interval": 2,
+                  "keep_checkpoints": 3, "output_dir": output_dir, "sample_bytes": 0},
+    }
+    path = os.path.join(work, os.path.basename(output_dir) + ".json")
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return path
+
+
+def committed(run_dir):
+    """Step of each committed checkpoint directory (it has its manifest), newest first."""
+    root = os.path.join(run_dir, "checkpoints")
+    if not os.path.isdir(root):
+        return []
+    steps = []
+    for name in os.listdir(root):
+        m = re.fullmatch(r"step_(\d{8})", name)
+        if m and os.path.isfile(os.path.join(root, name, "manifest.json")):
+            steps.append(int(m.group(1)))
+    return sorted(steps, reverse=True)
+
+
+def staging(run_dir):
+    """Names of half-written checkpoint directories (staging, never published)."""
+    root = os.path.join(run_dir, "checkpoints")
+    if not os.path.isdir(root):
+        return set()
+    return {name for name in os.listdir(root) if ".tmp-" in name}
+
+
+def check_looks_complete_only_when_complete(run_dir):
+    root = os.path.join(run_dir, "checkpoints")
+    for step in committed(run_dir):
+        directory = os.path.join(root, "step_%08d" % step)
+        with open(os.path.join(directory, "manifest.json")) as f:
+            manifest = json.load(f)
+        for name, entry in manifest["files"].items():
+            path = os.path.join(directory, name)
+            if not os.path.isfile(path) or os.path.getsize(path) != entry["bytes"]:
+                sys.exit(f"FAIL: {directory} has a manifest but {name} is missing or has the wrong size")
+
+
+def command(binary, config, run_dir):
+    cmd = [binary, "train", "--config", config]
+    if committed(run_dir):
+        cmd += ["--resume", run_dir]
+    return cmd
+
+
+def final_state(run_dir, stderr):
+    directory = os.path.join(run_dir, "checkpoints", "step_%08d" % STEPS)
+    files = {}
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        with open(os.path.join(directory, name), "rb") as f:
+            files[name] = f.read()
+    return files
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("binary")
+    parser.add_argument("source_dir")
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args()
+    master = random.Random(args.seed if args.seed is not None else time.time_ns())
+    work = tempfile.mkdtemp(prefix="tandem_crash_")
+    try:
+        # The uninterrupted run: its time calibrates the kill delays, its bits are the goal.
+        reference_dir = os.path.join(work, "reference")
+        config = write_config(work, args.source_dir, reference_dir)
+        started = time.monotonic()
+        done = subprocess.run(command(args.binary, config, reference_dir), capture_output=True, text=True)
+        run_seconds = time.monotonic() - started
+        if done.returncode != 0:
+            sys.exit(f"FAIL: the uninterrupted run failed:\n{done.stderr}")
+        want = final_state(reference_dir, done.stderr)
+        # What a run takes before its first step (loading, planning): no kill lands there.
+        startup_dir = os.path.join(work, "startup")
+        startup_config = write_config(work, args.source_dir, startup_dir)
+        started = time.monotonic()
+        subprocess.run(command(args.binary, startup_config, startup_dir) + ["--stop-at-step", "1"],
+                       capture_output=True, check=True)
+        startup_seconds = time.monotonic() - started
+        step_seconds = max(run_seconds - startup_seconds, 0.01) / STEPS
+        print(f"uninterrupted run: {STEPS} steps in {run_seconds:.2f} s "
+              f"({startup_seconds:.2f} s before the first step)")
+
+        crashed_dir = os.path.join(work, "crashed")
+        config = write_config(work, args.source_dir, crashed_dir)
+        kills = 0
+        attempts = 0
+        mid_writes = 0  # kills that left a checkpoint half-written
+        while kills < args.kills:
+            attempts += 1
+            if attempts > 10 * args.kills + 10:
+                sys.exit("FAIL: the run kept finishing before its kill; the run is too short")
+            seed = args.seed if (args.seed is not None and args.kills == 1) else master.randrange(1 << 31)
+            before = committed(crashed_dir)
+            staging_before = staging(crashed_dir)
+            # While it trains: after its start-up, within the steps it has left.
+            left = step_seconds * (STEPS - (before[0] if before else 0))
+            delay = startup_seconds + random.Random(seed).uniform(0.0, left)
+            cmd = command(args.binary, config, crashed_dir)
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                out, err = proc.communicate(timeout=delay)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGKILL)
+                out, err = proc.communicate()
+            if proc.returncode == 0:
+                # It finished first: start the run over and kill again.
+                shutil.rmtree(crashed_dir)
+                continue
+            if proc.returncode != -signal.SIGKILL:
+                sys.exit(f"FAIL: the run exited with {proc.returncode} (seed {seed}):\n{err}")
+            kills += 1
+            if before:
+                # This run resumed: from the newest committed checkpoint, verified, none passed over.
+                m = re.search(r"tandem: resumed (\S+) at step (\d+)", err)
+                if m and int(m.group(2)) != before[0]:
+                    sys.exit(f"FAIL: resumed step {m.group(2)}, the newest committed was {before[0]} (seed {seed})")
+                if "passed over" in err:
+                    sys.exit(f"FAIL: a committed checkpoint did not verify (seed {seed}):\n{err}")
+            check_looks_complete_only_when_complete(crashed_dir)
+            after = committed(crashed_dir)
+            mid_write = bool(staging(crashed_dir) - staging_before)
+            mid_writes += mid_write
+            print(f"kill {kills}/{args.kills}: seed {seed}, after {delay:.3f} s"
+                  f"{' (mid-write)' if mid_write else ''}; newest committed step before "
+                  f"{before[0] if before else None}, after {after[0] if after else None}", flush=True)
+
+        done = subprocess.run(command(args.binary, config, crashed_dir), capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"FAIL: the resumed run failed:\n{done.stderr}")
+        got = final_state(crashed_dir, done.stderr)
+        for name in want:
+            if got[name] != want[name]:
+                sys.exit(f"FAIL: after {kills} kills, the final {name} differs from the uninterrupted run's")
+        print(f"PASS: {kills} kills ({mid_writes} of them mid-write), every resume from the newest committed checkpoint, "
+              f"the final state bit-identical to the uninterrupted run's")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
