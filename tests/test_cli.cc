@@ -68,7 +68,7 @@ TEST_F(CliTest, TrainWritesMetricsCheckpointAndSample) {
 
   std::ifstream in(metrics);
   std::string line;
-  int steps = 0, evals = 0;
+  int steps = 0, evals = 0, checkpoints = 0;
   std::string last_line;
   while (std::getline(in, line)) {
     last_line = line;
@@ -84,6 +84,14 @@ TEST_F(CliTest, TrainWritesMetricsCheckpointAndSample) {
       EXPECT_TRUE(record["val_loss"].is_number());
       continue;
     }
+    if (record.contains("checkpoint")) {
+      checkpoints++;
+      EXPECT_EQ(record["step"], 10) << line;
+      EXPECT_EQ(record["checkpoint_lazy"], false) << "the last one is synchronous: " << line;
+      EXPECT_GE(record["checkpoint_stall_ms"].get<double>(), 0.0) << line;
+      EXPECT_GE(record["checkpoint_flush_ms"].get<double>(), 0.0) << line;
+      continue;
+    }
     steps++;
     EXPECT_EQ(record["step"], steps);
     for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "ms", "forward_ms",
@@ -91,7 +99,8 @@ TEST_F(CliTest, TrainWritesMetricsCheckpointAndSample) {
       EXPECT_TRUE(record.contains(key)) << key << " missing in " << line;
   }
   EXPECT_EQ(steps, 10);
-  EXPECT_EQ(evals, 2);  // eval_interval 5
+  EXPECT_EQ(evals, 2);        // eval_interval 5
+  EXPECT_EQ(checkpoints, 1);  // at the end
   // The final record carries the digest of params, m and v.
   const auto final_record = nlohmann::json::parse(last_line);
   ASSERT_TRUE(final_record.contains("state_digest")) << last_line;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tandem/bench/adamw_bench.h"
+#include "tandem/bench/checkpoint_bench.h"
 #include "tandem/bench/cuda/memcpy_peak.h"
 #include "tandem/bench/demo_bench.h"
 #include "tandem/bench/device_bench.h"
@@ -99,6 +100,38 @@ void register_bench(CLI::App& app) {
     options.repetitions = demo_args->repetitions;
     const DemoBenchResult result = run_demo_bench(options);
     const std::string out = demo_args->json ? result.to_json().dump() + "\n" : result.to_text();
+    std::fputs(out.c_str(), stdout);
+  });
+
+  struct CheckpointArgs {
+    std::string config;
+    std::vector<std::string> overrides;
+    int64_t steps = 30;
+    int64_t interval = 5;
+    bool json = false;
+  };
+  auto checkpoint_args = std::make_shared<CheckpointArgs>();
+  CLI::App* checkpoint = bench->add_subcommand(
+      "checkpoint",
+      "Synchronous against lazy checkpoints on the same run: each checkpoint's stall as a "
+      "fraction of a step, and its flush time");
+  checkpoint->add_option("--config", checkpoint_args->config, "Run configuration (JSON)")
+      ->required();
+  checkpoint->add_option("--set", checkpoint_args->overrides,
+                         "Override a config value (repeatable)");
+  checkpoint->add_option("--steps", checkpoint_args->steps, "Steps per mode")
+      ->check(CLI::Range(int64_t{2}, int64_t{1000000}));
+  checkpoint->add_option("--interval", checkpoint_args->interval, "A checkpoint every N steps")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
+  checkpoint->add_flag("--json", checkpoint_args->json, "Print one JSON object");
+  checkpoint->callback([checkpoint_args] {
+    CheckpointBenchOptions options;
+    options.config = load_train_config(checkpoint_args->config, checkpoint_args->overrides);
+    options.steps = checkpoint_args->steps;
+    options.interval = checkpoint_args->interval;
+    const CheckpointBenchResult result = run_checkpoint_bench(options);
+    const std::string out =
+        checkpoint_args->json ? result.to_json().dump() + "\n" : result.to_text();
     std::fputs(out.c_str(), stdout);
   });
 

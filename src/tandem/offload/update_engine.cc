@@ -300,7 +300,7 @@ void UpdateEngine::read_state(std::span<float* const> arrays) {
   stream->synchronize();
 }
 
-void UpdateEngine::begin_capture(std::span<float* const> arrays) {
+Event& UpdateEngine::begin_capture(std::span<float* const> arrays) {
   TANDEM_CHECK(arrays.size() == state_floats_, "begin_capture: ", arrays.size(),
                " state arrays for the ", rule_->name(), " rule, which keeps ", state_floats_);
   TANDEM_CHECK(!capturing(), "begin_capture: the previous capture is not finished");
@@ -315,6 +315,9 @@ void UpdateEngine::begin_capture(std::span<float* const> arrays) {
     device_.record(*sg->captured, *capture_stream_);
     sg->capture_pending = true;
   }
+  if (!capture_landed_) capture_landed_ = device_.create_event();
+  device_.record(*capture_landed_, *capture_stream_);
+  return *capture_landed_;
 }
 
 double UpdateEngine::finish_capture() {

@@ -107,8 +107,9 @@ class UpdateEngine {
   // meanwhile; the next step() waits for a subgroup's copy only before it changes that
   // subgroup's state (counted in UpdateStepStats::capture_wait_ms), so the arrays receive
   // the state as it is now. They must stay valid until finish_capture(). One capture at
-  // a time.
-  void begin_capture(std::span<float* const> arrays);
+  // a time. Returns an event reached once every copy has landed, which any thread may
+  // wait for (a background writer), valid until the next begin_capture.
+  Event& begin_capture(std::span<float* const> arrays);
   bool capturing() const { return capture_stream_ != nullptr; }
   // Blocks until every copy of the capture has landed (rethrows a failed one) and ends
   // it; returns the milliseconds waited. Nothing to do without a capture.
@@ -182,6 +183,7 @@ class UpdateEngine {
   std::vector<std::unique_ptr<Event>> slot_free_, slot_loaded_, slot_updated_;
   std::vector<std::unique_ptr<SubgroupState>> subgroups_;
   std::unique_ptr<Stream> capture_stream_;  // while a capture is in flight
+  std::unique_ptr<Event> capture_landed_;   // recorded after a capture's last copy
 };
 
 }  // namespace tandem

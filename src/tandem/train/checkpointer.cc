@@ -51,17 +51,21 @@ void Checkpointer::begin_lazy(TrainingState state) {
   snapshot_.optimizer_state = std::move(optimizer_state);
   std::vector<float*> targets = {snapshot_.params.data()};
   for (std::vector<float>& array : snapshot_.optimizer_state) targets.push_back(array.data());
-  engine_.begin_capture(targets);
+  Event& landed = engine_.begin_capture(targets);
   capturing_step_ = snapshot_.step;
   pending_stall_ms_ = watch.millis();
+  // The write starts as soon as the copies have landed (usually during the next forward
+  // and backward), not after the next update: the flush gets the whole interval.
+  writer_.start(snapshot_.step, [this, &landed] {
+    landed.synchronize();
+    return write(snapshot_);
+  });
 }
 
 void Checkpointer::after_step(const UpdateStepStats& stats) {
   if (!capturing_step_) return;
   pending_stall_ms_ += stats.capture_wait_ms + engine_.finish_capture();
-  const int64_t step = *capturing_step_;
   capturing_step_.reset();
-  writer_.start(step, [this] { return write(snapshot_); });
 }
 
 void Checkpointer::save_now(int64_t step, const std::function<fs::path()>& save) {
@@ -85,7 +89,11 @@ void Checkpointer::save_now(int64_t step, const std::function<fs::path()>& save)
 
 std::vector<CheckpointRecord> Checkpointer::collect(bool wait) {
   if (wait) {
+    TANDEM_CHECK(!capturing_step_, "checkpoint ", *capturing_step_,
+                 ": collect(wait) before the step that completes its snapshot");
     wait_for_write_in_flight();
+  } else if (capturing_step_) {
+    // Its stall is not complete until after_step: collected later.
   } else if (std::optional<BackgroundCheckpointWriter::Outcome> outcome = writer_.poll()) {
     done_.push_back(finished(*outcome));
   }

@@ -4,9 +4,9 @@
 // state (step, data position, RNG) is recorded and the update engine starts copying its
 // state arrays into a snapshot (UpdateEngine::begin_capture) while the next step's forward
 // and backward run; that step's update waits only for the subgroups it is about to change.
-// After it, the snapshot is complete and a background thread writes it
-// (BackgroundCheckpointWriter): atomically, checksummed, `latest` moved last, as a
-// synchronous save does. At most one checkpoint is in flight: the next checkpoint step
+// A background thread (BackgroundCheckpointWriter) waits for the copies to land and
+// writes the snapshot while training goes on: atomically, checksummed, `latest` moved
+// last, as a synchronous save does. At most one checkpoint is in flight: the next checkpoint step
 // waits for the last write, and that wait is part of its stall.
 //
 // Synchronous (lazy_checkpoints false, several ranks, and the run's last checkpoint): the
@@ -53,7 +53,7 @@ class Checkpointer {
   // from the engine): waits for the write in flight, then starts the capture.
   void begin_lazy(TrainingState state);
   // Call after every step's update (with its stats): a capture begun before it has
-  // landed, and goes to the background writer.
+  // landed; its stall is complete.
   void after_step(const UpdateStepStats& stats);
   // A synchronous checkpoint: waits for the write in flight, then runs `save` (which
   // returns the checkpoint's path, empty on ranks that write nothing).

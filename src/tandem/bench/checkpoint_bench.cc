@@ -1,0 +1,138 @@
+#include "tandem/bench/checkpoint_bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "tandem/core/error.h"
+#include "tandem/core/format.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem {
+namespace fs = std::filesystem;
+namespace {
+
+// A scratch directory, removed with everything in it.
+class ScratchRun {
+ public:
+  explicit ScratchRun(const std::string& tag)
+      : path_(fs::temp_directory_path() / cat("tandem_bench_checkpoint_", ::getpid(), "_", tag)) {
+    fs::remove_all(path_);
+  }
+  ~ScratchRun() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  ScratchRun(const ScratchRun&) = delete;
+  ScratchRun& operator=(const ScratchRun&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+uint64_t directory_bytes(const fs::path& dir) {
+  uint64_t bytes = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir))
+    if (entry.is_regular_file()) bytes += entry.file_size();
+  return bytes;
+}
+
+CheckpointModeResult measure(const CheckpointBenchOptions& options, bool lazy,
+                             CheckpointBenchResult& result) {
+  const ScratchRun scratch(lazy ? "lazy" : "sync");
+  TrainConfig config = options.config;
+  config.train.steps = options.steps;
+  config.train.checkpoint_interval = options.interval;
+  config.train.lazy_checkpoints = lazy;
+  config.train.eval_interval = 0;
+  config.train.sample_bytes = 0;
+  config.train.output_dir = scratch.path().string();
+  TrainOptions quiet;
+  quiet.show_progress = false;
+  const TrainResult run = train(config, quiet);
+
+  CheckpointModeResult mode{.lazy = lazy};
+  std::vector<double> step_ms;
+  for (const StepRecord& step : run.steps) step_ms.push_back(step.ms);
+  std::sort(step_ms.begin(), step_ms.end());
+  mode.step_ms = step_ms.empty() ? 0 : step_ms[step_ms.size() / 2];
+  double stall_sum = 0, flush_sum = 0;
+  mode.flush_fits = true;
+  for (const CheckpointRecord& record : run.checkpoints) {
+    TANDEM_CHECK(record.error.empty(), record.error);
+    if (record.step == options.steps) {
+      result.checkpoint_bytes = directory_bytes(record.path);
+      continue;  // the last one is synchronous in both modes
+    }
+    mode.checkpoints++;
+    stall_sum += record.stall_ms;
+    flush_sum += record.flush_ms;
+    mode.stall_ms_max = std::max(mode.stall_ms_max, record.stall_ms);
+    mode.flush_fits =
+        mode.flush_fits && record.flush_ms <= mode.step_ms * static_cast<double>(options.interval);
+  }
+  TANDEM_CHECK(mode.checkpoints > 0, "bench checkpoint: ", options.steps, " steps with --interval ",
+               options.interval, " take no checkpoint before the last step; raise --steps");
+  mode.stall_ms_mean = stall_sum / static_cast<double>(mode.checkpoints);
+  mode.flush_ms_mean = flush_sum / static_cast<double>(mode.checkpoints);
+  mode.stall_per_step = mode.step_ms > 0 ? mode.stall_ms_mean / mode.step_ms : 0;
+  return mode;
+}
+
+nlohmann::json mode_json(const CheckpointModeResult& m) {
+  return {{"lazy", m.lazy},
+          {"checkpoints", m.checkpoints},
+          {"step_ms", m.step_ms},
+          {"stall_ms_mean", m.stall_ms_mean},
+          {"stall_ms_max", m.stall_ms_max},
+          {"flush_ms_mean", m.flush_ms_mean},
+          {"stall_per_step", m.stall_per_step},
+          {"flush_fits", m.flush_fits}};
+}
+
+}  // namespace
+
+CheckpointBenchResult run_checkpoint_bench(const CheckpointBenchOptions& options) {
+  TANDEM_CHECK(options.interval >= 1, "bench checkpoint: --interval must be at least 1");
+  TANDEM_CHECK(options.steps > options.interval, "bench checkpoint: --steps (", options.steps,
+               ") must exceed --interval (", options.interval, ")");
+  CheckpointBenchResult result;
+  result.params = options.config.model.num_parameters();
+  result.steps = options.steps;
+  result.interval = options.interval;
+  result.sync = measure(options, false, result);
+  result.lazy = measure(options, true, result);
+  return result;
+}
+
+nlohmann::json CheckpointBenchResult::to_json() const {
+  return {
+      {"params", params},     {"checkpoint_bytes", checkpoint_bytes}, {"steps", steps},
+      {"interval", interval}, {"synchronous", mode_json(sync)},       {"lazy", mode_json(lazy)}};
+}
+
+std::string CheckpointBenchResult::to_text() const {
+  std::string text =
+      cat("checkpoint bench: ", params, " parameters, ", format_bytes(checkpoint_bytes),
+          " per checkpoint; ", steps, " steps per mode, a checkpoint every ", interval,
+          " (the last left out)\n");
+  char line[256];
+  std::snprintf(line, sizeof line, "%-12s %11s %12s %11s %11s %12s  %s\n", "mode", "step (ms)",
+                "stall mean", "stall max", "flush (ms)", "stall / step", "flush fits");
+  text += line;
+  for (const CheckpointModeResult* m : {&sync, &lazy}) {
+    std::snprintf(line, sizeof line, "%-12s %11.2f %12.2f %11.2f %11.2f %12.4f  %s\n",
+                  m->lazy ? "lazy" : "synchronous", m->step_ms, m->stall_ms_mean, m->stall_ms_max,
+                  m->flush_ms_mean, m->stall_per_step, m->flush_fits ? "yes" : "no");
+    text += line;
+  }
+  text += cat("goal: a lazy checkpoint stalls at most 5% of a step where its flush fits: ",
+              lazy.flush_fits ? (lazy.stall_per_step <= 0.05 ? "met" : "NOT met")
+                              : "not applicable (the flush does not fit)",
+              "\n");
+  return text;
+}
+
+}  // namespace tandem
