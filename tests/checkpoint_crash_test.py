@@ -10,10 +10,12 @@ and check every time that
     whose files exist with the sizes it lists;
 
 and at the end that the run, resumed after all the kills, finishes with the same bits as
-one that was never interrupted (the final checkpoint's weights and optimizer state, byte
+one that was never interrupted (each time a resumed run reaches the end, it is checked
+and the run starts over) (the final checkpoint's weights and optimizer state, byte
 for byte, and the state digest).
 
-Each kill prints its seed; `--seed S --kills 1` replays that kill's timing.
+Each kill prints its seed; `--seed S --kills 1` replays that kill's timing (the step it
+waits for and the delay after it).
 
 usage: checkpoint_crash_test.py TANDEM_BINARY SOURCE_DIR [--kills N] [--seed S]
 """
@@ -29,7 +31,7 @@ import sys
 import tempfile
 import time
 
-STEPS = 200
+STEPS = 100
 
 
 def write_config(work, source_dir, output_dir):
@@ -98,7 +100,14 @@ def command(binary, config, run_dir):
     return cmd
 
 
-def final_state(run_dir, stderr):
+def check_same_bits(want, run_dir, kills):
+    got = final_state(run_dir)
+    for name in want:
+        if got[name] != want[name]:
+            sys.exit(f"FAIL: after {kills} kills, the final {name} differs from the uninterrupted run's")
+
+
+def final_state(run_dir):
     directory = os.path.join(run_dir, "checkpoints", "step_%08d" % STEPS)
     files = {}
     for name in ("model.safetensors", "optimizer.safetensors"):
@@ -125,23 +134,16 @@ def main():
         run_seconds = time.monotonic() - started
         if done.returncode != 0:
             sys.exit(f"FAIL: the uninterrupted run failed:\n{done.stderr}")
-        want = final_state(reference_dir, done.stderr)
-        # What a run takes before its first step (loading, planning): no kill lands there.
-        startup_dir = os.path.join(work, "startup")
-        startup_config = write_config(work, args.source_dir, startup_dir)
-        started = time.monotonic()
-        subprocess.run(command(args.binary, startup_config, startup_dir) + ["--stop-at-step", "1"],
-                       capture_output=True, check=True)
-        startup_seconds = time.monotonic() - started
-        step_seconds = max(run_seconds - startup_seconds, 0.01) / STEPS
-        print(f"uninterrupted run: {STEPS} steps in {run_seconds:.2f} s "
-              f"({startup_seconds:.2f} s before the first step)")
+        want = final_state(reference_dir)
+        step_seconds = run_seconds / STEPS
+        print(f"uninterrupted run: {STEPS} steps in {run_seconds:.2f} s")
 
         crashed_dir = os.path.join(work, "crashed")
         config = write_config(work, args.source_dir, crashed_dir)
         kills = 0
         attempts = 0
         mid_writes = 0  # kills that left a checkpoint half-written
+        finished_runs = 0  # killed and resumed to the end, each checked against the reference
         while kills < args.kills:
             attempts += 1
             if attempts > 10 * args.kills + 10:
@@ -149,18 +151,29 @@ def main():
             seed = args.seed if (args.seed is not None and args.kills == 1) else master.randrange(1 << 31)
             before = committed(crashed_dir)
             staging_before = staging(crashed_dir)
-            # While it trains: after its start-up, within the steps it has left.
-            left = step_seconds * (STEPS - (before[0] if before else 0))
-            delay = startup_seconds + random.Random(seed).uniform(0.0, left)
-            cmd = command(args.binary, config, crashed_dir)
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            try:
-                out, err = proc.communicate(timeout=delay)
-            except subprocess.TimeoutExpired:
+            # The kill follows the run's progress, not the clock (a loaded machine runs
+            # it many times slower): once it has committed 1-5 more checkpoints, after a
+            # further 0-2 steps' time, so that many kills land while a checkpoint is
+            # being written.
+            rng = random.Random(seed)
+            target = (before[0] if before else 0) + 2 * rng.randint(1, 5)
+            extra = rng.uniform(0.0, 2.0 * step_seconds)
+            proc = subprocess.Popen(command(args.binary, config, crashed_dir),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            while proc.poll() is None:
+                newest = committed(crashed_dir)
+                if newest and newest[0] >= target:
+                    time.sleep(extra)
+                    break
+                time.sleep(0.002)
+            if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
-                out, err = proc.communicate()
+            out, err = proc.communicate()
             if proc.returncode == 0:
-                # It finished first: start the run over and kill again.
+                # It finished first: its end must have the uninterrupted run's bits too;
+                # then the run starts over, to be killed again.
+                check_same_bits(want, crashed_dir, kills)
+                finished_runs += 1
                 shutil.rmtree(crashed_dir)
                 continue
             if proc.returncode != -signal.SIGKILL:
@@ -177,18 +190,16 @@ def main():
             after = committed(crashed_dir)
             mid_write = bool(staging(crashed_dir) - staging_before)
             mid_writes += mid_write
-            print(f"kill {kills}/{args.kills}: seed {seed}, after {delay:.3f} s"
+            print(f"kill {kills}/{args.kills}: seed {seed}, at step {target} + {extra * 1e3:.0f} ms"
                   f"{' (mid-write)' if mid_write else ''}; newest committed step before "
                   f"{before[0] if before else None}, after {after[0] if after else None}", flush=True)
 
         done = subprocess.run(command(args.binary, config, crashed_dir), capture_output=True, text=True)
         if done.returncode != 0:
             sys.exit(f"FAIL: the resumed run failed:\n{done.stderr}")
-        got = final_state(crashed_dir, done.stderr)
-        for name in want:
-            if got[name] != want[name]:
-                sys.exit(f"FAIL: after {kills} kills, the final {name} differs from the uninterrupted run's")
-        print(f"PASS: {kills} kills ({mid_writes} of them mid-write), every resume from the newest committed checkpoint, "
+        check_same_bits(want, crashed_dir, kills)
+        finished_runs += 1
+        print(f"PASS: {kills} kills ({mid_writes} of them mid-write) over {finished_runs} runs, every resume from the newest committed checkpoint, "
               f"the final state bit-identical to the uninterrupted run's")
     finally:
         shutil.rmtree(work, ignore_errors=True)
