@@ -9,10 +9,9 @@ and check every time that
   - no half-written checkpoint looks complete: every step_* directory has a manifest
     whose files exist with the sizes it lists;
 
-and at the end that the run, resumed after all the kills, finishes with the same bits as
-one that was never interrupted (each time a resumed run reaches the end, it is checked
-and the run starts over) (the final checkpoint's weights and optimizer state, byte
-for byte, and the state digest).
+and that a run resumed after its kills finishes with the same bits as one that was never
+interrupted: the final checkpoint's weights and optimizer state, byte for byte. (When a
+resumed run reaches the end before its next kill, it is checked and the run starts over.)
 
 Each kill prints its seed; `--seed S --kills 1` replays that kill's timing (the step it
 waits for and the delay after it).
