@@ -19,6 +19,7 @@
 #include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
+#include "train_on_ranks.h"
 
 namespace tandem {
 namespace {
@@ -115,6 +116,66 @@ TEST(LazyCheckpoints, KeepCheckpointsRemovesOnlyOlderCommittedOnes) {
   EXPECT_EQ(entries(dir / "run" / "checkpoints"),
             (std::set<std::string>{"latest", "step_00000010", "step_00000012"}));
   EXPECT_EQ(resolve_checkpoint(dir / "run"), dir / "run" / "checkpoints" / "step_00000012");
+}
+
+// Several ranks: each rank writes its files in the background into rank 0's staging
+// directory, and rank 0 commits once every rank's are durable. Every ZeRO stage and DeMo
+// (each rank's own momentum), on 2 ranks: the same files as synchronous checkpoints, and a
+// run resumed from a lazy checkpoint (on 2 ranks, and at stage 2 on 1) ends with the bits of
+// one that was not interrupted.
+TEST(LazyCheckpoints, SeveralRanksWriteTheBitsOfSynchronousCheckpoints) {
+  testing::ScratchDir dir("lazy_ranks");
+  testing::write_small_corpus(dir / "data.txt");
+  struct Case {
+    std::string name;
+    int stage;
+    bool demo;
+  };
+  for (const Case& c :
+       {Case{"stage0", 0, false}, Case{"stage1", 1, false}, Case{"stage2", 2, false},
+        Case{"stage3", 3, false}, Case{"demo", 0, true}}) {
+    const auto config = [&](bool lazy, const std::string& tag) {
+      nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / (c.name + tag));
+      json["model"]["n_embd"] = 32;
+      json["gradient_accumulation_steps"] = 1;
+      json["zero_optimization"] = {{"stage", c.stage}, {"sub_group_size", 3000}};
+      if (c.demo)
+        json["optimizer"] = {{"type", "DeMo"}, {"params", {{"lr", 3e-3}, {"compression_topk", 8}}}};
+      json["train"]["steps"] = 8;
+      json["train"]["eval_interval"] = 0;
+      json["train"]["checkpoint_interval"] = 3;
+      json["train"]["lazy_checkpoints"] = lazy;
+      return json;
+    };
+    const testing::RankResults lazy = testing::train_on_ranks(2, config(true, "_lazy"));
+    const testing::RankResults sync = testing::train_on_ranks(2, config(false, "_sync"));
+    testing::expect_ranks_agree(lazy, c.name + " lazy");
+    testing::expect_ranks_agree(sync, c.name + " sync");
+    EXPECT_EQ(lazy.by_rank[0].state_digest, sync.by_rank[0].state_digest) << c.name;
+    const std::vector<CheckpointRecord>& records = lazy.by_rank[0].checkpoints;
+    ASSERT_EQ(records.size(), 3u) << c.name;  // steps 3 and 6 lazy, 8 synchronous
+    for (size_t k = 0; k < records.size(); k++) {
+      const CheckpointRecord& a = records[k];
+      const CheckpointRecord& b = sync.by_rank[0].checkpoints[k];
+      EXPECT_EQ(a.lazy, k < 2) << c.name;
+      ASSERT_TRUE(a.error.empty()) << a.error;
+      ASSERT_FALSE(a.path.empty()) << c.name;
+      std::set<std::string> files = entries(a.path);
+      EXPECT_EQ(files, entries(b.path)) << c.name;
+      files.erase("manifest.json");
+      files.erase("trainer_state.json");  // names the run's own directory
+      for (const std::string& file : files)
+        EXPECT_EQ(read_file_bytes(a.path / file), read_file_bytes(b.path / file))
+            << c.name << " step " << a.step << ": " << file;
+    }
+    // Resume from the lazy checkpoint of step 6.
+    TrainOptions resume;
+    resume.resume = records[1].path;
+    const testing::RankResults resumed =
+        testing::train_on_ranks(2, config(true, "_resumed"), resume);
+    testing::expect_ranks_agree(resumed, c.name + " resumed");
+    EXPECT_EQ(resumed.by_rank[0].state_digest, sync.by_rank[0].state_digest) << c.name;
+  }
 }
 
 // Writes past `bytes` fail with EFBIG (SIGXFSZ ignored) while an instance lives: a full

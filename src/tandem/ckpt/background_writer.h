@@ -34,6 +34,8 @@ class BackgroundCheckpointWriter {
   void start(int64_t step, std::function<std::filesystem::path()> write);
   // A write was started and its outcome not yet collected.
   bool in_flight() const { return thread_.joinable(); }
+  // The write in flight has finished (its outcome is ready for poll or wait).
+  bool finished() const { return in_flight() && done_; }
   // The outcome once the write has finished, without blocking; nullopt while it runs or
   // when none is in flight. Each outcome is returned once.
   std::optional<Outcome> poll();

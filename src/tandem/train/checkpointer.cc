@@ -6,20 +6,21 @@
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/timer.h"
+#include "tandem/dist/agreement.h"
+#include "tandem/dist/communicator.h"
 #include "tandem/offload/update_engine.h"
 
 namespace tandem {
 namespace fs = std::filesystem;
 
-Checkpointer::Checkpointer(const TrainConfig& config, UpdateEngine& engine, fs::path root, int rank,
-                           int world_size, bool lazy)
+Checkpointer::Checkpointer(const TrainConfig& config, UpdateEngine& engine, Communicator& comm,
+                           fs::path root, RankCheckpointLayout layout, bool lazy)
     : config_(config),
       engine_(engine),
+      comm_(comm),
       root_(std::move(root)),
-      rank_(rank),
-      world_size_(world_size) {
+      layout_(std::move(layout)) {
   if (!lazy) return;
-  TANDEM_CHECK(world_size_ == 1, "lazy checkpoints take one rank");
   const size_t P = engine_.plan().num_params;
   snapshot_.params.assign(P, 0.0f);
   snapshot_.optimizer_state.assign(engine_.rule().state_floats() - 1, std::vector<float>(P, 0.0f));
@@ -33,12 +34,15 @@ Checkpointer::~Checkpointer() {
   }
 }
 
+bool Checkpointer::several_ranks() const { return comm_.world_size() > 1; }
+
 void Checkpointer::begin_lazy(TrainingState state) {
-  TANDEM_CHECK(world_size_ == 1, "lazy checkpoints take one rank");
   TANDEM_CHECK(!capturing_step_, "checkpoint ", state.step, ": the snapshot of step ",
                *capturing_step_, " is still being taken");
   Stopwatch watch;
-  wait_for_write_in_flight();
+  finish_in_flight();
+  if (several_ranks())
+    staging_ = std::make_unique<ShardedStaging>(open_sharded_checkpoint(comm_, root_, state.step));
   // The arrays keep their memory from the last snapshot.
   std::vector<float> params = std::move(snapshot_.params);
   std::vector<std::vector<float>> optimizer_state = std::move(snapshot_.optimizer_state);
@@ -54,8 +58,9 @@ void Checkpointer::begin_lazy(TrainingState state) {
   Event& landed = engine_.begin_capture(targets);
   capturing_step_ = snapshot_.step;
   pending_stall_ms_ = watch.millis();
-  // The write starts as soon as the copies have landed (usually during the next forward
-  // and backward), not after the next update: the flush gets the whole interval.
+  if (several_ranks()) return;  // written after the next update (after_step)
+  // One rank: the write starts as soon as the copies have landed (usually during the next
+  // forward and backward), not after the next update, so the flush gets the whole interval.
   writer_.start(snapshot_.step, [this, &landed] {
     landed.synchronize();
     return write(snapshot_);
@@ -64,20 +69,31 @@ void Checkpointer::begin_lazy(TrainingState state) {
 
 void Checkpointer::after_step(const UpdateStepStats& stats) {
   if (!capturing_step_) return;
-  pending_stall_ms_ += stats.capture_wait_ms + engine_.finish_capture();
+  Stopwatch watch;
+  const double waited = engine_.finish_capture();
   capturing_step_.reset();
+  if (several_ranks()) {
+    // Rank 0 writes the weights whole: the partitions of the others first.
+    if (layout_.gather_params) layout_.gather_params(snapshot_.params.data());
+    writer_.start(snapshot_.step, [this] {
+      report_ = write_rank_checkpoint_files(*staging_, comm_.rank(), comm_.world_size(), snapshot_,
+                                            shard_of_snapshot());
+      return fs::path();
+    });
+  }
+  pending_stall_ms_ += stats.capture_wait_ms + (several_ranks() ? watch.millis() : waited);
 }
 
 void Checkpointer::save_now(int64_t step, const std::function<fs::path()>& save) {
   Stopwatch watch;
-  wait_for_write_in_flight();
+  finish_in_flight();
   BackgroundCheckpointWriter::Outcome outcome{.step = step};
   Stopwatch flush;
   try {
     outcome.path = save();
-    if (rank_ == 0) prune_checkpoints(root_, config_.train.keep_checkpoints);
+    if (comm_.rank() == 0) prune_checkpoints(root_, config_.train.keep_checkpoints);
   } catch (const Error& e) {
-    if (world_size_ > 1) throw;  // collective saves fail on every rank together
+    if (several_ranks()) throw;  // collective saves fail on every rank together
     outcome.error = e.what();
   }
   outcome.flush_ms = flush.millis();
@@ -88,12 +104,14 @@ void Checkpointer::save_now(int64_t step, const std::function<fs::path()>& save)
 }
 
 std::vector<CheckpointRecord> Checkpointer::collect(bool wait) {
-  if (wait) {
-    TANDEM_CHECK(!capturing_step_, "checkpoint ", *capturing_step_,
-                 ": collect(wait) before the step that completes its snapshot");
-    wait_for_write_in_flight();
-  } else if (capturing_step_) {
+  TANDEM_CHECK(!wait || !capturing_step_, "checkpoint ", capturing_step_.value_or(0),
+               ": collect(wait) before the step that completes its snapshot");
+  if (capturing_step_) {
     // Its stall is not complete until after_step: collected later.
+  } else if (several_ranks()) {
+    if (staging_) try_commit(wait);
+  } else if (wait) {
+    finish_in_flight();
   } else if (std::optional<BackgroundCheckpointWriter::Outcome> outcome = writer_.poll()) {
     done_.push_back(finished(*outcome));
   }
@@ -102,6 +120,47 @@ std::vector<CheckpointRecord> Checkpointer::collect(bool wait) {
     if (!record.error.empty() && config_.train.checkpoint_failure == CheckpointFailure::kStop)
       fail(record.error, " (train.checkpoint_failure = \"continue\" would note this and train on)");
   return out;
+}
+
+void Checkpointer::finish_in_flight() {
+  if (several_ranks()) {
+    if (staging_) try_commit(true);
+    return;
+  }
+  if (std::optional<BackgroundCheckpointWriter::Outcome> outcome = writer_.wait())
+    done_.push_back(finished(*outcome));
+}
+
+void Checkpointer::try_commit(bool wait) {
+  Stopwatch blocked;
+  const bool mine_done = wait || writer_.finished();
+  if (!all_ranks_ok(comm_, mine_done)) return;  // a rank is still writing: next step
+  std::optional<BackgroundCheckpointWriter::Outcome> outcome = writer_.wait();
+  TANDEM_CHECK(outcome.has_value(), "checkpoint ", staging_->step, ": no write in flight");
+  Stopwatch commit;
+  try {
+    outcome->path = commit_sharded_checkpoint(comm_, *staging_, report_, engine_.plan().num_params,
+                                              shard_of_snapshot());
+    if (comm_.rank() == 0) {
+      prune_checkpoints(root_, config_.train.keep_checkpoints);
+    } else {
+      outcome->path.clear();  // as synchronous saves: rank 0 names the checkpoint
+    }
+  } catch (const Error& e) {
+    outcome->error = e.what();  // every rank throws from the commit alike
+  }
+  outcome->flush_ms += commit.millis();
+  staging_.reset();  // unpublished: its directory goes
+  pending_stall_ms_ += blocked.millis();
+  done_.push_back(finished(*outcome));
+}
+
+ShardedOptimizerState Checkpointer::shard_of_snapshot() const {
+  ShardedOptimizerState shard{
+      .zero_stage = layout_.zero_stage, .per_rank = layout_.per_rank, .range = layout_.range};
+  for (size_t k = 0; k < layout_.names.size(); k++)
+    shard.arrays.emplace_back(layout_.names[k], snapshot_.optimizer_state[k].data());
+  return shard;
 }
 
 CheckpointRecord Checkpointer::finished(const BackgroundCheckpointWriter::Outcome& outcome) {
@@ -122,13 +181,6 @@ CheckpointRecord Checkpointer::finished(const BackgroundCheckpointWriter::Outcom
             "; the previous checkpoint is intact and 'latest' still names it");
   }
   return record;
-}
-
-double Checkpointer::wait_for_write_in_flight() {
-  Stopwatch watch;
-  if (std::optional<BackgroundCheckpointWriter::Outcome> outcome = writer_.wait())
-    done_.push_back(finished(*outcome));
-  return watch.millis();
 }
 
 uint64_t Checkpointer::checkpoint_bytes() const {

@@ -1,86 +1,115 @@
 // When and how a run's checkpoints reach the disk.
 //
-// Lazy (train.lazy_checkpoints, the default; one rank): at a checkpoint step the trainer
-// state (step, data position, RNG) is recorded and the update engine starts copying its
-// state arrays into a snapshot (UpdateEngine::begin_capture) while the next step's forward
-// and backward run; that step's update waits only for the subgroups it is about to change.
-// A background thread (BackgroundCheckpointWriter) waits for the copies to land and
-// writes the snapshot while training goes on: atomically, checksummed, `latest` moved
-// last, as a synchronous save does. At most one checkpoint is in flight: the next checkpoint step
-// waits for the last write, and that wait is part of its stall.
+// Lazy (train.lazy_checkpoints, the default): at a checkpoint step the trainer state
+// (step, data position, RNG) is recorded and the update engine starts copying its state
+// arrays into a snapshot (UpdateEngine::begin_capture) while the next step's forward and
+// backward run; that step's update waits only for the subgroups it is about to change. A
+// background thread (BackgroundCheckpointWriter) writes the snapshot while training goes
+// on: atomically, checksummed, `latest` moved last, as a synchronous save does. With one
+// rank the write starts as soon as the copies land; with several, after the next update
+// (at ZeRO stages 1-3 the fp32 params are gathered first, a collective), each rank writing
+// its own files into rank 0's staging directory (train/sharded_checkpoint.h), and the
+// ranks learn at the end of each step whether all are durable (a small collective while a
+// checkpoint is in flight); then rank 0 commits. At most one checkpoint is in flight: the
+// next checkpoint step waits for the last, and that wait is part of its stall.
 //
-// Synchronous (lazy_checkpoints false, several ranks, and the run's last checkpoint): the
-// loop stops until the save returns.
+// Synchronous (lazy_checkpoints false, and the run's last checkpoint): the loop stops
+// until the save returns.
 //
 // Either way, each checkpoint's stall (milliseconds the training loop was blocked by it)
 // and flush time are recorded, old checkpoints beyond train.keep_checkpoints are removed
 // once a newer one is committed, and a failed write stops the run or is noted, as
-// train.checkpoint_failure says, with the previous checkpoint intact.
+// train.checkpoint_failure says (on every rank alike), with the previous checkpoint
+// intact.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "tandem/ckpt/background_writer.h"
+#include "tandem/train/sharded_checkpoint.h"
 #include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem {
 
+class Communicator;
 class UpdateEngine;
 struct UpdateStepStats;
 
+// What this rank contributes to a checkpoint of a data-parallel run (unused with one).
+struct RankCheckpointLayout {
+  int zero_stage = 0;
+  bool per_rank = false;           // every rank writes all of its own optimizer state (DeMo)
+  ParamRange range;                // the optimizer state this rank writes
+  std::vector<std::string> names;  // optimizer_state_names
+  // Fills the fp32 params outside this rank's partition from their owners (a collective);
+  // empty where every rank holds them all.
+  std::function<void(float* params)> gather_params;
+};
+
 class Checkpointer {
  public:
-  // `root`: the run's checkpoints directory. With several ranks every save is a
-  // collective (save_now only) that fails on every rank together, so its failure is
-  // always thrown; rank 0 removes old checkpoints.
-  // `lazy`: lazy checkpoints will be taken, and the snapshot's memory (a copy of the
-  // engine's state arrays, as `tandem plan` counts it) is allocated now, not at the first
-  // checkpoint step.
-  Checkpointer(const TrainConfig& config, UpdateEngine& engine, std::filesystem::path root,
-               int rank, int world_size, bool lazy);
+  // `root`: the run's checkpoints directory. `lazy`: lazy checkpoints will be taken, and
+  // the snapshot's memory (a copy of the engine's state arrays, as `tandem plan` counts
+  // it) is allocated now, not at the first checkpoint step.
+  Checkpointer(const TrainConfig& config, UpdateEngine& engine, Communicator& comm,
+               std::filesystem::path root, RankCheckpointLayout layout, bool lazy);
   // Ends a capture still landing in the snapshot (after a failed step), then finishes
-  // a write in flight.
+  // a write in flight (its files stay unpublished when other ranks cannot commit them).
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
   // A lazy checkpoint of `state` (its config, step, positions and RNG; the arrays come
-  // from the engine): waits for the write in flight, then starts the capture.
+  // from the engine): finishes the checkpoint in flight, then starts the capture. Every
+  // rank calls it at the same step.
   void begin_lazy(TrainingState state);
-  // Call after every step's update (with its stats): a capture begun before it has
-  // landed; its stall is complete.
+  // Call after every step's update (with its stats), on every rank: a capture begun before
+  // it has landed; its stall is complete.
   void after_step(const UpdateStepStats& stats);
-  // A synchronous checkpoint: waits for the write in flight, then runs `save` (which
-  // returns the checkpoint's path, empty on ranks that write nothing).
+  // A synchronous checkpoint: finishes the checkpoint in flight, then runs `save` (which
+  // returns the checkpoint's path; empty on ranks other than 0).
   void save_now(int64_t step, const std::function<std::filesystem::path()>& save);
 
   // Checkpoints completed since the last call, in order; `wait`: first finish the one in
   // flight. A failed write throws (checkpoint_failure "stop") or comes back with its
-  // error (and no path).
+  // error (and no path). Every rank calls it after every step.
   std::vector<CheckpointRecord> collect(bool wait);
 
  private:
+  bool several_ranks() const;
   CheckpointRecord finished(const BackgroundCheckpointWriter::Outcome& outcome);
-  // Waits for the write in flight and keeps its outcome for collect(); the milliseconds.
-  double wait_for_write_in_flight();
+  // Finishes the checkpoint in flight (several ranks: a collective) and keeps its record
+  // for collect().
+  void finish_in_flight();
+  // Several ranks: commits the checkpoint in flight once every rank's files are durable
+  // (`wait`: waits for this rank's); a collective.
+  void try_commit(bool wait);
+  ShardedOptimizerState shard_of_snapshot() const;
   // The bytes a checkpoint of this run takes, roughly (for a disk-full message).
   uint64_t checkpoint_bytes() const;
   std::filesystem::path write(const TrainingState& state) const;
 
   const TrainConfig& config_;
   UpdateEngine& engine_;
+  Communicator& comm_;
   std::filesystem::path root_;
-  int rank_, world_size_;
+  RankCheckpointLayout layout_;
   // The snapshot being captured or written: its arrays are allocated once and reused.
   TrainingState snapshot_;
   std::optional<int64_t> capturing_step_;
   double pending_stall_ms_ = 0;  // of the checkpoint captured or in flight
   std::vector<CheckpointRecord> done_;
+  // Several ranks: the staging directory of the checkpoint in flight, and what this
+  // rank's write reported.
+  std::unique_ptr<ShardedStaging> staging_;
+  ShardReport report_;
   BackgroundCheckpointWriter writer_;  // last: finishes before the snapshot goes
 };
 

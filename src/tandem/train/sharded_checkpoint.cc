@@ -19,42 +19,35 @@ std::string shard_file_name(int rank, int world) {
   return name;
 }
 
-// What a rank tells rank 0 about its shard; fixed size for all_gather.
-struct ShardReport {
-  uint64_t ok = 0;
-  uint64_t written = 0;  // 0: an empty partition, no file
-  uint64_t bytes = 0;
-  uint64_t begin = 0, end = 0;
-  char xxh3_64[17] = {};
-  char error[256] = {};
-};
-
 void copy_text(char* dst, size_t size, const std::string& text) {
   std::snprintf(dst, size, "%s", text.c_str());
 }
 
 }  // namespace
 
-fs::path save_sharded_training_checkpoint(Communicator& comm, const fs::path& checkpoints_root,
-                                          const TrainingState& state,
-                                          const ShardedOptimizerState& shard) {
-  const int rank = comm.rank(), world = comm.world_size();
-  // 1. Rank 0 opens the staging directory and tells the others where it is.
-  std::unique_ptr<StagedCheckpoint> staged;
-  std::string staging, error;
-  if (rank == 0) {
+ShardedStaging open_sharded_checkpoint(Communicator& comm, const fs::path& checkpoints_root,
+                                       int64_t step) {
+  ShardedStaging staging{.step = step};
+  std::string dir, error;
+  if (comm.rank() == 0) {
     try {
-      staged = std::make_unique<StagedCheckpoint>(checkpoints_root, state.step);
-      staging = staged->dir().string();
+      staging.staged = std::make_unique<StagedCheckpoint>(checkpoints_root, step);
+      dir = staging.staged->dir().string();
     } catch (const Error& e) {
       error = e.what();
     }
   }
-  staging = broadcast_string(comm, staging, 0);
-  TANDEM_CHECK(all_ranks_ok(comm, error.empty()),
-               rank == 0 ? error : "checkpoint: rank 0 could not open the staging directory");
+  staging.dir = broadcast_string(comm, dir, 0);
+  TANDEM_CHECK(all_ranks_ok(comm, error.empty()), comm.rank() == 0
+                                                      ? error
+                                                      : "checkpoint: rank 0 could not open the "
+                                                        "staging directory");
+  return staging;
+}
 
-  // 2. Every rank writes its shard of the optimizer state.
+ShardReport write_rank_checkpoint_files(ShardedStaging& staging, int rank, int world_size,
+                                        const TrainingState& state,
+                                        const ShardedOptimizerState& shard) {
   ShardReport mine;
   mine.begin = shard.range.begin;
   mine.end = shard.range.end;
@@ -66,53 +59,71 @@ fs::path save_sharded_training_checkpoint(Communicator& comm, const fs::path& ch
         writer.add(name, DType::kF32, {n}, array + shard.range.begin);
       writer.set_metadata("begin", std::to_string(shard.range.begin));
       writer.set_metadata("end", std::to_string(shard.range.end));
-      writer.set_metadata("step", std::to_string(state.step));
-      const fs::path path = fs::path(staging) / shard_file_name(rank, world);
+      writer.set_metadata("step", std::to_string(staging.step));
+      const fs::path path = staging.dir / shard_file_name(rank, world_size);
       writer.write(path);
       const CheckpointFileRecord record = record_checkpoint_file(path);
       mine.written = 1;
       mine.bytes = record.bytes;
       copy_text(mine.xxh3_64, sizeof mine.xxh3_64, record.xxh3_64);
     }
+    // Rank 0: the weights (every rank's partition of the fp32 params, gathered), config
+    // and trainer state.
+    if (rank == 0)
+      for (const CheckpointFileWriter& file : training_checkpoint_files(state, false))
+        staging.staged->write(file);
     mine.ok = 1;
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     copy_text(mine.error, sizeof mine.error, e.what());
   }
+  return mine;
+}
+
+fs::path commit_sharded_checkpoint(Communicator& comm, ShardedStaging& staging,
+                                   const ShardReport& mine, size_t num_params,
+                                   const ShardedOptimizerState& shard) {
+  const int world = comm.world_size();
   std::vector<ShardReport> reports(world);
   comm.all_gather(&mine, reports.data(), sizeof mine);
   for (int r = 0; r < world; r++)
-    TANDEM_CHECK(reports[r].ok == 1, "checkpoint at step ", state.step, ": rank ", r,
-                 " could not write its optimizer shard (", reports[r].error,
+    TANDEM_CHECK(reports[r].ok == 1, "checkpoint at step ", staging.step, ": rank ", r,
+                 " could not write its files (", reports[r].error,
                  "); nothing was published, the previous checkpoint is intact");
-
-  // 3. Rank 0 writes the rest, the manifest last, and publishes.
   fs::path published;
-  if (rank == 0) {
+  std::string error;
+  if (comm.rank() == 0) {
     try {
       nlohmann::json shards = nlohmann::json::array();
       for (int r = 0; r < world; r++) {
         if (reports[r].written == 0) continue;
         const std::string name = shard_file_name(r, world);
-        staged->add_written({name, reports[r].bytes, reports[r].xxh3_64});
+        staging.staged->add_written({name, reports[r].bytes, reports[r].xxh3_64});
         shards.push_back(
             {{"file", name}, {"rank", r}, {"begin", reports[r].begin}, {"end", reports[r].end}});
       }
-      for (const CheckpointFileWriter& file : training_checkpoint_files(state, false))
-        staged->write(file);
-      published = staged->publish({{"optimizer_shards",
-                                    {{"num_params", state.params.size()},
-                                     {"world_size", world},
-                                     {"zero_stage", shard.zero_stage},
-                                     {"per_rank", shard.per_rank},
-                                     {"shards", shards}}}});
+      published = staging.staged->publish({{"optimizer_shards",
+                                            {{"num_params", num_params},
+                                             {"world_size", world},
+                                             {"zero_stage", shard.zero_stage},
+                                             {"per_rank", shard.per_rank},
+                                             {"shards", shards}}}});
     } catch (const Error& e) {
       error = e.what();
     }
   }
   const std::string path = broadcast_string(comm, published.string(), 0);
   TANDEM_CHECK(all_ranks_ok(comm, error.empty()),
-               rank == 0 ? error : "checkpoint: rank 0 could not publish the checkpoint");
+               comm.rank() == 0 ? error : "checkpoint: rank 0 could not publish the checkpoint");
   return path;
+}
+
+fs::path save_sharded_training_checkpoint(Communicator& comm, const fs::path& checkpoints_root,
+                                          const TrainingState& state,
+                                          const ShardedOptimizerState& shard) {
+  ShardedStaging staging = open_sharded_checkpoint(comm, checkpoints_root, state.step);
+  const ShardReport mine =
+      write_rank_checkpoint_files(staging, comm.rank(), comm.world_size(), state, shard);
+  return commit_sharded_checkpoint(comm, staging, mine, state.params.size(), shard);
 }
 
 }  // namespace tandem

@@ -17,7 +17,9 @@
 // A rank that fails to write leaves nothing published: every rank learns it and throws.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,13 +36,50 @@ struct ShardedOptimizerState {
   ParamRange range;       // what this rank writes: its partition, or all parameters
   // Flat arrays over all parameters, valid on `range`, with their names
   // (optimizer_state_names).
-  std::vector<std::pair<std::string, const float*>> arrays;
+  std::vector<std::pair<std::string, const float*>> arrays = {};
 };
 
 // A collective. `state` is read on rank 0 only (config, step, positions and the full fp32
 // params; its optimizer_state is not used). Returns the checkpoint directory on every rank.
+// It is the three phases below in a row.
 std::filesystem::path save_sharded_training_checkpoint(
     Communicator& comm, const std::filesystem::path& checkpoints_root, const TrainingState& state,
     const ShardedOptimizerState& shard);
+
+// The phases apart, for lazy checkpoints (train/checkpointer.h), whose files are written
+// by a background thread while training goes on:
+//
+// 1. open_sharded_checkpoint (a collective): rank 0 creates the staging directory and
+//    every rank learns where it is.
+// 2. write_rank_checkpoint_files (no communication, any thread): this rank's optimizer
+//    shard and, on rank 0, the weights, config and trainer state; never throws, the
+//    report says what was written or why it failed.
+// 3. commit_sharded_checkpoint (a collective, once every rank's files are durable): rank
+//    0 writes the manifest with every rank's report and publishes; when a rank failed,
+//    nothing is published and every rank throws, naming it.
+struct ShardedStaging {
+  int64_t step = 0;
+  std::filesystem::path dir = {};
+  std::unique_ptr<StagedCheckpoint> staged = {};  // rank 0's; removed unless published
+};
+
+// What a rank tells rank 0 about its files; fixed size, for all_gather.
+struct ShardReport {
+  uint64_t ok = 0;
+  uint64_t written = 0;  // 0: an empty partition, no file
+  uint64_t bytes = 0;
+  uint64_t begin = 0, end = 0;
+  char xxh3_64[17] = {};
+  char error[256] = {};
+};
+
+ShardedStaging open_sharded_checkpoint(Communicator& comm,
+                                       const std::filesystem::path& checkpoints_root, int64_t step);
+ShardReport write_rank_checkpoint_files(ShardedStaging& staging, int rank, int world_size,
+                                        const TrainingState& state,
+                                        const ShardedOptimizerState& shard);
+std::filesystem::path commit_sharded_checkpoint(Communicator& comm, ShardedStaging& staging,
+                                                const ShardReport& mine, size_t num_params,
+                                                const ShardedOptimizerState& shard);
 
 }  // namespace tandem

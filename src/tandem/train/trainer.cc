@@ -172,8 +172,8 @@ class Trainer {
                      DataParallel::model_holds_gradients(config.zero.stage)
                          ? config.gradient_accumulation_steps
                          : 1),
-        checkpointer_(config_, engine_, checkpoints_root(), comm.rank(), comm.world_size(),
-                      options_.save_checkpoints && lazy_checkpoints()),
+        checkpointer_(config_, engine_, comm, checkpoints_root(), rank_checkpoint_layout(),
+                      options_.save_checkpoints && config_.train.lazy_checkpoints),
         data_parallel_hooks_(data_parallel_, engine_),
         local_gradient_hooks_(engine_),
         schedule_{.base_lr = config.optimizer.lr,
@@ -289,7 +289,7 @@ class Trainer {
       const int64_t ckpt_every = config_.train.checkpoint_interval;
       if (options_.save_checkpoints && (finished || (ckpt_every > 0 && step_ % ckpt_every == 0))) {
         // The last checkpoint has no next step to hide behind: it is written now.
-        if (lazy_checkpoints() && !finished)
+        if (config_.train.lazy_checkpoints && !finished)
           checkpointer_.begin_lazy(trainer_state());
         else
           checkpointer_.save_now(step_, [this] { return save(); });
@@ -673,10 +673,23 @@ class Trainer {
 
   fs::path checkpoints_root() const { return fs::path(config_.train.output_dir) / "checkpoints"; }
 
-  // Lazy checkpoints need the whole state on this rank (one rank); several ranks save
-  // together, synchronously.
-  bool lazy_checkpoints() const {
-    return config_.train.lazy_checkpoints && comm_.world_size() == 1;
+  // What this rank writes of a data-parallel checkpoint: its partition of the optimizer
+  // state (at stage 0 the state is whole on every rank, and rank 0's shard is all of it),
+  // or, for state every rank keeps of its own (DeMo), all of it; and how rank 0 gets the
+  // fp32 params whole.
+  RankCheckpointLayout rank_checkpoint_layout() {
+    RankCheckpointLayout layout;
+    layout.zero_stage = config_.zero.stage;
+    layout.per_rank = optimizer_state_per_rank(config_.optimizer);
+    layout.range = layout.per_rank || config_.zero.stage > 0 || comm_.rank() == 0
+                       ? data_parallel_.state_range()
+                       : ParamRange{};
+    layout.names = optimizer_state_names(config_.optimizer);
+    if (config_.zero.stage > 0)
+      layout.gather_params = [this](float* params) {
+        data_parallel_.gather_partitions(params, sizeof(float));
+      };
+    return layout;
   }
 
   // What a checkpoint holds besides the engine's arrays.
@@ -723,19 +736,13 @@ class Trainer {
                                  std::make_move_iterator(arrays.end()));
     if (comm_.world_size() == 1) return save_training_checkpoint(checkpoints_root(), state);
     // Rank 0 writes the weights (all partitions of the fp32 params gathered), each rank its
-    // own part of the optimizer state: its partition (at stage 0 the state is whole on
-    // every rank, and rank 0's shard is all of it), or, for state every rank keeps of its
-    // own (DeMo), all of it.
+    // own part of the optimizer state (rank_checkpoint_layout).
     data_parallel_.gather_partitions(state.params.data(), sizeof(float));
-    ShardedOptimizerState shard;
-    shard.zero_stage = config_.zero.stage;
-    shard.per_rank = optimizer_state_per_rank(config_.optimizer);
-    shard.range = shard.per_rank || config_.zero.stage > 0 || comm_.rank() == 0
-                      ? data_parallel_.state_range()
-                      : ParamRange{};
-    const std::vector<std::string> names = optimizer_state_names(config_.optimizer);
-    for (size_t k = 0; k < names.size(); k++)
-      shard.arrays.emplace_back(names[k], state.optimizer_state[k].data());
+    const RankCheckpointLayout layout = rank_checkpoint_layout();
+    ShardedOptimizerState shard{
+        .zero_stage = layout.zero_stage, .per_rank = layout.per_rank, .range = layout.range};
+    for (size_t k = 0; k < layout.names.size(); k++)
+      shard.arrays.emplace_back(layout.names[k], state.optimizer_state[k].data());
     const fs::path path = save_sharded_training_checkpoint(comm_, checkpoints_root(), state, shard);
     return comm_.rank() == 0 ? path : fs::path();
   }
