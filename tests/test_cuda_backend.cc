@@ -500,5 +500,41 @@ TEST(CudaBackend, EveryScheduleTrainsToTheSameBitsOnTheGpu) {
   expect_every_schedule_identical_on_the_gpu(true);
 }
 
+// Lazy checkpoints on the GPU: the snapshot is copied from device-resident, staged and
+// host subgroups into pinned memory on a stream of its own while the next step runs, and
+// holds the bytes a synchronous checkpoint writes.
+TEST(CudaBackend, LazyCheckpointsHoldTheSynchronousBitsOnTheGpu) {
+  SKIP_WITHOUT_GPU();
+  testing::ScratchDir dir("cuda_lazy_checkpoints");
+  testing::write_small_corpus(dir / "data.txt");
+  TrainOptions quiet;
+  quiet.show_progress = false;
+  // interleave: staged and host subgroups.
+  for (const char* schedule : {"device", "interleave"}) {
+    std::vector<TrainResult> results;
+    for (bool lazy : {true, false}) {
+      nlohmann::json json = testing::tiny_run_config(
+          dir / "data.txt", dir / (std::string(schedule) + (lazy ? "_lazy" : "_sync")));
+      json["train"]["steps"] = 3;
+      json["train"]["eval_interval"] = 0;
+      json["train"]["checkpoint_interval"] = 2;
+      json["train"]["lazy_checkpoints"] = lazy;
+      json["device"] = {{"type", "cuda"}};
+      json["zero_optimization"] = {{"sub_group_size", 1000}};
+      json["offload_optimizer"] = {{"schedule", schedule}};
+      results.push_back(train(parse_train_config(json), quiet));
+    }
+    ASSERT_EQ(results[0].checkpoints.size(), 2u) << schedule;  // step 2 lazy, 3 synchronous
+    EXPECT_EQ(results[0].state_digest, results[1].state_digest) << schedule;
+    for (size_t k = 0; k < 2; k++) {
+      EXPECT_EQ(results[0].checkpoints[k].lazy, k == 0) << schedule;
+      for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+        EXPECT_EQ(read_file_bytes(results[0].checkpoints[k].path / file),
+                  read_file_bytes(results[1].checkpoints[k].path / file))
+            << schedule << " checkpoint " << k << ": " << file;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tandem

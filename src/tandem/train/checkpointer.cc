@@ -1,5 +1,6 @@
 #include "tandem/train/checkpointer.h"
 
+#include <algorithm>
 #include <system_error>
 #include <utility>
 
@@ -13,8 +14,9 @@
 namespace tandem {
 namespace fs = std::filesystem;
 
-Checkpointer::Checkpointer(const TrainConfig& config, UpdateEngine& engine, Communicator& comm,
-                           fs::path root, RankCheckpointLayout layout, bool lazy)
+Checkpointer::Checkpointer(const TrainConfig& config, UpdateEngine& engine, Device& device,
+                           Communicator& comm, fs::path root, RankCheckpointLayout layout,
+                           bool lazy)
     : config_(config),
       engine_(engine),
       comm_(comm),
@@ -24,6 +26,23 @@ Checkpointer::Checkpointer(const TrainConfig& config, UpdateEngine& engine, Comm
   const size_t P = engine_.plan().num_params;
   snapshot_.params.assign(P, 0.0f);
   snapshot_.optimizer_state.assign(engine_.rule().state_floats() - 1, std::vector<float>(P, 0.0f));
+  if (device.kind() == DeviceKind::kCuda)
+    pinned_ = device.allocate(MemorySpace::kPinnedHost,
+                              engine_.rule().state_floats() * P * sizeof(float));
+}
+
+float* Checkpointer::capture_target(size_t k) {
+  if (pinned_.data() != nullptr) return pinned_.as<float>() + k * engine_.plan().num_params;
+  return k == 0 ? snapshot_.params.data() : snapshot_.optimizer_state[k - 1].data();
+}
+
+void Checkpointer::copy_out_of_pinned() {
+  if (pinned_.data() == nullptr) return;
+  const size_t P = engine_.plan().num_params;
+  const float* from = pinned_.as<float>();
+  std::copy(from, from + P, snapshot_.params.begin());
+  for (size_t k = 0; k < snapshot_.optimizer_state.size(); k++)
+    std::copy(from + (k + 1) * P, from + (k + 2) * P, snapshot_.optimizer_state[k].begin());
 }
 
 Checkpointer::~Checkpointer() {
@@ -53,8 +72,8 @@ void Checkpointer::begin_lazy(TrainingState state) {
   for (std::vector<float>& array : optimizer_state) array.resize(P);
   snapshot_.params = std::move(params);
   snapshot_.optimizer_state = std::move(optimizer_state);
-  std::vector<float*> targets = {snapshot_.params.data()};
-  for (std::vector<float>& array : snapshot_.optimizer_state) targets.push_back(array.data());
+  std::vector<float*> targets;
+  for (size_t k = 0; k < arrays; k++) targets.push_back(capture_target(k));
   Event& landed = engine_.begin_capture(targets);
   capturing_step_ = snapshot_.step;
   pending_stall_ms_ = watch.millis();
@@ -63,6 +82,7 @@ void Checkpointer::begin_lazy(TrainingState state) {
   // forward and backward), not after the next update, so the flush gets the whole interval.
   writer_.start(snapshot_.step, [this, &landed] {
     landed.synchronize();
+    copy_out_of_pinned();
     return write(snapshot_);
   });
 }
@@ -74,8 +94,9 @@ void Checkpointer::after_step(const UpdateStepStats& stats) {
   capturing_step_.reset();
   if (several_ranks()) {
     // Rank 0 writes the weights whole: the partitions of the others first.
-    if (layout_.gather_params) layout_.gather_params(snapshot_.params.data());
+    if (layout_.gather_params) layout_.gather_params(capture_target(0));
     writer_.start(snapshot_.step, [this] {
+      copy_out_of_pinned();
       report_ = write_rank_checkpoint_files(*staging_, comm_.rank(), comm_.world_size(), snapshot_,
                                             shard_of_snapshot());
       return fs::path();

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "tandem/ckpt/background_writer.h"
+#include "tandem/device/device.h"
 #include "tandem/train/sharded_checkpoint.h"
 #include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
@@ -58,7 +59,10 @@ class Checkpointer {
   // `root`: the run's checkpoints directory. `lazy`: lazy checkpoints will be taken, and
   // the snapshot's memory (a copy of the engine's state arrays, as `tandem plan` counts
   // it) is allocated now, not at the first checkpoint step.
-  Checkpointer(const TrainConfig& config, UpdateEngine& engine, Communicator& comm,
+  // On a GPU (Device::kind kCuda) the snapshot is captured into pinned memory, so that
+  // the device-to-host copies run asynchronously (a copy into pageable memory would block
+  // the training thread until it is done), and the writer copies it out before writing.
+  Checkpointer(const TrainConfig& config, UpdateEngine& engine, Device& device, Communicator& comm,
                std::filesystem::path root, RankCheckpointLayout layout, bool lazy);
   // Ends a capture still landing in the snapshot (after a failed step), then finishes
   // a write in flight (its files stay unpublished when other ranks cannot commit them).
@@ -95,6 +99,10 @@ class Checkpointer {
   // The bytes a checkpoint of this run takes, roughly (for a disk-full message).
   uint64_t checkpoint_bytes() const;
   std::filesystem::path write(const TrainingState& state) const;
+  // Where the engine's state array k is captured: the pinned buffer, or the snapshot.
+  float* capture_target(size_t k);
+  // The pinned buffer's contents into the snapshot's arrays (nothing without one).
+  void copy_out_of_pinned();
 
   const TrainConfig& config_;
   UpdateEngine& engine_;
@@ -103,6 +111,7 @@ class Checkpointer {
   RankCheckpointLayout layout_;
   // The snapshot being captured or written: its arrays are allocated once and reused.
   TrainingState snapshot_;
+  DeviceAllocation pinned_;  // GPU: the capture's target, state_floats x P floats
   std::optional<int64_t> capturing_step_;
   double pending_stall_ms_ = 0;  // of the checkpoint captured or in flight
   std::vector<CheckpointRecord> done_;

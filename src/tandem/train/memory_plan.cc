@@ -24,6 +24,7 @@ void add_up(TrainingMemoryPlan& plan) {
   plan.total.device = plan.activation_bytes + plan.model_bytes + plan.zero_buffer_bytes +
                       plan.optimizer_device_bytes;
   plan.total.pinned_host = engine.pinned_host;
+  if (plan.pinned_snapshot) plan.total.pinned_host += plan.num_params * plan.state_bytes_per_param;
   // Host: the fp32 state gathered when a checkpoint is written.
   plan.total.host = plan.num_params * plan.state_bytes_per_param;
 }
@@ -82,6 +83,7 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   OffloadSettings fixed = config.offload;
   if (automatic) fixed.schedule = UpdateSchedule::kCpu;
   plan.state_bytes_per_param = optimizer_state_bytes_per_param(config.optimizer);
+  plan.pinned_snapshot = config.train.lazy_checkpoints && device.kind() == DeviceKind::kCuda;
   if (config.optimizer.type == OptimizerType::kDeMo) plan.state_names = "fp32 params, delta";
   const std::vector<size_t> cuts =
       subgroup_cut_points(config.optimizer, ParamLayout::gpt2(config.model));
@@ -145,7 +147,9 @@ std::string TrainingMemoryPlan::to_text() const {
               model_elem_bytes == 2 ? " in bf16" : " in fp32", ", optimizer state + staging ",
               format_bytes(optimizer_device_bytes), ")", fits() ? "" : "  << does not fit", "\n",
               "  pinned host: ", format_bytes(total.pinned_host), " (offloaded ", state_names,
-              "; host gradients and working copies)\n", "  host:        ", format_bytes(total.host),
+              "; host gradients and working copies",
+              pinned_snapshot ? "; the lazy checkpoint's snapshot" : "", ")\n",
+              "  host:        ", format_bytes(total.host),
               " (the checkpoint snapshot: lazy checkpoints keep it for the run, synchronous "
               "ones while they save)\n");
   if (rates.cpu_params_per_s == 0)

@@ -33,6 +33,9 @@ struct TrainingMemoryPlan {
   // The update rule's fp32 state per parameter (AdamW: params, m, v = 12; DeMo: params,
   // delta = 8) and its names for the text.
   size_t state_bytes_per_param = 12;
+  // Lazy checkpoints on a GPU capture their snapshot into pinned memory (a second copy of
+  // the state, beside the host one the writer reads).
+  bool pinned_snapshot = false;
   std::string state_names = "fp32 params, m, v";
   TierBytes total;  // every tier, all of the above included
   UpdateRates rates;

@@ -172,7 +172,8 @@ class Trainer {
                      DataParallel::model_holds_gradients(config.zero.stage)
                          ? config.gradient_accumulation_steps
                          : 1),
-        checkpointer_(config_, engine_, comm, checkpoints_root(), rank_checkpoint_layout(),
+        checkpointer_(config_, engine_, *device_, comm, checkpoints_root(),
+                      rank_checkpoint_layout(),
                       options_.save_checkpoints && config_.train.lazy_checkpoints),
         data_parallel_hooks_(data_parallel_, engine_),
         local_gradient_hooks_(engine_),
