@@ -193,6 +193,13 @@ for schedule in cpu interleave auto; do
     >>"$out/step_schedules.jsonl" 2>>"$out/tests.log" || status=1
 done
 
+step "GPT-2 124M checkpoints: synchronous against lazy"
+# 1.5 GB per checkpoint; a checkpoint every 20 steps (the last one, synchronous in both
+# modes, left out), so that a lazy flush has time to finish before the next.
+limited 150 5 "$bin/tandem" bench checkpoint --config configs/gpt2-124m.json \
+  --set data.train_path="$shard" --steps 45 --interval 20 --json \
+  >"$out/checkpoint.json" 2>>"$out/tests.log" || status=1
+
 step "GPT-2 124M, B=16, T=1024, bf16: PyTorch baseline"
 PYTHONUNBUFFERED=1 limited 120 5 python3 bench/pytorch_gpt2_train.py --device cuda \
   --data "$shard" --warmup 3 --steps 10 2>>"$out/tests.log" | tee -a "$out/tests.log" |
@@ -208,13 +215,14 @@ def load(name):
     except Exception as e:  # the step above failed and said why, in tests.log
         return {"error": f"{name}: no result ({e}); see tests.log"}
 pcie, adamw, demo = load("pcie.json"), load("adamw_cuda.json"), load("demo.json")
+ckpt = load("checkpoint.json")
 ours, torch = load("step_tandem.json"), load("step_pytorch.json")
 schedules = []
 try:
     schedules = [json.loads(l) for l in (out / "step_schedules.jsonl").read_text().splitlines() if l.strip()]
 except Exception as e:
     print("FAIL: step_schedules.jsonl: no result (%s); see tests.log" % e)
-for r in (pcie, adamw, demo, ours, torch):
+for r in (pcie, adamw, demo, ours, torch, ckpt):
     if "error" in r:
         print("FAIL:", r["error"])
 print("pinned copies GB/s: h2d %s, d2h %s, both %s" % (
@@ -230,6 +238,12 @@ print("DeMo step: CPU %s M params/s (%s threads, DCT/sgemm %s); GPU %s M params/
          gpu.get("gpu_to_cpu")))
 if demo and "error" not in demo and not gpu:
     print("FAIL: tandem bench demo found no GPU")
+for mode in ("synchronous", "lazy"):
+    m = ckpt.get(mode) or {}
+    print("checkpoint %s: step %s ms, stall %s ms (max %s), flush %s ms, stall/step %s, flush fits %s%s"
+          % (mode, m.get("step_ms"), m.get("stall_ms_mean"), m.get("stall_ms_max"),
+             m.get("flush_ms_mean"), m.get("stall_per_step"), m.get("flush_fits"),
+             " (goal <= 0.05 where the flush fits)" if mode == "lazy" else ""))
 t, p = ours.get("tokens_per_s"), torch.get("tokens_per_s")
 ratio = "%.3f" % (t / p) if t and p else None
 print("GPT-2 124M tokens/s: tandem %s (fwd %s, bwd %s, update %s ms), PyTorch %s; ratio %s (goal >= 1)"
