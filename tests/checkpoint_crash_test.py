@@ -16,7 +16,10 @@ resumed run reaches the end before its next kill, it is checked and the run star
 Each kill prints its seed; `--seed S --kills 1` replays that kill's timing (the step it
 waits for and the delay after it).
 
-usage: checkpoint_crash_test.py TANDEM_BINARY SOURCE_DIR [--kills N] [--seed S]
+With --signals it checks graceful stops instead: SIGINT, SIGTERM and SIGHUP stop the run
+at the next step boundary with a checkpoint, and a second SIGINT ends it at once.
+
+usage: checkpoint_crash_test.py TANDEM_BINARY SOURCE_DIR [--kills N] [--seed S] [--signals]
 """
 import argparse
 import json
@@ -115,12 +118,68 @@ def final_state(run_dir):
     return files
 
 
+def wait_for_step(proc, run_dir, target):
+    """Until the run has committed a checkpoint of step >= target (or has ended)."""
+    while proc.poll() is None:
+        newest = committed(run_dir)
+        if newest and newest[0] >= target:
+            return
+        time.sleep(0.002)
+
+
+def signal_stops(args, work, want):
+    """SIGINT, SIGTERM and SIGHUP stop the run at the next step boundary with a checkpoint,
+    say how to continue and exit with 128 + the signal; a second SIGINT ends it at once.
+    Resumed after each, the run ends with the uninterrupted run's bits."""
+    run_dir = os.path.join(work, "signals")
+    config = write_config(work, args.source_dir, run_dir)
+    plan = [("SIGINT", 1), ("SIGTERM", 1), ("SIGHUP", 1), ("SIGINT", 2)]
+    for name, count in plan:
+        signum = getattr(signal, name)
+        before = committed(run_dir)
+        target = (before[0] if before else 0) + 4
+        proc = subprocess.Popen(command(args.binary, config, run_dir),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for_step(proc, run_dir, target)
+        if proc.poll() is not None:
+            sys.exit(f"FAIL: the run ended before {name} was sent")
+        for i in range(count):
+            if i > 0:
+                time.sleep(0.005)  # two signals at once would merge into one
+            proc.send_signal(signum)
+        out, err = proc.communicate()
+        check_looks_complete_only_when_complete(run_dir)
+        newest = committed(run_dir)
+        if count == 1:
+            if proc.returncode != 128 + signum:
+                sys.exit(f"FAIL: after {name} the exit status is {proc.returncode}, not {128 + signum}:\n{err}")
+            m = re.search(r"stopped by (\w+) after step (\d+); checkpoint (\S+)", err)
+            if not m or m.group(1) != name or "to continue: " not in err:
+                sys.exit(f"FAIL: after {name} the run did not say where it stopped and how to continue:\n{err}")
+            if not newest or newest[0] != int(m.group(2)):
+                sys.exit(f"FAIL: stopped after step {m.group(2)}, but the newest checkpoint is {newest[:1]}")
+            print(f"{name}: stopped after step {m.group(2)} with a checkpoint, exit {proc.returncode}")
+        else:
+            # The second signal ends the process at once, unless the stop was already done.
+            if proc.returncode not in (-signum, 128 + signum):
+                sys.exit(f"FAIL: after {name} twice the exit status is {proc.returncode}:\n{err}")
+            print(f"{name} twice: exit {proc.returncode}; newest committed step {newest[:1]}")
+    done = subprocess.run(command(args.binary, config, run_dir), capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"FAIL: the resumed run failed:\n{done.stderr}")
+    check_same_bits(want, run_dir, len(plan))
+    print("PASS: every signal stopped the run with a checkpoint; resumed, it ends with the "
+          "uninterrupted run's bits")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary")
     parser.add_argument("source_dir")
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--signals", action="store_true",
+                        help="instead of kills: SIGINT, SIGTERM, SIGHUP and a double SIGINT")
     args = parser.parse_args()
     master = random.Random(args.seed if args.seed is not None else time.time_ns())
     work = tempfile.mkdtemp(prefix="tandem_crash_")
@@ -137,6 +196,9 @@ def main():
         step_seconds = run_seconds / STEPS
         print(f"uninterrupted run: {STEPS} steps in {run_seconds:.2f} s")
 
+        if args.signals:
+            signal_stops(args, work, want)
+            return
         crashed_dir = os.path.join(work, "crashed")
         config = write_config(work, args.source_dir, crashed_dir)
         kills = 0

@@ -5,6 +5,12 @@
 
 namespace tandem::cli {
 
+// Thrown by a subcommand that ends with a status of its own (after unwinding, so that
+// communicators and files close properly); main returns `code`.
+struct ExitStatus {
+  int code = 0;
+};
+
 void register_train(CLI::App& app);
 void register_sample(CLI::App& app);
 void register_tokenize(CLI::App& app);

@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const tandem::cli::ExitStatus& status) {
+    return status.code;
   } catch (const tandem::Error& e) {
     report("error", e.what());
     return 1;

@@ -6,6 +6,7 @@
 
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
+#include "tandem/core/stop_signals.h"
 #include "tandem/dist/communicator.h"
 #include "tandem/dist/mpi_communicator.h"
 #include "tandem/train/train_config.h"
@@ -60,6 +61,9 @@ void register_train(CLI::App& app) {
         "--trace-steps '", range, "' is not a step range; use FIRST-LAST, e.g. 2-3");
     // Under mpirun each process is one rank; otherwise a world of one, without MPI.
     const std::unique_ptr<Communicator> comm = make_world_communicator();
+    // Ctrl-C, SIGTERM, SIGHUP: stop at the next step boundary with a checkpoint.
+    const StopSignals signals;
+    options.stop_requested = [] { return StopSignals::requested(); };
     TrainResult result;
     try {
       result = train(config, options, *comm);
@@ -70,6 +74,22 @@ void register_train(CLI::App& app) {
       std::fflush(stderr);
       comm->abort();
       throw;
+    }
+    if (result.stopped_by_signal != 0) {
+      if (comm->rank() == 0) {
+        std::string resume = "tandem train --config " + args->config;
+        for (const std::string& o : args->overrides) resume += " --set " + o;
+        resume += " --resume " + config.train.output_dir;
+        std::fprintf(stderr, "tandem: stopped by %s after step %ld; %s\ntandem: to continue: %s\n",
+                     StopSignals::name(result.stopped_by_signal),
+                     static_cast<long>(result.steps_done),
+                     result.last_checkpoint.empty()
+                         ? "no checkpoint was written"
+                         : ("checkpoint " + result.last_checkpoint.string()).c_str(),
+                     resume.c_str());
+      }
+      // The shell's convention for a process ended by a signal.
+      throw ExitStatus{128 + result.stopped_by_signal};
     }
     if (comm->rank() != 0) return;
     std::fprintf(stderr, "tandem: %ld steps, train loss %.4f", static_cast<long>(result.steps_done),

@@ -1,5 +1,6 @@
 #include "tandem/train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/rng.h"
+#include "tandem/core/stop_signals.h"
 #include "tandem/core/timer.h"
 #include "tandem/core/trace.h"
 #include "tandem/data/dataset.h"
@@ -73,7 +75,9 @@ void check_ranks_agree(Communicator& comm, const TrainConfig& config, const Toke
                        const TrainOptions& options) {
   nlohmann::json mine = to_json(config);
   // Ranks stopping at different steps would leave one waiting for the others.
-  mine["options"] = {{"resume", options.resume.string()}, {"stop_at_step", options.stop_at_step}};
+  mine["options"] = {{"resume", options.resume.string()},
+                     {"stop_at_step", options.stop_at_step},
+                     {"stop_on_signals", static_cast<bool>(options.stop_requested)}};
   mine["data"]["train_tokens_xxh3"] =
       checksum_hex(checksum64(data.train.data(), data.train.size() * sizeof(int32_t)));
   mine["data"]["val_tokens_xxh3"] =
@@ -280,9 +284,11 @@ class Trainer {
       }
       result.last_train_loss = loss;
 
-      const bool finished = step_ == last_step;
+      // A stop request ends the run here, with a checkpoint, as if this were its last step.
+      const int stop_signal = agreed_stop_signal();
+      const bool finished = step_ == last_step || stop_signal != 0;
       const int64_t eval_every = config_.train.eval_interval;
-      if (val_loader_ && (step_ % eval_every == 0 || finished)) {
+      if (val_loader_ && stop_signal == 0 && (step_ % eval_every == 0 || finished)) {
         result.last_val_loss = evaluate();
         metrics.write({{"step", step_}, {"val_loss", result.last_val_loss}});
         progress_.note(cat("step ", step_, ": val_loss ", result.last_val_loss));
@@ -296,6 +302,13 @@ class Trainer {
           checkpointer_.save_now(step_, [this] { return save(); });
       }
       record_checkpoints(checkpointer_.collect(finished), metrics, result);
+      if (stop_signal != 0) {
+        result.stopped_by_signal = stop_signal;
+        progress_.note(cat("tandem: ", StopSignals::name(stop_signal), ": stopped after step ",
+                           step_, " of ", config_.train.steps,
+                           options_.save_checkpoints ? " with a checkpoint" : ""));
+        break;
+      }
     }
     progress_.finish();
     if (!options_.trace_path.empty() && !trace_written)
@@ -309,7 +322,8 @@ class Trainer {
                    {"state_digest", result.state_digest},
                    {"peak_live_parameters", result.peak_live_parameters},
                    {"schedule", std::string(update_schedule_name(config_.offload.schedule))}});
-    if (config_.train.sample_bytes > 0 && (comm_.rank() == 0 || every_rank_runs_the_model()))
+    if (config_.train.sample_bytes > 0 && result.stopped_by_signal == 0 &&
+        (comm_.rank() == 0 || every_rank_runs_the_model()))
       result.sample = sample_bytes(model_, "\n", config_.train.sample_bytes, sample_rng_);
     return result;
   }
@@ -673,6 +687,17 @@ class Trainer {
   }
 
   fs::path checkpoints_root() const { return fs::path(config_.train.output_dir) / "checkpoints"; }
+
+  // The signal that asks this run to stop after the current step, or 0; with several ranks
+  // the same on every rank (the highest any rank received; a collective each step).
+  int agreed_stop_signal() {
+    if (!options_.stop_requested) return 0;
+    const int mine = options_.stop_requested();
+    if (comm_.world_size() == 1) return mine;
+    std::vector<int> all(static_cast<size_t>(comm_.world_size()));
+    comm_.all_gather(&mine, all.data(), sizeof mine);
+    return *std::max_element(all.begin(), all.end());
+  }
 
   // What this rank writes of a data-parallel checkpoint: its partition of the optimizer
   // state (at stage 0 the state is whole on every rank, and rank 0's shard is all of it),

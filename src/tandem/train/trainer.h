@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct TrainOptions {
   std::filesystem::path trace_path;
   int64_t trace_first_step = 2;
   int64_t trace_last_step = 3;
+  // Polled at every step boundary: a signal number asks the run to stop there with a
+  // checkpoint (core/stop_signals.h); 0 carries on. With several ranks, a signal on any
+  // rank stops them all at the same step. Empty: never asked.
+  std::function<int()> stop_requested;
   // Called at the named points of every step (step_hooks.h), after data parallelism's
   // own; not owned, must outlive train().
   std::vector<StepHooks*> hooks;
@@ -71,8 +76,9 @@ struct TrainResult {
   float last_val_loss = 0.0f;  // NaN when no evaluation ran
   std::filesystem::path last_checkpoint;
   std::vector<CheckpointRecord> checkpoints;  // committed (or failed) in this invocation
-  std::string sample;                         // bytes sampled at the end (train.sample_bytes)
-  std::string state_digest;                   // XXH3-64 of the final params, m and v (hex)
+  int stopped_by_signal = 0;  // the signal that stopped the run early (stop_requested), or 0
+  std::string sample;         // bytes sampled at the end (train.sample_bytes)
+  std::string state_digest;   // XXH3-64 of the final params, m and v (hex)
   // ZeRO stage 3: the most gathered parameters this rank held at once (at most
   // zero_optimization.stage3_max_live_parameters); 0 below stage 3.
   size_t peak_live_parameters = 0;
