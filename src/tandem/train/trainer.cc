@@ -33,6 +33,7 @@
 #include "tandem/train/metrics_log.h"
 #include "tandem/train/optimizer_setup.h"
 #include "tandem/train/progress.h"
+#include "tandem/train/run_lock.h"
 #include "tandem/train/sampler.h"
 #include "tandem/train/sharded_checkpoint.h"
 #include "tandem/train/step_hooks.h"
@@ -338,6 +339,17 @@ class Trainer {
       progress_.note(cat("zero_optimization.overlap_comm: the ", comm_.backend(),
                          " communicator cannot run collectives on a second thread (MPI without "
                          "MPI_THREAD_MULTIPLE); they run where they are called"));
+    // One run per output directory (rank 0 writes there; all ranks stop if it cannot).
+    std::string lock_error;
+    if (comm_.rank() == 0 && options_.save_checkpoints) {
+      try {
+        run_lock_ = std::make_unique<RunDirectoryLock>(config_.train.output_dir);
+      } catch (const Error& e) {
+        lock_error = e.what();
+      }
+    }
+    TANDEM_CHECK(all_ranks_ok(comm_, lock_error.empty()),
+                 comm_.rank() == 0 ? lock_error : "rank 0 refused to start (its error says why)");
     const fs::path checkpoints = checkpoints_root();
     if (!options_.resume.empty()) {
       resume(options_.resume);
@@ -775,7 +787,10 @@ class Trainer {
 
   TrainConfig config_;
   TrainOptions options_;
-  Communicator& comm_;                              // host exchanges
+  Communicator& comm_;  // host exchanges
+  // Rank 0's hold on train.output_dir (taken in start()); released after everything that
+  // writes there, the checkpointer's background writer included.
+  std::unique_ptr<RunDirectoryLock> run_lock_;
   std::unique_ptr<Communicator> nccl_buffer_comm_;  // when this trainer made one
   TraceRecorder tracer_;  // before the engine and device that may write to it
   int B_, T_;

@@ -1,0 +1,56 @@
+#include "tandem/train/run_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+namespace fs = std::filesystem;
+
+RunDirectoryLock::RunDirectoryLock(const fs::path& output_dir) {
+  std::error_code ec;
+  fs::create_directories(output_dir, ec);
+  if (ec)
+    fail("train.output_dir '", output_dir.string(), "': cannot create it (", ec.message(),
+         "); choose another with --set train.output_dir=DIR");
+  const fs::path path = output_dir / ".tandem.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    fail(path.string(), ": cannot open (", std::strerror(errno),
+         "); is train.output_dir writable?");
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    char holder[32] = {};
+    const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    if (error == EWOULDBLOCK) {
+      std::string pid = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "unknown";
+      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      fail("train.output_dir '", output_dir.string(), "' is in use by another tandem run (pid ",
+           pid, "); wait for it to end, or write elsewhere with --set train.output_dir=DIR");
+    }
+    fail(path.string(), ": cannot lock (", std::strerror(error), ")");
+  }
+  // The holder's pid, for the message of the run that is refused.
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 ||
+      ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    const int error = errno;
+    ::close(fd_);
+    fd_ = -1;
+    fail(path.string(), ": cannot write (", std::strerror(error), "); is the disk full?");
+  }
+}
+
+RunDirectoryLock::~RunDirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
+}  // namespace tandem

@@ -1,0 +1,73 @@
+// One run per output directory (train/run_lock.h): a second run into a directory that a
+// live run holds is refused naming the holder's pid; a holder that is SIGKILLed leaves no
+// stale lock.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <string>
+#include <thread>
+
+#include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
+#include "tandem/train/run_lock.h"
+#include "tandem/train/trainer.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+namespace fs = std::filesystem;
+
+TEST(RunDirectoryLock, ASecondRunIntoAHeldDirectoryIsRefusedNamingTheHolder) {
+  testing::ScratchDir dir("run_lock");
+  testing::write_small_corpus(dir / "data.txt");
+  const TrainConfig config =
+      parse_train_config(testing::tiny_run_config(dir / "data.txt", dir / "run"));
+  TrainOptions quiet;
+  quiet.show_progress = false;
+  {
+    const RunDirectoryLock held(dir / "run");
+    const std::string error = testing::error_of([&] { train(config, quiet); });
+    EXPECT_CONTAINS(error, "train.output_dir '" + (dir / "run").string() +
+                               "' is in use by another tandem run (pid " +
+                               std::to_string(::getpid()) + ")");
+    EXPECT_FALSE(fs::exists(dir / "run" / "checkpoints")) << "nothing written";
+    EXPECT_CONTAINS(testing::error_of([&] { RunDirectoryLock again(dir / "run"); }),
+                    "is in use by another tandem run");
+  }
+  // Released: the run goes ahead, and holds the directory while it runs.
+  EXPECT_EQ(train(config, quiet).steps_done, 20);
+  const RunDirectoryLock after(dir / "run");
+}
+
+TEST(RunDirectoryLock, AKilledHolderLeavesNoStaleLock) {
+  testing::ScratchDir dir("run_lock_kill");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const RunDirectoryLock held(dir / "run");
+    ::pause();
+    ::_exit(0);
+  }
+  // Until the child holds it (its pid in the file).
+  const std::string pid = std::to_string(child) + "\n";
+  for (int i = 0; i < 5000; i++) {
+    std::error_code ec;
+    if (fs::exists(dir / "run" / ".tandem.lock", ec) &&
+        read_file_text(dir / "run" / ".tandem.lock") == pid)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_CONTAINS(testing::error_of([&] { RunDirectoryLock mine(dir / "run"); }),
+                  "(pid " + std::to_string(child) + ")");
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status));
+  const RunDirectoryLock mine(dir / "run");  // the kernel released the child's lock
+}
+
+}  // namespace
+}  // namespace tandem
