@@ -260,5 +260,28 @@ TEST_F(CheckpointDirTest, PruningKeepsTheNewestAndLatestAndClearsWhatCrashesLeft
                                                    "step_00000009.tmp-99"}));
 }
 
+// At the start of a run (no save under way): every leftover of an interrupted save goes,
+// and a checkpoint moved aside while its step was being replaced comes back, so that
+// `latest` names a complete checkpoint again.
+TEST_F(CheckpointDirTest, AStartClearsWhatInterruptedSavesLeftAndRestoresAMovedCheckpoint) {
+  for (int64_t step : {1, 2})
+    save_checkpoint_dir(root_, step, {text_file("model.safetensors", "w")});
+  // A crash between publish's two renames: step 2 moved aside, its replacement not in place.
+  fs::rename(root_ / "step_00000002", root_ / "step_00000002.old-77");
+  EXPECT_CONTAINS(error_of([&] { resolve_checkpoint(root_); }), "does not exist");
+  fs::create_directories(root_ / "step_00000003.tmp-77");
+  fs::create_directories(root_ / "step_00000001.removing-77");
+  write_file_atomic(root_ / "latest.tmp-77", std::string("step_0000000"));
+  save_checkpoint_dir(root_ / ".." / "other", 1, {text_file("model.safetensors", "w")});
+  fs::rename(root_ / ".." / "other" / "step_00000001", root_ / "step_00000001.old-78");
+
+  EXPECT_EQ(clean_up_interrupted_saves(root_).size(), 5u);
+  EXPECT_EQ(root_entries(), (std::set<std::string>{"latest", "step_00000001", "step_00000002"}));
+  EXPECT_EQ(resolve_checkpoint(root_), root_ / "step_00000002");
+  verify_checkpoint(root_ / "step_00000002");
+  EXPECT_TRUE(clean_up_interrupted_saves(root_).empty());
+  EXPECT_TRUE(clean_up_interrupted_saves(base_ / "nowhere").empty());
+}
+
 }  // namespace
 }  // namespace tandem

@@ -422,4 +422,42 @@ std::vector<fs::path> prune_checkpoints(const fs::path& root, int64_t keep) {
   return removed;
 }
 
+std::vector<fs::path> clean_up_interrupted_saves(const fs::path& root) {
+  std::vector<fs::path> touched;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return touched;
+  std::vector<fs::path> entries;
+  for (const fs::directory_entry& entry : fs::directory_iterator(root, ec))
+    entries.push_back(entry.path());
+  if (ec) fail(root.string(), ": cannot list the checkpoints (", ec.message(), ")");
+  for (const fs::path& path : entries) {
+    const std::string name = path.filename().string();
+    const size_t old_at = name.find(".old-");
+    if (old_at != std::string::npos && step_of_name(name.substr(0, old_at), false) >= 0) {
+      // Moved aside by StagedCheckpoint::publish while its step was being replaced: back
+      // into place if the replacement never arrived.
+      const fs::path original = root / name.substr(0, old_at);
+      std::error_code exists_ec;
+      if (!fs::exists(original, exists_ec) &&
+          fs::is_regular_file(path / kManifestName, exists_ec)) {
+        rename_or_fail(path, original);
+        sync_directory(root);
+        touched.push_back(original);
+        continue;
+      }
+    }
+    const bool debris = name.find(".tmp-") != std::string::npos ||
+                        name.find(".removing-") != std::string::npos ||
+                        name.find(".old-") != std::string::npos;
+    if (!debris) continue;
+    std::error_code remove_ec;
+    fs::remove_all(path, remove_ec);
+    if (remove_ec)
+      fail(path.string(), ": cannot remove what an interrupted save left (", remove_ec.message(),
+           "); delete it by hand");
+    touched.push_back(path);
+  }
+  return touched;
+}
+
 }  // namespace tandem

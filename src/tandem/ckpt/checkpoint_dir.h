@@ -111,4 +111,12 @@ ResumableCheckpoint newest_verified_checkpoint(const std::filesystem::path& path
 std::vector<std::filesystem::path> prune_checkpoints(const std::filesystem::path& checkpoints_root,
                                                      int64_t keep);
 
+// At the start of a run that holds the output directory (train/run_lock.h), so that no
+// save can be under way: removes what interrupted saves left under the root (staging
+// directories, checkpoints caught mid-removal, temporary files), and puts back a
+// checkpoint that a crash left moved aside while it was being replaced (so that `latest`
+// names a complete checkpoint again). Returns what it removed or restored.
+std::vector<std::filesystem::path> clean_up_interrupted_saves(
+    const std::filesystem::path& checkpoints_root);
+
 }  // namespace tandem

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/checksum.h"
 #include "tandem/core/error.h"
@@ -344,6 +345,18 @@ class Trainer {
     if (comm_.rank() == 0 && options_.save_checkpoints) {
       try {
         run_lock_ = std::make_unique<RunDirectoryLock>(config_.train.output_dir);
+      } catch (const Error& e) {
+        lock_error = e.what();
+      }
+    }
+    // Holding the directory, rank 0 knows no save is under way: what one left is debris.
+    if (run_lock_) {
+      try {
+        const std::vector<fs::path> cleaned = clean_up_interrupted_saves(checkpoints_root());
+        if (!cleaned.empty())
+          progress_.note(cat("tandem: cleaned up ", cleaned.size(),
+                             " leftovers of interrupted checkpoint saves in ",
+                             checkpoints_root().string()));
       } catch (const Error& e) {
         lock_error = e.what();
       }
