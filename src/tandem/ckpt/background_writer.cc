@@ -32,7 +32,7 @@ void BackgroundCheckpointWriter::start(int64_t step, std::function<std::filesyst
 }
 
 std::optional<BackgroundCheckpointWriter::Outcome> BackgroundCheckpointWriter::poll() {
-  if (!in_flight() || !done_) return std::nullopt;
+  if (!finished()) return std::nullopt;
   return wait();
 }
 

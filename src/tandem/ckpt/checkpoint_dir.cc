@@ -317,16 +317,35 @@ int64_t checkpoint_step(const fs::path& checkpoint_dir) {
 
 namespace {
 
-// Step of a name "step_%08d" (committed) or "step_%08d.tmp-..." (staging); -1 otherwise.
-int64_t step_of_name(const std::string& name, bool staging) {
+// What a name under a checkpoints root is: a committed checkpoint "step_%08d", or what a
+// save leaves on its way (a `.tmp-<pid>` staging directory or temporary file, a replaced
+// checkpoint moved aside as `.old-<pid>`, an old one being removed as `.removing-<pid>`).
+enum class EntryKind { kOther, kCheckpoint, kStaging, kMovedAside, kRemoving };
+struct RootEntry {
+  EntryKind kind = EntryKind::kOther;
+  int64_t step = -1;  // of a "step_%08d" name, with or without a suffix; -1 otherwise
+  std::string base;   // the name without its suffix
+};
+
+RootEntry classify(const std::string& name) {
+  RootEntry entry{.base = name};
+  for (const auto& [marker, kind] :
+       {std::pair{".tmp-", EntryKind::kStaging}, std::pair{".old-", EntryKind::kMovedAside},
+        std::pair{".removing-", EntryKind::kRemoving}}) {
+    const size_t at = name.find(marker);
+    if (at == std::string::npos) continue;
+    entry.kind = kind;
+    entry.base = name.substr(0, at);
+    break;
+  }
   constexpr std::string_view kPrefix = "step_";
-  if (name.rfind(kPrefix, 0) != 0) return -1;
-  size_t end = kPrefix.size();
-  while (end < name.size() && name[end] >= '0' && name[end] <= '9') end++;
-  if (end == kPrefix.size()) return -1;
-  const std::string rest = name.substr(end);
-  if (staging ? rest.rfind(".tmp-", 0) != 0 : !rest.empty()) return -1;
-  return std::stoll(name.substr(kPrefix.size(), end - kPrefix.size()));
+  const std::string& base = entry.base;
+  if (base.rfind(kPrefix, 0) == 0 && base.size() > kPrefix.size() &&
+      base.find_first_not_of("0123456789", kPrefix.size()) == std::string::npos) {
+    entry.step = std::stoll(base.substr(kPrefix.size()));
+    if (entry.kind == EntryKind::kOther) entry.kind = EntryKind::kCheckpoint;
+  }
+  return entry;
 }
 
 // Committed checkpoint directories under the root (named step_N, with a manifest),
@@ -335,10 +354,11 @@ std::vector<std::pair<int64_t, fs::path>> committed_checkpoints(const fs::path& 
   std::vector<std::pair<int64_t, fs::path>> found;
   std::error_code ec;
   for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
-    const int64_t step = step_of_name(entry.path().filename().string(), false);
+    const RootEntry name = classify(entry.path().filename().string());
     std::error_code file_ec;
-    if (step >= 0 && fs::is_regular_file(entry.path() / kManifestName, file_ec))
-      found.emplace_back(step, entry.path());
+    if (name.kind == EntryKind::kCheckpoint &&
+        fs::is_regular_file(entry.path() / kManifestName, file_ec))
+      found.emplace_back(name.step, entry.path());
   }
   if (ec) fail(root.string(), ": cannot list the checkpoints (", ec.message(), ")");
   std::sort(found.begin(), found.end(),
@@ -366,10 +386,8 @@ ResumableCheckpoint newest_verified_checkpoint(const fs::path& path) {
   // Newest first. A step directory is committed once it has its manifest (written last,
   // before the rename that publishes it), so it counts even when a crash came before
   // `latest` was moved to it.
-  std::vector<fs::path> candidates;
-  for (const auto& [step, dir] : committed_checkpoints(root)) candidates.push_back(dir);
   std::string passed_over;
-  for (const fs::path& dir : candidates) {
+  for (const auto& [step, dir] : committed_checkpoints(root)) {
     try {
       verify_checkpoint(dir);
       return {dir, passed_over};
@@ -389,7 +407,7 @@ std::vector<fs::path> prune_checkpoints(const fs::path& root, int64_t keep) {
   } catch (const Error&) {
     return removed;  // nothing committed to measure "older" against
   }
-  const int64_t latest_step = step_of_name(latest.filename().string(), false);
+  const int64_t latest_step = classify(latest.filename().string()).step;
   std::error_code ec;
   if (keep > 0) {
     int64_t kept = 0;
@@ -411,10 +429,10 @@ std::vector<fs::path> prune_checkpoints(const fs::path& root, int64_t keep) {
   // Left by a crash: staging directories of steps before the latest, and checkpoints
   // caught halfway through their removal.
   for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
-    const std::string name = entry.path().filename().string();
-    const int64_t step = step_of_name(name, true);
-    const bool abandoned = step >= 0 && step < latest_step;
-    if (!abandoned && name.find(".removing-") == std::string::npos) continue;
+    const RootEntry name = classify(entry.path().filename().string());
+    const bool abandoned =
+        name.kind == EntryKind::kStaging && name.step >= 0 && name.step < latest_step;
+    if (!abandoned && name.kind != EntryKind::kRemoving) continue;
     std::error_code remove_ec;
     fs::remove_all(entry.path(), remove_ec);
     if (!remove_ec) removed.push_back(entry.path());
@@ -431,12 +449,11 @@ std::vector<fs::path> clean_up_interrupted_saves(const fs::path& root) {
     entries.push_back(entry.path());
   if (ec) fail(root.string(), ": cannot list the checkpoints (", ec.message(), ")");
   for (const fs::path& path : entries) {
-    const std::string name = path.filename().string();
-    const size_t old_at = name.find(".old-");
-    if (old_at != std::string::npos && step_of_name(name.substr(0, old_at), false) >= 0) {
+    const RootEntry name = classify(path.filename().string());
+    if (name.kind == EntryKind::kMovedAside && name.step >= 0) {
       // Moved aside by StagedCheckpoint::publish while its step was being replaced: back
       // into place if the replacement never arrived.
-      const fs::path original = root / name.substr(0, old_at);
+      const fs::path original = root / name.base;
       std::error_code exists_ec;
       if (!fs::exists(original, exists_ec) &&
           fs::is_regular_file(path / kManifestName, exists_ec)) {
@@ -446,10 +463,7 @@ std::vector<fs::path> clean_up_interrupted_saves(const fs::path& root) {
         continue;
       }
     }
-    const bool debris = name.find(".tmp-") != std::string::npos ||
-                        name.find(".removing-") != std::string::npos ||
-                        name.find(".old-") != std::string::npos;
-    if (!debris) continue;
+    if (name.kind == EntryKind::kOther || name.kind == EntryKind::kCheckpoint) continue;
     std::error_code remove_ec;
     fs::remove_all(path, remove_ec);
     if (remove_ec)

@@ -17,6 +17,16 @@
 #include "tandem/train/trainer.h"
 
 namespace tandem::cli {
+namespace {
+
+// A benchmark's result on stdout: one JSON object, or its text report.
+template <typename Result, typename... TextArgs>
+void print_result(const Result& result, bool json, const TextArgs&... text_args) {
+  const std::string out = json ? result.to_json().dump() + "\n" : result.to_text(text_args...);
+  std::fputs(out.c_str(), stdout);
+}
+
+}  // namespace
 
 void register_bench(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Measure kernels against the machine's limits");
@@ -59,8 +69,7 @@ void register_bench(CLI::App& app) {
       auto device = make_cuda_device({});
       const DeviceAdamWBenchResult r =
           run_device_adamw_bench(*device, static_cast<size_t>(args->params), args->repetitions);
-      const std::string out = args->json ? r.to_json().dump() + "\n" : r.to_text(device->name());
-      std::fputs(out.c_str(), stdout);
+      print_result(r, args->json, device->name());
       return;
     }
     AdamWBenchOptions options;
@@ -73,8 +82,7 @@ void register_bench(CLI::App& app) {
     if (!args->target.empty()) options.target = *parse_simd_target(args->target);
     options.repetitions = args->repetitions;
     const AdamWBenchResult result = run_adamw_bench(options);
-    const std::string out = args->json ? result.to_json().dump() + "\n" : result.to_text();
-    std::fputs(out.c_str(), stdout);
+    print_result(result, args->json);
   });
 
   struct DemoArgs {
@@ -99,8 +107,7 @@ void register_bench(CLI::App& app) {
     if (!demo_args->target.empty()) options.target = *parse_simd_target(demo_args->target);
     options.repetitions = demo_args->repetitions;
     const DemoBenchResult result = run_demo_bench(options);
-    const std::string out = demo_args->json ? result.to_json().dump() + "\n" : result.to_text();
-    std::fputs(out.c_str(), stdout);
+    print_result(result, demo_args->json);
   });
 
   struct CheckpointArgs {
@@ -130,9 +137,7 @@ void register_bench(CLI::App& app) {
     options.steps = checkpoint_args->steps;
     options.interval = checkpoint_args->interval;
     const CheckpointBenchResult result = run_checkpoint_bench(options);
-    const std::string out =
-        checkpoint_args->json ? result.to_json().dump() + "\n" : result.to_text();
-    std::fputs(out.c_str(), stdout);
+    print_result(result, checkpoint_args->json);
   });
 
   struct PcieArgs {
@@ -154,8 +159,7 @@ void register_bench(CLI::App& app) {
     const MemcpyPeak peak = measure_memcpy_peak(*device, bytes, pcie_args->repetitions);
     r.peak_h2d_gb_per_s = peak.h2d_gb_per_s;
     r.peak_d2h_gb_per_s = peak.d2h_gb_per_s;
-    const std::string out = pcie_args->json ? r.to_json().dump() + "\n" : r.to_text(device->name());
-    std::fputs(out.c_str(), stdout);
+    print_result(r, pcie_args->json, device->name());
   });
 
   struct StepArgs {

@@ -62,18 +62,14 @@ void Checkpointer::begin_lazy(TrainingState state) {
   finish_in_flight();
   if (several_ranks())
     staging_ = std::make_unique<ShardedStaging>(open_sharded_checkpoint(comm_, root_, state.step));
-  // The arrays keep their memory from the last snapshot.
-  std::vector<float> params = std::move(snapshot_.params);
-  std::vector<std::vector<float>> optimizer_state = std::move(snapshot_.optimizer_state);
+  TANDEM_CHECK(snapshot_.params.size() == engine_.plan().num_params,
+               "begin_lazy: the checkpointer was made without lazy checkpoints");
+  // The trainer's fields are the state's; the arrays keep the memory allocated up front.
+  state.params.swap(snapshot_.params);
+  state.optimizer_state.swap(snapshot_.optimizer_state);
   snapshot_ = std::move(state);
-  const size_t P = engine_.plan().num_params, arrays = engine_.rule().state_floats();
-  params.resize(P);
-  optimizer_state.resize(arrays - 1);
-  for (std::vector<float>& array : optimizer_state) array.resize(P);
-  snapshot_.params = std::move(params);
-  snapshot_.optimizer_state = std::move(optimizer_state);
   std::vector<float*> targets;
-  for (size_t k = 0; k < arrays; k++) targets.push_back(capture_target(k));
+  for (size_t k = 0; k < engine_.rule().state_floats(); k++) targets.push_back(capture_target(k));
   Event& landed = engine_.begin_capture(targets);
   capturing_step_ = snapshot_.step;
   pending_stall_ms_ = watch.millis();
@@ -90,7 +86,7 @@ void Checkpointer::begin_lazy(TrainingState state) {
 void Checkpointer::after_step(const UpdateStepStats& stats) {
   if (!capturing_step_) return;
   Stopwatch watch;
-  const double waited = engine_.finish_capture();
+  engine_.finish_capture();
   capturing_step_.reset();
   if (several_ranks()) {
     // Rank 0 writes the weights whole: the partitions of the others first.
@@ -98,11 +94,11 @@ void Checkpointer::after_step(const UpdateStepStats& stats) {
     writer_.start(snapshot_.step, [this] {
       copy_out_of_pinned();
       report_ = write_rank_checkpoint_files(*staging_, comm_.rank(), comm_.world_size(), snapshot_,
-                                            shard_of_snapshot());
+                                            layout_.shard_of(snapshot_));
       return fs::path();
     });
   }
-  pending_stall_ms_ += stats.capture_wait_ms + (several_ranks() ? watch.millis() : waited);
+  pending_stall_ms_ += stats.capture_wait_ms + watch.millis();
 }
 
 void Checkpointer::save_now(int64_t step, const std::function<fs::path()>& save) {
@@ -161,7 +157,7 @@ void Checkpointer::try_commit(bool wait) {
   Stopwatch commit;
   try {
     outcome->path = commit_sharded_checkpoint(comm_, *staging_, report_, engine_.plan().num_params,
-                                              shard_of_snapshot());
+                                              layout_.shard_of(snapshot_));
     if (comm_.rank() == 0) {
       prune_checkpoints(root_, config_.train.keep_checkpoints);
     } else {
@@ -176,11 +172,10 @@ void Checkpointer::try_commit(bool wait) {
   done_.push_back(finished(*outcome));
 }
 
-ShardedOptimizerState Checkpointer::shard_of_snapshot() const {
-  ShardedOptimizerState shard{
-      .zero_stage = layout_.zero_stage, .per_rank = layout_.per_rank, .range = layout_.range};
-  for (size_t k = 0; k < layout_.names.size(); k++)
-    shard.arrays.emplace_back(layout_.names[k], snapshot_.optimizer_state[k].data());
+ShardedOptimizerState RankCheckpointLayout::shard_of(const TrainingState& state) const {
+  ShardedOptimizerState shard{.zero_stage = zero_stage, .per_rank = per_rank, .range = range};
+  for (size_t k = 0; k < names.size(); k++)
+    shard.arrays.emplace_back(names[k], state.optimizer_state[k].data());
   return shard;
 }
 

@@ -52,6 +52,9 @@ struct RankCheckpointLayout {
   // Fills the fp32 params outside this rank's partition from their owners (a collective);
   // empty where every rank holds them all.
   std::function<void(float* params)> gather_params;
+
+  // The shard this rank writes of `state`'s optimizer arrays (which must outlive it).
+  ShardedOptimizerState shard_of(const TrainingState& state) const;
 };
 
 class Checkpointer {
@@ -95,7 +98,6 @@ class Checkpointer {
   // Several ranks: commits the checkpoint in flight once every rank's files are durable
   // (`wait`: waits for this rank's); a collective.
   void try_commit(bool wait);
-  ShardedOptimizerState shard_of_snapshot() const;
   // The bytes a checkpoint of this run takes, roughly (for a disk-full message).
   uint64_t checkpoint_bytes() const;
   std::filesystem::path write(const TrainingState& state) const;

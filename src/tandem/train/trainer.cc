@@ -341,12 +341,12 @@ class Trainer {
                          " communicator cannot run collectives on a second thread (MPI without "
                          "MPI_THREAD_MULTIPLE); they run where they are called"));
     // One run per output directory (rank 0 writes there; all ranks stop if it cannot).
-    std::string lock_error;
+    std::string start_error;
     if (comm_.rank() == 0 && options_.save_checkpoints) {
       try {
         run_lock_ = std::make_unique<RunDirectoryLock>(config_.train.output_dir);
       } catch (const Error& e) {
-        lock_error = e.what();
+        start_error = e.what();
       }
     }
     // Holding the directory, rank 0 knows no save is under way: what one left is debris.
@@ -358,11 +358,11 @@ class Trainer {
                              " leftovers of interrupted checkpoint saves in ",
                              checkpoints_root().string()));
       } catch (const Error& e) {
-        lock_error = e.what();
+        start_error = e.what();
       }
     }
-    TANDEM_CHECK(all_ranks_ok(comm_, lock_error.empty()),
-                 comm_.rank() == 0 ? lock_error : "rank 0 refused to start (its error says why)");
+    TANDEM_CHECK(all_ranks_ok(comm_, start_error.empty()),
+                 comm_.rank() == 0 ? start_error : "rank 0 refused to start (its error says why)");
     const fs::path checkpoints = checkpoints_root();
     if (!options_.resume.empty()) {
       resume(options_.resume);
@@ -789,11 +789,7 @@ class Trainer {
     // Rank 0 writes the weights (all partitions of the fp32 params gathered), each rank its
     // own part of the optimizer state (rank_checkpoint_layout).
     data_parallel_.gather_partitions(state.params.data(), sizeof(float));
-    const RankCheckpointLayout layout = rank_checkpoint_layout();
-    ShardedOptimizerState shard{
-        .zero_stage = layout.zero_stage, .per_rank = layout.per_rank, .range = layout.range};
-    for (size_t k = 0; k < layout.names.size(); k++)
-      shard.arrays.emplace_back(layout.names[k], state.optimizer_state[k].data());
+    const ShardedOptimizerState shard = rank_checkpoint_layout().shard_of(state);
     const fs::path path = save_sharded_training_checkpoint(comm_, checkpoints_root(), state, shard);
     return comm_.rank() == 0 ? path : fs::path();
   }
