@@ -178,29 +178,6 @@ TEST(LazyCheckpoints, SeveralRanksWriteTheBitsOfSynchronousCheckpoints) {
   }
 }
 
-// Writes past `bytes` fail with EFBIG (SIGXFSZ ignored) while an instance lives: a full
-// disk without mounting one.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    previous_handler_ = std::signal(SIGXFSZ, SIG_IGN);
-    getrlimit(RLIMIT_FSIZE, &previous_);
-    rlimit limit = previous_;
-    limit.rlim_cur = bytes;
-    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
-  }
-  ~FileSizeLimit() {
-    setrlimit(RLIMIT_FSIZE, &previous_);
-    std::signal(SIGXFSZ, previous_handler_);
-  }
-  FileSizeLimit(const FileSizeLimit&) = delete;
-  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
-
- private:
-  rlimit previous_{};
-  void (*previous_handler_)(int) = nullptr;
-};
-
 TEST(LazyCheckpoints, AFailedWriteKeepsThePreviousCheckpointAndStopsOrContinues) {
   testing::ScratchDir dir("ckpt_failure");
   testing::write_small_corpus(dir / "data.txt");
@@ -221,7 +198,7 @@ TEST(LazyCheckpoints, AFailedWriteKeepsThePreviousCheckpointAndStopsOrContinues)
     TrainResult result;
     {
       // The weights file fits, the optimizer's (twice its size) does not.
-      const FileSizeLimit limit(model_bytes + 4096);
+      const testing::FileSizeLimit limit(model_bytes + 4096);
       try {
         result = train(parse_train_config(json), resume);
       } catch (const Error& e) {

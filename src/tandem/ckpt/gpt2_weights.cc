@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -83,23 +84,39 @@ std::vector<WeightShard> plan_gpt2_weight_shards(const ParamLayout& layout,
   return plan;
 }
 
+namespace {
+
+// The writer of `shard`'s file; `data` gives each view's tensor (in HF layout), or null
+// when only the placement is wanted.
+SafetensorsWriter gpt2_shard_writer(const ParamLayout& layout, const WeightShard& shard,
+                                    const std::function<const float*(const ParamView&)>& data) {
+  SafetensorsWriter writer;
+  for (size_t i : shard.views) {
+    const ParamView& view = layout.views().at(i);
+    writer.add(view.name, DType::kF32, hf_shape(view), data ? data(view) : nullptr);
+  }
+  writer.set_metadata("format", "pt");
+  return writer;
+}
+
+}  // namespace
+
 void write_gpt2_weight_shard(const std::filesystem::path& path, const ParamLayout& layout,
                              const float* params, const WeightShard& shard) {
   std::vector<std::vector<float>> transposed;
   transposed.reserve(shard.views.size());
-  SafetensorsWriter writer;
-  for (size_t i : shard.views) {
-    const ParamView& view = layout.views().at(i);
+  gpt2_shard_writer(layout, shard, [&](const ParamView& view) {
     const float* data = params + view.offset;
-    if (view.hf_transposed) {
-      transposed.emplace_back(view.numel);
-      transpose(data, transposed.back().data(), view.shape[0], view.shape[1]);
-      data = transposed.back().data();
-    }
-    writer.add(view.name, DType::kF32, hf_shape(view), data);
-  }
-  writer.set_metadata("format", "pt");
-  writer.write(path);
+    if (!view.hf_transposed) return data;
+    transposed.emplace_back(view.numel);
+    transpose(data, transposed.back().data(), view.shape[0], view.shape[1]);
+    return static_cast<const float*>(transposed.back().data());
+  }).write(path);
+}
+
+SafetensorsWriter::Placement place_gpt2_weight_shard(const ParamLayout& layout,
+                                                     const WeightShard& shard) {
+  return gpt2_shard_writer(layout, shard, nullptr).placement(shard.file);
 }
 
 nlohmann::json gpt2_weight_index(const ParamLayout& layout, const std::vector<WeightShard>& plan) {

@@ -41,6 +41,10 @@ inline constexpr const char* kWeightIndexFile = "model.safetensors.index.json";
 // Writes the tensors of `shard` (all of them for the one-file plan).
 void write_gpt2_weight_shard(const std::filesystem::path& path, const ParamLayout& layout,
                              const float* params, const WeightShard& shard);
+// Where write_gpt2_weight_shard puts `shard`'s bytes: its header and, in the order of
+// shard.views, each tensor's file offset (Hugging Face layout: a Conv1D weight transposed).
+SafetensorsWriter::Placement place_gpt2_weight_shard(const ParamLayout& layout,
+                                                     const WeightShard& shard);
 // The index for a sharded plan: {"metadata": {"total_size"}, "weight_map": {name: file}}.
 nlohmann::json gpt2_weight_index(const ParamLayout& layout, const std::vector<WeightShard>& plan);
 

@@ -167,8 +167,6 @@ void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> 
   const std::optional<uint64_t> bytes = byte_size(shape, dtype);
   TANDEM_CHECK(bytes.has_value(), "safetensors writer: tensor '", name, "' has invalid shape ",
                shape_string(shape));
-  TANDEM_CHECK(data != nullptr || *bytes == 0, "safetensors writer: tensor '", name,
-               "' has no data");
   entries_.push_back(Entry{std::move(name), dtype, std::move(shape), data, *bytes});
 }
 
@@ -176,7 +174,7 @@ void SafetensorsWriter::set_metadata(std::string key, std::string value) {
   metadata_[std::move(key)] = std::move(value);
 }
 
-void SafetensorsWriter::write(const fs::path& path) const {
+SafetensorsWriter::Placement SafetensorsWriter::placement(const std::string& source) const {
   // ordered_json keeps keys in insertion order: "__metadata__" first, then the tensors
   // in the order they were added, each as {"dtype", "shape", "data_offsets"}, which is
   // how the reference (Rust) writer serializes them.
@@ -196,16 +194,32 @@ void SafetensorsWriter::write(const fs::path& path) const {
   try {
     text = header.dump();
   } catch (const nlohmann::json::exception&) {
-    fail(path.string(), ": a tensor name or metadata string is not valid UTF-8");
+    fail(source, ": a tensor name or metadata string is not valid UTF-8");
   }
   // Pad so the data buffer starts 8-byte aligned, letting readers map tensors in place.
   text.append((8 - text.size() % 8) % 8, ' ');
 
-  uint8_t length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(uint64_t{text.size()} >> (8 * i));
+  Placement out;
+  out.prefix.resize(8);
+  for (int i = 0; i < 8; ++i)
+    out.prefix[i] = static_cast<char>(static_cast<uint8_t>(uint64_t{text.size()} >> (8 * i)));
+  out.prefix += text;
+  uint64_t at = out.prefix.size();
+  for (const Entry& e : entries_) {
+    out.offsets.push_back(at);
+    at += e.bytes;
+  }
+  out.file_bytes = at;
+  return out;
+}
+
+void SafetensorsWriter::write(const fs::path& path) const {
+  for (const Entry& e : entries_)
+    TANDEM_CHECK(e.data != nullptr || e.bytes == 0, path.string(), ": tensor '", e.name,
+                 "' has no data");
+  const Placement placed = placement(path.string());
   AtomicFileWriter out(path);
-  out.write(length, sizeof(length));
-  out.write(text);
+  out.write(placed.prefix);
   for (const Entry& e : entries_) out.write(e.data, e.bytes);
   out.commit();
 }

@@ -38,9 +38,22 @@ std::optional<DType> parse_dtype(std::string_view name);
 class SafetensorsWriter {
  public:
   // `data` is not copied: it must hold product(shape) elements of `dtype` and stay
-  // alive until write() returns. A scalar has shape {}. Duplicate names are an error.
+  // alive until write() returns (null: only the placement is wanted). A scalar has shape {}.
+  // Duplicate names are an error.
   void add(std::string name, DType dtype, std::vector<int64_t> shape, const void* data);
   void set_metadata(std::string key, std::string value);
+
+  // Where write() puts everything, for writers that fill the file out of order (a
+  // checkpoint streamed through a bounded buffer pool): the bytes before the data buffer
+  // (the 8-byte length and the padded JSON header), each tensor's absolute file offset in
+  // the order added, and the file's size. The tensors' `data` is not read.
+  struct Placement {
+    std::string prefix;
+    std::vector<uint64_t> offsets;
+    uint64_t file_bytes = 0;
+  };
+  Placement placement(const std::string& source) const;
+
   // Writes atomically (temp file, fsync, rename): a crash leaves the old file or the
   // new one. Tensor bytes stream straight from the callers' buffers.
   void write(const std::filesystem::path& path) const;

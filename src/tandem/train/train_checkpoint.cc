@@ -33,15 +33,7 @@ nlohmann::json state_json(const TrainingState& state) {
 }
 
 void write_optimizer(const fs::path& path, const TrainingState& state, const ParamLayout& layout) {
-  const std::vector<std::string> names = optimizer_state_names(state.config.optimizer);
-  SafetensorsWriter writer;
-  for (const ParamView& view : layout.views())
-    for (size_t k = 0; k < names.size(); k++)
-      writer.add(names[k] + "." + view.name, DType::kF32, view.shape,
-                 state.optimizer_state[k].data() + view.offset);
-  writer.set_metadata("step", std::to_string(state.step));
-  writer.set_metadata("optimizer", std::string(optimizer_type_name(state.config.optimizer.type)));
-  writer.write(path);
+  optimizer_file_writer(state, layout).write(path);
 }
 
 // Reads rank `slice.rank`'s state from the per-rank shards of a data-parallel DeMo run.
@@ -99,6 +91,30 @@ TrainingState read_state(const fs::path& dir) {
 
 }  // namespace
 
+SafetensorsWriter optimizer_file_writer(const TrainingState& state, const ParamLayout& layout) {
+  const std::vector<std::string> names = optimizer_state_names(state.config.optimizer);
+  SafetensorsWriter writer;
+  for (const ParamView& view : layout.views())
+    for (size_t k = 0; k < names.size(); k++)
+      writer.add(names[k] + "." + view.name, DType::kF32, view.shape,
+                 k < state.optimizer_state.size() ? state.optimizer_state[k].data() + view.offset
+                                                  : nullptr);
+  writer.set_metadata("step", std::to_string(state.step));
+  writer.set_metadata("optimizer", std::string(optimizer_type_name(state.config.optimizer.type)));
+  return writer;
+}
+
+std::vector<CheckpointFileWriter> training_checkpoint_json_files(const TrainingState& state) {
+  return {
+      {"config.json",
+       [&state](const fs::path& p) {
+         write_file_atomic(p, hf_gpt2_config(state.config.model).dump(2) + "\n");
+       }},
+      {"trainer_state.json",
+       [&state](const fs::path& p) { write_file_atomic(p, state_json(state).dump(2) + "\n"); }},
+  };
+}
+
 std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState& state,
                                                             bool with_optimizer) {
   const auto layout = std::make_shared<ParamLayout>(ParamLayout::gpt2(state.config.model));
@@ -123,14 +139,7 @@ std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState&
     files.push_back({kWeightIndexFile, [layout, shards](const fs::path& p) {
                        write_file_atomic(p, gpt2_weight_index(*layout, shards).dump(2) + "\n");
                      }});
-  const std::vector<CheckpointFileWriter> rest = {
-      {"config.json",
-       [&state](const fs::path& p) {
-         write_file_atomic(p, hf_gpt2_config(state.config.model).dump(2) + "\n");
-       }},
-      {"trainer_state.json",
-       [&state](const fs::path& p) { write_file_atomic(p, state_json(state).dump(2) + "\n"); }},
-  };
+  const std::vector<CheckpointFileWriter> rest = training_checkpoint_json_files(state);
   files.insert(files.end(), rest.begin(), rest.end());
   if (with_optimizer)
     files.push_back({"optimizer.safetensors",

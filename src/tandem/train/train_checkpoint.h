@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tandem/ckpt/checkpoint_dir.h"
+#include "tandem/ckpt/safetensors.h"
 #include "tandem/core/rng.h"
 #include "tandem/data/loader.h"
 #include "tandem/model/param_layout.h"
@@ -59,6 +60,15 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& chec
 // writes the moments in shards instead). They refer to `state`, which must outlive them.
 std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState& state,
                                                             bool with_optimizer);
+
+// The small files of a checkpoint of `state`, which must outlive them: config.json and
+// trainer_state.json (training_checkpoint_files writes them after the weights).
+std::vector<CheckpointFileWriter> training_checkpoint_json_files(const TrainingState& state);
+
+// The writer of optimizer.safetensors: for each view of the layout, each optimizer array
+// as "<array>.<view name>", tandem layout. Its data points into state.optimizer_state
+// (null for arrays `state` does not hold: enough for SafetensorsWriter::placement).
+SafetensorsWriter optimizer_file_writer(const TrainingState& state, const ParamLayout& layout);
 
 // Loads from a checkpoint directory, a checkpoints root or a run directory. The
 // checksums of the files read are verified first: a damaged checkpoint is refused with
