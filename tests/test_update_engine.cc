@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -25,6 +26,7 @@
 #include "tandem/model/param_layout.h"
 #include "tandem/offload/offload_plan.h"
 #include "tandem/offload/perf_model.h"
+#include "tandem/offload/snapshot_pool.h"
 #include "tandem/offload/update_engine.h"
 #include "tandem/offload/update_rule.h"
 #include "tandem/optim/cpu_adamw.h"
@@ -311,6 +313,75 @@ TEST(UpdateEngine, ALazySnapshotHoldsItsStepsStateWhileTheNextStepRuns) {
     EXPECT_TRUE(bitwise_equal(m, want_m2)) << describe(settings);
     EXPECT_TRUE(bitwise_equal(v, want_v2)) << describe(settings);
   }
+}
+
+// The same snapshot streamed through a pool of 2 small slots (offload/snapshot_pool.h)
+// drained by a slow writer: every piece holds step 1's state though step 2 runs, the
+// pieces cover every parameter exactly once, step 2 waits for the writer (back-pressure)
+// and its result is unchanged. A writer that gives up after its first piece (a failed
+// write) lets the capture end without it.
+TEST(UpdateEngine, AStreamedSnapshotThroughABoundedPoolHoldsItsStepsState) {
+  const Problem problem;
+  std::vector<float> want_p1, want_m1, want_v1, want_p2, want_m2, want_v2;
+  problem.reference(want_p1, want_m1, want_v1, 1);
+  problem.reference(want_p2, want_m2, want_v2, 2);
+  for (const bool abandon : {false, true})
+    for (const OffloadSettings& settings :
+         std::vector<OffloadSettings>{{.schedule = UpdateSchedule::kCpu, .sub_group_size = 777},
+                                      {.schedule = UpdateSchedule::kDevice, .sub_group_size = 777},
+                                      {.schedule = UpdateSchedule::kInterleave,
+                                      .sub_group_size = 777,
+                                      .stride = 2,
+                                      .staging_buffers = 1}}) {
+      const std::string what = describe(settings) + (abandon ? ", writer gives up" : "");
+      EngineRun run(problem, settings);
+      run.upload_grads(problem.grads[0]);
+      run.engine->step(Problem::lr(0), Problem::scale(0));
+      SnapshotPool pool(*run.device, 2, 3 * 500);  // pieces of at most 500 parameters
+      std::vector<float> p(problem.P, -1.0f), m(problem.P, -1.0f), v(problem.P, -1.0f);
+      std::vector<int> covered(problem.P, 0);
+      size_t pieces = 0;
+      run.engine->begin_streamed_capture(pool);
+      std::thread writer([&] {
+        while (std::optional<SnapshotPool::Piece> piece = pool.next()) {
+          pool.copied(piece->slot).synchronize();
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          const float* data = pool.data(piece->slot);
+          const size_t n = piece->range.size();
+          std::copy_n(data, n, p.begin() + piece->range.begin);
+          std::copy_n(data + n, n, m.begin() + piece->range.begin);
+          std::copy_n(data + 2 * n, n, v.begin() + piece->range.begin);
+          for (size_t i = piece->range.begin; i < piece->range.end; i++) covered[i]++;
+          pieces++;
+          if (abandon) {
+            pool.abandon();
+            return;
+          }
+          pool.release(piece->slot);
+        }
+      });
+      run.upload_grads(problem.grads[1]);
+      const UpdateStepStats stats = run.engine->step(Problem::lr(1), Problem::scale(1));
+      run.engine->finish_capture();
+      writer.join();
+      if (abandon) {
+        EXPECT_EQ(pieces, 1u) << what;
+      } else {
+        EXPECT_GT(stats.capture_wait_ms, 0.0) << what;
+        EXPECT_GT(pool.acquire_wait_ms(), 0.0) << what;
+        EXPECT_GE(pieces, problem.P / 500) << what;
+        EXPECT_TRUE(std::all_of(covered.begin(), covered.end(), [](int c) { return c == 1; }))
+            << what;
+        EXPECT_TRUE(bitwise_equal(p, want_p1)) << what;
+        EXPECT_TRUE(bitwise_equal(m, want_m1)) << what;
+        EXPECT_TRUE(bitwise_equal(v, want_v1)) << what;
+      }
+      std::vector<float> p2, m2, v2, w2;
+      run.read(problem, p2, m2, v2, w2);
+      EXPECT_TRUE(bitwise_equal(p2, want_p2)) << what;
+      EXPECT_TRUE(bitwise_equal(m2, want_m2)) << what;
+      EXPECT_TRUE(bitwise_equal(v2, want_v2)) << what;
+    }
 }
 
 // A GPU's backward is still running when it announces gradients: the engine must order

@@ -7,6 +7,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/half.h"
 #include "tandem/core/timer.h"
+#include "tandem/offload/snapshot_pool.h"
 #include "tandem/optim/adamw_rule.h"
 #include "tandem/optim/cpu_adamw.h"
 
@@ -26,6 +27,10 @@ struct UpdateEngine::SubgroupState {
   bool grads_sent = false;          // their copy to the host is queued
   std::unique_ptr<Event> captured;  // recorded after its snapshot copies (begin_capture)
   bool capture_pending = false;     // those copies are not yet known to have landed
+  // Under capture_mutex_: the copies are queued (at once, or by a streamed capture's
+  // thread), and `captured` recorded behind them (not when the capture stopped early).
+  bool capture_queued = false;
+  bool capture_recorded = false;
 
   size_t size() const { return range.size(); }
   float* params() const { return state; }
@@ -150,6 +155,8 @@ UpdateEngine::UpdateEngine(Device& device, const ParamLayout& layout, OffloadPla
 }
 
 UpdateEngine::~UpdateEngine() {
+  // A streamed capture's owner ends it (finish_capture) while its pool still drains.
+  if (capture_thread_.joinable()) capture_thread_.join();
   // Queued work must not outlive the buffers it uses.
   for (Stream* stream : {h2d_.get(), d2h_.get(), compute_.get(), capture_stream_.get()}) {
     try {
@@ -300,13 +307,23 @@ void UpdateEngine::read_state(std::span<float* const> arrays) {
   stream->synchronize();
 }
 
+std::vector<UpdateEngine::SubgroupState*> UpdateEngine::update_order() const {
+  std::vector<SubgroupState*> order;
+  for (const auto& sg : subgroups_)
+    if (sg->range.site != UpdateSite::kHost) order.push_back(sg.get());
+  for (const auto& sg : subgroups_)
+    if (sg->range.site == UpdateSite::kHost) order.push_back(sg.get());
+  return order;
+}
+
 Event& UpdateEngine::begin_capture(std::span<float* const> arrays) {
   TANDEM_CHECK(arrays.size() == state_floats_, "begin_capture: ", arrays.size(),
                " state arrays for the ", rule_->name(), " rule, which keeps ", state_floats_);
   TANDEM_CHECK(!capturing(), "begin_capture: the previous capture is not finished");
   TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
   capture_stream_ = device_.create_stream("snapshot");
-  for (auto& sg : subgroups_) {
+  capture_error_ = nullptr;
+  for (SubgroupState* sg : update_order()) {
     const size_t b = sg->range.begin, bytes = sg->size() * sizeof(float);
     for (size_t k = 0; k < state_floats_; k++)
       device_.copy_async(arrays[k] + b, sg->array(k), bytes, *capture_stream_,
@@ -314,26 +331,95 @@ Event& UpdateEngine::begin_capture(std::span<float* const> arrays) {
     if (!sg->captured) sg->captured = device_.create_event();
     device_.record(*sg->captured, *capture_stream_);
     sg->capture_pending = true;
+    mark_capture_queued(*sg, true);
   }
   if (!capture_landed_) capture_landed_ = device_.create_event();
   device_.record(*capture_landed_, *capture_stream_);
   return *capture_landed_;
 }
 
+void UpdateEngine::begin_streamed_capture(SnapshotPool& pool) {
+  TANDEM_CHECK(!capturing(), "begin_capture: the previous capture is not finished");
+  TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
+  TANDEM_CHECK(pool.slot_floats() >= state_floats_, "begin_streamed_capture: slots of ",
+               pool.slot_floats(), " floats cannot hold one parameter's ", state_floats_,
+               " state floats");
+  capture_stream_ = device_.create_stream("snapshot");
+  capture_error_ = nullptr;
+  std::vector<SubgroupState*> order = update_order();
+  for (SubgroupState* sg : order) {
+    if (!sg->captured) sg->captured = device_.create_event();
+    sg->capture_pending = true;
+    std::lock_guard lock(capture_mutex_);
+    sg->capture_queued = sg->capture_recorded = false;
+  }
+  capture_thread_ =
+      std::thread([this, &pool, order = std::move(order)] { stream_capture(pool, order); });
+}
+
+void UpdateEngine::stream_capture(SnapshotPool& pool, const std::vector<SubgroupState*>& order) {
+  const size_t piece = pool.slot_floats() / state_floats_;
+  size_t next = 0;  // the first subgroup whose copies are not all queued
+  try {
+    bool abandoned = false;
+    for (; next < order.size() && !abandoned; next++) {
+      SubgroupState& sg = *order[next];
+      for (size_t at = 0; at < sg.size(); at += piece) {
+        const std::optional<size_t> slot = pool.acquire();
+        if (!slot) {
+          abandoned = true;  // the writer is gone: the snapshot will not be written
+          break;
+        }
+        const size_t n = std::min(piece, sg.size() - at);
+        float* data = pool.data(*slot);
+        for (size_t k = 0; k < state_floats_; k++)
+          device_.copy_async(data + k * n, sg.array(k) + at, n * sizeof(float), *capture_stream_,
+                             label(sg, "snapshot"));
+        device_.record(pool.copied(*slot), *capture_stream_);
+        pool.fill(*slot, {sg.range.begin + at, sg.range.begin + at + n});
+      }
+      // Also after an abandoned piece: the step must not change the subgroup under a copy.
+      device_.record(*sg.captured, *capture_stream_);
+      mark_capture_queued(sg, true);
+    }
+  } catch (...) {
+    capture_error_ = std::current_exception();
+  }
+  for (; next < order.size(); next++) mark_capture_queued(*order[next], false);
+  pool.close();
+}
+
+void UpdateEngine::mark_capture_queued(SubgroupState& sg, bool recorded) {
+  {
+    std::lock_guard lock(capture_mutex_);
+    sg.capture_queued = true;
+    sg.capture_recorded = recorded;
+  }
+  capture_queued_.notify_all();
+}
+
 double UpdateEngine::finish_capture() {
   if (!capturing()) return 0.0;
   Stopwatch watch;
+  if (capture_thread_.joinable()) capture_thread_.join();
   // The stream ends with the capture whatever happens below.
   const std::unique_ptr<Stream> stream = std::move(capture_stream_);
   for (auto& sg : subgroups_) sg->capture_pending = false;
   stream->synchronize();
+  if (capture_error_) std::rethrow_exception(std::exchange(capture_error_, nullptr));
   return watch.millis();
 }
 
 void UpdateEngine::wait_for_capture(SubgroupState& sg, UpdateStepStats& stats) {
   if (!sg.capture_pending) return;
   Stopwatch watch;
-  sg.captured->synchronize();
+  bool recorded = false;
+  {
+    std::unique_lock lock(capture_mutex_);
+    capture_queued_.wait(lock, [&] { return sg.capture_queued; });
+    recorded = sg.capture_recorded;
+  }
+  if (recorded) sg.captured->synchronize();
   sg.capture_pending = false;
   stats.capture_wait_ms += watch.millis();
 }

@@ -12,12 +12,16 @@
 // entirely new, never half-updated.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "tandem/core/thread_pool.h"
@@ -28,6 +32,8 @@
 #include "tandem/optim/adamw_reference.h"
 
 namespace tandem {
+
+class SnapshotPool;
 
 struct UpdateStepStats {
   double ms = 0;
@@ -110,9 +116,19 @@ class UpdateEngine {
   // a time. Returns an event reached once every copy has landed, which any thread may
   // wait for (a background writer), valid until the next begin_capture.
   Event& begin_capture(std::span<float* const> arrays);
+  // The same through a bounded pool (offload/snapshot_pool.h), for when a full copy does
+  // not fit in host memory: a thread of the engine's queues the copies piece by piece
+  // (each piece every state array of up to pool.slot_floats() / state_floats() params of
+  // one subgroup), in the order the next step updates the subgroups, each once the pool
+  // has a free slot, and closes the pool after the last. The next step's wait for a
+  // subgroup includes waiting for its pieces to be queued, that is for the pool's writer
+  // (back-pressure). The pool must be open, and its writer draining it, until
+  // finish_capture().
+  void begin_streamed_capture(SnapshotPool& pool);
   bool capturing() const { return capture_stream_ != nullptr; }
-  // Blocks until every copy of the capture has landed (rethrows a failed one) and ends
-  // it; returns the milliseconds waited. Nothing to do without a capture.
+  // Blocks until every copy of the capture has been queued and has landed (rethrows a
+  // failed one) and ends it; returns the milliseconds waited. Nothing to do without a
+  // capture.
   double finish_capture();
 
   // One step of the rule with learning rate lr and gradient scale grad_scale (clipping), the
@@ -150,6 +166,12 @@ class UpdateEngine {
   void send_gradients(SubgroupState& sg);
   // Before the step changes sg's state: waits for its snapshot copy, if one is pending.
   void wait_for_capture(SubgroupState& sg, UpdateStepStats& stats);
+  // The subgroups in the order step() changes them: device work first, then the host's.
+  std::vector<SubgroupState*> update_order() const;
+  // The streamed capture's thread (begin_streamed_capture).
+  void stream_capture(SnapshotPool& pool, const std::vector<SubgroupState*>& order);
+  // sg's snapshot copies are queued (`recorded`: and sg.captured recorded behind them).
+  void mark_capture_queued(SubgroupState& sg, bool recorded);
   // "sg 3 prefetch": names work in a trace; empty when not tracing.
   std::string label(const SubgroupState& sg, std::string_view what) const;
   size_t working_bytes() const;
@@ -184,6 +206,12 @@ class UpdateEngine {
   std::vector<std::unique_ptr<SubgroupState>> subgroups_;
   std::unique_ptr<Stream> capture_stream_;  // while a capture is in flight
   std::unique_ptr<Event> capture_landed_;   // recorded after a capture's last copy
+  // A streamed capture: its thread, which tells the step through capture_queued_ when a
+  // subgroup's copies are queued (SubgroupState::capture_queued, under capture_mutex_).
+  std::thread capture_thread_;
+  std::mutex capture_mutex_;
+  std::condition_variable capture_queued_;
+  std::exception_ptr capture_error_;  // what stopped the capture thread, for finish_capture
 };
 
 }  // namespace tandem
