@@ -10,19 +10,35 @@
 #include "tandem/dist/agreement.h"
 #include "tandem/dist/communicator.h"
 #include "tandem/offload/update_engine.h"
+#include "tandem/train/streamed_checkpoint.h"
 
 namespace tandem {
 namespace fs = std::filesystem;
 
 Checkpointer::Checkpointer(const TrainConfig& config, UpdateEngine& engine, Device& device,
                            Communicator& comm, fs::path root, RankCheckpointLayout layout,
-                           bool lazy)
+                           const CheckpointSnapshotPlan& snapshot, bool saves)
     : config_(config),
       engine_(engine),
       comm_(comm),
       root_(std::move(root)),
       layout_(std::move(layout)) {
-  if (!lazy) return;
+  if (!saves) return;
+  if (snapshot.streamed) {
+    const std::string full = cat("a full copy of the state for checkpoints (",
+                                 format_bytes(snapshot.full_bytes), ") does not fit the ",
+                                 format_bytes(snapshot.budget), " it may take");
+    TANDEM_CHECK(!several_ranks(), full,
+                 ", and streaming it through a bounded pool works with one rank only for now; "
+                 "raise train.checkpoint_memory_mb or run on a machine with more memory");
+    TANDEM_CHECK(snapshot.pool_bytes() >= CheckpointSnapshotPlan::kMinPoolBytes, full,
+                 ", and a pool to stream it through needs at least ",
+                 format_bytes(CheckpointSnapshotPlan::kMinPoolBytes),
+                 "; raise train.checkpoint_memory_mb");
+    pool_ = std::make_unique<SnapshotPool>(device, snapshot.pool_slots, snapshot.pool_slot_floats);
+    return;
+  }
+  if (!config.train.lazy_checkpoints) return;
   const size_t P = engine_.plan().num_params;
   snapshot_.params.assign(P, 0.0f);
   snapshot_.optimizer_state.assign(engine_.rule().state_floats() - 1, std::vector<float>(P, 0.0f));
@@ -60,6 +76,16 @@ void Checkpointer::begin_lazy(TrainingState state) {
                *capturing_step_, " is still being taken");
   Stopwatch watch;
   finish_in_flight();
+  if (pool_) {
+    // The writer takes the pieces as the capture's thread queues them.
+    snapshot_ = std::move(state);
+    pool_->open();
+    engine_.begin_streamed_capture(*pool_);
+    capturing_step_ = snapshot_.step;
+    pending_stall_ms_ = watch.millis();
+    writer_.start(snapshot_.step, [this] { return write_streamed(snapshot_); });
+    return;
+  }
   if (several_ranks())
     staging_ = std::make_unique<ShardedStaging>(open_sharded_checkpoint(comm_, root_, state.step));
   TANDEM_CHECK(snapshot_.params.size() == engine_.plan().num_params,
@@ -101,13 +127,27 @@ void Checkpointer::after_step(const UpdateStepStats& stats) {
   pending_stall_ms_ += stats.capture_wait_ms + watch.millis();
 }
 
-void Checkpointer::save_now(int64_t step, const std::function<fs::path()>& save) {
+void Checkpointer::save_now(TrainingState state, const std::function<fs::path()>& save) {
   Stopwatch watch;
   finish_in_flight();
-  BackgroundCheckpointWriter::Outcome outcome{.step = step};
+  BackgroundCheckpointWriter::Outcome outcome{.step = state.step};
   Stopwatch flush;
   try {
-    outcome.path = save();
+    if (pool_) {
+      // This thread drains the pool while the engine's fills it.
+      snapshot_ = std::move(state);
+      pool_->open();
+      engine_.begin_streamed_capture(*pool_);
+      try {
+        outcome.path = write_streamed(snapshot_);
+      } catch (const Error&) {
+        engine_.finish_capture();  // abandoned: it ends without the writer
+        throw;
+      }
+      engine_.finish_capture();
+    } else {
+      outcome.path = save();
+    }
     if (comm_.rank() == 0) prune_checkpoints(root_, config_.train.keep_checkpoints);
   } catch (const Error& e) {
     if (several_ranks()) throw;  // collective saves fail on every rank together
@@ -202,6 +242,26 @@ CheckpointRecord Checkpointer::finished(const BackgroundCheckpointWriter::Outcom
 uint64_t Checkpointer::checkpoint_bytes() const {
   return static_cast<uint64_t>(engine_.plan().num_params) * engine_.rule().state_floats() *
          sizeof(float);
+}
+
+fs::path Checkpointer::write_streamed(const TrainingState& state) {
+  try {
+    StreamedTrainingCheckpoint checkpoint(root_, state);
+    std::vector<const float*> arrays(engine_.rule().state_floats());
+    while (std::optional<SnapshotPool::Piece> piece = pool_->next()) {
+      pool_->copied(piece->slot).synchronize();
+      const float* data = pool_->data(piece->slot);
+      for (size_t k = 0; k < arrays.size(); k++) arrays[k] = data + k * piece->range.size();
+      checkpoint.write(piece->range, arrays);
+      pool_->release(piece->slot);
+    }
+    const fs::path path = checkpoint.publish();
+    prune_checkpoints(root_, config_.train.keep_checkpoints);
+    return path;
+  } catch (...) {
+    pool_->abandon();  // the capture ends without this writer
+    throw;
+  }
 }
 
 fs::path Checkpointer::write(const TrainingState& state) const {

@@ -33,6 +33,8 @@
 
 #include "tandem/ckpt/background_writer.h"
 #include "tandem/device/device.h"
+#include "tandem/offload/snapshot_pool.h"
+#include "tandem/train/memory_plan.h"
 #include "tandem/train/sharded_checkpoint.h"
 #include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
@@ -59,14 +61,16 @@ struct RankCheckpointLayout {
 
 class Checkpointer {
  public:
-  // `root`: the run's checkpoints directory. `lazy`: lazy checkpoints will be taken, and
-  // the snapshot's memory (a copy of the engine's state arrays, as `tandem plan` counts
-  // it) is allocated now, not at the first checkpoint step.
-  // On a GPU (Device::kind kCuda) the snapshot is captured into pinned memory, so that
-  // the device-to-host copies run asynchronously (a copy into pageable memory would block
-  // the training thread until it is done), and the writer copies it out before writing.
+  // `root`: the run's checkpoints directory; `saves`: checkpoints will be taken. The
+  // snapshot's memory, as the plan says (`snapshot`, as `tandem plan` counts it), is
+  // allocated now, not at the first checkpoint step: a full copy of the engine's state
+  // arrays for lazy checkpoints (on a GPU, Device::kind kCuda, the capture goes to pinned
+  // memory, so that the device-to-host copies run asynchronously, and the writer copies it
+  // out before writing), or the pool a streamed snapshot passes through (lazy and
+  // synchronous checkpoints alike; one rank only).
   Checkpointer(const TrainConfig& config, UpdateEngine& engine, Device& device, Communicator& comm,
-               std::filesystem::path root, RankCheckpointLayout layout, bool lazy);
+               std::filesystem::path root, RankCheckpointLayout layout,
+               const CheckpointSnapshotPlan& snapshot, bool saves);
   // Ends a capture still landing in the snapshot (after a failed step), then finishes
   // a write in flight (its files stay unpublished when other ranks cannot commit them).
   ~Checkpointer();
@@ -80,9 +84,10 @@ class Checkpointer {
   // Call after every step's update (with its stats), on every rank: a capture begun before
   // it has landed; its stall is complete.
   void after_step(const UpdateStepStats& stats);
-  // A synchronous checkpoint: finishes the checkpoint in flight, then runs `save` (which
-  // returns the checkpoint's path; empty on ranks other than 0).
-  void save_now(int64_t step, const std::function<std::filesystem::path()>& save);
+  // A synchronous checkpoint of `state` (as begin_lazy's): finishes the checkpoint in
+  // flight, then runs `save` (which returns the checkpoint's path; empty on ranks other
+  // than 0), or streams the state through the pool.
+  void save_now(TrainingState state, const std::function<std::filesystem::path()>& save);
 
   // Checkpoints completed since the last call, in order; `wait`: first finish the one in
   // flight. A failed write throws (checkpoint_failure "stop") or comes back with its
@@ -101,6 +106,9 @@ class Checkpointer {
   // The bytes a checkpoint of this run takes, roughly (for a disk-full message).
   uint64_t checkpoint_bytes() const;
   std::filesystem::path write(const TrainingState& state) const;
+  // Writes the checkpoint of `state` (its config, step, positions, RNG) from the pieces of a
+  // streamed capture as they arrive; abandons the pool when it fails.
+  std::filesystem::path write_streamed(const TrainingState& state);
   // Where the engine's state array k is captured: the pinned buffer, or the snapshot.
   float* capture_target(size_t k);
   // The pinned buffer's contents into the snapshot's arrays (nothing without one).
@@ -114,6 +122,7 @@ class Checkpointer {
   // The snapshot being captured or written: its arrays are allocated once and reused.
   TrainingState snapshot_;
   DeviceAllocation pinned_;  // GPU: the capture's target, state_floats x P floats
+  std::unique_ptr<SnapshotPool> pool_;  // a streamed snapshot's, in place of both
   std::optional<int64_t> capturing_step_;
   double pending_stall_ms_ = 0;  // of the checkpoint captured or in flight
   std::vector<CheckpointRecord> done_;

@@ -5,6 +5,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
+#include "tandem/core/host_memory.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/model/gpt.h"
 #include "tandem/train/optimizer_setup.h"
@@ -14,7 +15,7 @@
 namespace tandem {
 namespace {
 
-void add_up(TrainingMemoryPlan& plan) {
+void add_up_tiers(TrainingMemoryPlan& plan) {
   const TierBytes engine = engine_memory_needs(plan.offload, plan.model_elem_bytes,
                                                plan.model_elem_bytes, plan.state_bytes_per_param);
   // engine_memory_needs counts a full working copy and gradient buffer; the model's are
@@ -24,9 +25,55 @@ void add_up(TrainingMemoryPlan& plan) {
   plan.total.device = plan.activation_bytes + plan.model_bytes + plan.zero_buffer_bytes +
                       plan.optimizer_device_bytes;
   plan.total.pinned_host = engine.pinned_host;
-  if (plan.pinned_snapshot) plan.total.pinned_host += plan.num_params * plan.state_bytes_per_param;
-  // Host: the fp32 state gathered when a checkpoint is written.
-  plan.total.host = plan.num_params * plan.state_bytes_per_param;
+  // The checkpoint snapshot: the fp32 state gathered when a checkpoint is written (lazy
+  // checkpoints keep it for the run), or the pool it streams through.
+  const CheckpointSnapshotPlan& snapshot = plan.snapshot;
+  if (snapshot.streamed) {
+    plan.total.pinned_host += snapshot.pool_bytes();
+    plan.total.host = 0;
+  } else {
+    const size_t copy = plan.num_params * plan.state_bytes_per_param;
+    if (plan.pinned_snapshot) plan.total.pinned_host += copy;
+    plan.total.host = copy;
+  }
+}
+
+// Full copies when they fit the snapshot's budget, else the pool (see CheckpointSnapshotPlan).
+CheckpointSnapshotPlan plan_snapshot(const TrainConfig& config, const TrainingMemoryPlan& plan,
+                                     DeviceKind device_kind) {
+  CheckpointSnapshotPlan out;
+  out.full_bytes = plan.num_params * plan.state_bytes_per_param * (plan.pinned_snapshot ? 2 : 1);
+  const size_t mib = size_t{1} << 20;
+  const bool automatic = config.train.checkpoint_memory_mb == 0;
+  if (automatic) {
+    // What the machine has left once the other tiers are in (the cpu device's "device"
+    // memory is host memory too), less a tenth for everything else.
+    const size_t machine = host_memory_bytes() / 10 * 9;
+    const size_t others =
+        plan.total.pinned_host + (device_kind == DeviceKind::kHostOnly ? plan.total.device : 0);
+    out.budget = machine > others ? machine - others : 0;
+  } else {
+    out.budget = static_cast<size_t>(config.train.checkpoint_memory_mb) * mib;
+  }
+  if (out.full_bytes <= out.budget) return out;
+  out.streamed = true;
+  const size_t pool = automatic ? std::min(out.budget, CheckpointSnapshotPlan::kDefaultPoolBytes)
+                                : out.budget;
+  const size_t floats_per_param = plan.state_bytes_per_param / sizeof(float);
+  out.pool_slots = CheckpointSnapshotPlan::kPoolSlots;
+  // Whole parameters per slot, and no more than the largest subgroup's state.
+  const size_t slot_params = std::min(pool / out.pool_slots / plan.state_bytes_per_param,
+                                      std::max<size_t>(plan.offload.max_subgroup_size, 1));
+  out.pool_slot_floats = slot_params * floats_per_param;
+  return out;
+}
+
+// Every tier, the snapshot chosen for what the others leave.
+void add_up(TrainingMemoryPlan& plan, const TrainConfig& config, DeviceKind device_kind) {
+  plan.snapshot = CheckpointSnapshotPlan{.streamed = true};  // an empty pool: the others only
+  add_up_tiers(plan);
+  plan.snapshot = plan_snapshot(config, plan, device_kind);
+  add_up_tiers(plan);
 }
 
 }  // namespace
@@ -90,7 +137,7 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   plan.offload = make_offload_plan(fixed, plan.num_params, state_range, cuts);
   plan.rule_workspace_bytes = optimizer_device_workspace_bytes(
       config.optimizer, ParamLayout::gpt2(config.model), plan.offload, world_size, device.kind());
-  add_up(plan);
+  add_up(plan, config, device.kind());
   if (!plan.fits()) return plan;  // nothing to measure: the run cannot start
   // The performance model times AdamW's kernels; DeMo's plans are fixed (no `auto`).
   if (config.optimizer.type != OptimizerType::kAdamW) return plan;
@@ -108,7 +155,7 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
     const size_t taken = plan.activation_bytes + plan.model_bytes + plan.zero_buffer_bytes;
     plan.offload = make_auto_plan(config.offload, plan.num_params, state_range, plan.rates,
                                   plan.device_capacity - taken);
-    add_up(plan);
+    add_up(plan, config, device.kind());
   }
   plan.prediction = predict_update(plan.offload, plan.rates);
   return plan;
@@ -148,10 +195,21 @@ std::string TrainingMemoryPlan::to_text() const {
               format_bytes(optimizer_device_bytes), ")", fits() ? "" : "  << does not fit", "\n",
               "  pinned host: ", format_bytes(total.pinned_host), " (offloaded ", state_names,
               "; host gradients and working copies",
-              pinned_snapshot ? "; the lazy checkpoint's snapshot" : "", ")\n",
-              "  host:        ", format_bytes(total.host),
-              " (the checkpoint snapshot: lazy checkpoints keep it for the run, synchronous "
-              "ones while they save)\n");
+              snapshot.streamed  ? "; the checkpoint snapshot's pool"
+              : pinned_snapshot ? "; the lazy checkpoint's snapshot"
+                                : "",
+              ")\n", "  host:        ", format_bytes(total.host),
+              snapshot.streamed ? " (no copy of the state for checkpoints: see below)"
+                                : " (the checkpoint snapshot: lazy checkpoints keep it for the "
+                                  "run, synchronous ones while they save)",
+              "\n");
+  if (snapshot.streamed)
+    text += cat("checkpoint snapshot: streamed through a pool of ", snapshot.pool_slots, " x ",
+                format_bytes(snapshot.pool_slot_floats * sizeof(float)),
+                " pinned slots: a full copy of the state (", format_bytes(snapshot.full_bytes),
+                ") does not fit the ", format_bytes(snapshot.budget), " it may take (",
+                "train.checkpoint_memory_mb, 0: what the machine has left); a slow disk may stall "
+                "the update after a checkpoint\n");
   if (rates.cpu_params_per_s == 0)
     return text + (fits() ? "measured: nothing (the performance model times AdamW only; `tandem "
                             "bench demo` measures DeMo's step)\n"

@@ -16,6 +16,26 @@
 
 namespace tandem {
 
+// How a run's checkpoints capture the optimizer state (train/checkpointer.h): a full copy
+// (on a GPU two, the pinned capture target and the host copy the writer reads) when it fits
+// in the host memory a snapshot may take (train.checkpoint_memory_mb, else what the
+// machine has left after the plan's other tiers); else a bounded pool of pinned slots the
+// snapshot streams through (offload/snapshot_pool.h), whose wait for the disk may then
+// stall the next update (back-pressure), and which synchronous saves use too.
+struct CheckpointSnapshotPlan {
+  static constexpr size_t kPoolSlots = 4;
+  static constexpr size_t kDefaultPoolBytes = size_t{256} << 20;  // the pool `auto` takes
+  static constexpr size_t kMinPoolBytes = size_t{1} << 20;
+  bool streamed = false;
+  size_t budget = 0;      // host bytes it may take
+  size_t full_bytes = 0;  // what full copies take
+  size_t pool_slots = 0, pool_slot_floats = 0;
+
+  size_t pool_bytes() const { return pool_slots * pool_slot_floats * sizeof(float); }
+  // The host bytes it takes, and how many of them are pinned.
+  size_t bytes() const { return streamed ? pool_bytes() : full_bytes; }
+};
+
 struct TrainingMemoryPlan {
   OffloadPlan offload;
   size_t num_params = 0;
@@ -33,9 +53,10 @@ struct TrainingMemoryPlan {
   // The update rule's fp32 state per parameter (AdamW: params, m, v = 12; DeMo: params,
   // delta = 8) and its names for the text.
   size_t state_bytes_per_param = 12;
-  // Lazy checkpoints on a GPU capture their snapshot into pinned memory (a second copy of
-  // the state, beside the host one the writer reads).
+  // Lazy checkpoints on a GPU capture their full snapshot into pinned memory (a second
+  // copy of the state, beside the host one the writer reads).
   bool pinned_snapshot = false;
+  CheckpointSnapshotPlan snapshot;
   std::string state_names = "fp32 params, m, v";
   TierBytes total;  // every tier, all of the above included
   UpdateRates rates;

@@ -92,6 +92,7 @@ constexpr std::string_view kTrainKeys[] = {"steps",
                                            "max_shard_size",
                                            "lazy_checkpoints",
                                            "keep_checkpoints",
+                                           "checkpoint_memory_mb",
                                            "checkpoint_failure"};
 
 constexpr std::string_view kSchedulerType = "WarmupCosineLR";
@@ -546,6 +547,7 @@ TrainConfig parse_train_config(const json& config_json) {
   train.read_int("max_shard_size", t.max_shard_size, 1);
   train.read_bool("lazy_checkpoints", t.lazy_checkpoints);
   train.read_int("keep_checkpoints", t.keep_checkpoints, 0);
+  train.read_int("checkpoint_memory_mb", t.checkpoint_memory_mb, 0);
   std::string failure = "stop";
   train.read_string("checkpoint_failure", failure);
   TANDEM_CHECK(failure == "stop" || failure == "continue", "train.checkpoint_failure = \"", failure,
@@ -742,6 +744,7 @@ json to_json(const TrainConfig& config) {
         {"max_shard_size", t.max_shard_size},
         {"lazy_checkpoints", t.lazy_checkpoints},
         {"keep_checkpoints", t.keep_checkpoints},
+        {"checkpoint_memory_mb", t.checkpoint_memory_mb},
         {"checkpoint_failure",
          t.checkpoint_failure == CheckpointFailure::kStop ? "stop" : "continue"}}},
   };

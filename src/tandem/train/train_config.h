@@ -83,6 +83,11 @@ struct TrainLoopConfig {  // JSON: "train": {...}
   // Keep the newest N checkpoints, removing older ones once a newer one is committed; 0
   // keeps all.
   int64_t keep_checkpoints = 0;
+  // Host memory a checkpoint's snapshot may take, in MiB: a full copy of the state when it
+  // fits, else a pool of this size that the snapshot streams through (train/memory_plan.h,
+  // CheckpointSnapshotPlan). 0: what the machine has left after the plan's other tiers,
+  // with a pool of at most 256 MiB.
+  int64_t checkpoint_memory_mb = 0;
   // A checkpoint that cannot be written (disk full): stop training with the error, or
   // note it and go on (the previous checkpoint stays intact either way).
   CheckpointFailure checkpoint_failure = CheckpointFailure::kStop;

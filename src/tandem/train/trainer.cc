@@ -179,8 +179,7 @@ class Trainer {
                          ? config.gradient_accumulation_steps
                          : 1),
         checkpointer_(config_, engine_, *device_, comm, checkpoints_root(),
-                      rank_checkpoint_layout(),
-                      options_.save_checkpoints && config_.train.lazy_checkpoints),
+                      rank_checkpoint_layout(), plan_.snapshot, options_.save_checkpoints),
         data_parallel_hooks_(data_parallel_, engine_),
         local_gradient_hooks_(engine_),
         schedule_{.base_lr = config.optimizer.lr,
@@ -301,7 +300,7 @@ class Trainer {
         if (config_.train.lazy_checkpoints && !finished)
           checkpointer_.begin_lazy(trainer_state());
         else
-          checkpointer_.save_now(step_, [this] { return save(); });
+          checkpointer_.save_now(trainer_state(), [this] { return save(); });
       }
       record_checkpoints(checkpointer_.collect(finished), metrics, result);
       if (stop_signal != 0) {
