@@ -16,6 +16,8 @@
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/thread_pool.h"
+#include "tandem/train/memory_plan.h"
 #include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
@@ -226,6 +228,86 @@ TEST(LazyCheckpoints, AFailedWriteKeepsThePreviousCheckpointAndStopsOrContinues)
         << policy;
     EXPECT_EQ(resolve_checkpoint(root), root / "step_00000010");
     verify_checkpoint(root / "step_00000010");
+  }
+}
+
+// When a full copy of the state does not fit the host memory a snapshot may take
+// (train.checkpoint_memory_mb), checkpoints stream through a bounded pool of pinned slots
+// (offload/snapshot_pool.h, train/streamed_checkpoint.h): lazy ones and the synchronous last
+// one hold the bits of full-copy checkpoints under each schedule, and the run's own bits
+// are unchanged. A full disk fails the streamed checkpoint with the file named and leaves
+// the previous one as `latest`; several ranks are refused with the setting to change.
+TEST(LazyCheckpoints, StreamedThroughABoundedPoolTheyHoldTheSameBits) {
+  testing::ScratchDir dir("streamed_pool");
+  testing::write_small_corpus(dir / "data.txt");
+  const auto config = [&](const std::string& name, int64_t memory_mb) {
+    nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / name);
+    json["model"]["n_embd"] = 96;  // 250k parameters: 3 MB of AdamW state
+    json["train"]["steps"] = 6;
+    json["train"]["eval_interval"] = 0;
+    json["train"]["checkpoint_interval"] = 2;
+    json["train"]["checkpoint_memory_mb"] = memory_mb;
+    json["zero_optimization"] = {{"sub_group_size", 40000}};
+    return json;
+  };
+  for (const char* schedule : {"cpu", "device", "interleave"}) {
+    std::vector<TrainResult> results;
+    for (const int64_t memory_mb : {1, 64}) {
+      nlohmann::json json = config(cat(schedule, "_", memory_mb), memory_mb);
+      json["offload_optimizer"] = {{"schedule", schedule}, {"stride", 2}};
+      const TrainConfig parsed = parse_train_config(json);
+      auto device = make_training_device(parsed);
+      ThreadPool pool(1);
+      const TrainingMemoryPlan plan = plan_training(parsed, *device, pool);
+      // 1 MiB: 4 slots of 21845 parameters' state; 64 MiB: a full copy.
+      EXPECT_EQ(plan.snapshot.streamed, memory_mb == 1) << schedule;
+      if (memory_mb == 1) {
+        EXPECT_EQ(plan.snapshot.pool_bytes(), 4u * 21845 * 12);
+        EXPECT_EQ(plan.total.host, 0u);
+        EXPECT_CONTAINS(plan.to_text(), "checkpoint snapshot: streamed through a pool of 4 x");
+      }
+      results.push_back(train(parsed, quiet()));
+    }
+    const TrainResult &streamed = results[0], &full = results[1];
+    ASSERT_EQ(streamed.checkpoints.size(), 3u) << schedule;
+    for (size_t k = 0; k < 3; k++) {
+      const CheckpointRecord &a = streamed.checkpoints[k], &b = full.checkpoints[k];
+      ASSERT_TRUE(a.error.empty()) << a.error;
+      EXPECT_EQ(a.lazy, k < 2) << schedule;
+      verify_checkpoint(a.path);
+      expect_same_checkpoint(a.path, b.path, cat(schedule, " step ", a.step));
+    }
+    EXPECT_EQ(streamed.state_digest, full.state_digest) << schedule;
+  }
+
+  // A full disk: the streamed checkpoint of step 4 cannot reserve its files.
+  const fs::path root = dir / "full_disk" / "checkpoints";
+  TrainOptions first = quiet();
+  first.stop_at_step = 2;
+  train(parse_train_config(config("full_disk", 1)), first);
+  ASSERT_EQ(resolve_checkpoint(root), root / "step_00000002");
+  std::string error;
+  {
+    const testing::FileSizeLimit limit(fs::file_size(root / "step_00000002" / "model.safetensors") +
+                                       4096);
+    TrainOptions resume = quiet();
+    resume.resume = dir / "full_disk";
+    try {
+      train(parse_train_config(config("full_disk", 1)), resume);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  EXPECT_CONTAINS(error, "the checkpoint of step 4 failed: ");
+  EXPECT_CONTAINS(error, "optimizer.safetensors: cannot reserve");
+  EXPECT_EQ(entries(root), (std::set<std::string>{"latest", "step_00000002"}));
+  verify_checkpoint(root / "step_00000002");
+
+  // Several ranks snapshot a full copy (for now): refused, naming the setting.
+  const testing::RankResults ranks = testing::train_on_ranks(2, config("ranks", 1));
+  for (const std::string& e : ranks.errors) {
+    EXPECT_CONTAINS(e, "with one rank only for now");
+    EXPECT_CONTAINS(e, "train.checkpoint_memory_mb");
   }
 }
 

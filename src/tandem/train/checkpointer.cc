@@ -25,16 +25,16 @@ Checkpointer::Checkpointer(const TrainConfig& config, UpdateEngine& engine, Devi
       layout_(std::move(layout)) {
   if (!saves) return;
   if (snapshot.streamed) {
-    const std::string full = cat("a full copy of the state for checkpoints (",
-                                 format_bytes(snapshot.full_bytes), ") does not fit the ",
-                                 format_bytes(snapshot.budget), " it may take");
+    const std::string full =
+        cat("a full copy of the state for checkpoints (", format_bytes(snapshot.full_bytes),
+            ") does not fit the ", format_bytes(snapshot.budget), " it may take");
     TANDEM_CHECK(!several_ranks(), full,
                  ", and streaming it through a bounded pool works with one rank only for now; "
                  "raise train.checkpoint_memory_mb or run on a machine with more memory");
-    TANDEM_CHECK(snapshot.pool_bytes() >= CheckpointSnapshotPlan::kMinPoolBytes, full,
-                 ", and a pool to stream it through needs at least ",
-                 format_bytes(CheckpointSnapshotPlan::kMinPoolBytes),
-                 "; raise train.checkpoint_memory_mb");
+    TANDEM_CHECK(
+        snapshot.budget >= CheckpointSnapshotPlan::kMinPoolBytes && snapshot.pool_slot_floats > 0,
+        full, ", and a pool to stream it through needs at least ",
+        format_bytes(CheckpointSnapshotPlan::kMinPoolBytes), "; raise train.checkpoint_memory_mb");
     pool_ = std::make_unique<SnapshotPool>(device, snapshot.pool_slots, snapshot.pool_slot_floats);
     return;
   }

@@ -121,7 +121,7 @@ class Checkpointer {
   RankCheckpointLayout layout_;
   // The snapshot being captured or written: its arrays are allocated once and reused.
   TrainingState snapshot_;
-  DeviceAllocation pinned_;  // GPU: the capture's target, state_floats x P floats
+  DeviceAllocation pinned_;             // GPU: the capture's target, state_floats x P floats
   std::unique_ptr<SnapshotPool> pool_;  // a streamed snapshot's, in place of both
   std::optional<int64_t> capturing_step_;
   double pending_stall_ms_ = 0;  // of the checkpoint captured or in flight

@@ -57,8 +57,8 @@ CheckpointSnapshotPlan plan_snapshot(const TrainConfig& config, const TrainingMe
   }
   if (out.full_bytes <= out.budget) return out;
   out.streamed = true;
-  const size_t pool = automatic ? std::min(out.budget, CheckpointSnapshotPlan::kDefaultPoolBytes)
-                                : out.budget;
+  const size_t pool =
+      automatic ? std::min(out.budget, CheckpointSnapshotPlan::kDefaultPoolBytes) : out.budget;
   const size_t floats_per_param = plan.state_bytes_per_param / sizeof(float);
   out.pool_slots = CheckpointSnapshotPlan::kPoolSlots;
   // Whole parameters per slot, and no more than the largest subgroup's state.
@@ -195,7 +195,7 @@ std::string TrainingMemoryPlan::to_text() const {
               format_bytes(optimizer_device_bytes), ")", fits() ? "" : "  << does not fit", "\n",
               "  pinned host: ", format_bytes(total.pinned_host), " (offloaded ", state_names,
               "; host gradients and working copies",
-              snapshot.streamed  ? "; the checkpoint snapshot's pool"
+              snapshot.streamed ? "; the checkpoint snapshot's pool"
               : pinned_snapshot ? "; the lazy checkpoint's snapshot"
                                 : "",
               ")\n", "  host:        ", format_bytes(total.host),
