@@ -115,13 +115,14 @@ void register_bench(CLI::App& app) {
     std::vector<std::string> overrides;
     int64_t steps = 30;
     int64_t interval = 5;
+    int64_t pool_mb = 0;
     bool json = false;
   };
   auto checkpoint_args = std::make_shared<CheckpointArgs>();
   CLI::App* checkpoint = bench->add_subcommand(
       "checkpoint",
-      "Synchronous against lazy checkpoints on the same run: each checkpoint's stall as a "
-      "fraction of a step, and its flush time");
+      "Synchronous, lazy and streamed (through a bounded pool) checkpoints on the same run: "
+      "each checkpoint's stall as a fraction of a step, and its flush time");
   checkpoint->add_option("--config", checkpoint_args->config, "Run configuration (JSON)")
       ->required();
   checkpoint->add_option("--set", checkpoint_args->overrides,
@@ -130,12 +131,17 @@ void register_bench(CLI::App& app) {
       ->check(CLI::Range(int64_t{2}, int64_t{1000000}));
   checkpoint->add_option("--interval", checkpoint_args->interval, "A checkpoint every N steps")
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
+  checkpoint
+      ->add_option("--pool-mb", checkpoint_args->pool_mb,
+                   "The streamed mode's pool in MiB (default: an eighth of the state)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   checkpoint->add_flag("--json", checkpoint_args->json, "Print one JSON object");
   checkpoint->callback([checkpoint_args] {
     CheckpointBenchOptions options;
     options.config = load_train_config(checkpoint_args->config, checkpoint_args->overrides);
     options.steps = checkpoint_args->steps;
     options.interval = checkpoint_args->interval;
+    options.pool_mb = checkpoint_args->pool_mb;
     const CheckpointBenchResult result = run_checkpoint_bench(options);
     print_result(result, checkpoint_args->json);
   });
