@@ -236,7 +236,7 @@ TEST(LazyCheckpoints, AFailedWriteKeepsThePreviousCheckpointAndStopsOrContinues)
 // (offload/snapshot_pool.h, train/streamed_checkpoint.h): lazy ones and the synchronous last
 // one hold the bits of full-copy checkpoints under each schedule, and the run's own bits
 // are unchanged. A full disk fails the streamed checkpoint with the file named and leaves
-// the previous one as `latest`; several ranks are refused with the setting to change.
+// the previous one as `latest`.
 TEST(LazyCheckpoints, StreamedThroughABoundedPoolTheyHoldTheSameBits) {
   testing::ScratchDir dir("streamed_pool");
   testing::write_small_corpus(dir / "data.txt");
@@ -302,12 +302,59 @@ TEST(LazyCheckpoints, StreamedThroughABoundedPoolTheyHoldTheSameBits) {
   EXPECT_CONTAINS(error, "optimizer.safetensors: cannot reserve");
   EXPECT_EQ(entries(root), (std::set<std::string>{"latest", "step_00000002"}));
   verify_checkpoint(root / "step_00000002");
+}
 
-  // Several ranks snapshot a full copy (for now): refused, naming the setting.
-  const testing::RankResults ranks = testing::train_on_ranks(2, config("ranks", 1));
-  for (const std::string& e : ranks.errors) {
-    EXPECT_CONTAINS(e, "with one rank only for now");
-    EXPECT_CONTAINS(e, "train.checkpoint_memory_mb");
+// Several ranks stream too, each rank its pieces through a pool of its own into its files
+// in rank 0's staging directory (its optimizer shard and, from ZeRO stage 1, its partition
+// of the weights): every stage and DeMo, on 2 ranks, write the files of full-copy
+// checkpoints byte for byte, lazy ones and the synchronous last one.
+TEST(LazyCheckpoints, SeveralRanksStreamThroughPoolsOfTheirOwn) {
+  testing::ScratchDir dir("streamed_ranks");
+  testing::write_small_corpus(dir / "data.txt");
+  struct Case {
+    std::string name;
+    int stage;
+    bool demo;
+  };
+  for (const Case& c :
+       {Case{"stage0", 0, false}, Case{"stage1", 1, false}, Case{"stage2", 2, false},
+        Case{"stage3", 3, false}, Case{"demo", 0, true}}) {
+    const auto config = [&](int64_t memory_mb) {
+      nlohmann::json json =
+          testing::tiny_run_config(dir / "data.txt", dir / cat(c.name, "_", memory_mb));
+      json["model"]["n_embd"] = 96;
+      json["gradient_accumulation_steps"] = 1;
+      json["zero_optimization"] = {{"stage", c.stage}, {"sub_group_size", 30000}};
+      if (c.demo)
+        json["optimizer"] = {{"type", "DeMo"}, {"params", {{"lr", 3e-3}, {"compression_topk", 8}}}};
+      json["train"]["steps"] = 5;
+      json["train"]["eval_interval"] = 0;
+      json["train"]["checkpoint_interval"] = 2;
+      json["train"]["checkpoint_memory_mb"] = memory_mb;
+      return json;
+    };
+    const testing::RankResults streamed = testing::train_on_ranks(2, config(1));
+    const testing::RankResults full = testing::train_on_ranks(2, config(64));
+    testing::expect_ranks_agree(streamed, c.name + " streamed");
+    testing::expect_ranks_agree(full, c.name + " full");
+    EXPECT_EQ(streamed.by_rank[0].state_digest, full.by_rank[0].state_digest) << c.name;
+    const std::vector<CheckpointRecord>& records = streamed.by_rank[0].checkpoints;
+    ASSERT_EQ(records.size(), 3u) << c.name;  // steps 2 and 4 lazy, 5 synchronous
+    for (size_t k = 0; k < records.size(); k++) {
+      const CheckpointRecord& a = records[k];
+      const CheckpointRecord& b = full.by_rank[0].checkpoints[k];
+      EXPECT_EQ(a.lazy, k < 2) << c.name;
+      ASSERT_TRUE(a.error.empty()) << a.error;
+      ASSERT_FALSE(a.path.empty()) << c.name;
+      verify_checkpoint(a.path);
+      std::set<std::string> files = entries(a.path);
+      EXPECT_EQ(files, entries(b.path)) << c.name;
+      files.erase("trainer_state.json");  // names the run's own directory
+      files.erase("manifest.json");       // and so its checksum differs
+      for (const std::string& file : files)
+        EXPECT_EQ(read_file_bytes(a.path / file), read_file_bytes(b.path / file))
+            << c.name << " step " << a.step << ": " << file;
+    }
   }
 }
 

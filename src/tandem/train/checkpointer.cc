@@ -25,17 +25,19 @@ Checkpointer::Checkpointer(const TrainConfig& config, UpdateEngine& engine, Devi
       layout_(std::move(layout)) {
   if (!saves) return;
   if (snapshot.streamed) {
-    const std::string full =
-        cat("a full copy of the state for checkpoints (", format_bytes(snapshot.full_bytes),
-            ") does not fit the ", format_bytes(snapshot.budget), " it may take");
-    TANDEM_CHECK(!several_ranks(), full,
-                 ", and streaming it through a bounded pool works with one rank only for now; "
-                 "raise train.checkpoint_memory_mb or run on a machine with more memory");
     TANDEM_CHECK(
         snapshot.budget >= CheckpointSnapshotPlan::kMinPoolBytes && snapshot.pool_slot_floats > 0,
-        full, ", and a pool to stream it through needs at least ",
+        "a full copy of the state for checkpoints (", format_bytes(snapshot.full_bytes),
+        ") does not fit the ", format_bytes(snapshot.budget),
+        " it may take, and a pool to stream it through needs at least ",
         format_bytes(CheckpointSnapshotPlan::kMinPoolBytes), "; raise train.checkpoint_memory_mb");
-    pool_ = std::make_unique<SnapshotPool>(device, snapshot.pool_slots, snapshot.pool_slot_floats);
+    streamed_ = true;
+    // A rank with nothing to write (ZeRO stage 0: the others write rank 0's copy) takes
+    // no snapshot.
+    if (!several_ranks() || layout_.range.size() > 0 ||
+        RankStreamedFiles::writes_params(layout_.zero_stage, comm_.rank()))
+      pool_ =
+          std::make_unique<SnapshotPool>(device, snapshot.pool_slots, snapshot.pool_slot_floats);
     return;
   }
   if (!config.train.lazy_checkpoints) return;
@@ -76,14 +78,21 @@ void Checkpointer::begin_lazy(TrainingState state) {
                *capturing_step_, " is still being taken");
   Stopwatch watch;
   finish_in_flight();
-  if (pool_) {
-    // The writer takes the pieces as the capture's thread queues them.
+  if (streamed_) {
+    // The writer takes the pieces as the capture's thread queues them: with several ranks
+    // too (no parameters to gather), each rank into its files in rank 0's staging directory.
+    if (several_ranks())
+      staging_ =
+          std::make_unique<ShardedStaging>(open_streamed_sharded_checkpoint(comm_, root_, state));
     snapshot_ = std::move(state);
-    pool_->open();
-    engine_.begin_streamed_capture(*pool_);
+    begin_streamed_capture();
     capturing_step_ = snapshot_.step;
     pending_stall_ms_ = watch.millis();
-    writer_.start(snapshot_.step, [this] { return write_streamed(snapshot_); });
+    writer_.start(snapshot_.step, [this] {
+      if (!several_ranks()) return write_streamed(snapshot_);
+      report_ = write_rank_streamed();
+      return fs::path();
+    });
     return;
   }
   if (several_ranks())
@@ -114,7 +123,7 @@ void Checkpointer::after_step(const UpdateStepStats& stats) {
   Stopwatch watch;
   engine_.finish_capture();
   capturing_step_.reset();
-  if (several_ranks()) {
+  if (several_ranks() && !streamed_) {
     // Rank 0 writes the weights whole: the partitions of the others first.
     if (layout_.gather_params) layout_.gather_params(capture_target(0));
     writer_.start(snapshot_.step, [this] {
@@ -133,18 +142,9 @@ void Checkpointer::save_now(TrainingState state, const std::function<fs::path()>
   BackgroundCheckpointWriter::Outcome outcome{.step = state.step};
   Stopwatch flush;
   try {
-    if (pool_) {
+    if (streamed_) {
       // This thread drains the pool while the engine's fills it.
-      snapshot_ = std::move(state);
-      pool_->open();
-      engine_.begin_streamed_capture(*pool_);
-      try {
-        outcome.path = write_streamed(snapshot_);
-      } catch (const Error&) {
-        engine_.finish_capture();  // abandoned: it ends without the writer
-        throw;
-      }
-      engine_.finish_capture();
+      outcome.path = save_streamed_now(std::move(state));
     } else {
       outcome.path = save();
     }
@@ -214,8 +214,10 @@ void Checkpointer::try_commit(bool wait) {
 
 ShardedOptimizerState RankCheckpointLayout::shard_of(const TrainingState& state) const {
   ShardedOptimizerState shard{.zero_stage = zero_stage, .per_rank = per_rank, .range = range};
+  // A streamed snapshot's state holds no arrays: the names alone.
   for (size_t k = 0; k < names.size(); k++)
-    shard.arrays.emplace_back(names[k], state.optimizer_state[k].data());
+    shard.arrays.emplace_back(
+        names[k], k < state.optimizer_state.size() ? state.optimizer_state[k].data() : nullptr);
   return shard;
 }
 
@@ -244,17 +246,71 @@ uint64_t Checkpointer::checkpoint_bytes() const {
          sizeof(float);
 }
 
+void Checkpointer::drain_pool(
+    const std::function<void(ParamRange, std::span<const float* const>)>& write) {
+  std::vector<const float*> arrays(engine_.rule().state_floats());
+  while (std::optional<SnapshotPool::Piece> piece = pool_->next()) {
+    pool_->copied(piece->slot).synchronize();
+    const float* data = pool_->data(piece->slot);
+    for (size_t k = 0; k < arrays.size(); k++) arrays[k] = data + k * piece->range.size();
+    write(piece->range, arrays);
+    pool_->release(piece->slot);
+  }
+}
+
+void Checkpointer::begin_streamed_capture() {
+  if (!pool_) return;
+  pool_->open();
+  engine_.begin_streamed_capture(*pool_);
+}
+
+fs::path Checkpointer::save_streamed_now(TrainingState state) {
+  if (!several_ranks()) {
+    snapshot_ = std::move(state);
+    begin_streamed_capture();
+    fs::path path;
+    try {
+      path = write_streamed(snapshot_);
+    } catch (const Error&) {
+      engine_.finish_capture();  // abandoned: it ends without the writer
+      throw;
+    }
+    engine_.finish_capture();
+    return path;
+  }
+  ShardedStaging staging = open_streamed_sharded_checkpoint(comm_, root_, state);
+  snapshot_ = std::move(state);
+  begin_streamed_capture();
+  const ShardReport mine = write_rank_streamed(staging);
+  engine_.finish_capture();
+  const fs::path path = commit_sharded_checkpoint(comm_, staging, mine, engine_.plan().num_params,
+                                                  layout_.shard_of(snapshot_));
+  return comm_.rank() == 0 ? path : fs::path();
+}
+
+ShardReport Checkpointer::write_rank_streamed() { return write_rank_streamed(*staging_); }
+
+ShardReport Checkpointer::write_rank_streamed(const ShardedStaging& staging) {
+  try {
+    RankStreamedFiles files(staging, comm_.rank(), comm_.world_size(), config_,
+                            layout_.shard_of(snapshot_));
+    if (pool_)
+      drain_pool([&](ParamRange range, std::span<const float* const> arrays) {
+        files.write(range, arrays);
+      });
+    return files.finish();
+  } catch (const std::exception& e) {
+    if (pool_) pool_->abandon();  // the capture ends without this writer
+    return failed_shard_report(e.what());
+  }
+}
+
 fs::path Checkpointer::write_streamed(const TrainingState& state) {
   try {
     StreamedTrainingCheckpoint checkpoint(root_, state);
-    std::vector<const float*> arrays(engine_.rule().state_floats());
-    while (std::optional<SnapshotPool::Piece> piece = pool_->next()) {
-      pool_->copied(piece->slot).synchronize();
-      const float* data = pool_->data(piece->slot);
-      for (size_t k = 0; k < arrays.size(); k++) arrays[k] = data + k * piece->range.size();
-      checkpoint.write(piece->range, arrays);
-      pool_->release(piece->slot);
-    }
+    drain_pool([&](ParamRange range, std::span<const float* const> arrays) {
+      checkpoint.write(range, arrays);
+    });
     const fs::path path = checkpoint.publish();
     prune_checkpoints(root_, config_.train.keep_checkpoints);
     return path;

@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -106,9 +107,18 @@ class Checkpointer {
   // The bytes a checkpoint of this run takes, roughly (for a disk-full message).
   uint64_t checkpoint_bytes() const;
   std::filesystem::path write(const TrainingState& state) const;
-  // Writes the checkpoint of `state` (its config, step, positions, RNG) from the pieces of a
-  // streamed capture as they arrive; abandons the pool when it fails.
+  // Streamed snapshots. Starts the capture into the pool (nothing on a rank without one).
+  void begin_streamed_capture();
+  // Hands every piece of the capture to `write` as its copies land, then frees its slot.
+  void drain_pool(const std::function<void(ParamRange, std::span<const float* const>)>& write);
+  // One rank: writes the checkpoint of `state` (its config, step, positions, RNG) from the
+  // pieces of a streamed capture as they arrive; abandons the pool when it fails.
   std::filesystem::path write_streamed(const TrainingState& state);
+  // Several ranks: this rank's files in `staging` from the pieces (never throws).
+  ShardReport write_rank_streamed(const ShardedStaging& staging);
+  ShardReport write_rank_streamed();  // into staging_
+  // A synchronous save through the pool, this thread writing (collective with several ranks).
+  std::filesystem::path save_streamed_now(TrainingState state);
   // Where the engine's state array k is captured: the pinned buffer, or the snapshot.
   float* capture_target(size_t k);
   // The pinned buffer's contents into the snapshot's arrays (nothing without one).
@@ -122,7 +132,8 @@ class Checkpointer {
   // The snapshot being captured or written: its arrays are allocated once and reused.
   TrainingState snapshot_;
   DeviceAllocation pinned_;             // GPU: the capture's target, state_floats x P floats
-  std::unique_ptr<SnapshotPool> pool_;  // a streamed snapshot's, in place of both
+  bool streamed_ = false;               // the snapshot streams through a pool
+  std::unique_ptr<SnapshotPool> pool_;  // its pool, in place of both (a rank that writes)
   std::optional<int64_t> capturing_step_;
   double pending_stall_ms_ = 0;  // of the checkpoint captured or in flight
   std::vector<CheckpointRecord> done_;

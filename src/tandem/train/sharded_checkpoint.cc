@@ -4,9 +4,12 @@
 #include <memory>
 
 #include "tandem/ckpt/checkpoint_dir.h"
+#include "tandem/ckpt/gpt2_weights.h"
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 #include "tandem/dist/agreement.h"
+#include "tandem/train/streamed_checkpoint.h"
 
 namespace tandem {
 namespace fs = std::filesystem;
@@ -43,6 +46,102 @@ ShardedStaging open_sharded_checkpoint(Communicator& comm, const fs::path& check
                                                       : "checkpoint: rank 0 could not open the "
                                                         "staging directory");
   return staging;
+}
+
+ShardedStaging open_streamed_sharded_checkpoint(Communicator& comm,
+                                                const fs::path& checkpoints_root,
+                                                const TrainingState& state) {
+  ShardedStaging staging{.step = state.step};
+  std::string dir, error;
+  if (comm.rank() == 0) {
+    try {
+      staging.staged = std::make_unique<StagedCheckpoint>(checkpoints_root, state.step);
+      dir = staging.staged->dir().string();
+      staging.streamed = std::make_unique<TrainingState>();
+      staging.streamed->config = state.config;
+      staging.streamed->step = state.step;
+      staging.streamed->train_position = state.train_position;
+      staging.streamed->sample_rng = state.sample_rng;
+      StreamedFiles laid_out;
+      staging.weight_files =
+          place_streamed_weights(laid_out, staging.staged->dir(), state.config, true);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  staging.dir = broadcast_string(comm, dir, 0);
+  TANDEM_CHECK(all_ranks_ok(comm, error.empty()), comm.rank() == 0
+                                                      ? error
+                                                      : "checkpoint: rank 0 could not open the "
+                                                        "staging directory");
+  return staging;
+}
+
+struct RankStreamedFiles::Files {
+  StreamedFiles files;
+  fs::path shard_path;  // empty: this rank writes no optimizer state
+  uint64_t expected = 0, written = 0;
+  ParamRange range;
+};
+
+RankStreamedFiles::RankStreamedFiles(const ShardedStaging& staging, int rank, int world_size,
+                                     const TrainConfig& config, const ShardedOptimizerState& shard)
+    : files_(std::make_unique<Files>()) {
+  Files& f = *files_;
+  f.range = shard.range;
+  const size_t names = shard.arrays.size();
+  if (writes_params(shard.zero_stage, rank)) {
+    place_streamed_weights(f.files, staging.dir, config, false);
+    f.expected += shard.range.size();
+  }
+  if (shard.range.size() > 0) {
+    const auto n = static_cast<int64_t>(shard.range.size());
+    SafetensorsWriter writer;
+    for (const auto& entry : shard.arrays) writer.add(entry.first, DType::kF32, {n}, nullptr);
+    writer.set_metadata("begin", std::to_string(shard.range.begin));
+    writer.set_metadata("end", std::to_string(shard.range.end));
+    writer.set_metadata("step", std::to_string(staging.step));
+    f.shard_path = staging.dir / shard_file_name(rank, world_size);
+    const SafetensorsWriter::Placement placement = writer.placement(f.shard_path.string());
+    const size_t file = f.files.create(f.shard_path, placement);
+    for (size_t k = 0; k < names; k++)
+      f.files.place(1 + k, shard.range, file, placement.offsets[k]);
+    f.expected += shard.range.size() * names;
+  }
+}
+
+RankStreamedFiles::~RankStreamedFiles() = default;
+
+void RankStreamedFiles::write(ParamRange range, std::span<const float* const> arrays) {
+  files_->written += files_->files.write(range, arrays);
+}
+
+ShardReport RankStreamedFiles::finish() {
+  Files& f = *files_;
+  ShardReport mine;
+  mine.begin = f.range.begin;
+  mine.end = f.range.end;
+  try {
+    TANDEM_CHECK(f.written == f.expected, "the streamed snapshot wrote ", f.written, " of this ",
+                 "rank's ", f.expected, " floats");
+    f.files.sync_and_close();
+    if (!f.shard_path.empty()) {
+      const CheckpointFileRecord record = record_checkpoint_file(f.shard_path);
+      mine.written = 1;
+      mine.bytes = record.bytes;
+      copy_text(mine.xxh3_64, sizeof mine.xxh3_64, record.xxh3_64);
+    }
+    mine.ok = 1;
+  } catch (const std::exception& e) {
+    copy_text(mine.error, sizeof mine.error, e.what());
+  }
+  return mine;
+}
+
+ShardReport failed_shard_report(const std::string& error) {
+  ShardReport report;
+  copy_text(report.error, sizeof report.error, error);
+  return report;
 }
 
 ShardReport write_rank_checkpoint_files(ShardedStaging& staging, int rank, int world_size,
@@ -93,6 +192,23 @@ fs::path commit_sharded_checkpoint(Communicator& comm, ShardedStaging& staging,
   std::string error;
   if (comm.rank() == 0) {
     try {
+      if (staging.streamed) {
+        // Every rank's part of the weights is durable now: their checksums, then the small
+        // files, in the order of a synchronous save's manifest.
+        for (const std::string& name : staging.weight_files)
+          staging.staged->add_written(record_checkpoint_file(staging.dir / name));
+        if (staging.weight_files.size() > 1) {
+          const ParamLayout layout = ParamLayout::gpt2(staging.streamed->config.model);
+          const std::vector<WeightShard> plan =
+              plan_gpt2_weight_shards(layout, staging.streamed->config.train.max_shard_size);
+          staging.staged->write({kWeightIndexFile, [&](const fs::path& p) {
+                                   write_file_atomic(
+                                       p, gpt2_weight_index(layout, plan).dump(2) + "\n");
+                                 }});
+        }
+        for (const CheckpointFileWriter& file : training_checkpoint_json_files(*staging.streamed))
+          staging.staged->write(file);
+      }
       nlohmann::json shards = nlohmann::json::array();
       for (int r = 0; r < world; r++) {
         if (reports[r].written == 0) continue;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +62,10 @@ struct ShardedStaging {
   int64_t step = 0;
   std::filesystem::path dir = {};
   std::unique_ptr<StagedCheckpoint> staged = {};  // rank 0's; removed unless published
+  // A streamed checkpoint (below), on rank 0: the trainer state (no arrays) for the small
+  // files, and the weight files laid out at open, recorded at commit.
+  std::unique_ptr<TrainingState> streamed = {};
+  std::vector<std::string> weight_files = {};
 };
 
 // What a rank tells rank 0 about its files; fixed size, for all_gather.
@@ -75,6 +80,42 @@ struct ShardReport {
 
 ShardedStaging open_sharded_checkpoint(Communicator& comm,
                                        const std::filesystem::path& checkpoints_root, int64_t step);
+
+// Streamed through a bounded pool (train/checkpointer.h), when a full copy of the state does
+// not fit in host memory: phase 1 (open_streamed_sharded_checkpoint) also lays out the
+// weight files at their full size on rank 0; in phase 2 every rank fills its
+// RankStreamedFiles with the pieces of its capture: its optimizer shard and, where it
+// writes weights (its partition of the fp32 params from ZeRO stage 1, all of them on rank 0
+// below), its part of the weight files; phase 3 is commit_sharded_checkpoint, which on rank 0
+// records the weight files (once every rank's part is durable) and writes the small files
+// before the manifest. The files are those of a synchronous save, byte for byte.
+ShardedStaging open_streamed_sharded_checkpoint(Communicator& comm,
+                                                const std::filesystem::path& checkpoints_root,
+                                                const TrainingState& state);
+
+class RankStreamedFiles {
+ public:
+  // Whether rank `rank` writes part of the weights at `zero_stage`.
+  static bool writes_params(int zero_stage, int rank) { return zero_stage > 0 || rank == 0; }
+  // `shard`'s arrays are not read (the pieces bring them).
+  RankStreamedFiles(const ShardedStaging& staging, int rank, int world_size,
+                    const TrainConfig& config, const ShardedOptimizerState& shard);
+  ~RankStreamedFiles();
+  RankStreamedFiles(const RankStreamedFiles&) = delete;
+  RankStreamedFiles& operator=(const RankStreamedFiles&) = delete;
+
+  // As StreamedTrainingCheckpoint::write: this rank's pieces, every state array of `range`.
+  void write(ParamRange range, std::span<const float* const> arrays);
+  // Every piece written: syncs and closes the files and reports them for the commit.
+  ShardReport finish();
+
+ private:
+  struct Files;
+  std::unique_ptr<Files> files_;
+};
+
+// A report of a rank that could not write its files.
+ShardReport failed_shard_report(const std::string& error);
 ShardReport write_rank_checkpoint_files(ShardedStaging& staging, int rank, int world_size,
                                         const TrainingState& state,
                                         const ShardedOptimizerState& shard);

@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "tandem/ckpt/gpt2_weights.h"
-#include "tandem/ckpt/safetensors.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/format.h"
@@ -18,21 +17,14 @@
 namespace tandem {
 namespace fs = std::filesystem;
 
-// A tensor file being filled in place: created at its full size, closed on destruction.
-struct StreamedTrainingCheckpoint::OpenFile {
+// A tensor file being filled in place; closed on destruction.
+struct StreamedFiles::OpenFile {
   fs::path path;
   int fd = -1;
 
-  OpenFile(fs::path where, const SafetensorsWriter::Placement& placement) : path(std::move(where)) {
-    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) fail(path.string(), ": cannot create (", std::strerror(errno), ")");
-    // Reserving every block now makes a full disk fail here, before the first piece,
-    // rather than part of the way through the snapshot.
-    const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(placement.file_bytes));
-    if (rc != 0)
-      fail(path.string(), ": cannot reserve ", format_bytes(placement.file_bytes), " (",
-           std::strerror(rc), ")");
-    write_at(placement.prefix.data(), placement.prefix.size(), 0);
+  OpenFile(fs::path where, int flags) : path(std::move(where)) {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+    if (fd < 0) fail(path.string(), ": cannot open for writing (", std::strerror(errno), ")");
   }
   ~OpenFile() {
     if (fd >= 0) ::close(fd);
@@ -53,76 +45,71 @@ struct StreamedTrainingCheckpoint::OpenFile {
       offset += static_cast<uint64_t>(n);
     }
   }
-  void close() {
+  void sync_and_close() {
+    if (::fsync(fd) != 0) fail(path.string(), ": fsync failed (", std::strerror(errno), ")");
     const int rc = ::close(std::exchange(fd, -1));
     if (rc != 0) fail(path.string(), ": close failed (", std::strerror(errno), ")");
   }
 };
 
-StreamedTrainingCheckpoint::StreamedTrainingCheckpoint(const fs::path& checkpoints_root,
-                                                       TrainingState state)
-    : state_(std::move(state)),  // its arrays are not needed: dropped below
-      layout_(ParamLayout::gpt2(state_.config.model)),
-      staged_(checkpoints_root, state_.step) {
-  state_.params = {};
-  state_.optimizer_state = {};
-  const std::vector<ParamView>& views = layout_.views();
-  const size_t num_arrays = 1 + optimizer_state_names(state_.config.optimizer).size();
-  placed_.assign(num_arrays, std::vector<Placed>(views.size()));
-  auto open = [&](const std::string& name, const SafetensorsWriter::Placement& placement) {
-    files_.push_back(std::make_unique<OpenFile>(staged_.dir() / name, placement));
-    tensor_bytes_ += placement.file_bytes;
-    return files_.size() - 1;
-  };
-  // The weights, shard by shard, in Hugging Face's layout.
-  for (const WeightShard& shard :
-       plan_gpt2_weight_shards(layout_, state_.config.train.max_shard_size)) {
-    const SafetensorsWriter::Placement placement = place_gpt2_weight_shard(layout_, shard);
-    const size_t file = open(shard.file, placement);
-    for (size_t i = 0; i < shard.views.size(); i++)
-      placed_[0][shard.views[i]] = {file, placement.offsets[i]};
-    weight_files_.push_back(shard.file);
-  }
-  // The optimizer's arrays, view by view, array by array (optimizer_file_writer's order).
-  const SafetensorsWriter::Placement placement =
-      optimizer_file_writer(state_, layout_).placement("optimizer.safetensors");
-  const size_t file = open("optimizer.safetensors", placement);
-  size_t tensor = 0;
-  for (size_t v = 0; v < views.size(); v++)
-    for (size_t k = 1; k < num_arrays; k++) placed_[k][v] = {file, placement.offsets[tensor++]};
+StreamedFiles::StreamedFiles() = default;
+StreamedFiles::~StreamedFiles() = default;
+
+size_t StreamedFiles::create(const fs::path& path, const SafetensorsWriter::Placement& placement) {
+  auto file = std::make_unique<OpenFile>(path, O_WRONLY | O_CREAT | O_TRUNC);
+  // Reserving every block now makes a full disk fail here, before the first piece,
+  // rather than part of the way through the snapshot.
+  const int rc = ::posix_fallocate(file->fd, 0, static_cast<off_t>(placement.file_bytes));
+  if (rc != 0)
+    fail(path.string(), ": cannot reserve ", format_bytes(placement.file_bytes), " (",
+         std::strerror(rc), ")");
+  file->write_at(placement.prefix.data(), placement.prefix.size(), 0);
+  files_.push_back(std::move(file));
+  return files_.size() - 1;
 }
 
-StreamedTrainingCheckpoint::~StreamedTrainingCheckpoint() = default;
-
-void StreamedTrainingCheckpoint::write(ParamRange range, std::span<const float* const> arrays) {
-  const size_t P = layout_.num_elements();
-  TANDEM_CHECK(arrays.size() == placed_.size(), "streamed checkpoint: ", arrays.size(),
-               " state arrays for an optimizer that keeps ", placed_.size());
-  TANDEM_CHECK(range.begin <= range.end && range.end <= P, "streamed checkpoint: range [",
-               range.begin, ", ", range.end, ") outside the ", P, " parameters");
-  for (size_t v = 0; v < layout_.views().size(); v++) {
-    const ParamView& view = layout_.views()[v];
-    const size_t b = std::max(range.begin, view.offset);
-    const size_t e = std::min(range.end, view.offset + view.numel);
-    if (b >= e) continue;
-    for (size_t k = 0; k < arrays.size(); k++)
-      write_view_part(view, placed_[k][v], k == 0 && view.hf_transposed, b - view.offset, e - b,
-                      arrays[k] + (b - range.begin));
-  }
-  floats_written_ += static_cast<uint64_t>(range.size()) * arrays.size();
+size_t StreamedFiles::open(const fs::path& path) {
+  files_.push_back(std::make_unique<OpenFile>(path, O_WRONLY));
+  return files_.size() - 1;
 }
 
-void StreamedTrainingCheckpoint::write_view_part(const ParamView& view, const Placed& where,
-                                                 bool transposed, size_t first, size_t count,
-                                                 const float* data) {
-  OpenFile& file = *files_[where.file];
-  if (!transposed) {
-    file.write_at(data, count * sizeof(float), where.offset + first * sizeof(float));
+void StreamedFiles::place(size_t array, ParamRange segment, size_t file, uint64_t offset,
+                          size_t transposed_cols) {
+  TANDEM_CHECK(file < files_.size(), "streamed checkpoint: no file ", file);
+  TANDEM_CHECK(transposed_cols == 0 || segment.size() % transposed_cols == 0,
+               "streamed checkpoint: a transposed segment of ", segment.size(),
+               " elements is not a matrix of ", transposed_cols, " columns");
+  if (segments_.size() <= array) segments_.resize(array + 1);
+  segments_[array].push_back({segment, file, offset, transposed_cols});
+}
+
+uint64_t StreamedFiles::write(ParamRange range, std::span<const float* const> arrays) {
+  TANDEM_CHECK(range.begin <= range.end, "streamed checkpoint: range [", range.begin, ", ",
+               range.end, ") is reversed");
+  uint64_t written = 0;
+  for (size_t k = 0; k < arrays.size() && k < segments_.size(); k++) {
+    if (arrays[k] == nullptr) continue;
+    for (const Segment& segment : segments_[k]) {
+      const size_t b = std::max(range.begin, segment.flat.begin);
+      const size_t e = std::min(range.end, segment.flat.end);
+      if (b >= e) continue;
+      write_segment_part(segment, b - segment.flat.begin, e - b, arrays[k] + (b - range.begin));
+      written += e - b;
+    }
+  }
+  return written;
+}
+
+void StreamedFiles::write_segment_part(const Segment& segment, size_t first, size_t count,
+                                       const float* data) {
+  OpenFile& file = *files_[segment.file];
+  if (segment.transposed_cols == 0) {
+    file.write_at(data, count * sizeof(float), segment.offset + first * sizeof(float));
     return;
   }
-  // Tandem's [R, C] element (r, c) is element (c, r) of Hugging Face's [C, R]: the piece's
-  // elements of column c are a contiguous run of rows in the file.
-  const size_t R = static_cast<size_t>(view.shape[0]), C = static_cast<size_t>(view.shape[1]);
+  // Element (r, c) of the [R, C] matrix is element (c, r) of the stored [C, R]: the
+  // piece's elements of column c are a contiguous run of rows in the file.
+  const size_t C = segment.transposed_cols, R = segment.flat.size() / C;
   const size_t end = first + count;
   auto first_row_at_or_after = [C](size_t index, size_t c) {
     return index > c ? (index - c + C - 1) / C : 0;
@@ -134,29 +121,86 @@ void StreamedTrainingCheckpoint::write_view_part(const ParamView& view, const Pl
     if (r_begin >= r_end) continue;
     for (size_t r = r_begin; r < r_end; r++) column_[r - r_begin] = data[r * C + c - first];
     file.write_at(column_.data(), (r_end - r_begin) * sizeof(float),
-                  where.offset + (c * R + r_begin) * sizeof(float));
+                  segment.offset + (c * R + r_begin) * sizeof(float));
   }
 }
 
+void StreamedFiles::sync_and_close() {
+  for (const std::unique_ptr<OpenFile>& file : files_)
+    if (file->fd >= 0) file->sync_and_close();
+}
+
+const fs::path& StreamedFiles::path(size_t file) const { return files_.at(file)->path; }
+
+std::vector<std::string> place_streamed_weights(StreamedFiles& files, const fs::path& dir,
+                                                const TrainConfig& config, bool create) {
+  const ParamLayout layout = ParamLayout::gpt2(config.model);
+  std::vector<std::string> names;
+  for (const WeightShard& shard : plan_gpt2_weight_shards(layout, config.train.max_shard_size)) {
+    const SafetensorsWriter::Placement placement = place_gpt2_weight_shard(layout, shard);
+    const size_t file =
+        create ? files.create(dir / shard.file, placement) : files.open(dir / shard.file);
+    for (size_t i = 0; i < shard.views.size(); i++) {
+      const ParamView& view = layout.views()[shard.views[i]];
+      files.place(0, {view.offset, view.offset + view.numel}, file, placement.offsets[i],
+                  view.hf_transposed ? static_cast<size_t>(view.shape[1]) : 0);
+    }
+    names.push_back(shard.file);
+  }
+  return names;
+}
+
+StreamedTrainingCheckpoint::StreamedTrainingCheckpoint(const fs::path& checkpoints_root,
+                                                       TrainingState state)
+    : state_(std::move(state)),
+      num_arrays_(1 + optimizer_state_names(state_.config.optimizer).size()),
+      staged_(checkpoints_root, state_.step) {
+  state_.params = {};  // not needed: the pieces bring the arrays
+  state_.optimizer_state = {};
+  weight_files_ = place_streamed_weights(files_, staged_.dir(), state_.config, true);
+  // The optimizer's arrays, view by view, array by array (optimizer_file_writer's order).
+  const ParamLayout layout = ParamLayout::gpt2(state_.config.model);
+  const SafetensorsWriter::Placement placement =
+      optimizer_file_writer(state_, layout).placement("optimizer.safetensors");
+  const size_t file = files_.create(staged_.dir() / "optimizer.safetensors", placement);
+  size_t tensor = 0;
+  for (const ParamView& view : layout.views())
+    for (size_t k = 1; k < num_arrays_; k++)
+      files_.place(k, {view.offset, view.offset + view.numel}, file, placement.offsets[tensor++]);
+}
+
+StreamedTrainingCheckpoint::~StreamedTrainingCheckpoint() = default;
+
+void StreamedTrainingCheckpoint::write(ParamRange range, std::span<const float* const> arrays) {
+  const size_t P = static_cast<size_t>(state_.config.model.num_parameters());
+  TANDEM_CHECK(arrays.size() == num_arrays_, "streamed checkpoint: ", arrays.size(),
+               " state arrays for an optimizer that keeps ", num_arrays_);
+  TANDEM_CHECK(range.begin <= range.end && range.end <= P, "streamed checkpoint: range [",
+               range.begin, ", ", range.end, ") outside the ", P, " parameters");
+  floats_written_ += files_.write(range, arrays);
+}
+
 fs::path StreamedTrainingCheckpoint::publish() {
-  const uint64_t expected = static_cast<uint64_t>(layout_.num_elements()) * placed_.size();
+  const uint64_t expected =
+      static_cast<uint64_t>(state_.config.model.num_parameters()) * num_arrays_;
   TANDEM_CHECK(floats_written_ == expected, staged_.dir().string(),
                ": the streamed snapshot wrote ", floats_written_, " of the checkpoint's ", expected,
                " floats");
-  for (const std::unique_ptr<OpenFile>& file : files_) file->close();
+  files_.sync_and_close();
   // The manifest lists the files in the order a synchronous save writes them.
-  for (size_t i = 0; i < weight_files_.size(); i++)
-    staged_.add_written(record_checkpoint_file(files_[i]->path));
+  for (const std::string& name : weight_files_)
+    staged_.add_written(record_checkpoint_file(staged_.dir() / name));
   if (weight_files_.size() > 1) {
+    const ParamLayout layout = ParamLayout::gpt2(state_.config.model);
     const std::vector<WeightShard> shards =
-        plan_gpt2_weight_shards(layout_, state_.config.train.max_shard_size);
+        plan_gpt2_weight_shards(layout, state_.config.train.max_shard_size);
     staged_.write({kWeightIndexFile, [&](const fs::path& p) {
-                     write_file_atomic(p, gpt2_weight_index(layout_, shards).dump(2) + "\n");
+                     write_file_atomic(p, gpt2_weight_index(layout, shards).dump(2) + "\n");
                    }});
   }
   for (const CheckpointFileWriter& file : training_checkpoint_json_files(state_))
     staged_.write(file);
-  staged_.add_written(record_checkpoint_file(files_.back()->path));
+  staged_.add_written(record_checkpoint_file(staged_.dir() / "optimizer.safetensors"));
   return staged_.publish();
 }
 
