@@ -36,7 +36,7 @@ import time
 STEPS = 100
 
 
-def write_config(work, source_dir, output_dir):
+def write_config(work, source_dir, output_dir, checkpoint_memory_mb=0):
     corpus = os.path.join(work, "data.txt")
     if not os.path.exists(corpus):
         with open(os.path.join(source_dir, "data", "tinyshakespeare.txt"), "rb") as f:
@@ -54,7 +54,8 @@ def write_config(work, source_dir, output_dir):
         "offload_optimizer": {"schedule": "interleave", "stride": 2},
         "zero_optimization": {"sub_group_size": 20000},
         "train": {"steps": STEPS, "seed": 3, "eval_interval": 0, "checkpoint_interval": 2,
-                  "keep_checkpoints": 3, "output_dir": output_dir, "sample_bytes": 0},
+                  "keep_checkpoints": 3, "output_dir": output_dir, "sample_bytes": 0,
+                  "checkpoint_memory_mb": checkpoint_memory_mb},
     }
     path = os.path.join(work, os.path.basename(output_dir) + ".json")
     with open(path, "w") as f:
@@ -178,6 +179,9 @@ def main():
     parser.add_argument("source_dir")
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--checkpoint-memory-mb", type=int, default=0,
+                        help="train.checkpoint_memory_mb of the killed runs: 1 streams every "
+                             "checkpoint through a 1 MiB pool (the model's state is 1.4 MB)")
     parser.add_argument("--signals", action="store_true",
                         help="instead of kills: SIGINT, SIGTERM, SIGHUP and a double SIGINT")
     args = parser.parse_args()
@@ -200,7 +204,7 @@ def main():
             signal_stops(args, work, want)
             return
         crashed_dir = os.path.join(work, "crashed")
-        config = write_config(work, args.source_dir, crashed_dir)
+        config = write_config(work, args.source_dir, crashed_dir, args.checkpoint_memory_mb)
         kills = 0
         attempts = 0
         mid_writes = 0  # kills that left a checkpoint half-written
