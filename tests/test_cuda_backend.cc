@@ -16,9 +16,12 @@
 #include "block_sums_check.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/format.h"
 #include "tandem/core/rng.h"
+#include "tandem/core/thread_pool.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/model/gpt.h"
+#include "tandem/train/memory_plan.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
 
@@ -502,36 +505,55 @@ TEST(CudaBackend, EveryScheduleTrainsToTheSameBitsOnTheGpu) {
 
 // Lazy checkpoints on the GPU: the snapshot is copied from device-resident, staged and
 // host subgroups into pinned memory on a stream of its own while the next step runs, and
-// holds the bytes a synchronous checkpoint writes.
+// holds the bytes a synchronous checkpoint writes; so does one streamed through a bounded
+// pool of pinned slots (train.checkpoint_memory_mb below the state's 124 KB), whose copies
+// a thread of the engine's queues as the writer frees slots.
 TEST(CudaBackend, LazyCheckpointsHoldTheSynchronousBitsOnTheGpu) {
   SKIP_WITHOUT_GPU();
   testing::ScratchDir dir("cuda_lazy_checkpoints");
   testing::write_small_corpus(dir / "data.txt");
   TrainOptions quiet;
   quiet.show_progress = false;
+  struct Mode {
+    const char* name;
+    bool lazy;
+    double memory_mb;  // 0: a full copy
+  };
+  const Mode modes[] = {{"sync", false, 0}, {"lazy", true, 0}, {"streamed", true, 0.07}};
   // interleave: staged and host subgroups.
   for (const char* schedule : {"device", "interleave"}) {
     std::vector<TrainResult> results;
-    for (bool lazy : {true, false}) {
+    for (const Mode& mode : modes) {
       nlohmann::json json = testing::tiny_run_config(
-          dir / "data.txt", dir / (std::string(schedule) + (lazy ? "_lazy" : "_sync")));
+          dir / "data.txt", dir / (std::string(schedule) + "_" + mode.name));
       json["train"]["steps"] = 3;
       json["train"]["eval_interval"] = 0;
       json["train"]["checkpoint_interval"] = 2;
-      json["train"]["lazy_checkpoints"] = lazy;
+      json["train"]["lazy_checkpoints"] = mode.lazy;
+      if (mode.memory_mb > 0) json["train"]["checkpoint_memory_mb"] = mode.memory_mb;
       json["device"] = {{"type", "cuda"}};
       json["zero_optimization"] = {{"sub_group_size", 1000}};
       json["offload_optimizer"] = {{"schedule", schedule}};
-      results.push_back(train(parse_train_config(json), quiet));
+      const TrainConfig config = parse_train_config(json);
+      if (mode.memory_mb > 0) {
+        auto device = make_training_device(config);
+        ThreadPool pool(1);
+        ASSERT_TRUE(plan_training(config, *device, pool).snapshot.streamed) << schedule;
+      }
+      results.push_back(train(config, quiet));
     }
-    ASSERT_EQ(results[0].checkpoints.size(), 2u) << schedule;  // step 2 lazy, 3 synchronous
-    EXPECT_EQ(results[0].state_digest, results[1].state_digest) << schedule;
-    for (size_t k = 0; k < 2; k++) {
-      EXPECT_EQ(results[0].checkpoints[k].lazy, k == 0) << schedule;
-      for (const char* file : {"model.safetensors", "optimizer.safetensors"})
-        EXPECT_EQ(read_file_bytes(results[0].checkpoints[k].path / file),
-                  read_file_bytes(results[1].checkpoints[k].path / file))
-            << schedule << " checkpoint " << k << ": " << file;
+    const TrainResult& sync = results[0];
+    for (size_t m = 1; m < results.size(); m++) {
+      const std::string what = cat(schedule, " ", modes[m].name);
+      ASSERT_EQ(results[m].checkpoints.size(), 2u) << what;  // step 2 lazy, 3 synchronous
+      EXPECT_EQ(results[m].state_digest, sync.state_digest) << what;
+      for (size_t k = 0; k < 2; k++) {
+        EXPECT_EQ(results[m].checkpoints[k].lazy, k == 0) << what;
+        for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+          EXPECT_EQ(read_file_bytes(results[m].checkpoints[k].path / file),
+                    read_file_bytes(sync.checkpoints[k].path / file))
+              << what << " checkpoint " << k << ": " << file;
+      }
     }
   }
 }

@@ -86,6 +86,7 @@ void expect_same(const TrainConfig& a, const TrainConfig& b) {
   EXPECT_EQ(a.train.log_interval, b.train.log_interval);
   EXPECT_EQ(a.train.output_dir, b.train.output_dir);
   EXPECT_EQ(a.train.sample_bytes, b.train.sample_bytes);
+  EXPECT_EQ(a.train.checkpoint_memory_mb, b.train.checkpoint_memory_mb);
   EXPECT_EQ(a.offload.schedule, b.offload.schedule);
   EXPECT_EQ(a.offload.sub_group_size, b.offload.sub_group_size);
   EXPECT_EQ(a.offload.ratio, b.offload.ratio);
@@ -385,6 +386,8 @@ TEST(ParseTrainConfig, RangeErrors) {
       {"train.log_interval=-5", "train.log_interval must be a non-negative integer"},
       {"train.eval_batches=0", "train.eval_batches must be a positive integer"},
       {"train.sample_bytes=-1", "train.sample_bytes must be a non-negative integer"},
+      {"train.checkpoint_memory_mb=-1",
+       "train.checkpoint_memory_mb must be a number >= 0 (0: automatic), got -1"},
       {"train.output_dir=\"\"", "train.output_dir must not be empty"},
       {"data.train_path=\"\"", "data.train_path must not be empty"},
       {"data.val_fraction=0", "data.val_fraction must be a number in (0, 1)"},

@@ -50,7 +50,7 @@ CheckpointModeResult measure(const CheckpointBenchOptions& options, const std::s
   config.train.lazy_checkpoints = lazy;
   const int64_t state_mb = static_cast<int64_t>(
       config.model.num_parameters() * optimizer_state_bytes_per_param(config.optimizer) >> 20);
-  config.train.checkpoint_memory_mb = pool_mb > 0 ? pool_mb : 2 * state_mb + 1;
+  config.train.checkpoint_memory_mb = static_cast<double>(pool_mb > 0 ? pool_mb : 2 * state_mb + 1);
   config.train.eval_interval = 0;
   config.train.sample_bytes = 0;
   config.train.output_dir = scratch.path().string();

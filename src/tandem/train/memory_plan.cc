@@ -53,7 +53,7 @@ CheckpointSnapshotPlan plan_snapshot(const TrainConfig& config, const TrainingMe
         plan.total.pinned_host + (device_kind == DeviceKind::kHostOnly ? plan.total.device : 0);
     out.budget = machine > others ? machine - others : 0;
   } else {
-    out.budget = static_cast<size_t>(config.train.checkpoint_memory_mb) * mib;
+    out.budget = static_cast<size_t>(config.train.checkpoint_memory_mb * static_cast<double>(mib));
   }
   if (out.full_bytes <= out.budget) return out;
   out.streamed = true;

@@ -25,7 +25,7 @@ namespace tandem {
 struct CheckpointSnapshotPlan {
   static constexpr size_t kPoolSlots = 4;
   static constexpr size_t kDefaultPoolBytes = size_t{256} << 20;  // the pool `auto` takes
-  static constexpr size_t kMinPoolBytes = size_t{1} << 20;
+  static constexpr size_t kMinPoolBytes = size_t{64} << 10;
   bool streamed = false;
   size_t budget = 0;      // host bytes it may take
   size_t full_bytes = 0;  // what full copies take

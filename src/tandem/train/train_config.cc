@@ -547,7 +547,8 @@ TrainConfig parse_train_config(const json& config_json) {
   train.read_int("max_shard_size", t.max_shard_size, 1);
   train.read_bool("lazy_checkpoints", t.lazy_checkpoints);
   train.read_int("keep_checkpoints", t.keep_checkpoints, 0);
-  train.read_int("checkpoint_memory_mb", t.checkpoint_memory_mb, 0);
+  train.read_real("checkpoint_memory_mb", t.checkpoint_memory_mb, "a number >= 0 (0: automatic)",
+                  [](double v) { return v >= 0; });
   std::string failure = "stop";
   train.read_string("checkpoint_failure", failure);
   TANDEM_CHECK(failure == "stop" || failure == "continue", "train.checkpoint_failure = \"", failure,

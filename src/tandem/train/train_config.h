@@ -87,7 +87,7 @@ struct TrainLoopConfig {  // JSON: "train": {...}
   // fits, else a pool of this size that the snapshot streams through (train/memory_plan.h,
   // CheckpointSnapshotPlan). 0: what the machine has left after the plan's other tiers,
   // with a pool of at most 256 MiB.
-  int64_t checkpoint_memory_mb = 0;
+  double checkpoint_memory_mb = 0;
   // A checkpoint that cannot be written (disk full): stop training with the error, or
   // note it and go on (the previous checkpoint stays intact either way).
   CheckpointFailure checkpoint_failure = CheckpointFailure::kStop;
