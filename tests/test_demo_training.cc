@@ -174,6 +174,7 @@ TEST_F(DemoTraining, ResumingWithAnotherWorldSizeOrOptimizerIsRefusedNamingIt) {
   demo1["train"]["steps"] = 2;
   expect_ranks_agree(train_on_ranks(1, demo1), "DeMo");
   adamw["train"]["steps"] = 4;
+  adamw["train"]["output_dir"] = (dir_ / "adamw_from_demo").string();
   TrainOptions from_demo;
   from_demo.resume = dir_ / "demo1";
   EXPECT_CONTAINS(train_on_ranks(1, adamw, from_demo).errors[0],

@@ -124,7 +124,13 @@ class HoldingCommunicator final : public Communicator {
   explicit HoldingCommunicator(Communicator& inner) : inner_(inner) {}
 
   // From now on reduce_sum calls, resp. broadcasts of `bytes` bytes, wait for let_go().
-  void hold_reductions() { set(true, kAnySize); }
+  // `from_call`: hold only the reduce_sum calls from that one on (0-based, counted since
+  // construction), so that earlier ones still queued on a slow machine pass.
+  void hold_reductions(int from_call = 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    hold_from_call_ = from_call;
+    hold_reductions_ = true;
+  }
   void hold_broadcasts_of(size_t bytes) { set(false, bytes); }
   void let_go() {
     {
@@ -148,7 +154,12 @@ class HoldingCommunicator final : public Communicator {
     inner_.reduce_scatter_sum(send, recv, count);
   }
   void reduce_sum(const float* send, float* recv, size_t n, int root) override {
-    wait_if([&] { return hold_reductions_; }, "reduce_sum");
+    int call = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      call = reduce_calls_++;
+    }
+    wait_if([&] { return hold_reductions_ && call >= hold_from_call_; }, "reduce_sum");
     inner_.reduce_sum(send, recv, n, root);
   }
   void all_reduce_sum_bf16(Bf16* data, size_t n) override { inner_.all_reduce_sum_bf16(data, n); }
@@ -192,6 +203,7 @@ class HoldingCommunicator final : public Communicator {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   bool hold_reductions_ = false;
+  int reduce_calls_ = 0, hold_from_call_ = 0;
   size_t hold_broadcast_bytes_ = kNoSize;
   int held_ = 0;
 };
@@ -228,7 +240,10 @@ TEST(PartitionedGradients, WithAQueueReleaseReturnsWhileTheReductionIsPending) {
       }
       for (size_t i = blocks[b].begin; i < blocks[b].end; i++)
         slot[i - blocks[b].begin] += gradient(comm.rank(), 0, i);
-      if (b == 2) holding.hold_reductions();
+      // Blocks 4 and 3 were one reduce_sum each; block 2's, the third, is held (theirs may
+      // still be queued on a loaded machine, and must not be held with it: the slots
+      // they free are the ones backward goes on with).
+      if (b == 2) holding.hold_reductions(2);
       grads.release(b);
       if (b == 2) {
         EXPECT_TRUE(grads.reducing(blocks[2].begin, blocks[2].end));

@@ -23,6 +23,7 @@ void register_train(CLI::App& app) {
     int64_t stop_at_step = 0;
     std::string trace;
     std::string trace_steps = "2-3";
+    bool allow_inexact_resume = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("train", "Train a model from a JSON run configuration");
@@ -33,6 +34,9 @@ void register_train(CLI::App& app) {
                   "Append one JSON object per step and per evaluation to this file");
   cmd->add_option("--resume", args->resume,
                   "Continue from a checkpoint (a checkpoint dir, a checkpoints dir or a run dir)");
+  cmd->add_flag("--allow-inexact-resume", args->allow_inexact_resume,
+                "Resume although the config or data differ from the checkpoint's run in what the "
+                "numbers depend on (the continuation is then not bit-exact)");
   cmd->add_option("--stop-at-step", args->stop_at_step,
                   "Stop (with a checkpoint) after this many steps; the schedule still spans "
                   "train.steps");
@@ -44,6 +48,11 @@ void register_train(CLI::App& app) {
     const TrainConfig config = load_train_config(args->config, args->overrides);
     TrainOptions options;
     options.resume = args->resume;
+    // A resumed run goes on in its own directory unless told where with --set.
+    options.continue_in_resumed_run = true;
+    for (const std::string& o : args->overrides)
+      if (o.rfind("train.output_dir=", 0) == 0) options.continue_in_resumed_run = false;
+    options.allow_inexact_resume = args->allow_inexact_resume;
     options.metrics_path = args->metrics;
     options.stop_at_step = args->stop_at_step;
     options.trace_path = args->trace;
@@ -79,7 +88,7 @@ void register_train(CLI::App& app) {
       if (comm->rank() == 0) {
         std::string resume = "tandem train --config " + args->config;
         for (const std::string& o : args->overrides) resume += " --set " + o;
-        resume += " --resume " + config.train.output_dir;
+        resume += " --resume " + result.output_dir.string();
         std::fprintf(stderr, "tandem: stopped by %s after step %ld; %s\ntandem: to continue: %s\n",
                      StopSignals::name(result.stopped_by_signal),
                      static_cast<long>(result.steps_done),
@@ -92,6 +101,11 @@ void register_train(CLI::App& app) {
       throw ExitStatus{128 + result.stopped_by_signal};
     }
     if (comm->rank() != 0) return;
+    if (result.steps.empty()) {  // a finished run resumed: it said so
+      std::fprintf(stderr, "tandem: no steps to train; checkpoint %s\n",
+                   result.last_checkpoint.c_str());
+      return;
+    }
     std::fprintf(stderr, "tandem: %ld steps, train loss %.4f", static_cast<long>(result.steps_done),
                  result.last_train_loss);
     if (!std::isnan(result.last_val_loss))

@@ -23,13 +23,19 @@ nlohmann::json state_json(const TrainingState& state) {
   nlohmann::json rng = nlohmann::json::array();
   // As strings: JSON readers elsewhere often hold numbers in doubles (53-bit).
   for (uint64_t word : state.sample_rng) rng.push_back(std::to_string(word));
-  return {{"format", kStateFormat},
-          {"version", kStateVersion},
-          {"step", state.step},
-          {"train_loader",
-           {{"epoch", state.train_position.epoch}, {"batch", state.train_position.batch}}},
-          {"sample_rng", rng},
-          {"config", to_json(state.config)}};
+  nlohmann::json json = {
+      {"format", kStateFormat},
+      {"version", kStateVersion},
+      {"step", state.step},
+      {"train_loader",
+       {{"epoch", state.train_position.epoch}, {"batch", state.train_position.batch}}},
+      {"sample_rng", rng}};
+  if (!state.train_tokens_xxh3.empty())
+    json["run"] = {{"train_tokens", state.train_tokens},
+                   {"train_tokens_xxh3", state.train_tokens_xxh3},
+                   {"world_size", state.world_size}};
+  json["config"] = to_json(state.config);
+  return json;
 }
 
 void write_optimizer(const fs::path& path, const TrainingState& state, const ParamLayout& layout) {
@@ -81,6 +87,12 @@ TrainingState read_state(const fs::path& dir) {
     TANDEM_CHECK(rng.is_array() && rng.size() == 4, path.string(),
                  ": sample_rng must hold 4 words");
     for (size_t i = 0; i < 4; i++) state.sample_rng[i] = std::stoull(rng[i].get<std::string>());
+    if (json.contains("run")) {
+      const nlohmann::json& run = json.at("run");
+      state.train_tokens = run.at("train_tokens").get<uint64_t>();
+      state.train_tokens_xxh3 = run.at("train_tokens_xxh3").get<std::string>();
+      state.world_size = run.at("world_size").get<int>();
+    }
   } catch (const nlohmann::json::exception& e) {
     fail(path.string(), ": malformed trainer state (", e.what(), ")");
   } catch (const Error& e) {

@@ -35,6 +35,12 @@ struct TrainingState {
   // optimizer_state_names(config.optimizer) (train/optimizer_setup.h), in that order: AdamW
   // exp_avg, exp_avg_sq; DeMo delta (this rank's: each rank keeps its own).
   std::vector<std::vector<float>> optimizer_state;
+  // What the run trained on, for resume's checks (train/resume_check.h): the training
+  // tokens' XXH3-64 (hex) and count, and the world size; empty and 0 in checkpoints
+  // written before tandem recorded them.
+  std::string train_tokens_xxh3;
+  uint64_t train_tokens = 0;
+  int world_size = 0;
 
   // The array named `name` (throws naming it when the optimizer keeps none of that name).
   const std::vector<float>& optimizer_array(const std::string& name) const;

@@ -34,6 +34,7 @@
 #include "tandem/train/metrics_log.h"
 #include "tandem/train/optimizer_setup.h"
 #include "tandem/train/progress.h"
+#include "tandem/train/resume_check.h"
 #include "tandem/train/run_lock.h"
 #include "tandem/train/sampler.h"
 #include "tandem/train/sharded_checkpoint.h"
@@ -134,6 +135,8 @@ class Trainer {
         T_(config.seq_len()),
         data_(load_dataset(config.data.train_path, config.data.val_path, config.data.val_fraction,
                            config.model.vocab_size)),
+        train_tokens_xxh3_(
+            checksum_hex(checksum64(data_.train.data(), data_.train.size() * sizeof(int32_t)))),
         train_loader_(data_.train, B_, T_, config.train.seed, true, "train"),
         // On the GPU NCCL picked for this rank, with several ranks on the cuda device.
         device_(make_training_device(
@@ -208,6 +211,17 @@ class Trainer {
                                   ? std::min(options_.stop_at_step, config_.train.steps)
                                   : config_.train.steps;
     TrainResult result;
+    result.output_dir = config_.train.output_dir;
+    if (!resumed_from_.empty() && step_ >= config_.train.steps) {
+      // Nothing to train: say so, rather than write the same checkpoint again.
+      progress_.note(cat("tandem: the run is finished: its checkpoint ", resumed_from_.string(),
+                         " is at step ", step_, " of train.steps = ", config_.train.steps,
+                         "; raise train.steps (--set train.steps=N) to train on"));
+      result.steps_done = step_;
+      result.last_checkpoint = resumed_from_;
+      result.state_digest = state_digest();
+      return result;
+    }
     result.last_val_loss = std::numeric_limits<float>::quiet_NaN();
     MetricsLog metrics(options_.metrics_path);
     // What this rank (rank 0) holds per tier, allocated up front: the peak of the run.
@@ -516,6 +530,16 @@ class Trainer {
     // A run directory resumes from its newest checkpoint that verifies.
     const ResumableCheckpoint chosen = newest_verified_checkpoint(requested);
     const fs::path& path = chosen.dir;
+    // New checkpoints go to train.output_dir: never among another run's.
+    std::error_code ec;
+    const fs::path root = fs::weakly_canonical(checkpoints_root(), ec);
+    TANDEM_CHECK(!options_.save_checkpoints || !fs::exists(root / "latest", ec) ||
+                     fs::weakly_canonical(path, ec).parent_path() == root,
+                 "train.output_dir '", config_.train.output_dir,
+                 "' holds the checkpoints of another run than ", path.string(),
+                 "; resuming into it would mix the two (and train.keep_checkpoints could remove "
+                 "the other's); resume into the checkpoint's own run directory (leave out --set "
+                 "train.output_dir) or into an empty one");
     if (!chosen.passed_over.empty())
       progress_.note(cat("tandem: passed over checkpoints that do not verify (", chosen.passed_over,
                          "); resuming from ", path.string()));
@@ -533,6 +557,27 @@ class Trainer {
     TANDEM_CHECK(state.step <= config_.train.steps, path.string(), ": the checkpoint is at step ",
                  state.step, ", beyond train.steps = ", config_.train.steps,
                  "; raise train.steps to continue");
+    // Everything bit-exact continuation depends on, or the user's word that it may differ.
+    const std::vector<ResumeMismatch> mismatches =
+        resume_mismatches(state, config_,
+                          {.train_tokens_xxh3 = train_tokens_xxh3_,
+                           .train_tokens = data_.train.size(),
+                           .world_size = comm_.world_size()});
+    if (!mismatches.empty()) {
+      TANDEM_CHECK(options_.allow_inexact_resume, path.string(),
+                   ": this run differs from the checkpoint's in what the numbers depend on (",
+                   describe(mismatches),
+                   "); resume with the run's own config and data, or pass --allow-inexact-resume "
+                   "to go on anyway without bit-exact continuation");
+      progress_.note(
+          cat("tandem: resuming without bit-exact continuation (", describe(mismatches), ")"));
+    }
+    if (state.config.train.steps != config_.train.steps)
+      progress_.note(cat("tandem: train.steps is ", config_.train.steps,
+                         " (the checkpoint's run had ", state.config.train.steps,
+                         "): the learning-rate schedule now spans ", config_.train.steps,
+                         " steps"));
+    resumed_from_ = path;
     // Every rank reads the weights whole and its optimizer state (its partition, from the
     // shards that overlap it; or its own): any world size and stage resumes any other's
     // partitioned checkpoint.
@@ -749,6 +794,9 @@ class Trainer {
     state.step = step_;
     state.train_position = train_loader_.position();
     state.sample_rng = sample_rng_.state();
+    state.train_tokens_xxh3 = train_tokens_xxh3_;
+    state.train_tokens = data_.train.size();
+    state.world_size = comm_.world_size();
     return state;
   }
 
@@ -803,6 +851,8 @@ class Trainer {
   TraceRecorder tracer_;  // before the engine and device that may write to it
   int B_, T_;
   TokenSplit data_;
+  std::string train_tokens_xxh3_;  // recorded in checkpoints for resume's checks
+  fs::path resumed_from_;          // the checkpoint this invocation resumed
   DataLoader train_loader_;
   std::unique_ptr<DataLoader> val_loader_;
   // The device first: the backend's tensors and the engine's state live in it, and it
@@ -844,7 +894,12 @@ TrainResult train(const TrainConfig& config, const TrainOptions& options) {
 TrainResult train(const TrainConfig& config, const TrainOptions& options, Communicator& comm,
                   Communicator* buffer_comm) {
   try {
-    Trainer trainer(config, options, comm, buffer_comm);
+    // A resumed run goes on in its own directory when asked to.
+    TrainConfig effective = config;
+    if (!options.resume.empty() && options.continue_in_resumed_run)
+      if (const std::optional<fs::path> run = run_directory_of(options.resume))
+        effective.train.output_dir = run->string();
+    Trainer trainer(effective, options, comm, buffer_comm);
     return trainer.run();
   } catch (const Error& e) {
     if (comm.world_size() == 1) throw;

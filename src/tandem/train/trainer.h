@@ -18,7 +18,16 @@ class StepHooks;
 namespace tandem {
 
 struct TrainOptions {
-  std::filesystem::path resume;        // a checkpoint (any form resolve_checkpoint takes)
+  std::filesystem::path resume;  // a checkpoint (any form resolve_checkpoint takes)
+  // With `resume`: write into the run directory the checkpoint belongs to
+  // (train/resume_check.h, run_directory_of) instead of train.output_dir, as `tandem train
+  // --resume` does unless --set train.output_dir is given. Either way a resumed run refuses
+  // an output directory that holds another run's checkpoints.
+  bool continue_in_resumed_run = false;
+  // With `resume`: go on although the config differs from the checkpoint's run in a way
+  // that changes the numbers (resume_mismatches), giving up bit-exact continuation; the
+  // differences are printed. False: such a resume is refused, naming them.
+  bool allow_inexact_resume = false;
   std::filesystem::path metrics_path;  // JSON Lines; empty for none
   // Stop (with a checkpoint) once this many steps are done, though the schedule spans
   // train.steps; 0 runs to train.steps. For time-sliced jobs and the resume test.
@@ -75,6 +84,7 @@ struct TrainResult {
   float last_train_loss = 0.0f;
   float last_val_loss = 0.0f;  // NaN when no evaluation ran
   std::filesystem::path last_checkpoint;
+  std::filesystem::path output_dir;  // where the run wrote (train.output_dir, or the resumed run's)
   std::vector<CheckpointRecord> checkpoints;  // committed (or failed) in this invocation
   int stopped_by_signal = 0;  // the signal that stopped the run early (stop_requested), or 0
   std::string sample;         // bytes sampled at the end (train.sample_bytes)

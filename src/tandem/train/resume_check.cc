@@ -1,0 +1,123 @@
+#include "tandem/train/resume_check.h"
+
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "tandem/core/format.h"
+
+namespace tandem {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Every leaf of `json` as "a.b.c" -> its JSON text.
+void flatten(const nlohmann::json& json, const std::string& prefix,
+             std::map<std::string, std::string>& out) {
+  if (json.is_object()) {
+    for (const auto& [key, value] : json.items())
+      flatten(value, prefix.empty() ? key : prefix + "." + key, out);
+    return;
+  }
+  out[prefix] = json.dump();
+}
+
+// A value for the message: floats as the config gives them (7 significant digits).
+std::string shown(const std::string& dumped) {
+  try {
+    const nlohmann::json value = nlohmann::json::parse(dumped);
+    if (value.is_number_float()) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.7g", value.get<double>());
+      return text;
+    }
+  } catch (const nlohmann::json::exception&) {
+  }
+  return dumped;
+}
+
+// The config keys whose values the numbers depend on (prefixes end with '.').
+bool changes_the_numbers(const std::string& key) {
+  static const char* const kKeys[] = {
+      "model.",
+      "optimizer.",
+      "scheduler.",
+      "demo.",
+      "train_micro_batch_size_per_gpu",
+      "gradient_clipping",
+      "bf16.",
+      "train.seed",
+  };
+  for (const char* k : kKeys) {
+    const std::string wanted = k;
+    if (wanted.back() == '.' ? key.rfind(wanted, 0) == 0 : key == wanted) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<ResumeMismatch> resume_mismatches(const TrainingState& then, const TrainConfig& now,
+                                              const RunData& data) {
+  std::vector<ResumeMismatch> out;
+  std::map<std::string, std::string> a, b;
+  flatten(to_json(then.config), "", a);
+  flatten(to_json(now), "", b);
+  for (const auto& [key, value] : b) {
+    if (!changes_the_numbers(key)) continue;
+    const auto it = a.find(key);
+    const std::string old_value = it == a.end() ? "(not set)" : it->second;
+    if (old_value != value) out.push_back({key, shown(old_value), shown(value)});
+  }
+  for (const auto& [key, value] : a)
+    if (changes_the_numbers(key) && b.count(key) == 0)
+      out.push_back({key, shown(value), "(not set)"});
+  if (then.config.seq_len() != now.seq_len())
+    out.push_back(
+        {"train.seq_len", std::to_string(then.config.seq_len()), std::to_string(now.seq_len())});
+  // N ranks give the bits of one rank accumulating N micro-batches: their product matters.
+  const int then_world = then.world_size > 0 ? then.world_size : data.world_size;
+  const int64_t then_micro = int64_t{then_world} * then.config.gradient_accumulation_steps;
+  const int64_t now_micro = int64_t{data.world_size} * now.gradient_accumulation_steps;
+  if (then_micro != now_micro)
+    out.push_back(
+        {"micro-batches per step (ranks x gradient_accumulation_steps)",
+         cat(then_micro, " (", then_world, " x ", then.config.gradient_accumulation_steps, ")"),
+         cat(now_micro, " (", data.world_size, " x ", now.gradient_accumulation_steps, ")")});
+  if (!then.train_tokens_xxh3.empty()) {
+    if (then.train_tokens_xxh3 != data.train_tokens_xxh3 || then.train_tokens != data.train_tokens)
+      out.push_back(
+          {cat("the training tokens (data.train_path, data.val_path, ", "data.val_fraction)"),
+           cat(then.train_tokens, " tokens, XXH3 ", then.train_tokens_xxh3, " from ",
+               then.config.data.train_path),
+           cat(data.train_tokens, " tokens, XXH3 ", data.train_tokens_xxh3, " from ",
+               now.data.train_path)});
+  } else if (then.config.data.train_path != now.data.train_path) {
+    out.push_back({"data.train_path", then.config.data.train_path, now.data.train_path});
+  }
+  return out;
+}
+
+std::string describe(const std::vector<ResumeMismatch>& mismatches) {
+  std::string text;
+  for (const ResumeMismatch& m : mismatches)
+    text += cat(text.empty() ? "" : "; ", m.key, ": the checkpoint has ", m.checkpoint,
+                ", this run ", m.now);
+  return text;
+}
+
+std::optional<fs::path> run_directory_of(const fs::path& resume) {
+  std::error_code ec;
+  const fs::path path = fs::weakly_canonical(resume, ec);
+  if (ec) return std::nullopt;
+  if (fs::is_regular_file(path / "checkpoints" / "latest", ec) ||
+      fs::is_directory(path / "checkpoints", ec))
+    return path;
+  // A checkpoints directory, or a checkpoint inside one.
+  for (fs::path dir : {path, path.parent_path()})
+    if (dir.filename() == "checkpoints") return dir.parent_path();
+  return std::nullopt;
+}
+
+}  // namespace tandem
