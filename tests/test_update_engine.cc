@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -382,6 +383,41 @@ TEST(UpdateEngine, AStreamedSnapshotThroughABoundedPoolHoldsItsStepsState) {
       EXPECT_TRUE(bitwise_equal(m2, want_m2)) << what;
       EXPECT_TRUE(bitwise_equal(v2, want_v2)) << what;
     }
+}
+
+// A step whose gradients are not finite is skipped (skip_step): gradient copies begun
+// during backward (gradients_ready) are waited for and forgotten, the state is that of
+// the step before, bit for bit, and the next step gives the reference's bits, as if the
+// skipped one had never been.
+TEST(UpdateEngine, ASkippedStepLeavesTheStateAsItWas) {
+  const Problem problem;
+  std::vector<float> want_p1, want_m1, want_v1, want_p2, want_m2, want_v2;
+  problem.reference(want_p1, want_m1, want_v1, 1);
+  problem.reference(want_p2, want_m2, want_v2, 2);
+  const std::vector<float> nans(problem.P, std::numeric_limits<float>::quiet_NaN());
+  for (const OffloadSettings& settings : std::vector<OffloadSettings>{
+           {.schedule = UpdateSchedule::kCpu, .sub_group_size = 777},
+           {.schedule = UpdateSchedule::kDevice, .sub_group_size = 777},
+           {.schedule = UpdateSchedule::kInterleave, .sub_group_size = 777, .stride = 2}}) {
+    EngineRun run(problem, settings);
+    run.upload_grads(problem.grads[0]);
+    run.engine->step(Problem::lr(0), Problem::scale(0));
+    run.upload_grads(nans);
+    run.engine->gradients_ready(0, problem.P);  // host subgroups start copying them
+    run.engine->skip_step();
+    EXPECT_EQ(run.engine->step_count(), 1) << describe(settings);
+    std::vector<float> p, m, v, w;
+    run.read(problem, p, m, v, w);
+    EXPECT_TRUE(bitwise_equal(p, want_p1)) << describe(settings);
+    EXPECT_TRUE(bitwise_equal(m, want_m1)) << describe(settings);
+    EXPECT_TRUE(bitwise_equal(v, want_v1)) << describe(settings);
+    run.upload_grads(problem.grads[1]);
+    run.engine->step(Problem::lr(1), Problem::scale(1));
+    run.read(problem, p, m, v, w);
+    EXPECT_TRUE(bitwise_equal(p, want_p2)) << describe(settings);
+    EXPECT_TRUE(bitwise_equal(m, want_m2)) << describe(settings);
+    EXPECT_TRUE(bitwise_equal(v, want_v2)) << describe(settings);
+  }
 }
 
 // A GPU's backward is still running when it announces gradients: the engine must order

@@ -504,6 +504,19 @@ void UpdateEngine::run_host_work(Phase phase, UpdateStepStats& stats) {
   }
 }
 
+void UpdateEngine::skip_step() {
+  TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
+  // Copies queued during backward may still read the model's gradients.
+  wait_for_producer({d2h_.get(), compute_.get(), h2d_.get()});
+  release_to_producer({d2h_.get(), compute_.get(), h2d_.get()});
+  synchronize_all();
+  for (auto& sg : subgroups_) {
+    sg->grads_final = 0;
+    sg->grads_sent = false;
+  }
+  pending_ = UpdateStepStats{};
+}
+
 UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
   TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
   Stopwatch watch;

@@ -136,6 +136,11 @@ class UpdateEngine {
   // saying that training cannot continue; the engine then refuses further steps.
   UpdateStepStats step(float lr, float grad_scale);
 
+  // Drops the coming step instead of taking it (its gradients are not finite): the state
+  // and the step count stay as they are, gradient copies already started are waited for
+  // (so the model may overwrite its gradients) and forgotten. A capture in flight goes on.
+  void skip_step();
+
   // Tells the engine that gradients [begin, end) of the coming step are final (called
   // from backward, see Gpt::GradientsReady; with a producer stream, final once the work
   // queued on it so far is done): CPU-updated subgroups whose gradients are all final

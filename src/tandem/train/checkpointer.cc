@@ -231,12 +231,15 @@ CheckpointRecord Checkpointer::finished(const BackgroundCheckpointWriter::Outcom
   if (!outcome.error.empty()) {
     std::error_code ec;
     const fs::space_info space = fs::space(root_, ec);
-    record.error =
-        cat("the checkpoint of step ", outcome.step, " failed: ", outcome.error,
-            "; it needs about ", format_bytes(checkpoint_bytes()),
-            ec ? std::string()
-               : cat(" and ", root_.string(), " has ", format_bytes(space.available), " free"),
-            "; the previous checkpoint is intact and 'latest' still names it");
+    // The disk's figures only where the disk may be why.
+    const bool not_finite = outcome.error.find(kNotFiniteMessage) != std::string::npos;
+    record.error = cat("the checkpoint of step ", outcome.step, " failed: ", outcome.error,
+                       not_finite ? std::string()
+                                  : cat("; it needs about ", format_bytes(checkpoint_bytes()),
+                                        ec ? std::string()
+                                           : cat(" and ", root_.string(), " has ",
+                                                 format_bytes(space.available), " free")),
+                       "; the previous checkpoint is intact and 'latest' still names it");
   }
   return record;
 }

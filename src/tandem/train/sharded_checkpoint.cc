@@ -8,6 +8,7 @@
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/format.h"
 #include "tandem/dist/agreement.h"
 #include "tandem/train/streamed_checkpoint.h"
 
@@ -89,6 +90,7 @@ RankStreamedFiles::RankStreamedFiles(const ShardedStaging& staging, int rank, in
     : files_(std::make_unique<Files>()) {
   Files& f = *files_;
   f.range = shard.range;
+  f.files.set_step(staging.step);
   const size_t names = shard.arrays.size();
   if (writes_params(shard.zero_stage, rank)) {
     place_streamed_weights(f.files, staging.dir, config, false);
@@ -105,7 +107,8 @@ RankStreamedFiles::RankStreamedFiles(const ShardedStaging& staging, int rank, in
     const SafetensorsWriter::Placement placement = writer.placement(f.shard_path.string());
     const size_t file = f.files.create(f.shard_path, placement);
     for (size_t k = 0; k < names; k++)
-      f.files.place(1 + k, shard.range, file, placement.offsets[k]);
+      f.files.place(1 + k, shard.range, file, placement.offsets[k],
+                    cat(shard.arrays[k].first, "[", shard.range.begin, ":", shard.range.end, ")"));
     f.expected += shard.range.size() * names;
   }
 }
@@ -154,8 +157,11 @@ ShardReport write_rank_checkpoint_files(ShardedStaging& staging, int rank, int w
     if (shard.range.size() > 0) {
       const auto n = static_cast<int64_t>(shard.range.size());
       SafetensorsWriter writer;
-      for (const auto& [name, array] : shard.arrays)
+      for (const auto& [name, array] : shard.arrays) {
+        check_finite_tensor(cat(name, "[", shard.range.begin, ":", shard.range.end, ")"),
+                            array + shard.range.begin, shard.range.size(), staging.step);
         writer.add(name, DType::kF32, {n}, array + shard.range.begin);
+      }
       writer.set_metadata("begin", std::to_string(shard.range.begin));
       writer.set_metadata("end", std::to_string(shard.range.end));
       writer.set_metadata("step", std::to_string(staging.step));

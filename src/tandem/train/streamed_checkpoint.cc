@@ -74,13 +74,13 @@ size_t StreamedFiles::open(const fs::path& path) {
 }
 
 void StreamedFiles::place(size_t array, ParamRange segment, size_t file, uint64_t offset,
-                          size_t transposed_cols) {
+                          std::string tensor, size_t transposed_cols) {
   TANDEM_CHECK(file < files_.size(), "streamed checkpoint: no file ", file);
   TANDEM_CHECK(transposed_cols == 0 || segment.size() % transposed_cols == 0,
                "streamed checkpoint: a transposed segment of ", segment.size(),
                " elements is not a matrix of ", transposed_cols, " columns");
   if (segments_.size() <= array) segments_.resize(array + 1);
-  segments_[array].push_back({segment, file, offset, transposed_cols});
+  segments_[array].push_back({segment, file, offset, transposed_cols, std::move(tensor)});
 }
 
 uint64_t StreamedFiles::write(ParamRange range, std::span<const float* const> arrays) {
@@ -93,7 +93,9 @@ uint64_t StreamedFiles::write(ParamRange range, std::span<const float* const> ar
       const size_t b = std::max(range.begin, segment.flat.begin);
       const size_t e = std::min(range.end, segment.flat.end);
       if (b >= e) continue;
-      write_segment_part(segment, b - segment.flat.begin, e - b, arrays[k] + (b - range.begin));
+      const float* data = arrays[k] + (b - range.begin);
+      check_finite_tensor(segment.tensor, data, e - b, step_);
+      write_segment_part(segment, b - segment.flat.begin, e - b, data);
       written += e - b;
     }
   }
@@ -142,7 +144,7 @@ std::vector<std::string> place_streamed_weights(StreamedFiles& files, const fs::
         create ? files.create(dir / shard.file, placement) : files.open(dir / shard.file);
     for (size_t i = 0; i < shard.views.size(); i++) {
       const ParamView& view = layout.views()[shard.views[i]];
-      files.place(0, {view.offset, view.offset + view.numel}, file, placement.offsets[i],
+      files.place(0, {view.offset, view.offset + view.numel}, file, placement.offsets[i], view.name,
                   view.hf_transposed ? static_cast<size_t>(view.shape[1]) : 0);
     }
     names.push_back(shard.file);
@@ -157,16 +159,19 @@ StreamedTrainingCheckpoint::StreamedTrainingCheckpoint(const fs::path& checkpoin
       staged_(checkpoints_root, state_.step) {
   state_.params = {};  // not needed: the pieces bring the arrays
   state_.optimizer_state = {};
+  files_.set_step(state_.step);
   weight_files_ = place_streamed_weights(files_, staged_.dir(), state_.config, true);
   // The optimizer's arrays, view by view, array by array (optimizer_file_writer's order).
   const ParamLayout layout = ParamLayout::gpt2(state_.config.model);
   const SafetensorsWriter::Placement placement =
       optimizer_file_writer(state_, layout).placement("optimizer.safetensors");
   const size_t file = files_.create(staged_.dir() / "optimizer.safetensors", placement);
+  const std::vector<std::string> names = optimizer_state_names(state_.config.optimizer);
   size_t tensor = 0;
   for (const ParamView& view : layout.views())
     for (size_t k = 1; k < num_arrays_; k++)
-      files_.place(k, {view.offset, view.offset + view.numel}, file, placement.offsets[tensor++]);
+      files_.place(k, {view.offset, view.offset + view.numel}, file, placement.offsets[tensor++],
+                   names[k - 1] + "." + view.name);
 }
 
 StreamedTrainingCheckpoint::~StreamedTrainingCheckpoint() = default;

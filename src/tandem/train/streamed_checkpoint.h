@@ -43,8 +43,11 @@ class StreamedFiles {
   // `offset` of file `file`, in order; or, with `transposed_cols` > 0, as the transpose of
   // the [segment.size() / cols, cols] matrix they form (a Conv1D weight in Hugging Face's
   // layout).
-  void place(size_t array, ParamRange segment, size_t file, uint64_t offset,
+  // `tensor` names it in errors; every piece written is checked to be finite first
+  // (check_finite_tensor), `step` naming the checkpoint.
+  void place(size_t array, ParamRange segment, size_t file, uint64_t offset, std::string tensor,
              size_t transposed_cols = 0);
+  void set_step(int64_t step) { step_ = step; }
   // The arrays' elements [range.begin, range.end), range.size() floats each (null: an array
   // not written here); elements outside every placed segment are skipped. Returns how many
   // floats it wrote.
@@ -60,12 +63,14 @@ class StreamedFiles {
     size_t file = 0;
     uint64_t offset = 0;
     size_t transposed_cols = 0;
+    std::string tensor;
   };
   void write_segment_part(const Segment& segment, size_t first, size_t count, const float* data);
 
   std::vector<std::unique_ptr<OpenFile>> files_;
   std::vector<std::vector<Segment>> segments_;  // per array
   std::vector<float> column_;                   // scratch for a transposed column
+  int64_t step_ = 0;
 };
 
 // The weight files of a checkpoint of `config` (model.safetensors or its shards) in `dir`,

@@ -1,6 +1,7 @@
 #include "tandem/train/train_checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 
@@ -103,6 +104,13 @@ TrainingState read_state(const fs::path& dir) {
 
 }  // namespace
 
+void check_finite_tensor(const std::string& tensor, const float* data, size_t n, int64_t step) {
+  for (size_t i = 0; i < n; i++)
+    if (!std::isfinite(data[i]))
+      fail("refusing to save step ", step, ": ", tensor, "[", i, "] = ", data[i], " ",
+           kNotFiniteMessage, ", and a checkpoint holding it could not be resumed");
+}
+
 SafetensorsWriter optimizer_file_writer(const TrainingState& state, const ParamLayout& layout) {
   const std::vector<std::string> names = optimizer_state_names(state.config.optimizer);
   SafetensorsWriter writer;
@@ -139,6 +147,14 @@ std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState&
       sizes_match = sizes_match && array.size() == P;
   }
   TANDEM_CHECK(sizes_match, "checkpoint state does not match the model's ", P, " parameters");
+  const std::vector<std::string> names = optimizer_state_names(state.config.optimizer);
+  for (const ParamView& view : layout->views()) {
+    check_finite_tensor(view.name, state.params.data() + view.offset, view.numel, state.step);
+    if (with_optimizer)
+      for (size_t k = 0; k < names.size(); k++)
+        check_finite_tensor(names[k] + "." + view.name,
+                            state.optimizer_state[k].data() + view.offset, view.numel, state.step);
+  }
   // The weights: one model.safetensors, or shards and their index past max_shard_size.
   const std::vector<WeightShard> shards =
       plan_gpt2_weight_shards(*layout, state.config.train.max_shard_size);

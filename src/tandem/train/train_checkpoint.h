@@ -56,6 +56,12 @@ struct OptimizerStateSlice {
   int world_size = 1;
 };
 
+// Throws, naming the tensor, the value and its index, when data[0, n) holds a NaN or an
+// infinity: no checkpoint is written that could not be resumed. The message contains
+// kNotFiniteMessage.
+void check_finite_tensor(const std::string& tensor, const float* data, size_t n, int64_t step);
+inline constexpr const char* kNotFiniteMessage = "is not finite";
+
 // Writes a checkpoint directory under checkpoints_root (atomically; see
 // save_checkpoint_dir) and returns its path.
 std::filesystem::path save_training_checkpoint(const std::filesystem::path& checkpoints_root,

@@ -93,6 +93,7 @@ constexpr std::string_view kTrainKeys[] = {"steps",
                                            "lazy_checkpoints",
                                            "keep_checkpoints",
                                            "checkpoint_memory_mb",
+                                           "max_skipped_steps",
                                            "checkpoint_failure"};
 
 constexpr std::string_view kSchedulerType = "WarmupCosineLR";
@@ -547,6 +548,7 @@ TrainConfig parse_train_config(const json& config_json) {
   train.read_int("max_shard_size", t.max_shard_size, 1);
   train.read_bool("lazy_checkpoints", t.lazy_checkpoints);
   train.read_int("keep_checkpoints", t.keep_checkpoints, 0);
+  train.read_int("max_skipped_steps", t.max_skipped_steps, 0);
   train.read_real("checkpoint_memory_mb", t.checkpoint_memory_mb, "a number >= 0 (0: automatic)",
                   [](double v) { return v >= 0; });
   std::string failure = "stop";
@@ -746,6 +748,7 @@ json to_json(const TrainConfig& config) {
         {"lazy_checkpoints", t.lazy_checkpoints},
         {"keep_checkpoints", t.keep_checkpoints},
         {"checkpoint_memory_mb", t.checkpoint_memory_mb},
+        {"max_skipped_steps", t.max_skipped_steps},
         {"checkpoint_failure",
          t.checkpoint_failure == CheckpointFailure::kStop ? "stop" : "continue"}}},
   };

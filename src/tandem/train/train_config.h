@@ -88,6 +88,10 @@ struct TrainLoopConfig {  // JSON: "train": {...}
   // CheckpointSnapshotPlan). 0: what the machine has left after the plan's other tiers,
   // with a pool of at most 256 MiB.
   double checkpoint_memory_mb = 0;
+  // A step whose loss or gradient norm is not finite is skipped (the optimizer state and
+  // the step count stay as they are; its batch is used up); after this many in a row
+  // training stops with an error. 0: the first such step stops it.
+  int64_t max_skipped_steps = 3;
   // A checkpoint that cannot be written (disk full): stop training with the error, or
   // note it and go on (the previous checkpoint stays intact either way).
   CheckpointFailure checkpoint_failure = CheckpointFailure::kStop;

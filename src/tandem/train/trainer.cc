@@ -241,6 +241,7 @@ class Trainer {
         static_cast<double>(B_) * T_ * config_.gradient_accumulation_steps * comm_.world_size();
     if (!options_.trace_path.empty()) engine_.set_tracer(&tracer_);
     bool trace_written = false;
+    int64_t skipped_in_a_row = 0;
     while (step_ < last_step) {
       const int64_t number = step_ + 1;
       tracer_.set_enabled(!options_.trace_path.empty() && number >= options_.trace_first_step &&
@@ -251,6 +252,32 @@ class Trainer {
       // A lazy checkpoint begun after the last step has its snapshot now.
       checkpointer_.after_step(times.update);
       const float loss = times.loss;
+      if (times.skipped) {
+        skipped_in_a_row++;
+        result.skipped_steps++;
+        metrics.write({{"step", step_ + 1},
+                       {"skipped", true},
+                       {"loss", loss},
+                       {"grad_norm", times.grad_norm},
+                       {"skipped_in_a_row", skipped_in_a_row}});
+        progress_.note(cat("step ", step_ + 1, ": skipped (loss ", loss, ", gradient norm ",
+                           times.grad_norm, "), ", skipped_in_a_row, " in a row"));
+        if (skipped_in_a_row > config_.train.max_skipped_steps) {
+          // The checkpoint in flight is finished first: the message names what is intact.
+          record_checkpoints(checkpointer_.collect(true), metrics, result);
+          fail("step ", step_ + 1, ": the loss or gradient norm was not finite in ",
+               skipped_in_a_row, " attempts in a row (loss ", loss, ", gradient norm ",
+               times.grad_norm, "; train.max_skipped_steps = ", config_.train.max_skipped_steps,
+               "), so training stops. The optimizer state is that of step ", step_,
+               ", untouched by them; ", last_intact_checkpoint(result), ". Gradient clipping was ",
+               config_.gradient_clipping > 0 ? cat("on (max norm ", config_.gradient_clipping,
+                                                   "), which cannot mend a non-finite gradient")
+                                             : std::string("off"),
+               "; lower optimizer.params.lr or check the data, then resume");
+        }
+        continue;
+      }
+      skipped_in_a_row = 0;
       step_++;
       const double ms = watch.millis();
       const double tokens_per_s = tokens_per_step / (ms / 1e3);
@@ -600,6 +627,7 @@ class Trainer {
     size_t comm_bytes_sent = 0, comm_bytes_received = 0;
     double collective_ms = 0, collective_wait_ms = 0;
     bool replicas_checked = false;  // DeMo's replica check ran (and passed) after the update
+    bool skipped = false;           // the loss or gradient norm was not finite: no update
   };
 
   // What this rank moved so far through both communicators (one object on the cpu device).
@@ -669,8 +697,11 @@ class Trainer {
     const int world = comm_.world_size();
     const uint64_t rank = comm_.rank();
     // The mean over the global batch; without a reduction, over this rank's micro-batches.
+    attempts_++;
     const float loss_scale =
-        1.0f / static_cast<float>(reduces_gradients(config_) ? accum * world : accum);
+        options_.nan_gradient_attempts.count(attempts_) != 0
+            ? std::numeric_limits<float>::quiet_NaN()
+            : 1.0f / static_cast<float>(reduces_gradients(config_) ? accum * world : accum);
     std::vector<float> micro_losses;
     if (!micro_major()) train_loader_.skip_batches(rank * accum);
     accumulator_.start_step();
@@ -715,18 +746,24 @@ class Trainer {
     }
     const float loss = data_parallel_.global_mean_loss(micro_losses, micro_major());
     times.loss = loss;
-    TANDEM_CHECK(
-        std::isfinite(loss), "the training loss became ", loss, " at step ", step_ + 1,
-        "; lower optimizer.params.lr or set gradient_clipping (the last checkpoint is intact)");
     times.grad_norm = std::sqrt(
         data_parallel_.grad_sum_of_squares([this] { return model_.grad_sum_of_squares(); }));
-    const float scale = clip_scale(times.grad_norm, config_.gradient_clipping);
-    {
+    // A non-finite loss or gradient never reaches the optimizer state: the step is skipped,
+    // on every rank alike (without a reduction, DeMo's norms are each rank's own).
+    const bool finite = std::isfinite(loss) && std::isfinite(times.grad_norm);
+    times.skipped = comm_.world_size() > 1 && !reduces_gradients(config_)
+                        ? !all_ranks_ok(comm_, finite)
+                        : !finite;
+    if (times.skipped) {
+      engine_.skip_step();
+    } else {
+      const float scale = clip_scale(times.grad_norm, config_.gradient_clipping);
       TraceScope scope(&tracer_, "update", cat("optimizer step ", step_ + 1));
       times.update = engine_.step(lr, scale);
     }
     const int64_t check_every = config_.demo.replica_check_interval;
-    if (!reduces_gradients(config_) && check_every > 0 && (step_ + 1) % check_every == 0) {
+    if (!times.skipped && !reduces_gradients(config_) && check_every > 0 &&
+        (step_ + 1) % check_every == 0) {
       check_replicas(step_ + 1);
       times.replicas_checked = true;
     }
@@ -753,6 +790,15 @@ class Trainer {
       sum += model_.forward(inputs_.data(), targets_.data(), B_, T_);
     }
     return static_cast<float>(sum / batches);
+  }
+
+  // Which checkpoint a run that stops now leaves to resume from, in words.
+  std::string last_intact_checkpoint(const TrainResult& result) const {
+    if (!result.last_checkpoint.empty())
+      return cat("the last checkpoint, ", result.last_checkpoint.string(), ", is intact");
+    if (!resumed_from_.empty())
+      return cat("the checkpoint it resumed from, ", resumed_from_.string(), ", is intact");
+    return "no checkpoint was written yet";
   }
 
   fs::path checkpoints_root() const { return fs::path(config_.train.output_dir) / "checkpoints"; }
@@ -853,6 +899,7 @@ class Trainer {
   TokenSplit data_;
   std::string train_tokens_xxh3_;  // recorded in checkpoints for resume's checks
   fs::path resumed_from_;          // the checkpoint this invocation resumed
+  int64_t attempts_ = 0;           // train_step calls in this invocation
   DataLoader train_loader_;
   std::unique_ptr<DataLoader> val_loader_;
   // The device first: the backend's tensors and the engine's state live in it, and it

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ struct TrainOptions {
   // checkpoint (core/stop_signals.h); 0 carries on. With several ranks, a signal on any
   // rank stops them all at the same step. Empty: never asked.
   std::function<int()> stop_requested;
+  // Test injection: the step attempts (1-based, counted in this invocation, skipped ones
+  // included) whose backward runs with a NaN loss scale, so that every gradient is NaN.
+  std::set<int64_t> nan_gradient_attempts;
   // Called at the named points of every step (step_hooks.h), after data parallelism's
   // own; not owned, must outlive train().
   std::vector<StepHooks*> hooks;
@@ -86,6 +90,7 @@ struct TrainResult {
   std::filesystem::path last_checkpoint;
   std::filesystem::path output_dir;  // where the run wrote (train.output_dir, or the resumed run's)
   std::vector<CheckpointRecord> checkpoints;  // committed (or failed) in this invocation
+  int64_t skipped_steps = 0;  // attempts skipped for a non-finite loss or gradient norm
   int stopped_by_signal = 0;  // the signal that stopped the run early (stop_requested), or 0
   std::string sample;         // bytes sampled at the end (train.sample_bytes)
   std::string state_digest;   // XXH3-64 of the final params, m and v (hex)
