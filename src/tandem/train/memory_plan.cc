@@ -130,6 +130,8 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   OffloadSettings fixed = config.offload;
   if (automatic) fixed.schedule = UpdateSchedule::kCpu;
   plan.state_bytes_per_param = optimizer_state_bytes_per_param(config.optimizer);
+  plan.machine_host_bytes = host_memory_bytes();
+  plan.device_is_host = device.kind() == DeviceKind::kHostOnly;
   plan.pinned_snapshot = config.train.lazy_checkpoints && device.kind() == DeviceKind::kCuda;
   if (config.optimizer.type == OptimizerType::kDeMo) plan.state_names = "fp32 params, delta";
   const std::vector<size_t> cuts =
@@ -203,6 +205,14 @@ std::string TrainingMemoryPlan::to_text() const {
                                 : " (the checkpoint snapshot: lazy checkpoints keep it for the "
                                   "run, synchronous ones while they save)",
               "\n");
+  if (machine_host_bytes > 0)
+    text +=
+        cat("  machine:     ", format_bytes(machine_host_bytes), " of host memory; the plan takes ",
+            format_bytes(host_bytes_needed()), device_is_host ? " (the cpu device's included)" : "",
+            host_fits() ? ""
+                        : "  << does not fit: offload less, lower train.checkpoint_memory_mb, "
+                          "or use a machine with more memory",
+            "\n");
   if (snapshot.streamed)
     text += cat("checkpoint snapshot: streamed through a pool of ", snapshot.pool_slots, " x ",
                 format_bytes(snapshot.pool_slot_floats * sizeof(float)),

@@ -71,6 +71,16 @@ struct TrainingMemoryPlan {
   size_t model_state_bytes() const;
 
   bool fits() const { return total.device <= device_capacity; }
+  // The machine's memory (host_memory_bytes; 0: unknown) and what the plan takes of it:
+  // the host tiers, and the device's on the cpu device, whose "device" is host memory.
+  size_t machine_host_bytes = 0;
+  bool device_is_host = false;
+  size_t host_bytes_needed() const {
+    return total.host + total.pinned_host + (device_is_host ? total.device : 0);
+  }
+  bool host_fits() const {
+    return machine_host_bytes == 0 || host_bytes_needed() <= machine_host_bytes;
+  }
   std::string to_text() const;
 };
 

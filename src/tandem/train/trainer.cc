@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tandem/ckpt/checkpoint_dir.h"
@@ -33,6 +34,7 @@
 #include "tandem/train/memory_plan.h"
 #include "tandem/train/metrics_log.h"
 #include "tandem/train/optimizer_setup.h"
+#include "tandem/train/preflight.h"
 #include "tandem/train/progress.h"
 #include "tandem/train/resume_check.h"
 #include "tandem/train/run_lock.h"
@@ -223,7 +225,11 @@ class Trainer {
       return result;
     }
     result.last_val_loss = std::numeric_limits<float>::quiet_NaN();
-    MetricsLog metrics(options_.metrics_path);
+    // A resumed run redoes the steps after its checkpoint: their old records go.
+    MetricsLog metrics(options_.metrics_path,
+                       resumed_from_.empty() ? std::nullopt : std::optional<int64_t>(step_));
+    if (!resumed_from_.empty())
+      metrics.write({{"step", step_}, {"resumed_from", resumed_from_.string()}});
     // What this rank (rank 0) holds per tier, allocated up front: the peak of the run.
     metrics.write(
         {{"step", step_},
@@ -374,6 +380,11 @@ class Trainer {
   void start() {
     check_ranks_agree(comm_, config_, data_, options_);
     progress_.note(describe_plan());
+    if (!plan_.host_fits())
+      progress_.note(
+          cat("tandem: warning: the plan takes ", format_bytes(plan_.host_bytes_needed()),
+              " of host memory, more than the machine's ", format_bytes(plan_.machine_host_bytes),
+              "; expect swapping or the OOM killer"));
     if (reduces_gradients(config_) &&
         DataParallel::overlaps_communication(config_.zero, comm_.world_size()) &&
         !data_parallel_.overlaps_communication())
@@ -397,6 +408,18 @@ class Trainer {
           progress_.note(cat("tandem: cleaned up ", cleaned.size(),
                              " leftovers of interrupted checkpoint saves in ",
                              checkpoints_root().string()));
+      } catch (const Error& e) {
+        start_error = e.what();
+      }
+    }
+    // What the run will write must fit and be writable before the first step.
+    if (comm_.rank() == 0 && start_error.empty()) {
+      try {
+        if (options_.save_checkpoints)
+          check_free_space(config_.train.output_dir,
+                           static_cast<uint64_t>(plan_.num_params) * plan_.state_bytes_per_param,
+                           "one checkpoint of this model");
+        if (!options_.trace_path.empty()) check_writable_file(options_.trace_path, "--trace");
       } catch (const Error& e) {
         start_error = e.what();
       }
