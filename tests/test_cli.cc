@@ -8,9 +8,11 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tandem/core/file_io.h"
+#include "tandem/core/format.h"
 #include "tandem/data/token_shard.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "test_util.h"
@@ -189,6 +191,42 @@ TEST_F(CliTest, FreshRunRefusesToOverwriteAnEarlierRun) {
   expect_error(tandem("train --config " + config.string() + " --set train.steps=2"),
                {"already holds checkpoints", "--resume"});
   EXPECT_EQ(read_file_bytes(weights), before);
+}
+
+// Every command-line value is checked, and the message names it: counts that must be
+// positive or non-negative, a directory where a file is needed, an unknown command, an
+// empty file to tokenize; more threads than CPUs is a warning.
+TEST_F(CliTest, EveryBadCommandLineValueIsNamed) {
+  const std::string config = write_config().string();
+  write_file_atomic(dir_ / "empty.txt", "");
+  const std::string d = dir_.path().string();
+  const struct {
+    std::string args, wanted;
+  } cases[] = {
+      {"foo --config " + config, "unknown command 'foo'; the commands are train, "},
+      {"train --config " + d, d + ": is a directory; name a file"},
+      {"train --config " + config + " --stop-at-step -3",
+       "--stop-at-step: must be a number >= 0, got -3"},
+      {"train --config " + config + " --metrics " + d, "--metrics " + d + ": is a directory"},
+      {"tokenize --input " + (dir_ / "empty.txt").string() + " --output " + d + "/x.bin",
+       "the file is empty; there is nothing to tokenize"},
+      {"tokenize --input " + d + " --output " + d + "/x.bin", ": is a directory; name a file"},
+      {"tokenize --input " + (dir_ / "data.txt").string() + " --output " + d,
+       "--output " + d + ": is a directory"},
+      {"sample --checkpoint " + d + " --temperature 0", "--temperature: must be a number > 0"},
+      {"plan --config " + config + " --world-size 0", "--world-size: must be a number > 0"},
+  };
+  for (const auto& c : cases) {
+    const testing::CommandResult result = tandem(c.args);
+    EXPECT_NE(result.exit_code, 0) << c.args;
+    EXPECT_CONTAINS(result.output, c.wanted) << c.args;
+    EXPECT_EQ(result.output.find("internal error"), std::string::npos) << c.args;
+  }
+  const unsigned cpus = std::thread::hardware_concurrency();
+  const testing::CommandResult threads =
+      tandem(cat("bench adamw --params 1e4 --repetitions 1 --threads ", 2 * cpus + 1));
+  EXPECT_EQ(threads.exit_code, 0) << threads.output;
+  EXPECT_CONTAINS(threads.output, cat("is more than this machine's ", cpus, " CPUs"));
 }
 
 TEST_F(CliTest, BenchAdamWPrintsOneJsonObjectWithTheRatio) {

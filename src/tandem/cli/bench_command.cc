@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tandem/bench/adamw_bench.h"
@@ -24,6 +25,20 @@ template <typename Result, typename... TextArgs>
 void print_result(const Result& result, bool json, const TextArgs&... text_args) {
   const std::string out = json ? result.to_json().dump() + "\n" : result.to_text(text_args...);
   std::fputs(out.c_str(), stdout);
+}
+
+}  // namespace
+
+namespace {
+
+// More threads than CPUs run, but share them: the figures then mean less.
+void warn_if_more_threads_than_cpus(int threads) {
+  const unsigned cpus = std::thread::hardware_concurrency();
+  if (cpus > 0 && threads > static_cast<int>(cpus))
+    std::fprintf(stderr,
+                 "tandem: warning: --threads %d is more than this machine's %u CPUs; the threads "
+                 "share them, and the figures mean less\n",
+                 threads, cpus);
 }
 
 }  // namespace
@@ -79,6 +94,7 @@ void register_bench(CLI::App& app) {
                             : args->param_dtype == "fp16" ? WorkingDType::kF16
                                                           : WorkingDType::kBF16;
     options.threads = args->threads;
+    warn_if_more_threads_than_cpus(args->threads);
     if (!args->target.empty()) options.target = *parse_simd_target(args->target);
     options.repetitions = args->repetitions;
     const AdamWBenchResult result = run_adamw_bench(options);
@@ -104,6 +120,7 @@ void register_bench(CLI::App& app) {
   demo->callback([demo_args] {
     DemoBenchOptions options;
     options.threads = demo_args->threads;
+    warn_if_more_threads_than_cpus(demo_args->threads);
     if (!demo_args->target.empty()) options.target = *parse_simd_target(demo_args->target);
     options.repetitions = demo_args->repetitions;
     const DemoBenchResult result = run_demo_bench(options);

@@ -11,6 +11,11 @@ struct ExitStatus {
   int code = 0;
 };
 
+// Validators whose messages say what is wanted ("must be a number > 0, got 0") rather
+// than CLI11's range with the largest double spelled out.
+CLI::Validator positive_number();
+CLI::Validator non_negative_number();
+
 void register_train(CLI::App& app);
 void register_sample(CLI::App& app);
 void register_tokenize(CLI::App& app);

@@ -36,6 +36,19 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // A first word that is no command is named as such, with the commands there are.
+    std::string commands;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      commands += (commands.empty() ? "" : ", ") + sub->get_name();
+      known = known || (argc > 1 && sub->get_name() == argv[1]);
+    }
+    if (argc > 1 && argv[1][0] != '-' && !known) {
+      const std::string what = std::string("unknown command '") + argv[1] + "'; the commands are " +
+                               commands + " (tandem --help says more)";
+      report("error", what.c_str());
+      return 1;
+    }
     return app.exit(e);
   } catch (const tandem::cli::ExitStatus& status) {
     return status.code;

@@ -29,9 +29,9 @@ void register_plan(CLI::App& app) {
   cmd->add_option("--world-size", args->world_size,
                   "Plan one rank of a data-parallel run over this many ranks "
                   "(zero_optimization.stage decides what each rank holds)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--rank", args->rank, "The rank to plan (default 0, which holds the most)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->callback([args] {
     const TrainConfig config = load_train_config(args->config, args->overrides);
     auto device = make_training_device(config);

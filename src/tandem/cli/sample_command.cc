@@ -27,7 +27,7 @@ void register_sample(CLI::App& app) {
   cmd->add_option("--prompt", args->prompt, "Text to continue (default: a newline)");
   cmd->add_option("--bytes", args->bytes, "Bytes to generate")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--temperature", args->temperature, "Sampling temperature (> 0)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--seed", args->seed, "Random seed");
   cmd->callback([args] {
     const TrainingState state = load_checkpoint_weights(args->checkpoint);

@@ -1,8 +1,10 @@
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "tandem/cli/commands.h"
+#include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/data/byte_tokenizer.h"
 #include "tandem/data/token_shard.h"
@@ -21,6 +23,11 @@ void register_tokenize(CLI::App& app) {
   cmd->add_option("--output", args->output, "Token shard to write (.bin)")->required();
   cmd->callback([args] {
     const std::string text = read_file_text(args->input);
+    TANDEM_CHECK(!text.empty(), "--input ", args->input,
+                 ": the file is empty; there is nothing to tokenize");
+    std::error_code ec;
+    TANDEM_CHECK(!std::filesystem::is_directory(args->output, ec), "--output ", args->output,
+                 ": is a directory; name the shard file to write (e.g. data.bin)");
     const auto tokens = ByteTokenizer().encode(text);
     write_token_shard(args->output, tokens, ShardTokenType::kUint16);
     std::fprintf(stderr, "tandem: wrote %zu tokens to %s\n", tokens.size(), args->output.c_str());

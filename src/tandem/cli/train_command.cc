@@ -1,5 +1,6 @@
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,13 +40,17 @@ void register_train(CLI::App& app) {
                 "numbers depend on (the continuation is then not bit-exact)");
   cmd->add_option("--stop-at-step", args->stop_at_step,
                   "Stop (with a checkpoint) after this many steps; the schedule still spans "
-                  "train.steps");
+                  "train.steps")
+      ->check(non_negative_number());
   cmd->add_option("--trace", args->trace,
                   "Write a Chrome trace (Perfetto, chrome://tracing) of the steps in "
                   "--trace-steps: compute, host-to-device, device-to-host, CPU and device updates");
   cmd->add_option("--trace-steps", args->trace_steps, "Steps to trace, FIRST-LAST (1-based)");
   cmd->callback([args] {
     const TrainConfig config = load_train_config(args->config, args->overrides);
+    std::error_code ec;
+    TANDEM_CHECK(args->metrics.empty() || !std::filesystem::is_directory(args->metrics, ec),
+                 "--metrics ", args->metrics, ": is a directory; name the file to write");
     TrainOptions options;
     options.resume = args->resume;
     // A resumed run goes on in its own directory unless told where with --set.

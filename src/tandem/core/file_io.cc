@@ -16,6 +16,9 @@ std::string errno_text() { return std::strerror(errno); }
 }  // namespace
 
 File::File(const fs::path& path, const char* mode) : path_(path) {
+  // fopen opens a directory for reading, and its "size" is then nonsense.
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) fail(path.string(), ": is a directory; name a file");
   file_ = std::fopen(path.c_str(), mode);
   if (file_ == nullptr) fail(path.string(), ": cannot open (", errno_text(), ")");
 }
