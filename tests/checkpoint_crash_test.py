@@ -208,6 +208,7 @@ def main():
         kills = 0
         attempts = 0
         mid_writes = 0  # kills that left a checkpoint half-written
+        rollbacks = 0  # kills of runs resumed from an older checkpoint
         finished_runs = 0  # killed and resumed to the end, each checked against the reference
         while kills < args.kills:
             attempts += 1
@@ -223,13 +224,36 @@ def main():
             rng = random.Random(seed)
             target = (before[0] if before else 0) + 2 * rng.randint(1, 5)
             extra = rng.uniform(0.0, 2.0 * step_seconds)
-            proc = subprocess.Popen(command(args.binary, config, crashed_dir),
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            # A third of the kills follow a rollback: the run resumes from an older
+            # checkpoint and replaces the newer ones step by step, so that kills land in
+            # the renames that move a replaced checkpoint aside.
+            rollback = len(before) >= 2 and rng.random() < 1 / 3
+            cmd = command(args.binary, config, crashed_dir)
+            latest = os.path.join(crashed_dir, "checkpoints", "latest")
+            if rollback:
+                older = os.path.join(crashed_dir, "checkpoints", "step_%08d" % before[1])
+                cmd = [args.binary, "train", "--config", config, "--resume", older]
+                replaced = rng.randint(1, 2)  # checkpoints committed before the kill
+                latest_mtime = os.stat(latest).st_mtime_ns
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             while proc.poll() is None:
-                newest = committed(crashed_dir)
-                if newest and newest[0] >= target:
-                    time.sleep(extra)
-                    break
+                if rollback:
+                    # Progress is `latest` being rewritten (the newer steps still exist).
+                    try:
+                        mtime = os.stat(latest).st_mtime_ns
+                    except FileNotFoundError:
+                        mtime = latest_mtime
+                    if mtime != latest_mtime:
+                        latest_mtime = mtime
+                        replaced -= 1
+                        if replaced == 0:
+                            time.sleep(extra)
+                            break
+                else:
+                    newest = committed(crashed_dir)
+                    if newest and newest[0] >= target:
+                        time.sleep(extra)
+                        break
                 time.sleep(0.002)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
@@ -244,7 +268,8 @@ def main():
             if proc.returncode != -signal.SIGKILL:
                 sys.exit(f"FAIL: the run exited with {proc.returncode} (seed {seed}):\n{err}")
             kills += 1
-            if before:
+            rollbacks += rollback
+            if before and not rollback:
                 # This run resumed: from the newest committed checkpoint, verified, none passed over.
                 m = re.search(r"tandem: resumed (\S+) at step (\d+)", err)
                 if m and int(m.group(2)) != before[0]:
@@ -255,7 +280,8 @@ def main():
             after = committed(crashed_dir)
             mid_write = bool(staging(crashed_dir) - staging_before)
             mid_writes += mid_write
-            print(f"kill {kills}/{args.kills}: seed {seed}, at step {target} + {extra * 1e3:.0f} ms"
+            where = (f"after a rollback to step {before[1]}" if rollback else f"at step {target}")
+            print(f"kill {kills}/{args.kills}: seed {seed}, {where} + {extra * 1e3:.0f} ms"
                   f"{' (mid-write)' if mid_write else ''}; newest committed step before "
                   f"{before[0] if before else None}, after {after[0] if after else None}", flush=True)
 
@@ -264,7 +290,7 @@ def main():
             sys.exit(f"FAIL: the resumed run failed:\n{done.stderr}")
         check_same_bits(want, crashed_dir, kills)
         finished_runs += 1
-        print(f"PASS: {kills} kills ({mid_writes} of them mid-write) over {finished_runs} runs, every resume from the newest committed checkpoint, "
+        print(f"PASS: {kills} kills ({mid_writes} of them mid-write, {rollbacks} after a rollback) over {finished_runs} runs, every resume from the newest committed checkpoint, "
               f"the final state bit-identical to the uninterrupted run's")
     finally:
         shutil.rmtree(work, ignore_errors=True)
