@@ -2,14 +2,17 @@
 // unwritable --trace or --metrics file stop the run at once, naming the numbers or the
 // path; `tandem plan` compares the plan's host memory with the machine's.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/host_memory.h"
 #include "tandem/train/preflight.h"
+#include "tandem/train/trainer.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -72,6 +75,34 @@ TEST(Preflight, TrainStopsBeforeTheFirstStepAndPlanComparesWithTheMachine) {
   EXPECT_EQ(plan.exit_code, 0) << plan.output;
   EXPECT_CONTAINS(plan.output, "  machine:     ");
   EXPECT_CONTAINS(plan.output, " of host memory; the plan takes ");
+}
+
+TEST(Preflight, AnOutputDirectoryThatCannotBeWrittenStopsTheRunAtOnce) {
+  testing::ScratchDir dir("preflight_output");
+  testing::write_small_corpus(dir / "data.txt");
+  write_file_atomic(dir / "plain", "x");
+  std::vector<fs::path> unwritable = {dir / "plain" / "run"};  // under a file
+  if (::geteuid() != 0) {
+    // Root writes into read-only directories anyway: only others can check this one.
+    fs::create_directories(dir / "readonly");
+    fs::permissions(dir / "readonly", fs::perms::owner_read | fs::perms::owner_exec);
+    unwritable.push_back(dir / "readonly");
+  } else {
+    std::printf("[ note ] running as root: a read-only output directory is not checked\n");
+  }
+  for (const fs::path& output : unwritable) {
+    TrainOptions options;
+    options.show_progress = false;
+    std::string error;
+    try {
+      train(parse_train_config(testing::tiny_run_config(dir / "data.txt", output)), options);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    EXPECT_CONTAINS(error, output.string()) << output;
+    EXPECT_CONTAINS(error, "cannot") << output;
+  }
+  if (::geteuid() != 0) fs::permissions(dir / "readonly", fs::perms::owner_all);
 }
 
 }  // namespace
