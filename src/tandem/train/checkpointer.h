@@ -16,6 +16,14 @@
 // Synchronous (lazy_checkpoints false, and the run's last checkpoint): the loop stops
 // until the save returns.
 //
+// Streamed (the plan's CheckpointSnapshotPlan, when a full copy of the state does not fit
+// the host memory a snapshot may take): lazy and synchronous checkpoints alike pass
+// through a bounded pool of pinned slots (offload/snapshot_pool.h) that the engine's
+// capture thread fills and the writer drains into files laid out in advance
+// (train/streamed_checkpoint.h); with several ranks, each rank its own pool and files,
+// without a gather. A full pool makes the next update wait for the disk (back-pressure),
+// counted in the stall.
+//
 // Either way, each checkpoint's stall (milliseconds the training loop was blocked by it)
 // and flush time are recorded, old checkpoints beyond train.keep_checkpoints are removed
 // once a newer one is committed, and a failed write stops the run or is noted, as
