@@ -27,18 +27,6 @@ namespace tandem {
 namespace {
 namespace fs = std::filesystem;
 
-TrainOptions quiet() {
-  TrainOptions options;
-  options.show_progress = false;
-  return options;
-}
-
-std::set<std::string> entries(const fs::path& dir) {
-  std::set<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
-  return names;
-}
-
 // Every file of two checkpoints, byte for byte, but the run config in trainer_state.json
 // (which names the run's own directory and checkpoint mode).
 void expect_same_checkpoint(const fs::path& a, const fs::path& b, const std::string& what) {
@@ -68,7 +56,7 @@ TEST(LazyCheckpoints, HoldTheBitsOfSynchronousOnesUnderEverySchedule) {
       json["train"]["lazy_checkpoints"] = lazy;
       json["zero_optimization"] = {{"sub_group_size", 1000}};
       json["offload_optimizer"] = {{"schedule", c.schedule}, {"ratio", c.ratio}, {"stride", 2}};
-      results.push_back(train(parse_train_config(json), quiet()));
+      results.push_back(train(parse_train_config(json), testing::quiet()));
     }
     const TrainResult &lazy = results[0], &sync = results[1];
     ASSERT_EQ(lazy.checkpoints.size(), 3u) << c.schedule;
@@ -92,13 +80,13 @@ TEST(LazyCheckpoints, ResumeFromALazyCheckpointIsBitExact) {
   testing::write_small_corpus(dir / "data.txt");
   nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "straight");
   json["train"]["checkpoint_interval"] = 5;
-  const TrainResult straight = train(parse_train_config(json), quiet());
+  const TrainResult straight = train(parse_train_config(json), testing::quiet());
   ASSERT_EQ(straight.checkpoints.size(), 4u);
   ASSERT_TRUE(straight.checkpoints[1].lazy);
   const fs::path step10 = straight.checkpoints[1].path;
 
   json["train"]["output_dir"] = (dir / "resumed").string();
-  TrainOptions resume = quiet();
+  TrainOptions resume = testing::quiet();
   resume.resume = step10;
   const TrainResult resumed = train(parse_train_config(json), resume);
   EXPECT_EQ(resumed.steps_done, 20);
@@ -113,11 +101,59 @@ TEST(LazyCheckpoints, KeepCheckpointsRemovesOnlyOlderCommittedOnes) {
   json["train"]["steps"] = 12;
   json["train"]["checkpoint_interval"] = 2;
   json["train"]["keep_checkpoints"] = 2;
-  const TrainResult result = train(parse_train_config(json), quiet());
+  const TrainResult result = train(parse_train_config(json), testing::quiet());
   EXPECT_EQ(result.checkpoints.size(), 6u);
-  EXPECT_EQ(entries(dir / "run" / "checkpoints"),
+  EXPECT_EQ(testing::entries(dir / "run" / "checkpoints"),
             (std::set<std::string>{"latest", "step_00000010", "step_00000012"}));
   EXPECT_EQ(resolve_checkpoint(dir / "run"), dir / "run" / "checkpoints" / "step_00000012");
+}
+
+// The data-parallel cases of the several-rank tests: every ZeRO stage, and DeMo.
+struct RankCase {
+  std::string name;
+  int stage;
+  bool demo;
+};
+const RankCase kRankCases[] = {{"stage0", 0, false},
+                               {"stage1", 1, false},
+                               {"stage2", 2, false},
+                               {"stage3", 3, false},
+                               {"demo", 0, true}};
+
+// A 2-rank run of `c` (model width `n_embd`, subgroups of `sub_group_size`) in dir/name.
+nlohmann::json rank_case_config(const testing::ScratchDir& dir, const RankCase& c,
+                                const std::string& name, int n_embd, int sub_group_size) {
+  nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / name);
+  json["model"]["n_embd"] = n_embd;
+  json["gradient_accumulation_steps"] = 1;
+  json["zero_optimization"] = {{"stage", c.stage}, {"sub_group_size", sub_group_size}};
+  if (c.demo)
+    json["optimizer"] = {{"type", "DeMo"}, {"params", {{"lr", 3e-3}, {"compression_topk", 8}}}};
+  json["train"]["eval_interval"] = 0;
+  return json;
+}
+
+// Rank 0's checkpoints of two runs: all but the last lazy, committed, verifying, and the
+// same files byte for byte but trainer_state.json (which names the run's own directory)
+// and so manifest.json.
+void expect_same_rank_checkpoints(const std::vector<CheckpointRecord>& records,
+                                  const std::vector<CheckpointRecord>& reference,
+                                  const std::string& what) {
+  ASSERT_EQ(records.size(), reference.size()) << what;
+  for (size_t k = 0; k < records.size(); k++) {
+    const CheckpointRecord &a = records[k], &b = reference[k];
+    EXPECT_EQ(a.lazy, k + 1 < records.size()) << what;
+    ASSERT_TRUE(a.error.empty()) << a.error;
+    ASSERT_FALSE(a.path.empty()) << what;
+    verify_checkpoint(a.path);
+    std::set<std::string> files = testing::entries(a.path);
+    EXPECT_EQ(files, testing::entries(b.path)) << what;
+    files.erase("trainer_state.json");
+    files.erase("manifest.json");
+    for (const std::string& file : files)
+      EXPECT_EQ(read_file_bytes(a.path / file), read_file_bytes(b.path / file))
+          << what << " step " << a.step << ": " << file;
+  }
 }
 
 // Several ranks: each rank writes its files in the background into rank 0's staging
@@ -128,23 +164,10 @@ TEST(LazyCheckpoints, KeepCheckpointsRemovesOnlyOlderCommittedOnes) {
 TEST(LazyCheckpoints, SeveralRanksWriteTheBitsOfSynchronousCheckpoints) {
   testing::ScratchDir dir("lazy_ranks");
   testing::write_small_corpus(dir / "data.txt");
-  struct Case {
-    std::string name;
-    int stage;
-    bool demo;
-  };
-  for (const Case& c :
-       {Case{"stage0", 0, false}, Case{"stage1", 1, false}, Case{"stage2", 2, false},
-        Case{"stage3", 3, false}, Case{"demo", 0, true}}) {
+  for (const RankCase& c : kRankCases) {
     const auto config = [&](bool lazy, const std::string& tag) {
-      nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / (c.name + tag));
-      json["model"]["n_embd"] = 32;
-      json["gradient_accumulation_steps"] = 1;
-      json["zero_optimization"] = {{"stage", c.stage}, {"sub_group_size", 3000}};
-      if (c.demo)
-        json["optimizer"] = {{"type", "DeMo"}, {"params", {{"lr", 3e-3}, {"compression_topk", 8}}}};
+      nlohmann::json json = rank_case_config(dir, c, c.name + tag, 32, 3000);
       json["train"]["steps"] = 8;
-      json["train"]["eval_interval"] = 0;
       json["train"]["checkpoint_interval"] = 3;
       json["train"]["lazy_checkpoints"] = lazy;
       return json;
@@ -156,20 +179,7 @@ TEST(LazyCheckpoints, SeveralRanksWriteTheBitsOfSynchronousCheckpoints) {
     EXPECT_EQ(lazy.by_rank[0].state_digest, sync.by_rank[0].state_digest) << c.name;
     const std::vector<CheckpointRecord>& records = lazy.by_rank[0].checkpoints;
     ASSERT_EQ(records.size(), 3u) << c.name;  // steps 3 and 6 lazy, 8 synchronous
-    for (size_t k = 0; k < records.size(); k++) {
-      const CheckpointRecord& a = records[k];
-      const CheckpointRecord& b = sync.by_rank[0].checkpoints[k];
-      EXPECT_EQ(a.lazy, k < 2) << c.name;
-      ASSERT_TRUE(a.error.empty()) << a.error;
-      ASSERT_FALSE(a.path.empty()) << c.name;
-      std::set<std::string> files = entries(a.path);
-      EXPECT_EQ(files, entries(b.path)) << c.name;
-      files.erase("manifest.json");
-      files.erase("trainer_state.json");  // names the run's own directory
-      for (const std::string& file : files)
-        EXPECT_EQ(read_file_bytes(a.path / file), read_file_bytes(b.path / file))
-            << c.name << " step " << a.step << ": " << file;
-    }
+    expect_same_rank_checkpoints(records, sync.by_rank[0].checkpoints, c.name);
     // Resume from the lazy checkpoint of step 6.
     TrainOptions resume;
     resume.resume = records[1].path;
@@ -185,7 +195,7 @@ TEST(LazyCheckpoints, AFailedWriteKeepsThePreviousCheckpointAndStopsOrContinues)
   testing::write_small_corpus(dir / "data.txt");
   nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "run");
   json["train"]["checkpoint_interval"] = 5;
-  TrainOptions first = quiet();
+  TrainOptions first = testing::quiet();
   first.stop_at_step = 10;
   train(parse_train_config(json), first);
   const fs::path root = dir / "run" / "checkpoints";
@@ -194,7 +204,7 @@ TEST(LazyCheckpoints, AFailedWriteKeepsThePreviousCheckpointAndStopsOrContinues)
 
   for (const char* policy : {"stop", "continue"}) {
     json["train"]["checkpoint_failure"] = policy;
-    TrainOptions resume = quiet();
+    TrainOptions resume = testing::quiet();
     resume.resume = dir / "run";
     std::string error;
     TrainResult result;
@@ -224,7 +234,8 @@ TEST(LazyCheckpoints, AFailedWriteKeepsThePreviousCheckpointAndStopsOrContinues)
       }
     }
     // Nothing of the failed checkpoints is left, and `latest` still names step 10, intact.
-    EXPECT_EQ(entries(root), (std::set<std::string>{"latest", "step_00000005", "step_00000010"}))
+    EXPECT_EQ(testing::entries(root),
+              (std::set<std::string>{"latest", "step_00000005", "step_00000010"}))
         << policy;
     EXPECT_EQ(resolve_checkpoint(root), root / "step_00000010");
     verify_checkpoint(root / "step_00000010");
@@ -266,7 +277,7 @@ TEST(LazyCheckpoints, StreamedThroughABoundedPoolTheyHoldTheSameBits) {
         EXPECT_EQ(plan.total.host, 0u);
         EXPECT_CONTAINS(plan.to_text(), "checkpoint snapshot: streamed through a pool of 4 x");
       }
-      results.push_back(train(parsed, quiet()));
+      results.push_back(train(parsed, testing::quiet()));
     }
     const TrainResult &streamed = results[0], &full = results[1];
     ASSERT_EQ(streamed.checkpoints.size(), 3u) << schedule;
@@ -282,7 +293,7 @@ TEST(LazyCheckpoints, StreamedThroughABoundedPoolTheyHoldTheSameBits) {
 
   // A full disk: the streamed checkpoint of step 4 cannot reserve its files.
   const fs::path root = dir / "full_disk" / "checkpoints";
-  TrainOptions first = quiet();
+  TrainOptions first = testing::quiet();
   first.stop_at_step = 2;
   train(parse_train_config(config("full_disk", 1)), first);
   ASSERT_EQ(resolve_checkpoint(root), root / "step_00000002");
@@ -290,7 +301,7 @@ TEST(LazyCheckpoints, StreamedThroughABoundedPoolTheyHoldTheSameBits) {
   {
     const testing::FileSizeLimit limit(fs::file_size(root / "step_00000002" / "model.safetensors") +
                                        4096);
-    TrainOptions resume = quiet();
+    TrainOptions resume = testing::quiet();
     resume.resume = dir / "full_disk";
     try {
       train(parse_train_config(config("full_disk", 1)), resume);
@@ -300,7 +311,7 @@ TEST(LazyCheckpoints, StreamedThroughABoundedPoolTheyHoldTheSameBits) {
   }
   EXPECT_CONTAINS(error, "the checkpoint of step 4 failed: ");
   EXPECT_CONTAINS(error, "optimizer.safetensors: cannot reserve");
-  EXPECT_EQ(entries(root), (std::set<std::string>{"latest", "step_00000002"}));
+  EXPECT_EQ(testing::entries(root), (std::set<std::string>{"latest", "step_00000002"}));
   verify_checkpoint(root / "step_00000002");
 }
 
@@ -311,24 +322,10 @@ TEST(LazyCheckpoints, StreamedThroughABoundedPoolTheyHoldTheSameBits) {
 TEST(LazyCheckpoints, SeveralRanksStreamThroughPoolsOfTheirOwn) {
   testing::ScratchDir dir("streamed_ranks");
   testing::write_small_corpus(dir / "data.txt");
-  struct Case {
-    std::string name;
-    int stage;
-    bool demo;
-  };
-  for (const Case& c :
-       {Case{"stage0", 0, false}, Case{"stage1", 1, false}, Case{"stage2", 2, false},
-        Case{"stage3", 3, false}, Case{"demo", 0, true}}) {
+  for (const RankCase& c : kRankCases) {
     const auto config = [&](int64_t memory_mb) {
-      nlohmann::json json =
-          testing::tiny_run_config(dir / "data.txt", dir / cat(c.name, "_", memory_mb));
-      json["model"]["n_embd"] = 96;
-      json["gradient_accumulation_steps"] = 1;
-      json["zero_optimization"] = {{"stage", c.stage}, {"sub_group_size", 30000}};
-      if (c.demo)
-        json["optimizer"] = {{"type", "DeMo"}, {"params", {{"lr", 3e-3}, {"compression_topk", 8}}}};
+      nlohmann::json json = rank_case_config(dir, c, cat(c.name, "_", memory_mb), 96, 30000);
       json["train"]["steps"] = 5;
-      json["train"]["eval_interval"] = 0;
       json["train"]["checkpoint_interval"] = 2;
       json["train"]["checkpoint_memory_mb"] = memory_mb;
       return json;
@@ -340,21 +337,7 @@ TEST(LazyCheckpoints, SeveralRanksStreamThroughPoolsOfTheirOwn) {
     EXPECT_EQ(streamed.by_rank[0].state_digest, full.by_rank[0].state_digest) << c.name;
     const std::vector<CheckpointRecord>& records = streamed.by_rank[0].checkpoints;
     ASSERT_EQ(records.size(), 3u) << c.name;  // steps 2 and 4 lazy, 5 synchronous
-    for (size_t k = 0; k < records.size(); k++) {
-      const CheckpointRecord& a = records[k];
-      const CheckpointRecord& b = full.by_rank[0].checkpoints[k];
-      EXPECT_EQ(a.lazy, k < 2) << c.name;
-      ASSERT_TRUE(a.error.empty()) << a.error;
-      ASSERT_FALSE(a.path.empty()) << c.name;
-      verify_checkpoint(a.path);
-      std::set<std::string> files = entries(a.path);
-      EXPECT_EQ(files, entries(b.path)) << c.name;
-      files.erase("trainer_state.json");  // names the run's own directory
-      files.erase("manifest.json");       // and so its checksum differs
-      for (const std::string& file : files)
-        EXPECT_EQ(read_file_bytes(a.path / file), read_file_bytes(b.path / file))
-            << c.name << " step " << a.step << ": " << file;
-    }
+    expect_same_rank_checkpoints(records, full.by_rank[0].checkpoints, c.name);
   }
 }
 

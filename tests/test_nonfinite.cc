@@ -24,12 +24,6 @@ namespace tandem {
 namespace {
 namespace fs = std::filesystem;
 
-TrainOptions quiet() {
-  TrainOptions options;
-  options.show_progress = false;
-  return options;
-}
-
 bool all_finite(const std::vector<float>& v) {
   for (float x : v)
     if (!std::isfinite(x)) return false;
@@ -42,7 +36,7 @@ TEST(NonFinite, AStepWithANanGradientIsSkippedAndTrainingGoesOn) {
   nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "run");
   json["train"]["steps"] = 6;
   json["train"]["checkpoint_interval"] = 2;
-  TrainOptions options = quiet();
+  TrainOptions options = testing::quiet();
   options.nan_gradient_attempts = {3};
   options.metrics_path = dir / "metrics.jsonl";
   const TrainResult result = train(parse_train_config(json), options);
@@ -55,7 +49,7 @@ TEST(NonFinite, AStepWithANanGradientIsSkippedAndTrainingGoesOn) {
   EXPECT_CONTAINS(metrics, "\"skipped_in_a_row\":1");
   // Before the skip, the run is the clean run; after it, every checkpoint is finite.
   json["train"]["output_dir"] = (dir / "clean").string();
-  TrainOptions clean = quiet();
+  TrainOptions clean = testing::quiet();
   clean.stop_at_step = 2;
   const TrainResult reference = train(parse_train_config(json), clean);
   EXPECT_EQ(read_file_bytes(result.checkpoints[0].path / "optimizer.safetensors"),
@@ -79,7 +73,7 @@ TEST(NonFinite, TooManySkipsInARowStopTrainingNamingTheIntactCheckpoint) {
     json["train"]["checkpoint_interval"] = 2;
     json["train"]["max_skipped_steps"] = 2;
     json["gradient_clipping"] = clipping;
-    TrainOptions options = quiet();
+    TrainOptions options = testing::quiet();
     options.nan_gradient_attempts = {3, 4, 5, 6};
     std::string error;
     try {
@@ -140,11 +134,8 @@ TEST(NonFinite, ASaveRefusesANonFiniteStateNamingTheTensor) {
   }
   EXPECT_FALSE(fs::exists(dir / "ckpt" / "latest"));
   // The same when the state streams through a pool.
-  TrainingState meta = state;
-  meta.params.clear();
-  meta.optimizer_state.clear();
   {
-    StreamedTrainingCheckpoint streamed(dir / "streamed", meta);
+    StreamedTrainingCheckpoint streamed(dir / "streamed", state);
     const float* arrays[] = {state.params.data(), state.optimizer_state[0].data(),
                              state.optimizer_state[1].data()};
     try {

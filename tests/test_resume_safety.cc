@@ -22,18 +22,6 @@ namespace tandem {
 namespace {
 namespace fs = std::filesystem;
 
-TrainOptions quiet() {
-  TrainOptions options;
-  options.show_progress = false;
-  return options;
-}
-
-std::set<std::string> entries(const fs::path& dir) {
-  std::set<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
-  return names;
-}
-
 // Every file under `dir`, with its bytes.
 std::map<std::string, std::vector<uint8_t>> snapshot(const fs::path& dir) {
   std::map<std::string, std::vector<uint8_t>> files;
@@ -82,7 +70,8 @@ TEST(ResumeSafety, AResumedRunGoesOnInItsOwnDirectoryAndNeverAmongAnotherRunsChe
           " --set train.steps=6 --set train.output_dir=" + (dir / "C").string() + " --resume " +
           (dir / "A" / "checkpoints" / "step_00000004").string());
   ASSERT_EQ(into_c.exit_code, 0) << into_c.output;
-  EXPECT_EQ(entries(dir / "C" / "checkpoints"), (std::set<std::string>{"latest", "step_00000006"}));
+  EXPECT_EQ(testing::entries(dir / "C" / "checkpoints"),
+            (std::set<std::string>{"latest", "step_00000006"}));
 }
 
 TEST(ResumeSafety, WhatTheNumbersDependOnMustMatchOrTheUserGivesUpBitExactness) {
@@ -90,7 +79,7 @@ TEST(ResumeSafety, WhatTheNumbersDependOnMustMatchOrTheUserGivesUpBitExactness) 
   testing::write_small_corpus(dir / "data.txt");
   testing::write_small_corpus(dir / "other.txt", 19000);
   const nlohmann::json base = testing::tiny_run_config(dir / "data.txt", dir / "run");
-  TrainOptions first = quiet();
+  TrainOptions first = testing::quiet();
   first.stop_at_step = 4;
   train(parse_train_config(base), first);
   const auto before = snapshot(dir / "run");
@@ -133,7 +122,7 @@ TEST(ResumeSafety, WhatTheNumbersDependOnMustMatchOrTheUserGivesUpBitExactness) 
   for (const Case& c : refused) {
     nlohmann::json json = base;
     json.merge_patch(c.edit);
-    TrainOptions resume = quiet();
+    TrainOptions resume = testing::quiet();
     resume.resume = dir / "run";
     std::string error;
     try {
@@ -154,12 +143,13 @@ TEST(ResumeSafety, WhatTheNumbersDependOnMustMatchOrTheUserGivesUpBitExactness) 
   same_bits["offload_optimizer"] = {{"schedule", "cpu"}};
   same_bits["zero_optimization"] = {{"sub_group_size", 777}, {"stage", 1}};
   same_bits["train"]["output_dir"] = (dir / "same_bits").string();
-  TrainOptions resume = quiet();
+  TrainOptions resume = testing::quiet();
   resume.resume = dir / "run" / "checkpoints" / "step_00000004";
   const TrainResult a = train(parse_train_config(same_bits), resume);
   EXPECT_EQ(a.steps_done, 20);
-  const TrainResult straight = train(
-      parse_train_config(testing::tiny_run_config(dir / "data.txt", dir / "straight")), quiet());
+  const TrainResult straight =
+      train(parse_train_config(testing::tiny_run_config(dir / "data.txt", dir / "straight")),
+            testing::quiet());
   EXPECT_EQ(a.state_digest, straight.state_digest);
 
   // Asked for explicitly, a different learning rate goes on.
@@ -177,7 +167,7 @@ TEST(ResumeSafety, TwoRanksAreOneRankAccumulatingTwoButNotOneAccumulatingOne) {
   testing::write_small_corpus(dir / "data.txt");
   nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "run");
   json["train"]["eval_interval"] = 0;
-  TrainOptions first = quiet();
+  TrainOptions first = testing::quiet();
   first.stop_at_step = 4;
   train(parse_train_config(json), first);  // 1 rank x 2 micro-batches
   TrainOptions resume;
@@ -196,9 +186,9 @@ TEST(ResumeSafety, ResumingAFinishedRunSaysSoAndWritesNothing) {
   testing::ScratchDir dir("resume_finished");
   testing::write_small_corpus(dir / "data.txt");
   const nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "run");
-  const TrainResult done = train(parse_train_config(json), quiet());
+  const TrainResult done = train(parse_train_config(json), testing::quiet());
   const auto before = snapshot(dir / "run");
-  TrainOptions resume = quiet();
+  TrainOptions resume = testing::quiet();
   resume.resume = dir / "run";
   const TrainResult again = train(parse_train_config(json), resume);
   EXPECT_EQ(again.steps_done, 20);

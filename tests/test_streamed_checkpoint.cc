@@ -49,10 +49,7 @@ std::vector<ParamRange> pieces(size_t P, const std::vector<size_t>& sizes, uint6
 }
 
 void stream(const fs::path& root, const TrainingState& state, const std::vector<ParamRange>& cut) {
-  TrainingState no_arrays = state;
-  no_arrays.params.clear();
-  no_arrays.optimizer_state.clear();
-  StreamedTrainingCheckpoint checkpoint(root, no_arrays);
+  StreamedTrainingCheckpoint checkpoint(root, state);
   for (const ParamRange& r : cut) {
     // Each piece from a buffer of its own, as a pool slot holds it.
     std::vector<std::vector<float>> slot;
@@ -116,11 +113,8 @@ TEST(StreamedCheckpoint, MissingPiecesAreRefusedAndLeaveNothing) {
   testing::ScratchDir dir("streamed_missing");
   const TrainingState state =
       random_state(testing::tiny_run_config(dir / "data.txt", dir / "run"), 2);
-  TrainingState no_arrays = state;
-  no_arrays.params.clear();
-  no_arrays.optimizer_state.clear();
   {
-    StreamedTrainingCheckpoint checkpoint(dir / "ckpt", no_arrays);
+    StreamedTrainingCheckpoint checkpoint(dir / "ckpt", state);
     const float* arrays[] = {state.params.data(), state.optimizer_state[0].data(),
                              state.optimizer_state[1].data()};
     checkpoint.write({0, 100}, arrays);
@@ -140,13 +134,10 @@ TEST(StreamedCheckpoint, AFullDiskFailsBeforeTheFirstPieceNamingTheFile) {
   testing::ScratchDir dir("streamed_full");
   const TrainingState state =
       random_state(testing::tiny_run_config(dir / "data.txt", dir / "run"), 4);
-  TrainingState no_arrays = state;
-  no_arrays.params.clear();
-  no_arrays.optimizer_state.clear();
   {
     const testing::FileSizeLimit limit(1000);
     try {
-      StreamedTrainingCheckpoint checkpoint(dir / "ckpt", no_arrays);
+      StreamedTrainingCheckpoint checkpoint(dir / "ckpt", state);
       ADD_FAILURE() << "the files fit in 1000 bytes?";
     } catch (const Error& e) {
       EXPECT_PRED_FORMAT2(testing::contains, e.what(), "model.safetensors: cannot reserve");

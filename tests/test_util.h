@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "tandem/core/file_io.h"
 #include "tandem/core/half.h"
 #include "tandem/core/rng.h"
+#include "tandem/train/trainer.h"
 
 // Where the build put the repository and the tandem binary (CMakeLists.txt); only the
 // last resort of source_dir() and tandem_binary() below.
@@ -218,6 +220,21 @@ class FileSizeLimit {
   rlimit previous_{};
   void (*previous_handler_)(int) = nullptr;
 };
+
+// Training options that print nothing (tests look at the result, not the progress).
+inline TrainOptions quiet() {
+  TrainOptions options;
+  options.show_progress = false;
+  return options;
+}
+
+// The names in a directory (not recursive).
+inline std::set<std::string> entries(const std::filesystem::path& dir) {
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    names.insert(e.path().filename().string());
+  return names;
+}
 
 // n samples of scale * N(0, 1) from a seed.
 inline std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {

@@ -90,7 +90,7 @@ void Checkpointer::begin_lazy(TrainingState state) {
     pending_stall_ms_ = watch.millis();
     writer_.start(snapshot_.step, [this] {
       if (!several_ranks()) return write_streamed(snapshot_);
-      report_ = write_rank_streamed();
+      report_ = write_rank_streamed(*staging_);
       return fs::path();
     });
     return;
@@ -290,8 +290,6 @@ fs::path Checkpointer::save_streamed_now(TrainingState state) {
                                                   layout_.shard_of(snapshot_));
   return comm_.rank() == 0 ? path : fs::path();
 }
-
-ShardReport Checkpointer::write_rank_streamed() { return write_rank_streamed(*staging_); }
 
 ShardReport Checkpointer::write_rank_streamed(const ShardedStaging& staging) {
   try {

@@ -124,7 +124,6 @@ class Checkpointer {
   std::filesystem::path write_streamed(const TrainingState& state);
   // Several ranks: this rank's files in `staging` from the pieces (never throws).
   ShardReport write_rank_streamed(const ShardedStaging& staging);
-  ShardReport write_rank_streamed();  // into staging_
   // A synchronous save through the pool, this thread writing (collective with several ranks).
   std::filesystem::path save_streamed_now(TrainingState state);
   // Where the engine's state array k is captured: the pinned buffer, or the snapshot.

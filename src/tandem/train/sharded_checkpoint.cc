@@ -29,14 +29,24 @@ void copy_text(char* dst, size_t size, const std::string& text) {
 
 }  // namespace
 
-ShardedStaging open_sharded_checkpoint(Communicator& comm, const fs::path& checkpoints_root,
-                                       int64_t step) {
+namespace {
+
+// Phase 1 of either kind: rank 0 creates the staging directory and, for a streamed
+// checkpoint of `streamed` (null: none), lays out the weight files in it.
+ShardedStaging open_staging(Communicator& comm, const fs::path& checkpoints_root, int64_t step,
+                            const TrainingState* streamed) {
   ShardedStaging staging{.step = step};
   std::string dir, error;
   if (comm.rank() == 0) {
     try {
       staging.staged = std::make_unique<StagedCheckpoint>(checkpoints_root, step);
       dir = staging.staged->dir().string();
+      if (streamed != nullptr) {
+        staging.streamed = std::make_unique<TrainingState>(streamed->without_arrays());
+        StreamedFiles laid_out;
+        staging.weight_files =
+            place_streamed_weights(laid_out, staging.staged->dir(), streamed->config, true);
+      }
     } catch (const Error& e) {
       error = e.what();
     }
@@ -49,33 +59,17 @@ ShardedStaging open_sharded_checkpoint(Communicator& comm, const fs::path& check
   return staging;
 }
 
+}  // namespace
+
+ShardedStaging open_sharded_checkpoint(Communicator& comm, const fs::path& checkpoints_root,
+                                       int64_t step) {
+  return open_staging(comm, checkpoints_root, step, nullptr);
+}
+
 ShardedStaging open_streamed_sharded_checkpoint(Communicator& comm,
                                                 const fs::path& checkpoints_root,
                                                 const TrainingState& state) {
-  ShardedStaging staging{.step = state.step};
-  std::string dir, error;
-  if (comm.rank() == 0) {
-    try {
-      staging.staged = std::make_unique<StagedCheckpoint>(checkpoints_root, state.step);
-      dir = staging.staged->dir().string();
-      staging.streamed = std::make_unique<TrainingState>();
-      staging.streamed->config = state.config;
-      staging.streamed->step = state.step;
-      staging.streamed->train_position = state.train_position;
-      staging.streamed->sample_rng = state.sample_rng;
-      StreamedFiles laid_out;
-      staging.weight_files =
-          place_streamed_weights(laid_out, staging.staged->dir(), state.config, true);
-    } catch (const Error& e) {
-      error = e.what();
-    }
-  }
-  staging.dir = broadcast_string(comm, dir, 0);
-  TANDEM_CHECK(all_ranks_ok(comm, error.empty()), comm.rank() == 0
-                                                      ? error
-                                                      : "checkpoint: rank 0 could not open the "
-                                                        "staging directory");
-  return staging;
+  return open_staging(comm, checkpoints_root, state.step, &state);
 }
 
 struct RankStreamedFiles::Files {

@@ -153,12 +153,10 @@ std::vector<std::string> place_streamed_weights(StreamedFiles& files, const fs::
 }
 
 StreamedTrainingCheckpoint::StreamedTrainingCheckpoint(const fs::path& checkpoints_root,
-                                                       TrainingState state)
-    : state_(std::move(state)),
+                                                       const TrainingState& state)
+    : state_(state.without_arrays()),
       num_arrays_(1 + optimizer_state_names(state_.config.optimizer).size()),
       staged_(checkpoints_root, state_.step) {
-  state_.params = {};  // not needed: the pieces bring the arrays
-  state_.optimizer_state = {};
   files_.set_step(state_.step);
   weight_files_ = place_streamed_weights(files_, staged_.dir(), state_.config, true);
   // The optimizer's arrays, view by view, array by array (optimizer_file_writer's order).

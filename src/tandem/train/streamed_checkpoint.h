@@ -87,7 +87,8 @@ class StreamedTrainingCheckpoint {
  public:
   // `state`: the checkpoint's config, step, data position and RNG (its arrays are not
   // read). Creates the staging directory and the tensor files.
-  StreamedTrainingCheckpoint(const std::filesystem::path& checkpoints_root, TrainingState state);
+  StreamedTrainingCheckpoint(const std::filesystem::path& checkpoints_root,
+                             const TrainingState& state);
   ~StreamedTrainingCheckpoint();
   StreamedTrainingCheckpoint(const StreamedTrainingCheckpoint&) = delete;
   StreamedTrainingCheckpoint& operator=(const StreamedTrainingCheckpoint&) = delete;

@@ -191,6 +191,18 @@ TrainingState load_checkpoint_weights(const fs::path& path) {
   return state;
 }
 
+TrainingState TrainingState::without_arrays() const {
+  TrainingState out;
+  out.config = config;
+  out.step = step;
+  out.train_position = train_position;
+  out.sample_rng = sample_rng;
+  out.train_tokens_xxh3 = train_tokens_xxh3;
+  out.train_tokens = train_tokens;
+  out.world_size = world_size;
+  return out;
+}
+
 const std::vector<float>& TrainingState::optimizer_array(const std::string& name) const {
   const std::vector<std::string> names = optimizer_state_names(config.optimizer);
   for (size_t k = 0; k < names.size() && k < optimizer_state.size(); k++)

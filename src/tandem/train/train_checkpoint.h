@@ -42,6 +42,10 @@ struct TrainingState {
   uint64_t train_tokens = 0;
   int world_size = 0;
 
+  // Everything but the arrays (what a streamed checkpoint's writer needs: the pieces bring
+  // the arrays), without copying them. A field added above belongs in it.
+  TrainingState without_arrays() const;
+
   // The array named `name` (throws naming it when the optimizer keeps none of that name).
   const std::vector<float>& optimizer_array(const std::string& name) const;
 };
