@@ -134,8 +134,8 @@ nlohmann::json rank_case_config(const testing::ScratchDir& dir, const RankCase& 
 }
 
 // Rank 0's checkpoints of two runs: all but the last lazy, committed, verifying, and the
-// same files byte for byte but trainer_state.json (which names the run's own directory)
-// and so manifest.json.
+// same files byte for byte but trainer_state.json (which names the run's own directory:
+// its record of the run's data and ranks is compared instead) and so manifest.json.
 void expect_same_rank_checkpoints(const std::vector<CheckpointRecord>& records,
                                   const std::vector<CheckpointRecord>& reference,
                                   const std::string& what) {
@@ -148,6 +148,11 @@ void expect_same_rank_checkpoints(const std::vector<CheckpointRecord>& records,
     verify_checkpoint(a.path);
     std::set<std::string> files = testing::entries(a.path);
     EXPECT_EQ(files, testing::entries(b.path)) << what;
+    // trainer_state.json names the run's own directory; what it records of the run is the same.
+    const auto run_record = [](const fs::path& dir) {
+      return nlohmann::json::parse(read_file_text(dir / "trainer_state.json")).at("run");
+    };
+    EXPECT_EQ(run_record(a.path), run_record(b.path)) << what << " step " << a.step;
     files.erase("trainer_state.json");
     files.erase("manifest.json");
     for (const std::string& file : files)
