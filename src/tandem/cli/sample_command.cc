@@ -5,7 +5,7 @@
 #include "tandem/cli/commands.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/rng.h"
-#include "tandem/model/gpt.h"
+#include "tandem/model/model_family.h"
 #include "tandem/train/sampler.h"
 #include "tandem/train/train_checkpoint.h"
 
@@ -32,10 +32,12 @@ void register_sample(CLI::App& app) {
   cmd->callback([args] {
     const TrainingState state = load_checkpoint_weights(args->checkpoint);
     auto backend = make_cpu_backend();
-    Gpt model(state.config.model, *backend, 1, state.config.model.context_length);
-    model.set_params(state.params);
+    const std::unique_ptr<Model> model =
+        make_model(state.config.model, *backend, 1, state.config.model.context_length);
+    model->set_params(state.params);
     Rng rng(args->seed);
-    const std::string text = sample_bytes(model, args->prompt, args->bytes, rng, args->temperature);
+    const std::string text =
+        sample_bytes(*model, args->prompt, args->bytes, rng, args->temperature);
     std::fwrite(args->prompt.data(), 1, args->prompt.size(), stdout);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fputc('\n', stdout);

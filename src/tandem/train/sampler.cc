@@ -9,7 +9,7 @@
 
 namespace tandem {
 
-std::string sample_bytes(Gpt& model, std::string_view prompt, int num_bytes, Rng& rng,
+std::string sample_bytes(Model& model, std::string_view prompt, int num_bytes, Rng& rng,
                          float temperature) {
   TANDEM_CHECK(temperature > 0.0f, "temperature must be > 0, got ", temperature);
   TANDEM_CHECK(model.config().vocab_size == ByteTokenizer::kVocabSize,
