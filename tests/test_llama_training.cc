@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,11 @@
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/format.h"
+#include "tandem/core/half.h"
+#include "tandem/core/rng.h"
 #include "tandem/model/model_family.h"
+#include "tandem/train/init_from.h"
+#include "tandem/train/train_checkpoint.h"
 #include "tandem/train/train_config.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
@@ -154,6 +159,132 @@ TEST_F(LlamaTraining, CheckpointsAreHuggingFaceLlamaDirectories) {
   EXPECT_EQ(weights.info("model.layers.1.self_attn.k_proj.weight").shape,
             (std::vector<int64_t>{16, 32}));
   EXPECT_EQ(weights.info("lm_head.weight").shape, (std::vector<int64_t>{256, 32}));
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// Hugging Face round trips and `train.init_from`, for both families.
+class InitFrom : public LlamaTraining {};
+
+nlohmann::json gpt2_config(const std::filesystem::path& data, const std::filesystem::path& out) {
+  nlohmann::json json = testing::tiny_run_config(data, out);
+  json["train"]["steps"] = 6;
+  json["train"]["eval_interval"] = 0;
+  return json;
+}
+
+TEST_F(InitFrom, ARunStartsFromACheckpointsWeightsOneFileOrShardedForBothFamilies) {
+  for (const bool llama : {true, false}) {
+    for (const int64_t shard : {int64_t{5'000'000'000}, int64_t{20'000}}) {
+      const std::string what = cat(llama ? "llama" : "gpt2", ", max_shard_size ", shard);
+      SCOPED_TRACE(what);
+      nlohmann::json json =
+          llama ? llama_config(data(), dir_ / "a") : gpt2_config(data(), dir_ / "a");
+      json["train"]["max_shard_size"] = shard;
+      json["train"]["eval_interval"] = 0;
+      json["train"]["steps"] = 30;
+      std::filesystem::remove_all(dir_ / "a");
+      const TrainResult a = train(parse_train_config(json), quiet());
+      ASSERT_FALSE(a.last_checkpoint.empty());
+      EXPECT_EQ(std::filesystem::exists(a.last_checkpoint / kWeightIndexFile), shard < 1'000'000);
+      // The exported weights read back bit for bit.
+      const TrainingState saved = load_checkpoint_weights(a.last_checkpoint);
+      const TrainConfig config = parse_train_config(json);
+      const std::vector<float> read =
+          read_init_weights(a.last_checkpoint, config.model, model_layout(config.model));
+      ASSERT_EQ(read.size(), saved.params.size());
+      EXPECT_TRUE(testing::same_bits(read, saved.params));
+      // A new run from them starts where the first one ended, not from scratch.
+      nlohmann::json b_json = json;
+      b_json["train"]["output_dir"] = (dir_ / "b").string();
+      b_json["train"]["init_from"] = a.last_checkpoint.string();
+      b_json["train"]["steps"] = 1;
+      std::filesystem::remove_all(dir_ / "b");
+      const TrainResult b = train(parse_train_config(b_json), quiet());
+      nlohmann::json fresh_json = b_json;
+      fresh_json["train"].erase("init_from");
+      fresh_json["train"]["output_dir"] = (dir_ / "fresh").string();
+      std::filesystem::remove_all(dir_ / "fresh");
+      const TrainResult fresh = train(parse_train_config(fresh_json), quiet());
+      EXPECT_LT(b.steps[0].loss, fresh.steps[0].loss - 0.3f)
+          << "from the checkpoint " << b.steps[0].loss << ", from the seed " << fresh.steps[0].loss;
+    }
+  }
+}
+
+TEST_F(InitFrom, WhatDoesNotFitIsOneLineNamingIt) {
+  nlohmann::json json = llama_config(data(), dir_ / "a");
+  json["train"]["eval_interval"] = 0;
+  const TrainResult a = train(parse_train_config(json), quiet());
+  const std::filesystem::path ckpt = a.last_checkpoint;
+  auto error_with = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json b = json;
+    b["train"]["output_dir"] = (dir_ / "b").string();
+    b["train"]["init_from"] = ckpt.string();
+    change(b);
+    return testing::error_of([&] { train(parse_train_config(b), quiet()); });
+  };
+  std::string e = error_with([](nlohmann::json& b) { b["model"]["num_hidden_layers"] = 3; });
+  EXPECT_NE(e.find("train.init_from " + ckpt.string()), std::string::npos) << e;
+  EXPECT_NE(e.find("model.n_layer 2 vs 3"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  e = error_with([](nlohmann::json& b) { b["model"]["num_key_value_heads"] = 4; });
+  EXPECT_NE(e.find("model.num_key_value_heads 2 vs 4"), std::string::npos) << e;
+  e = error_with([&](nlohmann::json& b) { b["train"]["init_from"] = (dir_ / "nowhere").string(); });
+  EXPECT_NE(e.find("not a directory"), std::string::npos) << e;
+  // A GPT-2 config from a Llama checkpoint names the type.
+  e = error_with(
+      [&](nlohmann::json& b) { b["model"] = gpt2_config(data(), dir_.path())["model"]; });
+  EXPECT_NE(e.find("model.type llama vs gpt2"), std::string::npos) << e;
+  // A tensor missing from the weights is named.
+  const testing::ScratchDir broken("init_from_broken");
+  std::filesystem::copy_file(ckpt / "config.json", broken / "config.json");
+  const TrainConfig config = parse_train_config(json);
+  const ParamLayout layout = model_layout(config.model);
+  ParamLayout partial;
+  for (const ParamView& view : layout.views())
+    if (view.name != "model.layers.1.mlp.up_proj.weight")
+      partial.add(view.name, view.shape, view.weight_decay);
+  const std::vector<float> zeros(partial.num_elements(), 0.0f);
+  write_hf_safetensors(broken / "model.safetensors", partial, zeros.data());
+  e = testing::error_of([&] { read_init_weights(broken.path(), config.model, layout); });
+  EXPECT_NE(e.find("model.layers.1.mlp.up_proj.weight"), std::string::npos) << e;
+}
+
+// Published GPT-2 checkpoints name tensors without the "transformer." prefix and are often
+// stored in 16 bits: both read, widened exactly.
+TEST_F(InitFrom, BareGpt2NamesAndBf16WeightsRead) {
+  const TrainConfig config = parse_train_config(gpt2_config(data(), dir_ / "x"));
+  const ParamLayout layout = model_layout(config.model);
+  std::vector<uint16_t> bits(layout.num_elements());
+  Rng rng(3);
+  for (uint16_t& b : bits) b = static_cast<uint16_t>(0x3c00 + rng.next_u64() % 0x0400);  // 1..2
+  SafetensorsWriter writer;
+  std::vector<std::vector<uint16_t>> transposed;
+  for (const ParamView& view : layout.views()) {
+    std::string name = view.name.substr(std::string("transformer.").size());
+    std::vector<int64_t> shape = view.shape;
+    const uint16_t* data = bits.data() + view.offset;
+    if (view.hf_transposed) {  // Conv1D: stored [in, out]
+      std::vector<uint16_t> t(view.numel);
+      for (int64_t r = 0; r < shape[0]; r++)
+        for (int64_t c = 0; c < shape[1]; c++) t[c * shape[0] + r] = data[r * shape[1] + c];
+      transposed.push_back(std::move(t));
+      data = transposed.back().data();
+      shape = {shape[1], shape[0]};
+    }
+    writer.add(name, DType::kBF16, shape, data);
+  }
+  const testing::ScratchDir hf("init_from_gpt2");
+  writer.write(hf / "model.safetensors");
+  write_file_atomic(hf / "config.json",
+                    model_family(ModelType::kGpt2).to_hf_config(config.model).dump());
+  const std::vector<float> read = read_init_weights(hf.path(), config.model, layout);
+  for (size_t i = 0; i < bits.size(); i++) ASSERT_EQ(read[i], bf16_to_float(bits[i])) << i;
 }
 
 }  // namespace

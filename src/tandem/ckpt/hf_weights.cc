@@ -26,7 +26,7 @@ std::vector<int64_t> hf_shape(const ParamView& view) {
 }  // namespace
 
 void write_hf_safetensors(const std::filesystem::path& path, const ParamLayout& layout,
-                            const float* params) {
+                          const float* params) {
   WeightShard all{path.filename().string(), {}};
   for (size_t i = 0; i < layout.views().size(); i++) all.views.push_back(i);
   write_weight_shard(path, layout, params, all);
@@ -34,14 +34,29 @@ void write_hf_safetensors(const std::filesystem::path& path, const ParamLayout& 
 
 namespace {
 
+// The name a tensor has in a file: its Hugging Face name, or that name without the base
+// model's prefix, as GPT-2's published checkpoints store it ("h.0.attn.c_attn.weight" for
+// "transformer.h.0.attn.c_attn.weight").
+std::string stored_name(const ParamView& view, const std::function<bool(const std::string&)>& has) {
+  constexpr std::string_view kGpt2Base = "transformer.";
+  if (!has(view.name) && view.name.starts_with(kGpt2Base)) {
+    std::string bare = view.name.substr(kGpt2Base.size());
+    if (has(bare)) return bare;
+  }
+  return view.name;
+}
+
 void read_view(const SafetensorsFile& file, const ParamView& view, float* params,
                const std::string& prefix) {
-  const std::string name = prefix + view.name;
+  const std::string name =
+      prefix.empty() ? stored_name(view, [&](const std::string& n) { return file.contains(n); })
+                     : prefix + view.name;
   if (!view.hf_transposed) {
-    file.copy_f32(name, view.shape, std::span<float>(params + view.offset, view.numel));
+    file.copy_widened_f32(name, view.shape, std::span<float>(params + view.offset, view.numel));
     return;
   }
-  const std::vector<float> hf = file.read_f32(name, hf_shape(view));
+  std::vector<float> hf(view.numel);
+  file.copy_widened_f32(name, hf_shape(view), hf);
   transpose(hf.data(), params + view.offset, view.shape[1], view.shape[0]);
 }
 
@@ -54,12 +69,11 @@ std::string shard_name(size_t k, size_t n) {
 }  // namespace
 
 void read_hf_safetensors(const SafetensorsFile& file, const ParamLayout& layout, float* params,
-                           const std::string& prefix) {
+                         const std::string& prefix) {
   for (const ParamView& view : layout.views()) read_view(file, view, params, prefix);
 }
 
-std::vector<WeightShard> plan_weight_shards(const ParamLayout& layout,
-                                                 int64_t max_shard_bytes) {
+std::vector<WeightShard> plan_weight_shards(const ParamLayout& layout, int64_t max_shard_bytes) {
   TANDEM_CHECK(max_shard_bytes >= 1, "max_shard_size must be at least 1 byte");
   const auto limit = static_cast<uint64_t>(max_shard_bytes);
   std::vector<WeightShard> plan;
@@ -89,7 +103,7 @@ namespace {
 // The writer of `shard`'s file; `data` gives each view's tensor (in HF layout), or null
 // when only the placement is wanted.
 SafetensorsWriter shard_writer(const ParamLayout& layout, const WeightShard& shard,
-                                    const std::function<const float*(const ParamView&)>& data) {
+                               const std::function<const float*(const ParamView&)>& data) {
   SafetensorsWriter writer;
   for (size_t i : shard.views) {
     const ParamView& view = layout.views().at(i);
@@ -102,7 +116,7 @@ SafetensorsWriter shard_writer(const ParamLayout& layout, const WeightShard& sha
 }  // namespace
 
 void write_weight_shard(const std::filesystem::path& path, const ParamLayout& layout,
-                             const float* params, const WeightShard& shard) {
+                        const float* params, const WeightShard& shard) {
   std::vector<std::vector<float>> transposed;
   transposed.reserve(shard.views.size());
   shard_writer(layout, shard, [&](const ParamView& view) {
@@ -115,7 +129,7 @@ void write_weight_shard(const std::filesystem::path& path, const ParamLayout& la
 }
 
 SafetensorsWriter::Placement place_weight_shard(const ParamLayout& layout,
-                                                     const WeightShard& shard) {
+                                                const WeightShard& shard) {
   return shard_writer(layout, shard, nullptr).placement(shard.file);
 }
 
@@ -165,9 +179,11 @@ void read_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout
   const nlohmann::json map = read_index(dir)["weight_map"];
   std::map<std::string, std::vector<const ParamView*>> by_file;
   for (const ParamView& view : layout.views()) {
-    TANDEM_CHECK(map.contains(view.name), (dir / kWeightIndexFile).string(), ": no entry for ",
+    const std::string name =
+        stored_name(view, [&](const std::string& n) { return map.contains(n); });
+    TANDEM_CHECK(map.contains(name), (dir / kWeightIndexFile).string(), ": no entry for ",
                  view.name, "; the checkpoint does not hold this model's weights");
-    by_file[map[view.name].get<std::string>()].push_back(&view);
+    by_file[map[name].get<std::string>()].push_back(&view);
   }
   for (const auto& [file, views] : by_file) {
     TANDEM_CHECK(file.find('/') == std::string::npos && file != ".." && !file.empty(),

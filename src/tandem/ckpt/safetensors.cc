@@ -9,6 +9,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/half.h"
 
 namespace tandem {
 namespace fs = std::filesystem;
@@ -341,6 +342,24 @@ void SafetensorsFile::copy_f32(const std::string& name, const std::vector<int64_
   TANDEM_CHECK(out.size() * sizeof(float) == src.size(), source_, ": tensor '", name, "' has ",
                src.size() / sizeof(float), " elements but the destination holds ", out.size());
   if (!src.empty()) std::memcpy(out.data(), src.data(), src.size());
+}
+
+void SafetensorsFile::copy_widened_f32(const std::string& name,
+                                       const std::vector<int64_t>& expected_shape,
+                                       std::span<float> out) const {
+  const DType dtype = info(name).dtype;
+  if (dtype != DType::kBF16 && dtype != DType::kF16) {
+    copy_f32(name, expected_shape, out);
+    return;
+  }
+  const std::span<const uint8_t> src = checked_bytes(name, dtype, expected_shape);
+  TANDEM_CHECK(out.size() * sizeof(uint16_t) == src.size(), source_, ": tensor '", name, "' has ",
+               src.size() / sizeof(uint16_t), " elements but the destination holds ", out.size());
+  for (size_t i = 0; i < out.size(); i++) {
+    uint16_t bits;
+    std::memcpy(&bits, src.data() + i * sizeof bits, sizeof bits);
+    out[i] = dtype == DType::kBF16 ? bf16_to_float(bits) : fp16_to_float(bits);
+  }
 }
 
 std::vector<int32_t> SafetensorsFile::read_i32(const std::string& name,

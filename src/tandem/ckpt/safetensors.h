@@ -106,6 +106,10 @@ class SafetensorsFile {
   // As read_f32, into a caller's buffer of exactly product(expected_shape) floats.
   void copy_f32(const std::string& name, const std::vector<int64_t>& expected_shape,
                 std::span<float> out) const;
+  // As copy_f32, also taking BF16 and F16 tensors, widened exactly (Hugging Face models
+  // are often published in 16 bits).
+  void copy_widened_f32(const std::string& name, const std::vector<int64_t>& expected_shape,
+                        std::span<float> out) const;
   std::vector<int32_t> read_i32(const std::string& name,
                                 const std::vector<int64_t>& expected_shape) const;
   void copy_i32(const std::string& name, const std::vector<int64_t>& expected_shape,

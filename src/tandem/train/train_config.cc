@@ -101,6 +101,7 @@ constexpr std::string_view kTrainKeys[] = {"steps",
                                            "log_interval",
                                            "output_dir",
                                            "sample_bytes",
+                                           "init_from",
                                            "max_shard_size",
                                            "lazy_checkpoints",
                                            "keep_checkpoints",
@@ -574,6 +575,7 @@ TrainConfig parse_train_config(const json& config_json) {
   train.read_int("eval_batches", t.eval_batches, 1);
   train.read_int("checkpoint_interval", t.checkpoint_interval, 0);
   train.read_int("log_interval", t.log_interval, 0);
+  train.read_string("init_from", t.init_from);
   TANDEM_CHECK(!train.read_string("output_dir", t.output_dir).empty(),
                "train.output_dir must not be empty");
   train.read_int("sample_bytes", t.sample_bytes, 0);
@@ -794,6 +796,7 @@ json to_json(const TrainConfig& config) {
         {"log_interval", t.log_interval},
         {"output_dir", t.output_dir},
         {"sample_bytes", t.sample_bytes},
+        {"init_from", t.init_from},
         {"max_shard_size", t.max_shard_size},
         {"lazy_checkpoints", t.lazy_checkpoints},
         {"keep_checkpoints", t.keep_checkpoints},

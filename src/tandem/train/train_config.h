@@ -73,6 +73,10 @@ struct TrainLoopConfig {  // JSON: "train": {...}
   int64_t log_interval = 10;        // progress lines when stderr is not a terminal
   std::string output_dir = "runs/default";
   int sample_bytes = 300;  // bytes sampled and printed at the end; 0 disables
+  // A Hugging Face model directory (config.json + safetensors weights) whose weights start
+  // the run instead of the seed's initialisation (fine-tuning; train/init_from.h). Empty:
+  // initialise from train.seed.
+  std::string init_from;
   // Bytes of weights per file: beyond it model.safetensors is split into
   // model-0000k-of-0000n.safetensors with model.safetensors.index.json, as Hugging Face's
   // save_pretrained does (its default, 5 GB).

@@ -31,6 +31,7 @@
 #include "tandem/optim/grad_clip.h"
 #include "tandem/optim/lr_schedule.h"
 #include "tandem/train/checkpointer.h"
+#include "tandem/train/init_from.h"
 #include "tandem/train/memory_plan.h"
 #include "tandem/train/metrics_log.h"
 #include "tandem/train/optimizer_setup.h"
@@ -431,18 +432,24 @@ class Trainer {
     TANDEM_CHECK(all_fresh, "rank 0 refused to start (its error says why)");
     // The engine holds the fp32 master weights and writes the model's working copy; the
     // optimizer's own state starts at zero.
-    const std::vector<float> params = model_.initial_params(config_.train.seed);
+    // The seed's initialisation, or a Hugging Face model's weights (fine-tuning).
+    const std::vector<float> params =
+        config_.train.init_from.empty()
+            ? model_.initial_params(config_.train.seed)
+            : read_init_weights(config_.train.init_from, config_.model, model_.layout());
     const std::vector<float> zeros(params.size(), 0.0f);
     std::vector<const float*> arrays(engine_.rule().state_floats(), zeros.data());
     arrays[0] = params.data();
     engine_.load_state(arrays, 0);
     data_parallel_.parameters_loaded();
-    progress_.note(cat("tandem: training GPT-2 (", config_.model.n_layer, " layers, ",
-                       config_.model.n_embd, " channels, ", config_.model.num_parameters(),
-                       " parameters) with ", optimizer_type_name(config_.optimizer.type), " on ",
-                       data_.train.size(), " tokens (", train_loader_.batches_per_epoch(),
-                       " batches of ", B_, "x", T_, " per epoch), ", config_.train.steps,
-                       " steps"));
+    progress_.note(
+        cat("tandem: training ", model_family(config_.model.type).hf_architecture, " (",
+            config_.model.n_layer, " layers, ", config_.model.n_embd, " channels, ",
+            config_.model.num_parameters(), " parameters",
+            config_.train.init_from.empty() ? "" : cat(", from ", config_.train.init_from),
+            ") with ", optimizer_type_name(config_.optimizer.type), " on ", data_.train.size(),
+            " tokens (", train_loader_.batches_per_epoch(), " batches of ", B_, "x", T_,
+            " per epoch), ", config_.train.steps, " steps"));
     if (comm_.world_size() > 1)
       progress_.note(cat("tandem: ", comm_.world_size(), " ranks (", comm_.backend(),
                          "), ZeRO stage ", config_.zero.stage, ", global batch ",

@@ -1,0 +1,41 @@
+#include "tandem/train/init_from.h"
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tandem/ckpt/hf_weights.h"
+#include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
+#include "tandem/model/model_family.h"
+
+namespace tandem {
+
+std::vector<float> read_init_weights(const std::filesystem::path& dir, const ModelConfig& model,
+                                     const ParamLayout& layout) {
+  const std::string where = cat("train.init_from ", dir.string(), ": ");
+  TANDEM_CHECK(std::filesystem::is_directory(dir), where,
+               "not a directory; name a Hugging Face model directory (what save_pretrained "
+               "writes: config.json and model.safetensors)");
+  TANDEM_CHECK(std::filesystem::exists(dir / "config.json"), where,
+               "no config.json; name a Hugging Face model directory (what save_pretrained "
+               "writes: config.json and model.safetensors)");
+  try {
+    const nlohmann::json hf = nlohmann::json::parse(read_file_text(dir / "config.json"));
+    const std::string type = hf.value("model_type", std::string());
+    const ModelConfig stored = model_family_of_hf(type).from_hf_config(hf);
+    const std::string diff = describe_model_difference(stored, model);
+    TANDEM_CHECK(diff.empty(),
+                 "the checkpoint's model differs from the config's (checkpoint vs "
+                 "config: ",
+                 diff, "); make the config's model section the checkpoint's");
+    std::vector<float> params(layout.num_elements());
+    read_hf_weights(dir, layout, params.data());
+    return params;
+  } catch (const nlohmann::json::exception& e) {
+    fail(where, "config.json is not valid JSON (", e.what(), ")");
+  } catch (const Error& e) {
+    fail(where, e.what());
+  }
+}
+
+}  // namespace tandem
