@@ -21,5 +21,6 @@ void register_sample(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_plan(CLI::App& app);
+void register_logits(CLI::App& app);
 
 }  // namespace tandem::cli

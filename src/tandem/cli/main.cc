@@ -2,6 +2,7 @@
 //   tandem train    --config FILE [--set key=value ...] [--metrics FILE] [--resume DIR]
 //   tandem sample   --checkpoint DIR [--prompt TEXT] [--bytes N] [--temperature T] [--seed S]
 //   tandem tokenize --input TEXT_FILE --output SHARD.bin
+//   tandem logits   --checkpoint DIR --tokens IDS --output FILE.safetensors
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   tandem::cli::register_tokenize(app);
   tandem::cli::register_bench(app);
   tandem::cli::register_plan(app);
+  tandem::cli::register_logits(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
