@@ -2,11 +2,11 @@
 // bytes_to_unicode table, and the message of every file it refuses.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "byte_level_vocab.h"
 #include "tandem/core/file_io.h"
 #include "tandem/data/bpe_vocab.h"
 #include "test_util.h"
@@ -15,21 +15,9 @@ namespace tandem {
 namespace {
 
 using json = nlohmann::json;
+using testing::added_token;
+using testing::byte_level_tokenizer;
 using testing::error_of;
-
-// A tokenizer.json as Hugging Face writes one, with the given model vocab and added tokens.
-json tokenizer_json(const json& vocab, const json& added = json::array()) {
-  return {{"version", "1.0"},
-          {"added_tokens", added},
-          {"normalizer", nullptr},
-          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
-          {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}}},
-          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}}};
-}
-
-json added_token(int id, const std::string& content) {
-  return {{"id", id}, {"content", content}, {"special", true}};
-}
 
 BpeVocab parse(const json& j) { return BpeVocab::parse(j.dump(), "tok.json"); }
 
@@ -48,7 +36,7 @@ const json kVocab = {
 };
 
 TEST(BpeVocab, DecodesByteLevelTokensToTheirBytes) {
-  const BpeVocab vocab = parse(tokenizer_json(kVocab));
+  const BpeVocab vocab = parse(byte_level_tokenizer(kVocab));
   EXPECT_EQ(vocab.size(), 15);
   EXPECT_EQ(vocab.end_of_text(), -1);
   EXPECT_EQ(decode(vocab, {0, 1, 5}), "hi world");
@@ -58,7 +46,7 @@ TEST(BpeVocab, DecodesByteLevelTokensToTheirBytes) {
 }
 
 TEST(BpeVocab, JoinsAMultiByteCharacterSplitAcrossTokens) {
-  const BpeVocab vocab = parse(tokenizer_json(kVocab));
+  const BpeVocab vocab = parse(byte_level_tokenizer(kVocab));
   // é is C3 A9: "Ã" and "©", one byte each, in two tokens.
   EXPECT_EQ(decode(vocab, {6, 7}), "\xC3\xA9");
   EXPECT_EQ(decode(vocab, {6, 7}), "é");
@@ -71,8 +59,8 @@ TEST(BpeVocab, JoinsAMultiByteCharacterSplitAcrossTokens) {
 
 TEST(BpeVocab, AddedTokensDecodeAsHuggingFaceDoes) {
   const BpeVocab vocab =
-      parse(tokenizer_json(kVocab, {added_token(15, "<|endoftext|>"), added_token(16, "<mask> x"),
-                                    added_token(17, "Ġx")}));
+      parse(byte_level_tokenizer(kVocab, {added_token(15, "<|endoftext|>"),
+                                          added_token(16, "<mask> x"), added_token(17, "Ġx")}));
   EXPECT_EQ(vocab.size(), 18);
   EXPECT_EQ(vocab.end_of_text(), 15);
   EXPECT_EQ(decode(vocab, {0, 15, 1}), "h<|endoftext|>i");
@@ -84,40 +72,17 @@ TEST(BpeVocab, AddedTokensDecodeAsHuggingFaceDoes) {
 
 TEST(BpeVocab, AddedTokenReplacesAModelTokenOfItsId) {
   const BpeVocab vocab =
-      parse(tokenizer_json(kVocab, json::array({added_token(1, "<|end_of_text|>")})));
+      parse(byte_level_tokenizer(kVocab, json::array({added_token(1, "<|end_of_text|>")})));
   EXPECT_EQ(vocab.size(), 15);
   EXPECT_EQ(decode(vocab, {0, 1}), "h<|end_of_text|>");
   EXPECT_EQ(vocab.end_of_text(), 1);
 }
 
-// Every byte through GPT-2's table as its Python source builds it (bs, cs, n).
+// Every byte through GPT-2's table as its Python source builds it.
 TEST(BpeVocab, EveryByteRoundTrips) {
-  std::vector<int> bs;
-  for (int b = '!'; b <= '~'; ++b) bs.push_back(b);
-  for (int b = 0xA1; b <= 0xAC; ++b) bs.push_back(b);
-  for (int b = 0xAE; b <= 0xFF; ++b) bs.push_back(b);
-  std::vector<int> cs = bs;
-  int n = 0;
-  for (int b = 0; b < 256; ++b) {
-    if (std::find(bs.begin(), bs.end(), b) == bs.end()) {
-      bs.push_back(b);
-      cs.push_back(256 + n++);
-    }
-  }
-  ASSERT_EQ(bs.size(), 256u);
   json vocab = json::object();
-  for (size_t i = 0; i < bs.size(); ++i) {
-    // The code point as UTF-8 (all below U+0800: one or two bytes).
-    const int cp = cs[i];
-    std::string utf8;
-    if (cp < 0x80) {
-      utf8 = std::string(1, static_cast<char>(cp));
-    } else {
-      utf8 = {static_cast<char>(0xC0 | cp >> 6), static_cast<char>(0x80 | (cp & 0x3F))};
-    }
-    vocab[utf8] = bs[i];  // id = the byte itself
-  }
-  const BpeVocab decoder = parse(tokenizer_json(vocab));
+  for (int b = 0; b < 256; ++b) vocab[testing::gpt2_byte_token(static_cast<uint8_t>(b))] = b;
+  const BpeVocab decoder = parse(byte_level_tokenizer(vocab));
   ASSERT_EQ(decoder.size(), 256);
   std::vector<int32_t> ids(256);
   std::string expected(256, '\0');
@@ -126,10 +91,12 @@ TEST(BpeVocab, EveryByteRoundTrips) {
     expected[b] = static_cast<char>(b);
   }
   EXPECT_EQ(decoder.decode(ids), expected);
+  EXPECT_EQ(testing::gpt2_byte_token(' '), "Ġ");
+  EXPECT_EQ(testing::gpt2_byte_token(0xAD), "Ń");
 }
 
 TEST(BpeVocab, AcceptsASequenceOfByteLevelAndALegacyUntypedModel) {
-  json j = tokenizer_json(kVocab);
+  json j = byte_level_tokenizer(kVocab);
   j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "ByteLevel"}}}}};
   EXPECT_EQ(decode(parse(j), {0, 1}), "hi");
   j["model"].erase("type");  // tokenizers < 0.10 wrote no type; merges make it BPE
@@ -138,17 +105,17 @@ TEST(BpeVocab, AcceptsASequenceOfByteLevelAndALegacyUntypedModel) {
 
 TEST(BpeVocab, LoadsAFile) {
   testing::ScratchDir dir("bpe_vocab");
-  write_file_atomic(dir / "tokenizer.json", tokenizer_json(kVocab).dump(2));
+  write_file_atomic(dir / "tokenizer.json", byte_level_tokenizer(kVocab).dump(2));
   EXPECT_EQ(decode(BpeVocab::load(dir / "tokenizer.json"), {0, 1, 5}), "hi world");
 }
 
 TEST(BpeVocab, IdsOutsideTheVocabularyNameTheIdAndTheSize) {
-  const BpeVocab vocab = parse(tokenizer_json(kVocab));
+  const BpeVocab vocab = parse(byte_level_tokenizer(kVocab));
   std::string e = error_of([&] { decode(vocab, {0, 15}); });
   EXPECT_CONTAINS(e, "tok.json: token id 15 at position 1 is outside the vocabulary of 15 ids");
   e = error_of([&] { decode(vocab, {-1}); });
   EXPECT_CONTAINS(e, "token id -1 at position 0 is outside the vocabulary of 15 ids");
-  const BpeVocab holes = parse(tokenizer_json({{"a", 0}, {"b", 3}}));
+  const BpeVocab holes = parse(byte_level_tokenizer({{"a", 0}, {"b", 3}}));
   EXPECT_EQ(holes.size(), 4);
   e = error_of([&] { decode(holes, {0, 2}); });
   EXPECT_CONTAINS(e, "token id 2 at position 1 is a hole in the vocabulary of 4 ids");
@@ -167,15 +134,20 @@ TEST(BpeVocab, MissingFileAndNotJson) {
   // GPT-2's vocab.json alone: token -> id, no model.
   e = error_of([&] { BpeVocab::parse(R"({"h": 0, "i": 1})", "vocab.json"); });
   EXPECT_CONTAINS(e, "vocab.json: no \"model\" object, so not a Hugging Face tokenizer.json");
+  // A model's config.json has a "model" too.
+  e = error_of([&] { BpeVocab::parse(R"({"model": {"n_layer": 2}})", "config.json"); });
+  EXPECT_CONTAINS(e,
+                  "config.json: \"model\" has no \"type\" and no \"merges\", so this is not "
+                  "a Hugging Face tokenizer.json");
 }
 
 TEST(BpeVocab, RefusesTokenizersThatAreNotByteLevelBpe) {
-  json j = tokenizer_json(kVocab);
+  json j = byte_level_tokenizer(kVocab);
   j["model"]["type"] = "WordPiece";
   std::string e = error_of([&] { parse(j); });
   EXPECT_CONTAINS(e, "tok.json: the model is WordPiece, not BPE; tandem decodes byte-level BPE");
 
-  j = tokenizer_json(kVocab);
+  j = byte_level_tokenizer(kVocab);
   j["decoder"] = nullptr;
   EXPECT_CONTAINS(error_of([&] { parse(j); }), "tok.json: a BPE tokenizer without a decoder");
 
@@ -190,29 +162,30 @@ TEST(BpeVocab, RefusesTokenizersThatAreNotByteLevelBpe) {
 }
 
 TEST(BpeVocab, RefusesMalformedVocabularies) {
-  EXPECT_CONTAINS(error_of([&] { parse(tokenizer_json(json::object())); }),
+  EXPECT_CONTAINS(error_of([&] { parse(byte_level_tokenizer(json::object())); }),
                   "tok.json: model.vocab is object and empty");
   EXPECT_CONTAINS(error_of([&] {
-                    parse(tokenizer_json({{"a", "zero"}}));
+                    parse(byte_level_tokenizer({{"a", "zero"}}));
                   }),
                   "tok.json: model.vocab token \"a\" has id \"zero\", expected a non-negative "
                   "integer");
   EXPECT_CONTAINS(error_of([&] {
-                    parse(tokenizer_json({{"a", -3}}));
+                    parse(byte_level_tokenizer({{"a", -3}}));
                   }),
                   "model.vocab token \"a\" has id -3, outside 0..");
   EXPECT_CONTAINS(error_of([&] {
-                    parse(tokenizer_json({{"a", 0}, {"b", 0}}));
+                    parse(byte_level_tokenizer({{"a", 0}, {"b", 0}}));
                   }),
                   "model.vocab gives id 0 to two tokens");
   EXPECT_CONTAINS(error_of([&] {
-                    parse(tokenizer_json(kVocab, json::array({{{"id", 20}}})));
+                    parse(byte_level_tokenizer(kVocab, json::array({{{"id", 20}}})));
                   }),
                   "tok.json: added_tokens[0] is {\"id\":20}, expected {\"id\": integer, "
                   "\"content\": string}");
-  EXPECT_CONTAINS(
-      error_of([&] { parse(tokenizer_json(kVocab, json::array({added_token(-1, "<pad>")}))); }),
-      "added token \"<pad>\" has id -1");
+  EXPECT_CONTAINS(error_of([&] {
+                    parse(byte_level_tokenizer(kVocab, json::array({added_token(-1, "<pad>")})));
+                  }),
+                  "added token \"<pad>\" has id -1");
 }
 
 }  // namespace

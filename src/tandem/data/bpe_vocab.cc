@@ -158,9 +158,11 @@ BpeVocab BpeVocab::parse(std::string_view json_text, const std::string& source) 
   // Files written before tokenizers 0.10 leave out the model's type; a BPE model is the one
   // with merges.
   const json* model_type = find_key(*model, "type");
-  const std::string type = model_type != nullptr && model_type->is_string()
-                               ? model_type->get<std::string>()
-                               : (find_key(*model, "merges") != nullptr ? "BPE" : "(untyped)");
+  TANDEM_CHECK(model_type != nullptr || find_key(*model, "merges") != nullptr, source,
+               ": \"model\" has no \"type\" and no \"merges\", so this is not a Hugging Face "
+               "tokenizer.json (a model's config?); ",
+               kWhatIsNeeded);
+  const std::string type = model_type == nullptr ? "BPE" : type_of(*model);
   TANDEM_CHECK(type == "BPE", source, ": the model is ", type, ", not BPE; ", kWhatIsNeeded);
   const json* decoder = find_key(root, "decoder");
   TANDEM_CHECK(decoder != nullptr && !decoder->is_null(), source,
