@@ -96,11 +96,11 @@ void sample_token_ids(const Args& args, const TrainingState& state) {
     std::fputc('\n', stdout);
     return;
   }
-  const std::vector<int32_t> ids = sample_tokens(model, prompt, args.tokens, rng, args.temperature);
   std::fprintf(stderr,
                "tandem: the model's vocabulary is %d tokens, not bytes: printing the sampled "
                "token ids (--tokenizer tokenizer.json decodes them)\n",
                vocab_size);
+  const std::vector<int32_t> ids = sample_tokens(model, prompt, args.tokens, rng, args.temperature);
   for (size_t i = 0; i < ids.size(); i++) std::printf(i ? " %d" : "%d", ids[i]);
   std::fputc('\n', stdout);
 }
