@@ -16,7 +16,7 @@
 namespace tandem {
 namespace {
 
-const GptConfig kDemoModel{
+const ModelConfig kDemoModel{
     .vocab_size = 256, .context_length = 128, .n_layer = 4, .n_head = 4, .n_embd = 128};
 constexpr int kBatch = 16, kSeq = 128;
 

@@ -131,17 +131,17 @@ TEST(Bf16Kernels, EveryCpuKernelRoundsTheFp32ResultOnce) {
   {  // attention: lse stays fp32
     std::vector<float> out(N * C), lse(B * NH * T), lse16(B * NH * T), dqkv(N * 3 * C);
     std::vector<Bf16> out16(N * C), dqkv16(N * 3 * C);
-    k.attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-    k.attention_forward(out16.data(), lse16.data(), to_bf16(qkv).data(), B, T, C, NH);
+    k.attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NH, C / NH);
+    k.attention_forward(out16.data(), lse16.data(), to_bf16(qkv).data(), B, T, NH, NH, C / NH);
     expect_rounded_once(out16, out, "attention_forward");
     EXPECT_EQ(lse, lse16);
     // Backward from the bf16 forward's (rounded) output, on both sides.
     std::vector<float> out_rounded(N * C);
     for (size_t i = 0; i < out16.size(); i++) out_rounded[i] = to_float(out16[i]);
     k.attention_backward(dqkv.data(), dout_c.data(), qkv.data(), out_rounded.data(), lse.data(), B,
-                         T, C, NH);
+                         T, NH, NH, C / NH);
     k.attention_backward(dqkv16.data(), to_bf16(dout_c).data(), to_bf16(qkv).data(), out16.data(),
-                         lse.data(), B, T, C, NH);
+                         lse.data(), B, T, NH, NH, C / NH);
     expect_rounded_once(dqkv16, dqkv, "attention_backward");
   }
   {  // cross-entropy: fp32 losses
@@ -159,7 +159,8 @@ TEST(Bf16Kernels, EveryCpuKernelRoundsTheFp32ResultOnce) {
 
 // A tiny model's loss and gradients in fp32 and bf16 from the same (bf16-exact) weights.
 struct Precisions {
-  GptConfig config{.vocab_size = 41, .context_length = 12, .n_layer = 2, .n_head = 2, .n_embd = 32};
+  ModelConfig config{
+      .vocab_size = 41, .context_length = 12, .n_layer = 2, .n_head = 2, .n_embd = 32};
   int B = 3, T = 11;
   std::unique_ptr<ComputeBackend> backend = make_cpu_backend();
   Gpt f32{config, *backend, B, T, StorageDType::kF32};

@@ -211,13 +211,14 @@ void check_attention(int B, int T, int C, int NH) {
   const AttentionRef ref = attention_ref(qkv, dout, B, T, C, NH);
 
   std::vector<float> out(dout.size()), lse(static_cast<size_t>(B) * NH * T);
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NH, C / NH);
   expect_close(out, ref.out, "out");
   expect_close(lse, ref.lse, "lse");
 
   // Start from garbage: the kernel overwrites dqkv.
   std::vector<float> dqkv(qkv.size(), 123.0f);
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, NH, NH,
+                     C / NH);
   expect_close(dqkv, ref.dqkv, "dqkv");
 }
 

@@ -150,14 +150,15 @@ void expect_every_kernel_matches(const Sizes& s, double rel, double attention_re
   if (s.attention) {
     const auto qkv = t.upload(data(N * 3 * C, 11));
     const auto lse = t.floats(std::vector<float>(B * NH * T));
-    cpu->attention_forward(out.first, lse.first, qkv.first, B, T, C, NH);
-    gpu->attention_forward(out.second, lse.second, qkv.second, B, T, C, NH);
+    cpu->attention_forward(out.first, lse.first, qkv.first, B, T, NH, NH, C / NH);
+    gpu->attention_forward(out.second, lse.second, qkv.second, B, T, NH, NH, C / NH);
     t.expect_near(out, N * C, rel, "attention_forward");
     t.expect_near(lse, B * NH * T, rel, "attention_forward lse");
     const auto dqkv = t.upload(zeros(N * 3 * C));
-    cpu->attention_backward(dqkv.first, dout.first, qkv.first, out.first, lse.first, B, T, C, NH);
-    gpu->attention_backward(dqkv.second, dout.second, qkv.second, out.second, lse.second, B, T, C,
-                            NH);
+    cpu->attention_backward(dqkv.first, dout.first, qkv.first, out.first, lse.first, B, T, NH, NH,
+                            C / NH);
+    gpu->attention_backward(dqkv.second, dout.second, qkv.second, out.second, lse.second, B, T, NH,
+                            NH, C / NH);
     t.expect_near(dqkv, N * 3 * C, attention_rel, "attention_backward");
   }
 
@@ -357,8 +358,8 @@ void expect_flash_attention_matches(int B, int T, int NH, int hs, double rel) {
   const auto dout = t.upload(stored<Elem>(randn(static_cast<size_t>(N) * C, 32)));
   const auto out = t.upload(std::vector<Elem>(static_cast<size_t>(N) * C));
   const auto lse = t.floats(std::vector<float>(static_cast<size_t>(B) * NH * T));
-  cpu->attention_forward(out.first, lse.first, qkv.first, B, T, C, NH);
-  gpu->attention_forward(out.second, lse.second, qkv.second, B, T, C, NH);
+  cpu->attention_forward(out.first, lse.first, qkv.first, B, T, NH, NH, C / NH);
+  gpu->attention_forward(out.second, lse.second, qkv.second, B, T, NH, NH, C / NH);
   t.expect_near(out, static_cast<size_t>(N) * C, rel, "attention_forward");
   t.expect_near(lse, static_cast<size_t>(B) * NH * T, rel, "attention_forward lse");
   // Both backward passes from the GPU's forward output and lse, so they differ only by
@@ -370,9 +371,10 @@ void expect_flash_attention_matches(int B, int T, int NH, int hs, double rel) {
   cpu->copy_from_host(out.first, gpu_out.data(), gpu_out.size() * sizeof(Elem));
   cpu->copy_from_host(lse.first, gpu_lse.data(), gpu_lse.size() * sizeof(float));
   const auto dqkv = t.upload(std::vector<Elem>(static_cast<size_t>(N) * 3 * C));
-  cpu->attention_backward(dqkv.first, dout.first, qkv.first, out.first, lse.first, B, T, C, NH);
-  gpu->attention_backward(dqkv.second, dout.second, qkv.second, out.second, lse.second, B, T, C,
-                          NH);
+  cpu->attention_backward(dqkv.first, dout.first, qkv.first, out.first, lse.first, B, T, NH, NH,
+                          C / NH);
+  gpu->attention_backward(dqkv.second, dout.second, qkv.second, out.second, lse.second, B, T, NH,
+                          NH, C / NH);
   t.expect_near(dqkv, static_cast<size_t>(N) * 3 * C, rel, "attention_backward");
 }
 
@@ -388,7 +390,7 @@ TEST(CudaBackend, FlashAttentionMatchesTheCpuAcrossTiles) {
 // The tiny model on both backends from the same weights: loss within loss_rel, every
 // gradient within grad_rel of its tensor's largest one.
 void expect_tiny_model_matches(StorageDType dtype, double loss_rel, double grad_rel) {
-  const GptConfig config{
+  const ModelConfig config{
       .vocab_size = 64, .context_length = 16, .n_layer = 2, .n_head = 4, .n_embd = 32};
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend();

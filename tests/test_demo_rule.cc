@@ -18,7 +18,8 @@
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/device/device.h"
 #include "tandem/dist/local_group.h"
-#include "tandem/model/gpt_config.h"
+#include "tandem/model/model_config.h"
+#include "tandem/model/model_family.h"
 #include "tandem/model/param_layout.h"
 #include "tandem/offload/offload_plan.h"
 #include "tandem/offload/update_engine.h"
@@ -29,7 +30,7 @@
 namespace tandem {
 namespace {
 
-const GptConfig kModel{
+const ModelConfig kModel{
     .vocab_size = 64, .context_length = 16, .n_layer = 2, .n_head = 2, .n_embd = 32};
 constexpr int kRanks = 3, kSteps = 3;
 
@@ -50,7 +51,7 @@ float scale(int step) { return step == 1 ? 0.5f : 1.0f; }
 
 // Rank r's gradients at each step, and everyone's starting parameters.
 struct Problem {
-  ParamLayout layout = ParamLayout::gpt2(kModel);
+  ParamLayout layout = model_layout(kModel);
   size_t P = layout.num_elements();
   std::vector<float> params;
   std::vector<std::vector<std::vector<float>>> grads;  // [rank][step]

@@ -15,6 +15,7 @@
 #include "tandem/core/thread_pool.h"
 #include "tandem/dist/agreement.h"
 #include "tandem/dist/local_group.h"
+#include "tandem/model/model_family.h"
 #include "tandem/model/param_layout.h"
 #include "tandem/train/memory_plan.h"
 #include "tandem/train/train_checkpoint.h"
@@ -250,7 +251,7 @@ TEST_F(DemoTraining, ThePlanHoldsEightBytesPerParameterAndCutsAtTensorEnds) {
   EXPECT_EQ(plan.model_state_bytes(), plan.model_bytes + 8 * P);
   EXPECT_CONTAINS(plan.to_text(), "fp32 params, delta");
   std::vector<size_t> ends;
-  const ParamLayout layout = ParamLayout::gpt2(config.model);
+  const ParamLayout layout = model_layout(config.model);
   for (const ParamView& view : layout.views()) ends.push_back(view.offset + view.numel);
   ASSERT_GT(plan.offload.subgroups.size(), 3u);
   for (const Subgroup& sg : plan.offload.subgroups)

@@ -14,11 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "tandem/ckpt/gpt2_weights.h"
+#include "tandem/ckpt/hf_weights.h"
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/device/device.h"
 #include "tandem/model/gpt.h"
+#include "tandem/model/model_family.h"
 #include "tandem/offload/update_engine.h"
 #include "tandem/optim/grad_clip.h"
 #include "test_util.h"
@@ -31,7 +32,7 @@ const std::string kFixture =
 
 struct Fixture {
   SafetensorsFile file = SafetensorsFile::read(kFixture);
-  GptConfig config;
+  ModelConfig config;
   int B = 0, T = 0;
   std::vector<int32_t> tokens, targets;
 
@@ -50,7 +51,7 @@ struct Fixture {
   double meta(const char* key) const { return std::stod(file.metadata().at(key)); }
   std::vector<float> params(const ParamLayout& layout, const std::string& prefix = "") const {
     std::vector<float> p(layout.num_elements());
-    read_gpt2_safetensors(file, layout, p.data(), prefix);
+    read_hf_safetensors(file, layout, p.data(), prefix);
     return p;
   }
 };
@@ -142,11 +143,11 @@ TEST(Gpt2Fixture, ThreeClippedAdamWStepsMatchPyTorch) {
 
 TEST(Gpt2Fixture, SafetensorsExportRoundTripsTheHuggingFaceLayout) {
   Fixture fx;
-  const ParamLayout layout = ParamLayout::gpt2(fx.config);
+  const ParamLayout layout = model_layout(fx.config);
   const std::vector<float> params = fx.params(layout);
   const auto path = std::filesystem::temp_directory_path() /
                     ("tandem_gpt2_export_" + std::to_string(::getpid()) + ".safetensors");
-  write_gpt2_safetensors(path, layout, params.data());
+  write_hf_safetensors(path, layout, params.data());
   const SafetensorsFile written = SafetensorsFile::read(path);
   std::filesystem::remove(path);
   // Same names, shapes and bytes as the PyTorch-written Hugging Face tensors.

@@ -15,12 +15,14 @@
 #include "tandem/core/rng.h"
 #include "tandem/device/device.h"
 #include "tandem/model/gpt.h"
+#include "tandem/model/model_family.h"
 
 namespace tandem {
 namespace {
 
 struct TinySetup {
-  GptConfig config{.vocab_size = 37, .context_length = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
+  ModelConfig config{
+      .vocab_size = 37, .context_length = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
   int B = 2, T = 7;
   std::vector<int32_t> tokens, targets;
   std::vector<float> params;
@@ -126,7 +128,7 @@ TEST(GptGradcheck, BackwardAccumulatesScaledGradients) {
 
 TEST(GptMemory, ActivationBytesFormulaMatchesWhatTheModelAllocates) {
   auto backend = make_cpu_backend();
-  const GptConfig config{
+  const ModelConfig config{
       .vocab_size = 50, .context_length = 12, .n_layer = 3, .n_head = 2, .n_embd = 8};
   Gpt model(config, *backend, 3, 10);
   EXPECT_EQ(model.allocated_bytes(), 2 * sizeof(float) * model.layout().num_elements() +
@@ -134,9 +136,9 @@ TEST(GptMemory, ActivationBytesFormulaMatchesWhatTheModelAllocates) {
 }
 
 TEST(GptMemory, TheModelsTensorsCountAgainstTheDevicesCapacity) {
-  const GptConfig config{
+  const ModelConfig config{
       .vocab_size = 50, .context_length = 12, .n_layer = 3, .n_head = 2, .n_embd = 8};
-  const size_t needed = 2 * sizeof(float) * ParamLayout::gpt2(config).num_elements() +
+  const size_t needed = 2 * sizeof(float) * model_layout(config).num_elements() +
                         Gpt::activation_bytes(config, 3, 10);
   {
     auto device = make_cpu_device({.memory_bytes = needed});

@@ -13,6 +13,7 @@
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/model/model_family.h"
 #include "tandem/model/param_layout.h"
 #include "tandem/train/streamed_checkpoint.h"
 #include "tandem/train/train_checkpoint.h"
@@ -119,7 +120,7 @@ TEST(NonFinite, ASaveRefusesANonFiniteStateNamingTheTensor) {
   TrainingState state;
   state.config = parse_train_config(testing::tiny_run_config(dir / "data.txt", dir / "run"));
   state.step = 5;
-  const ParamLayout layout = ParamLayout::gpt2(state.config.model);
+  const ParamLayout layout = model_layout(state.config.model);
   const size_t P = layout.num_elements();
   state.params = testing::randn(P, 1);
   state.optimizer_state = {testing::randn(P, 2), testing::randn(P, 3)};

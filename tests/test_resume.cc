@@ -8,6 +8,7 @@
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/model/model_family.h"
 #include "tandem/model/param_layout.h"
 #include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
@@ -74,7 +75,7 @@ TEST(Resume, ShardedWeightsFollowHuggingFacesLayoutAndResumeBitExactly) {
   ASSERT_FALSE(std::filesystem::exists(ckpt / "model.safetensors"));
   const nlohmann::json index =
       nlohmann::json::parse(read_file_text(ckpt / "model.safetensors.index.json"));
-  const ParamLayout layout = ParamLayout::gpt2(parse_train_config(json).model);
+  const ParamLayout layout = model_layout(parse_train_config(json).model);
   EXPECT_EQ(index["weight_map"].size(), layout.views().size());
   size_t total = 0;
   std::set<std::string> shards;

@@ -43,11 +43,11 @@ BpeVocab eight_token_vocab() {
 struct TinyModel {
   explicit TinyModel(int vocab_size)
       : backend(make_cpu_backend()),
-        model(GptConfig{.vocab_size = vocab_size,
-                        .context_length = 8,
-                        .n_layer = 1,
-                        .n_head = 2,
-                        .n_embd = 16},
+        model(ModelConfig{.vocab_size = vocab_size,
+                          .context_length = 8,
+                          .n_layer = 1,
+                          .n_head = 2,
+                          .n_embd = 16},
               *backend, 1, 8) {
     model.init_weights(11);
   }

@@ -12,6 +12,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/rng.h"
+#include "tandem/model/model_family.h"
 #include "tandem/model/param_layout.h"
 #include "tandem/train/optimizer_setup.h"
 #include "tandem/train/streamed_checkpoint.h"
@@ -28,7 +29,7 @@ TrainingState random_state(const nlohmann::json& json, uint64_t seed) {
   state.step = 42;
   state.train_position = {.epoch = 1, .batch = 3};
   state.sample_rng = {1, 2, 3, 0xfedcba9876543210ull};
-  const size_t P = ParamLayout::gpt2(state.config.model).num_elements();
+  const size_t P = model_layout(state.config.model).num_elements();
   state.params = testing::randn(P, seed);
   for (size_t k = 0; k < optimizer_state_names(state.config.optimizer).size(); k++)
     state.optimizer_state.push_back(testing::randn(P, seed + 1 + k));

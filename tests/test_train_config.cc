@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "tandem/core/error.h"
-#include "tandem/model/gpt_config.h"
+#include "tandem/model/model_config.h"
 #include "tandem/train/train_config.h"
 #include "test_util.h"
 
@@ -118,11 +118,11 @@ class TempFile {
   fs::path dir_, path_;
 };
 
-// ---- GptConfig -------------------------------------------------------------------------
+// ---- ModelConfig -------------------------------------------------------------------------
 
-TEST(GptConfig, NumParametersMatchesGpt2Small) {
+TEST(ModelConfig, NumParametersMatchesGpt2Small) {
   // GPT-2 124M with llm.c's padded vocabulary: the well-known 124,475,904.
-  GptConfig c{
+  ModelConfig c{
       .vocab_size = 50304, .context_length = 1024, .n_layer = 12, .n_head = 12, .n_embd = 768};
   EXPECT_EQ(c.num_parameters(), 124475904);
   // And the unpadded 50257 vocabulary: 124,439,808 (Hugging Face's count).
@@ -130,16 +130,17 @@ TEST(GptConfig, NumParametersMatchesGpt2Small) {
   EXPECT_EQ(c.num_parameters(), 124439808);
 }
 
-TEST(GptConfig, NumParametersSmall) {
-  const GptConfig c{.vocab_size = 10, .context_length = 4, .n_layer = 2, .n_head = 1, .n_embd = 2};
+TEST(ModelConfig, NumParametersSmall) {
+  const ModelConfig c{
+      .vocab_size = 10, .context_length = 4, .n_layer = 2, .n_head = 1, .n_embd = 2};
   // wte 20 + wpe 8 + 2 layers * (12*4 + 13*2 = 74) + final LayerNorm 4.
   EXPECT_EQ(c.num_parameters(), 20 + 8 + 2 * 74 + 4);
 }
 
-TEST(GptConfig, ValidateAcceptsDefaults) { EXPECT_NO_THROW(GptConfig{}.validate()); }
+TEST(ModelConfig, ValidateAcceptsDefaults) { EXPECT_NO_THROW(ModelConfig{}.validate()); }
 
-TEST(GptConfig, ValidateNamesFieldAndAllowedHeads) {
-  GptConfig c;
+TEST(ModelConfig, ValidateNamesFieldAndAllowedHeads) {
+  ModelConfig c;
   c.n_head = 5;
   try {
     c.validate();
@@ -152,8 +153,8 @@ TEST(GptConfig, ValidateNamesFieldAndAllowedHeads) {
   }
 }
 
-TEST(GptConfig, ValidateRanges) {
-  const auto message = [](GptConfig c) -> std::string {
+TEST(ModelConfig, ValidateRanges) {
+  const auto message = [](ModelConfig c) -> std::string {
     try {
       c.validate();
     } catch (const Error& e) {
@@ -161,22 +162,22 @@ TEST(GptConfig, ValidateRanges) {
     }
     return "";
   };
-  GptConfig c;
+  ModelConfig c;
   c.vocab_size = 0;
   EXPECT_NE(message(c).find("model.vocab_size = 0"), std::string::npos) << message(c);
-  c = GptConfig{};
+  c = ModelConfig{};
   c.vocab_size = (1 << 24) + 1;
   EXPECT_NE(message(c).find("16777216"), std::string::npos) << message(c);
-  c = GptConfig{};
+  c = ModelConfig{};
   c.context_length = -3;
   EXPECT_NE(message(c).find("model.context_length"), std::string::npos);
-  c = GptConfig{};
+  c = ModelConfig{};
   c.n_layer = 0;
   EXPECT_NE(message(c).find("model.n_layer"), std::string::npos);
-  c = GptConfig{};
+  c = ModelConfig{};
   c.n_embd = 0;
   EXPECT_NE(message(c).find("model.n_embd"), std::string::npos);
-  c = GptConfig{};
+  c = ModelConfig{};
   c.n_head = 0;
   EXPECT_NE(message(c).find("model.n_head"), std::string::npos);
 }

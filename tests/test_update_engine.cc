@@ -24,6 +24,7 @@
 #include "tandem/device/cpu/cpu_device.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/device/device.h"
+#include "tandem/model/model_family.h"
 #include "tandem/model/param_layout.h"
 #include "tandem/offload/offload_plan.h"
 #include "tandem/offload/perf_model.h"
@@ -36,14 +37,14 @@
 namespace tandem {
 namespace {
 
-const GptConfig kModel{
+const ModelConfig kModel{
     .vocab_size = 64, .context_length = 16, .n_layer = 2, .n_head = 2, .n_embd = 32};
 const AdamWHyper kHyper{
     .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
 constexpr int kSteps = 3;
 
 struct Problem {
-  ParamLayout layout = ParamLayout::gpt2(kModel);
+  ParamLayout layout = model_layout(kModel);
   size_t P = layout.num_elements();
   std::vector<float> params, m, v;
   std::vector<std::vector<float>> grads;  // per step

@@ -11,7 +11,7 @@
 #include "tandem/core/rng.h"
 #include "tandem/data/bpe_vocab.h"
 #include "tandem/data/byte_tokenizer.h"
-#include "tandem/model/gpt.h"
+#include "tandem/model/model_family.h"
 #include "tandem/train/sampler.h"
 #include "tandem/train/train_checkpoint.h"
 
@@ -85,12 +85,14 @@ void sample_token_ids(const Args& args, const TrainingState& state) {
   }
 
   auto backend = make_cpu_backend();
-  Gpt model(state.config.model, *backend, 1, state.config.model.context_length);
-  model.set_params(state.params);
+  const std::unique_ptr<Model> model =
+      make_model(state.config.model, *backend, 1, state.config.model.context_length);
+  model->set_params(state.params);
   Rng rng(args.seed);
   if (vocab != nullptr) {
     const std::string prompt_text = vocab->decode(prompt);
-    const std::string text = sample_text(model, *vocab, prompt, args.tokens, rng, args.temperature);
+    const std::string text =
+        sample_text(*model, *vocab, prompt, args.tokens, rng, args.temperature);
     std::fwrite(prompt_text.data(), 1, prompt_text.size(), stdout);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fputc('\n', stdout);
@@ -100,7 +102,8 @@ void sample_token_ids(const Args& args, const TrainingState& state) {
                "tandem: the model's vocabulary is %d tokens, not bytes: printing the sampled "
                "token ids (--tokenizer tokenizer.json decodes them)\n",
                vocab_size);
-  const std::vector<int32_t> ids = sample_tokens(model, prompt, args.tokens, rng, args.temperature);
+  const std::vector<int32_t> ids =
+      sample_tokens(*model, prompt, args.tokens, rng, args.temperature);
   for (size_t i = 0; i < ids.size(); i++) std::printf(i ? " %d" : "%d", ids[i]);
   std::fputc('\n', stdout);
 }
@@ -144,10 +147,12 @@ void register_sample(CLI::App& app) {
                  "--prompt-tokens and --tokens are for models of a BPE vocabulary; this model is "
                  "byte-level (vocab_size 256): use --prompt TEXT and --bytes N");
     auto backend = make_cpu_backend();
-    Gpt model(state.config.model, *backend, 1, state.config.model.context_length);
-    model.set_params(state.params);
+    const std::unique_ptr<Model> model =
+        make_model(state.config.model, *backend, 1, state.config.model.context_length);
+    model->set_params(state.params);
     Rng rng(args->seed);
-    const std::string text = sample_bytes(model, args->prompt, args->bytes, rng, args->temperature);
+    const std::string text =
+        sample_bytes(*model, args->prompt, args->bytes, rng, args->temperature);
     std::fwrite(args->prompt.data(), 1, args->prompt.size(), stdout);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fputc('\n', stdout);

@@ -1,7 +1,7 @@
 // The compute backend: the memory and kernels the model is written against.
 //
-// The GPT model (model/gpt.h) never touches memory or math directly; it allocates
-// buffers and calls kernels through this interface. The CPU backend (compute/cpu/)
+// The models (model/) never touch memory or math directly; they allocate
+// buffers and call kernels through this interface. The CPU backend (compute/cpu/)
 // implements it with OpenBLAS and OpenMP; a CUDA backend implements the same
 // interface, so adding a backend changes neither the model nor the trainer.
 //
@@ -69,7 +69,7 @@ class StorageKernels {
   virtual void sum_of_squares_blocks(const Elem* x, size_t n, double* partials) = 0;
 
   // ---- forward kernels ------------------------------------------------------
-  // out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]
+  // out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]; wpe null: no position embedding (Llama).
   virtual void encoder_forward(Elem* out, const int32_t* tokens, const Elem* wte, const Elem* wpe,
                                int B, int T, int C) = 0;
   // out[N,C] = (inp - mean) * rstd * weight + bias, per row; saves mean[N], rstd[N].
@@ -79,12 +79,26 @@ class StorageKernels {
   // accumulation.
   virtual void matmul_forward(Elem* out, const Elem* inp, const Elem* weight, const Elem* bias,
                               int N, int C, int OC) = 0;
-  // Causal multi-head attention. qkv[B,T,3C] holds q, k, v as consecutive C-wide
-  // chunks; head h uses columns [h*hs, (h+1)*hs) of each. out[B,T,C] = softmax(q k^T /
-  // sqrt(hs)) v per head; lse[B,NH,T] saves each softmax row's log-sum-exp so the
-  // backward pass can recompute probabilities without a stored T x T matrix.
-  virtual void attention_forward(Elem* out, float* lse, const Elem* qkv, int B, int T, int C,
-                                 int NH) = 0;
+  // Causal multi-head attention with grouped-query heads. qkv[B,T,(NH+2KVH)*HS] holds NH
+  // query heads, then KVH key heads, then KVH value heads, HS columns each; query head h
+  // attends with key/value head h / (NH/KVH) (KVH divides NH; KVH = NH is multi-head
+  // attention, GPT-2's). out[B,T,NH*HS] = softmax(q k^T / sqrt(HS)) v per head;
+  // lse[B,NH,T] saves each softmax row's log-sum-exp so the backward pass can recompute
+  // probabilities without a stored T x T matrix.
+  virtual void attention_forward(Elem* out, float* lse, const Elem* qkv, int B, int T, int NH,
+                                 int KVH, int HS) = 0;
+  // out[N,C] = inp * rstd * weight per row, rstd = 1 / sqrt(mean(inp^2) + eps) (Llama's
+  // RMSNorm); saves rstd[N].
+  virtual void rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight,
+                               float eps, int N, int C) = 0;
+  // Rotary position embedding in place on the NH query and KVH key heads of qkv (laid out
+  // as for attention_forward; the value heads are untouched), Hugging Face's rotate-half
+  // form: for i < HS/2, (x[i], x[i + HS/2]) at position t turns by the angle whose cosine
+  // and sine are cos_sin[t, i, 0..1] (host-computed, fp32, [T, HS/2, 2]).
+  virtual void rope_forward(Elem* qkv, const float* cos_sin, int B, int T, int NH, int KVH,
+                            int HS) = 0;
+  // out[N,I] = silu(inp[n, :I]) * inp[n, I:] for inp[N,2I] = [gate | up] per row (SwiGLU).
+  virtual void swiglu_forward(Elem* out, const Elem* inp, int N, int I) = 0;
   // out[N] = GELU(inp[N]), tanh approximation (GPT-2's gelu_new).
   virtual void gelu_forward(Elem* out, const Elem* inp, size_t N) = 0;
   // out[N] = a[N] + b[N]
@@ -105,12 +119,22 @@ class StorageKernels {
   virtual void layernorm_backward(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout,
                                   const Elem* inp, const Elem* weight, const float* mean,
                                   const float* rstd, int N, int C) = 0;
-  // dqkv[B,T,3C] from dout[B,T,C], recomputing probabilities from qkv and lse.
+  // dqkv[B,T,(NH+2KVH)*HS] from dout[B,T,NH*HS], recomputing probabilities from qkv and
+  // lse; a key/value head's gradient sums its NH/KVH query heads'.
   virtual void attention_backward(Elem* dqkv, const Elem* dout, const Elem* qkv, const Elem* out,
-                                  const float* lse, int B, int T, int C, int NH) = 0;
+                                  const float* lse, int B, int T, int NH, int KVH, int HS) = 0;
+  // Accumulates: dinp[N,C] += d(rmsnorm)/d(inp); dweight[C] +=.
+  virtual void rmsnorm_backward(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* inp,
+                                const Elem* weight, const float* rstd, int N, int C) = 0;
+  // The inverse rotation of rope_forward, in place on the query and key heads' gradients.
+  virtual void rope_backward(Elem* dqkv, const float* cos_sin, int B, int T, int NH, int KVH,
+                             int HS) = 0;
+  // dinp[N,2I] = d(swiglu)/d(gate, up) * dout[N,I].
+  virtual void swiglu_backward(Elem* dinp, const Elem* inp, const Elem* dout, int N, int I) = 0;
   // dinp[N] = GELU'(inp) * dout
   virtual void gelu_backward(Elem* dinp, const Elem* inp, const Elem* dout, size_t N) = 0;
-  // dwte[V,C] += scatter of dout[B,T,C] by token; dwpe[maxT,C] += sum over the batch.
+  // dwte[V,C] += scatter of dout[B,T,C] by token; dwpe[maxT,C] += sum over the batch (dwpe
+  // null: no position embedding).
   virtual void encoder_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const int32_t* tokens,
                                 int B, int T, int C) = 0;
 };
@@ -176,6 +200,18 @@ class ComputeBackend : public StorageKernels<float>, public StorageKernels<Bf16>
   using StorageKernels<Bf16>::gelu_backward;
   using StorageKernels<float>::encoder_backward;
   using StorageKernels<Bf16>::encoder_backward;
+  using StorageKernels<float>::rmsnorm_forward;
+  using StorageKernels<Bf16>::rmsnorm_forward;
+  using StorageKernels<float>::rmsnorm_backward;
+  using StorageKernels<Bf16>::rmsnorm_backward;
+  using StorageKernels<float>::rope_forward;
+  using StorageKernels<Bf16>::rope_forward;
+  using StorageKernels<float>::rope_backward;
+  using StorageKernels<Bf16>::rope_backward;
+  using StorageKernels<float>::swiglu_forward;
+  using StorageKernels<Bf16>::swiglu_forward;
+  using StorageKernels<float>::swiglu_backward;
+  using StorageKernels<Bf16>::swiglu_backward;
 };
 
 // The host backend: OpenBLAS matmuls, OpenMP loops, on a `cpu` device (device.h), whose

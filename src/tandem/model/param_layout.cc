@@ -15,37 +15,24 @@ void ParamLayout::add(std::string name, std::vector<int64_t> shape, bool weight_
   view.weight_decay = weight_decay;
   view.hf_transposed = hf_transposed;
   num_elements_ += view.numel;
+  if (blocks_.empty()) blocks_.push_back({view.offset, view.offset});
+  blocks_.back().end = num_elements_;
   views_.push_back(std::move(view));
 }
 
-ParamLayout ParamLayout::gpt2(const GptConfig& config) {
-  const int64_t V = config.vocab_size, maxT = config.context_length, C = config.n_embd;
-  ParamLayout layout;
-  layout.add("transformer.wte.weight", {V, C}, true, false);
-  layout.add("transformer.wpe.weight", {maxT, C}, true, false);
-  for (int l = 0; l < config.n_layer; l++) {
-    const std::string p = "transformer.h." + std::to_string(l) + ".";
-    layout.add(p + "ln_1.weight", {C}, false, false);
-    layout.add(p + "ln_1.bias", {C}, false, false);
-    layout.add(p + "attn.c_attn.weight", {3 * C, C}, true, true);
-    layout.add(p + "attn.c_attn.bias", {3 * C}, false, false);
-    layout.add(p + "attn.c_proj.weight", {C, C}, true, true);
-    layout.add(p + "attn.c_proj.bias", {C}, false, false);
-    layout.add(p + "ln_2.weight", {C}, false, false);
-    layout.add(p + "ln_2.bias", {C}, false, false);
-    layout.add(p + "mlp.c_fc.weight", {4 * C, C}, true, true);
-    layout.add(p + "mlp.c_fc.bias", {4 * C}, false, false);
-    layout.add(p + "mlp.c_proj.weight", {C, 4 * C}, true, true);
-    layout.add(p + "mlp.c_proj.bias", {C}, false, false);
-  }
-  layout.add("transformer.ln_f.weight", {C}, false, false);
-  layout.add("transformer.ln_f.bias", {C}, false, false);
-  return layout;
+void ParamLayout::begin_block() {
+  TANDEM_CHECK(blocks_.empty() || blocks_.back().size() > 0, "a block of the layout is empty");
+  blocks_.push_back({num_elements_, num_elements_});
+}
+
+const ParamView* ParamLayout::find(std::string_view name) const {
+  for (const ParamView& view : views_)
+    if (view.name == name) return &view;
+  return nullptr;
 }
 
 const ParamView& ParamLayout::at(std::string_view name) const {
-  for (const ParamView& view : views_)
-    if (view.name == name) return view;
+  if (const ParamView* view = find(name)) return *view;
   fail("no parameter named '", name, "' in the model (first is '", views_.front().name, "')");
 }
 

@@ -7,7 +7,7 @@
 #include "tandem/core/format.h"
 #include "tandem/core/host_memory.h"
 #include "tandem/device/cuda/cuda_device.h"
-#include "tandem/model/gpt.h"
+#include "tandem/model/model_family.h"
 #include "tandem/train/optimizer_setup.h"
 #include "tandem/zero/data_parallel.h"
 #include "tandem/zero/partition.h"
@@ -107,8 +107,8 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   plan.zero_stage = config.zero.stage;
   plan.num_params = static_cast<size_t>(config.model.num_parameters());
   plan.device_capacity = device.device_capacity();
-  plan.activation_bytes = Gpt::activation_bytes(config.model, config.micro_batch_size,
-                                                config.seq_len(), config.storage_dtype());
+  plan.activation_bytes = model_activation_bytes(config.model, config.micro_batch_size,
+                                                 config.seq_len(), config.storage_dtype());
   plan.model_elem_bytes = storage_dtype_bytes(config.storage_dtype());
   // Working params (padded to world_size equal partitions at ZeRO stages 1 and 2, this
   // rank's partition at 3) + gradients (all below stage 2, this rank's partition from it).
@@ -121,8 +121,8 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   plan.model_bytes = (params_held + grads_held) * e;
   if (stage >= 2) {
     const size_t partitioned = DataParallel::partitioned_bytes(
-        Gpt::blocks(config.model), plan.num_params, world_size, config.zero, config.storage_dtype(),
-        config.gradient_accumulation_steps);
+        model_layout(config.model).blocks(), plan.num_params, world_size, config.zero,
+        config.storage_dtype(), config.gradient_accumulation_steps);
     plan.zero_buffer_bytes = partitioned - (stage == 3 ? 2 * S : S) * e;
   }
   const bool automatic = config.offload.schedule == UpdateSchedule::kAuto;
@@ -135,10 +135,10 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   plan.pinned_snapshot = config.train.lazy_checkpoints && device.kind() == DeviceKind::kCuda;
   if (config.optimizer.type == OptimizerType::kDeMo) plan.state_names = "fp32 params, delta";
   const std::vector<size_t> cuts =
-      subgroup_cut_points(config.optimizer, ParamLayout::gpt2(config.model));
+      subgroup_cut_points(config.optimizer, model_layout(config.model));
   plan.offload = make_offload_plan(fixed, plan.num_params, state_range, cuts);
   plan.rule_workspace_bytes = optimizer_device_workspace_bytes(
-      config.optimizer, ParamLayout::gpt2(config.model), plan.offload, world_size, device.kind());
+      config.optimizer, model_layout(config.model), plan.offload, world_size, device.kind());
   add_up(plan, config, device.kind());
   if (!plan.fits()) return plan;  // nothing to measure: the run cannot start
   // The performance model times AdamW's kernels; DeMo's plans are fixed (no `auto`).

@@ -9,7 +9,7 @@
 
 namespace tandem {
 
-std::string sample_bytes(Gpt& model, std::string_view prompt, int num_bytes, Rng& rng,
+std::string sample_bytes(Model& model, std::string_view prompt, int num_bytes, Rng& rng,
                          float temperature) {
   TANDEM_CHECK(temperature > 0.0f, "temperature must be > 0, got ", temperature);
   TANDEM_CHECK(model.config().vocab_size == ByteTokenizer::kVocabSize,
@@ -21,7 +21,7 @@ std::string sample_bytes(Gpt& model, std::string_view prompt, int num_bytes, Rng
   return tokenizer.decode(sample_tokens(model, tokens, num_bytes, rng, temperature));
 }
 
-std::vector<int32_t> sample_tokens(Gpt& model, std::span<const int32_t> prompt, int num_tokens,
+std::vector<int32_t> sample_tokens(Model& model, std::span<const int32_t> prompt, int num_tokens,
                                    Rng& rng, float temperature, int vocab_limit) {
   TANDEM_CHECK(temperature > 0.0f, "temperature must be > 0, got ", temperature);
   const int V = model.config().vocab_size;
@@ -62,7 +62,7 @@ std::vector<int32_t> sample_tokens(Gpt& model, std::span<const int32_t> prompt, 
   return generated;
 }
 
-std::string sample_text(Gpt& model, const BpeVocab& vocab, std::span<const int32_t> prompt,
+std::string sample_text(Model& model, const BpeVocab& vocab, std::span<const int32_t> prompt,
                         int num_tokens, Rng& rng, float temperature) {
   TANDEM_CHECK(vocab.size() <= model.config().vocab_size, "the tokenizer has ", vocab.size(),
                " ids but the model's vocabulary is ", model.config().vocab_size,

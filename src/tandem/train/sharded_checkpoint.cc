@@ -4,12 +4,13 @@
 #include <memory>
 
 #include "tandem/ckpt/checkpoint_dir.h"
-#include "tandem/ckpt/gpt2_weights.h"
+#include "tandem/ckpt/hf_weights.h"
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/format.h"
 #include "tandem/dist/agreement.h"
+#include "tandem/model/model_family.h"
 #include "tandem/train/streamed_checkpoint.h"
 
 namespace tandem {
@@ -198,12 +199,11 @@ fs::path commit_sharded_checkpoint(Communicator& comm, ShardedStaging& staging,
         for (const std::string& name : staging.weight_files)
           staging.staged->add_written(record_checkpoint_file(staging.dir / name));
         if (staging.weight_files.size() > 1) {
-          const ParamLayout layout = ParamLayout::gpt2(staging.streamed->config.model);
+          const ParamLayout layout = model_layout(staging.streamed->config.model);
           const std::vector<WeightShard> plan =
-              plan_gpt2_weight_shards(layout, staging.streamed->config.train.max_shard_size);
+              plan_weight_shards(layout, staging.streamed->config.train.max_shard_size);
           staging.staged->write({kWeightIndexFile, [&](const fs::path& p) {
-                                   write_file_atomic(
-                                       p, gpt2_weight_index(layout, plan).dump(2) + "\n");
+                                   write_file_atomic(p, weight_index(layout, plan).dump(2) + "\n");
                                  }});
         }
         for (const CheckpointFileWriter& file : training_checkpoint_json_files(*staging.streamed))

@@ -8,10 +8,11 @@
 #include <cstring>
 #include <utility>
 
-#include "tandem/ckpt/gpt2_weights.h"
+#include "tandem/ckpt/hf_weights.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/format.h"
+#include "tandem/model/model_family.h"
 #include "tandem/train/optimizer_setup.h"
 
 namespace tandem {
@@ -136,10 +137,10 @@ const fs::path& StreamedFiles::path(size_t file) const { return files_.at(file)-
 
 std::vector<std::string> place_streamed_weights(StreamedFiles& files, const fs::path& dir,
                                                 const TrainConfig& config, bool create) {
-  const ParamLayout layout = ParamLayout::gpt2(config.model);
+  const ParamLayout layout = model_layout(config.model);
   std::vector<std::string> names;
-  for (const WeightShard& shard : plan_gpt2_weight_shards(layout, config.train.max_shard_size)) {
-    const SafetensorsWriter::Placement placement = place_gpt2_weight_shard(layout, shard);
+  for (const WeightShard& shard : plan_weight_shards(layout, config.train.max_shard_size)) {
+    const SafetensorsWriter::Placement placement = place_weight_shard(layout, shard);
     const size_t file =
         create ? files.create(dir / shard.file, placement) : files.open(dir / shard.file);
     for (size_t i = 0; i < shard.views.size(); i++) {
@@ -160,7 +161,7 @@ StreamedTrainingCheckpoint::StreamedTrainingCheckpoint(const fs::path& checkpoin
   files_.set_step(state_.step);
   weight_files_ = place_streamed_weights(files_, staged_.dir(), state_.config, true);
   // The optimizer's arrays, view by view, array by array (optimizer_file_writer's order).
-  const ParamLayout layout = ParamLayout::gpt2(state_.config.model);
+  const ParamLayout layout = model_layout(state_.config.model);
   const SafetensorsWriter::Placement placement =
       optimizer_file_writer(state_, layout).placement("optimizer.safetensors");
   const size_t file = files_.create(staged_.dir() / "optimizer.safetensors", placement);
@@ -194,11 +195,11 @@ fs::path StreamedTrainingCheckpoint::publish() {
   for (const std::string& name : weight_files_)
     staged_.add_written(record_checkpoint_file(staged_.dir() / name));
   if (weight_files_.size() > 1) {
-    const ParamLayout layout = ParamLayout::gpt2(state_.config.model);
+    const ParamLayout layout = model_layout(state_.config.model);
     const std::vector<WeightShard> shards =
-        plan_gpt2_weight_shards(layout, state_.config.train.max_shard_size);
+        plan_weight_shards(layout, state_.config.train.max_shard_size);
     staged_.write({kWeightIndexFile, [&](const fs::path& p) {
-                     write_file_atomic(p, gpt2_weight_index(layout, shards).dump(2) + "\n");
+                     write_file_atomic(p, weight_index(layout, shards).dump(2) + "\n");
                    }});
   }
   for (const CheckpointFileWriter& file : training_checkpoint_json_files(state_))

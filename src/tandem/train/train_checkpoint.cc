@@ -6,10 +6,11 @@
 #include <memory>
 
 #include "tandem/ckpt/checkpoint_dir.h"
-#include "tandem/ckpt/gpt2_weights.h"
+#include "tandem/ckpt/hf_weights.h"
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/model/model_family.h"
 #include "tandem/train/optimizer_setup.h"
 
 namespace tandem {
@@ -128,7 +129,9 @@ std::vector<CheckpointFileWriter> training_checkpoint_json_files(const TrainingS
   return {
       {"config.json",
        [&state](const fs::path& p) {
-         write_file_atomic(p, hf_gpt2_config(state.config.model).dump(2) + "\n");
+         write_file_atomic(
+             p,
+             model_family(state.config.model.type).to_hf_config(state.config.model).dump(2) + "\n");
        }},
       {"trainer_state.json",
        [&state](const fs::path& p) { write_file_atomic(p, state_json(state).dump(2) + "\n"); }},
@@ -137,7 +140,7 @@ std::vector<CheckpointFileWriter> training_checkpoint_json_files(const TrainingS
 
 std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState& state,
                                                             bool with_optimizer) {
-  const auto layout = std::make_shared<ParamLayout>(ParamLayout::gpt2(state.config.model));
+  const auto layout = std::make_shared<ParamLayout>(model_layout(state.config.model));
   const size_t P = layout->num_elements();
   bool sizes_match = state.params.size() == P;
   if (with_optimizer) {
@@ -157,15 +160,15 @@ std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState&
   }
   // The weights: one model.safetensors, or shards and their index past max_shard_size.
   const std::vector<WeightShard> shards =
-      plan_gpt2_weight_shards(*layout, state.config.train.max_shard_size);
+      plan_weight_shards(*layout, state.config.train.max_shard_size);
   std::vector<CheckpointFileWriter> files;
   for (const WeightShard& shard : shards)
     files.push_back({shard.file, [&state, layout, shard](const fs::path& p) {
-                       write_gpt2_weight_shard(p, *layout, state.params.data(), shard);
+                       write_weight_shard(p, *layout, state.params.data(), shard);
                      }});
   if (shards.size() > 1)
     files.push_back({kWeightIndexFile, [layout, shards](const fs::path& p) {
-                       write_file_atomic(p, gpt2_weight_index(*layout, shards).dump(2) + "\n");
+                       write_file_atomic(p, weight_index(*layout, shards).dump(2) + "\n");
                      }});
   const std::vector<CheckpointFileWriter> rest = training_checkpoint_json_files(state);
   files.insert(files.end(), rest.begin(), rest.end());
@@ -181,13 +184,13 @@ fs::path save_training_checkpoint(const fs::path& checkpoints_root, const Traini
 
 TrainingState load_checkpoint_weights(const fs::path& path) {
   const fs::path dir = resolve_checkpoint(path);
-  std::vector<std::string> files = gpt2_weight_files(dir);
+  std::vector<std::string> files = weight_files(dir);
   files.push_back("trainer_state.json");
   verify_checkpoint(dir, files);
   TrainingState state = read_state(dir);
-  const ParamLayout layout = ParamLayout::gpt2(state.config.model);
+  const ParamLayout layout = model_layout(state.config.model);
   state.params.resize(layout.num_elements());
-  read_gpt2_weights(dir, layout, state.params.data());
+  read_hf_weights(dir, layout, state.params.data());
   return state;
 }
 
@@ -214,7 +217,7 @@ const std::vector<float>& TrainingState::optimizer_array(const std::string& name
 TrainingState load_training_checkpoint(const fs::path& path, const OptimizerStateSlice& slice) {
   TrainingState state = load_checkpoint_weights(path);
   const fs::path dir = resolve_checkpoint(path);
-  const ParamLayout layout = ParamLayout::gpt2(state.config.model);
+  const ParamLayout layout = model_layout(state.config.model);
   const size_t P = layout.num_elements();
   const std::vector<std::string> names = optimizer_state_names(state.config.optimizer);
   const ParamRange keep{slice.keep.begin, std::min(slice.keep.end, P)};

@@ -58,8 +58,20 @@ constexpr std::string_view kDeviceKeys[] = {"type", "memory_gb"};
 constexpr std::string_view kSchedules[] = {"device", "cpu", "ratio", "interleave", "auto"};
 constexpr std::string_view kDeviceTypes[] = {"cpu", "cuda"};
 constexpr std::string_view kBf16Keys[] = {"enabled"};
-constexpr std::string_view kModelKeys[] = {"vocab_size", "context_length", "n_layer", "n_head",
-                                           "n_embd"};
+constexpr std::string_view kGpt2ModelKeys[] = {"type",    "vocab_size", "context_length",
+                                               "n_layer", "n_head",     "n_embd"};
+// Hugging Face LlamaConfig's names.
+constexpr std::string_view kLlamaModelKeys[] = {"type",
+                                                "vocab_size",
+                                                "max_position_embeddings",
+                                                "hidden_size",
+                                                "num_hidden_layers",
+                                                "num_attention_heads",
+                                                "num_key_value_heads",
+                                                "intermediate_size",
+                                                "rms_norm_eps",
+                                                "rope_theta",
+                                                "tie_word_embeddings"};
 constexpr std::string_view kDataKeys[] = {"train_path", "val_path", "val_fraction"};
 constexpr std::string_view kTypedKeys[] = {"type", "params"};
 constexpr std::string_view kAdamWParamKeys[] = {"lr", "betas", "eps", "weight_decay"};
@@ -376,13 +388,33 @@ TrainConfig parse_train_config(const json& config_json) {
   top.check_keys(kTopKeys);
 
   const Section model = top.section("model");
-  model.check_keys(kModelKeys);
-  GptConfig& m = config.model;
-  model.read_int("vocab_size", m.vocab_size, 1);
-  model.read_int("context_length", m.context_length, 1);
-  model.read_int("n_layer", m.n_layer, 1);
-  model.read_int("n_head", m.n_head, 1);
-  model.read_int("n_embd", m.n_embd, 1);
+  ModelConfig& m = config.model;
+  std::string type = "gpt2";
+  m.type = parse_model_type(lower(model.read_string("type", type)));
+  if (m.type == ModelType::kGpt2) {
+    model.check_keys(kGpt2ModelKeys);
+    model.read_int("vocab_size", m.vocab_size, 1);
+    model.read_int("context_length", m.context_length, 1);
+    model.read_int("n_layer", m.n_layer, 1);
+    model.read_int("n_head", m.n_head, 1);
+    model.read_int("n_embd", m.n_embd, 1);
+  } else {
+    model.check_keys(kLlamaModelKeys);
+    m.tie_word_embeddings = false;  // Hugging Face LlamaConfig's defaults
+    m.rms_norm_eps = 1e-6;
+    model.read_int("vocab_size", m.vocab_size, 1);
+    model.read_int("max_position_embeddings", m.context_length, 1);
+    model.read_int("hidden_size", m.n_embd, 1);
+    model.read_int("num_hidden_layers", m.n_layer, 1);
+    model.read_int("num_attention_heads", m.n_head, 1);
+    model.read_int("num_key_value_heads", m.n_kv_head, 1);
+    model.read_int("intermediate_size", m.intermediate_size, 1);
+    model.read_real("rms_norm_eps", m.rms_norm_eps, "a number > 0", [](double v) { return v > 0; });
+    model.read_real("rope_theta", m.rope_theta, "a number > 1", [](double v) { return v > 1; });
+    model.read_bool("tie_word_embeddings", m.tie_word_embeddings);
+    if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
+    if (m.intermediate_size == 0) m.intermediate_size = 4 * m.n_embd;
+  }
   m.validate();
 
   const Section data = top.section("data");
@@ -693,17 +725,35 @@ TrainConfig load_train_config(const std::filesystem::path& path,
   }
 }
 
+namespace {
+
+// The model section in the names parse_train_config reads for its type.
+json model_json(const ModelConfig& m) {
+  if (m.type == ModelType::kGpt2)
+    return {
+        {"type", "gpt2"},       {"vocab_size", m.vocab_size}, {"context_length", m.context_length},
+        {"n_layer", m.n_layer}, {"n_head", m.n_head},         {"n_embd", m.n_embd}};
+  return {{"type", "llama"},
+          {"vocab_size", m.vocab_size},
+          {"max_position_embeddings", m.context_length},
+          {"hidden_size", m.n_embd},
+          {"num_hidden_layers", m.n_layer},
+          {"num_attention_heads", m.n_head},
+          {"num_key_value_heads", m.kv_heads()},
+          {"intermediate_size", m.mlp_width()},
+          {"rms_norm_eps", m.rms_norm_eps},
+          {"rope_theta", m.rope_theta},
+          {"tie_word_embeddings", m.tie_word_embeddings}};
+}
+
+}  // namespace
+
 json to_json(const TrainConfig& config) {
-  const GptConfig& m = config.model;
+  const ModelConfig& m = config.model;
   const OptimizerConfig& o = config.optimizer;
   const TrainLoopConfig& t = config.train;
   json out{
-      {"model",
-       {{"vocab_size", m.vocab_size},
-        {"context_length", m.context_length},
-        {"n_layer", m.n_layer},
-        {"n_head", m.n_head},
-        {"n_embd", m.n_embd}}},
+      {"model", model_json(m)},
       {"data",
        {{"train_path", config.data.train_path},
         {"val_path", config.data.val_path},

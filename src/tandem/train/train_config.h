@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tandem/compute/compute_backend.h"
-#include "tandem/model/gpt_config.h"
+#include "tandem/model/model_config.h"
 #include "tandem/offload/offload_plan.h"
 #include "tandem/optim/demo_wire.h"
 #include "tandem/zero/zero_config.h"
@@ -105,7 +105,7 @@ struct DeviceConfig {  // JSON: "device": {...}
 };
 
 struct TrainConfig {
-  GptConfig model;
+  ModelConfig model;
   DataConfig data;
   OptimizerConfig optimizer;
   DemoConfig demo;

@@ -27,7 +27,7 @@
 #include "tandem/dist/local_group.h"
 #include "tandem/dist/nccl_communicator.h"
 #include "tandem/dist/one_rank_device_communicator.h"
-#include "tandem/model/gpt.h"
+#include "tandem/model/model_family.h"
 #include "tandem/offload/update_engine.h"
 #include "tandem/optim/grad_clip.h"
 #include "tandem/optim/lr_schedule.h"
@@ -52,19 +52,6 @@ namespace {
 
 // The seed of the sampling RNG, separate from the data order and the initialisation.
 constexpr uint64_t kSampleSeedSalt = 0x5eed5a3b1e5ULL;
-
-std::string describe_model_difference(const GptConfig& a, const GptConfig& b) {
-  std::string diff;
-  auto compare = [&](const char* key, int x, int y) {
-    if (x != y) diff += cat(diff.empty() ? "" : ", ", "model.", key, " ", x, " vs ", y);
-  };
-  compare("vocab_size", a.vocab_size, b.vocab_size);
-  compare("context_length", a.context_length, b.context_length);
-  compare("n_layer", a.n_layer, b.n_layer);
-  compare("n_head", a.n_head, b.n_head);
-  compare("n_embd", a.n_embd, b.n_embd);
-  return diff;
-}
 
 // Options as rank `rank` uses them: only rank 0 prints, writes metrics and checkpoints.
 TrainOptions options_for_rank(TrainOptions options, int rank) {
@@ -160,12 +147,13 @@ class Trainer {
         optimizer_pool_(),
         plan_(checked_plan(config, *device_, optimizer_pool_, comm)),
         backend_(on_gpu() ? make_cuda_backend(*device_) : make_cpu_backend(*device_)),
-        model_(config.model, *backend_, B_, T_, config.storage_dtype(),
-               {.params = config.zero.stage < 3,
-                .params_capacity = DataParallel::working_params_capacity(
-                    static_cast<size_t>(config.model.num_parameters()), comm.world_size(),
-                    config.zero.stage),
-                .grads = DataParallel::model_holds_gradients(config.zero.stage)}),
+        model_owner_(make_model(config.model, *backend_, B_, T_, config.storage_dtype(),
+                                {.params = config.zero.stage < 3,
+                                 .params_capacity = DataParallel::working_params_capacity(
+                                     static_cast<size_t>(config.model.num_parameters()),
+                                     comm.world_size(), config.zero.stage),
+                                 .grads = DataParallel::model_holds_gradients(config.zero.stage)})),
+        model_(*model_owner_),
         data_parallel_(comm, buffer_comm_, config.zero,
                        {.backend = backend_.get(),
                         .grads = model_.grads(),
@@ -493,7 +481,7 @@ class Trainer {
 
   // The working parameters and gradients as the engine reads and writes them: the
   // model's, or this rank's partitions of them (zero/data_parallel.h).
-  static UpdateEngine::DeviceBuffers device_buffers(Gpt& model, DataParallel& data_parallel) {
+  static UpdateEngine::DeviceBuffers device_buffers(Model& model, DataParallel& data_parallel) {
     const bool bf16 = model.dtype() == StorageDType::kBF16;
     return {.working_params = data_parallel.engine_working_params(),
             .grads = data_parallel.engine_grads(),
@@ -944,7 +932,8 @@ class Trainer {
   ThreadPool optimizer_pool_;  // pinned threads for the CPU AdamW, one per CPU
   TrainingMemoryPlan plan_;    // made before anything is allocated on the device
   std::unique_ptr<ComputeBackend> backend_;
-  Gpt model_;
+  std::unique_ptr<Model> model_owner_;
+  Model& model_;
   DataParallel data_parallel_;  // the model's BlockMemory from stage 2
   UpdateEngine engine_;
   GradientAccumulator accumulator_;

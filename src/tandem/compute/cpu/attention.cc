@@ -2,11 +2,13 @@
 // forward pass keeps each row's log-sum-exp, and the backward pass recomputes the
 // probabilities from it (the flash-attention recipe, here on the CPU).
 //
-// Work is split by (batch, head). Each one first copies its keys (and, backward, its
-// values) into a transposed [hs, T] scratch, so that a query's scores against all keys
-// are hs passes of a contiguous multiply-add over t2: that loop vectorises, and each
-// score still sums its hs products in index order, whatever the vector width. The exps
-// use fast_math.h's vectorisable exp.
+// Grouped-query heads: query head h reads key/value head h / (NH/KVH). The forward pass
+// is split by (batch, query head), the backward by (batch, key/value head), whose query
+// heads add to its dk and dv one after the other, in order. Each work item first copies
+// its keys (and, backward, its values) into a transposed [hs, T] scratch, so that a query's scores
+// against all keys are hs passes of a contiguous multiply-add over t2: that loop vectorises, and
+// each score still sums its hs products in index order, whatever the vector width. The exps use
+// fast_math.h's vectorisable exp.
 //
 // Determinism: every sum here runs in an order fixed by the code (no `omp simd
 // reduction` on a sum, whose grouping would follow the vector width), no work item's
@@ -118,20 +120,36 @@ inline float sum_in_lanes(const float* x, int n) {
          ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 
-// One (batch b, head h) of the forward pass. kt[hs, T], w[T] and partial[4 hs] are
+// Where one (batch, query head)'s tensors sit in qkv[B, T, (NH + 2 KVH) HS] and
+// out[B, T, NH HS]: row strides and the first row's q, k, v and out.
+struct HeadView {
+  size_t stride;      // qkv row: (NH + 2 KVH) HS
+  size_t out_stride;  // out row: NH HS
+  size_t q, k, v;     // column offsets within a qkv row
+  size_t o;           // column offset within an out row
+};
+
+HeadView head_view(int h, int NH, int KVH, int HS) {
+  const int g = h / (NH / KVH);  // the key/value head query head h attends with
+  const size_t hs = HS;
+  return {(NH + 2 * static_cast<size_t>(KVH)) * hs, NH * hs, h * hs, (NH + g) * hs,
+          (NH + KVH + static_cast<size_t>(g)) * hs, h * hs};
+}
+
+// One (batch b, query head h) of the forward pass. kt[HS, T], w[T] and partial[4 HS] are
 // scratch.
 __attribute__((target_clones("avx2", "default"))) void attention_forward_head(
-    float* out, float* lse, const float* qkv, int b, int h, int T, int C, int NH, float* kt,
-    float* w, float* partial) {
-  const int hs = C / NH;
-  const size_t C3 = 3 * static_cast<size_t>(C);
+    float* out, float* lse, const float* qkv, int b, int h, int T, int NH, int KVH, int hs,
+    float* kt, float* w, float* partial) {
+  const HeadView view = head_view(h, NH, KVH, hs);
+  const size_t W = view.stride;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const float* head = qkv + static_cast<size_t>(b) * T * C3 + h * hs;  // q of row 0
-  transpose_head(kt, head + C, C3, T, hs);
+  const float* row0 = qkv + static_cast<size_t>(b) * T * W;
+  transpose_head(kt, row0 + view.k, W, T, hs);
   const ClampRange exp_arg = opaque_clamp_range(kExpMinArg, kExpMaxArg);
   for (int t = 0; t < T; t++) {
     const int n = t + 1;  // causal: keys 0..t
-    scores_in_order(w, head + t * C3, kt, n, T, hs);
+    scores_in_order(w, row0 + t * W + view.q, kt, n, T, hs);
     // A max is exact in any order, so this reduction may follow the vector width.
     float max_score = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : max_score)
@@ -147,61 +165,67 @@ __attribute__((target_clones("avx2", "default"))) void attention_forward_head(
     const float inv_sum = 1.0f / sum;
 #pragma omp simd
     for (int t2 = 0; t2 < n; t2++) w[t2] *= inv_sum;  // the probabilities
-    float* o = out + (static_cast<size_t>(b) * T + t) * C + h * hs;
-    weighted_row_sum(o, partial, w, head + 2 * C, C3, n, hs);  // sum_t2 p[t2] v[t2]
+    float* o = out + (static_cast<size_t>(b) * T + t) * view.out_stride + view.o;
+    weighted_row_sum(o, partial, w, row0 + view.v, W, n, hs);  // sum_t2 p[t2] v[t2]
     lse[(static_cast<size_t>(b) * NH + h) * T + t] = max_score + std::log(sum);
   }
 }
 
-// One (batch b, head h) of the backward pass. kt, vt, dkt, dvt [hs, T], p, ds [T] and
-// partial[4 hs] are scratch. dk and dv gather over all later queries, so they
-// accumulate in the transposed layout (contiguous over t2, like the scores) and are
-// written out at the end.
-__attribute__((target_clones("avx2", "default"))) void attention_backward_head(
+// One (batch b, key/value head g) of the backward pass: its NH/KVH query heads in order,
+// each writing its dq and adding to the group's dk and dv. kt, vt, dkt, dvt [HS, T], p,
+// ds [T] and partial[4 HS] are scratch. dk and dv gather over all later queries of every
+// query head of the group, so they accumulate in the transposed layout (contiguous over
+// t2, like the scores) and are written out at the end.
+__attribute__((target_clones("avx2", "default"))) void attention_backward_group(
     float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int b,
-    int h, int T, int C, int NH, float* kt, float* vt, float* dkt, float* dvt, float* p, float* ds,
-    float* partial) {
-  const int hs = C / NH;
-  const size_t C3 = 3 * static_cast<size_t>(C);
+    int g, int T, int NH, int KVH, int hs, float* kt, float* vt, float* dkt, float* dvt, float* p,
+    float* ds, float* partial) {
+  const int group = NH / KVH;
+  const HeadView first = head_view(g * group, NH, KVH, hs);
+  const size_t W = first.stride;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const float* head = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
-  float* dhead = dqkv + static_cast<size_t>(b) * T * C3 + h * hs;
-  transpose_head(kt, head + C, C3, T, hs);
-  transpose_head(vt, head + 2 * C, C3, T, hs);
+  const float* row0 = qkv + static_cast<size_t>(b) * T * W;
+  float* drow0 = dqkv + static_cast<size_t>(b) * T * W;
+  transpose_head(kt, row0 + first.k, W, T, hs);
+  transpose_head(vt, row0 + first.v, W, T, hs);
   std::memset(dkt, 0, sizeof(float) * hs * T);
   std::memset(dvt, 0, sizeof(float) * hs * T);
   const ClampRange exp_arg = opaque_clamp_range(kExpMinArg, kExpMaxArg);
-  for (int t = 0; t < T; t++) {
-    const int n = t + 1;
-    const float* q = head + t * C3;
-    const size_t orow = (static_cast<size_t>(b) * T + t) * C + h * hs;
-    const float* d_o = dout + orow;
-    // sum_t2 p[t2] * dp[t2] equals dout . out, which is cheaper to form.
-    const float d_dot_o = dot_in_order(d_o, out + orow, hs);
-    const float row_lse = lse[(static_cast<size_t>(b) * NH + h) * T + t];
-    scores_in_order(p, q, kt, n, T, hs);     // q . k[t2]
-    scores_in_order(ds, d_o, vt, n, T, hs);  // dp[t2] = dout . v[t2]
-#pragma omp simd
-    for (int t2 = 0; t2 < n; t2++) {
-      p[t2] = fast_exp(exp_arg(p[t2] * scale - row_lse));
-      ds[t2] = p[t2] * (ds[t2] - d_dot_o) * scale;  // dL/d(q . k[t2])
-    }
-    weighted_row_sum(dhead + t * C3, partial, ds, head + C, C3, n, hs);  // dq = sum ds k
-    // dk[t2] += ds[t2] q and dv[t2] += p[t2] dout, one query t at a time.
-    for (int i = 0; i < hs; i++) {
-      float* dk_row = dkt + static_cast<size_t>(i) * T;
-      float* dv_row = dvt + static_cast<size_t>(i) * T;
-      const float qi = q[i], doi = d_o[i];
+  for (int h = g * group; h < (g + 1) * group; h++) {
+    const HeadView view = head_view(h, NH, KVH, hs);
+    for (int t = 0; t < T; t++) {
+      const int n = t + 1;
+      const float* q = row0 + t * W + view.q;
+      const size_t orow = (static_cast<size_t>(b) * T + t) * view.out_stride + view.o;
+      const float* d_o = dout + orow;
+      // sum_t2 p[t2] * dp[t2] equals dout . out, which is cheaper to form.
+      const float d_dot_o = dot_in_order(d_o, out + orow, hs);
+      const float row_lse = lse[(static_cast<size_t>(b) * NH + h) * T + t];
+      scores_in_order(p, q, kt, n, T, hs);     // q . k[t2]
+      scores_in_order(ds, d_o, vt, n, T, hs);  // dp[t2] = dout . v[t2]
 #pragma omp simd
       for (int t2 = 0; t2 < n; t2++) {
-        dk_row[t2] += qi * ds[t2];
-        dv_row[t2] += doi * p[t2];
+        p[t2] = fast_exp(exp_arg(p[t2] * scale - row_lse));
+        ds[t2] = p[t2] * (ds[t2] - d_dot_o) * scale;  // dL/d(q . k[t2])
+      }
+      weighted_row_sum(drow0 + t * W + view.q, partial, ds, row0 + view.k, W, n,
+                       hs);  // dq = sum ds k
+      // dk[t2] += ds[t2] q and dv[t2] += p[t2] dout, one query t at a time.
+      for (int i = 0; i < hs; i++) {
+        float* dk_row = dkt + static_cast<size_t>(i) * T;
+        float* dv_row = dvt + static_cast<size_t>(i) * T;
+        const float qi = q[i], doi = d_o[i];
+#pragma omp simd
+        for (int t2 = 0; t2 < n; t2++) {
+          dk_row[t2] += qi * ds[t2];
+          dv_row[t2] += doi * p[t2];
+        }
       }
     }
   }
   for (int t = 0; t < T; t++) {
-    float* dk = dhead + t * C3 + C;
-    float* dv = dhead + t * C3 + 2 * C;
+    float* dk = drow0 + t * W + first.k;
+    float* dv = drow0 + t * W + first.v;
     for (int i = 0; i < hs; i++) {
       dk[i] = dkt[static_cast<size_t>(i) * T + t];
       dv[i] = dvt[static_cast<size_t>(i) * T + t];
@@ -211,8 +235,9 @@ __attribute__((target_clones("avx2", "default"))) void attention_backward_head(
 
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
-  const size_t hs = C / NH;
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int KVH,
+                       int HS) {
+  const size_t hs = HS;
 #pragma omp parallel
   {
     std::vector<float> kt(hs * T);  // this thread's scratch
@@ -221,24 +246,26 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int h = 0; h < NH; h++) {
-        attention_forward_head(out, lse, qkv, b, h, T, C, NH, kt.data(), w.data(), partial.data());
+        attention_forward_head(out, lse, qkv, b, h, T, NH, KVH, HS, kt.data(), w.data(),
+                               partial.data());
       }
     }
   }
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int B, int T, int C, int NH) {
-  const size_t hs = C / NH;
+                        const float* lse, int B, int T, int NH, int KVH, int HS) {
+  const size_t hs = HS;
 #pragma omp parallel
   {
     std::vector<float> kt(hs * T), vt(hs * T), dkt(hs * T), dvt(hs * T), p(T), ds(T);
     std::vector<float> partial(4 * hs);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
-      for (int h = 0; h < NH; h++) {
-        attention_backward_head(dqkv, dout, qkv, out, lse, b, h, T, C, NH, kt.data(), vt.data(),
-                                dkt.data(), dvt.data(), p.data(), ds.data(), partial.data());
+      for (int g = 0; g < KVH; g++) {
+        attention_backward_group(dqkv, dout, qkv, out, lse, b, g, T, NH, KVH, HS, kt.data(),
+                                 vt.data(), dkt.data(), dvt.data(), p.data(), ds.data(),
+                                 partial.data());
       }
     }
   }

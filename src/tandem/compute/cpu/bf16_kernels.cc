@@ -48,9 +48,9 @@ void encoder_forward(Bf16* out, const int32_t* tokens, const Bf16* wte, const Bf
                      int T, int C) {
   const size_t BT = static_cast<size_t>(B) * T;
   const std::vector<float> wte32 = widen(wte, embedding_rows(tokens, BT) * C);
-  const std::vector<float> wpe32 = widen(wpe, static_cast<size_t>(T) * C);
+  std::vector<float> wpe32 = widen(wpe, static_cast<size_t>(T) * C);
   std::vector<float> out32(BT * C);
-  cpu::encoder_forward(out32.data(), tokens, wte32.data(), wpe32.data(), B, T, C);
+  cpu::encoder_forward(out32.data(), tokens, wte32.data(), data_or_null(wpe32), B, T, C);
   narrow(out, out32);
 }
 
@@ -62,7 +62,7 @@ void encoder_backward(Bf16* dwte, Bf16* dwpe, const Bf16* dout, const int32_t* t
   std::vector<float> dwte32 = widen(dwte, embedding_rows(tokens, BT) * C);
   std::vector<float> dwpe32 = widen(dwpe, static_cast<size_t>(T) * C);
   const std::vector<float> dout32 = widen(dout, BT * C);
-  cpu::encoder_backward(dwte32.data(), dwpe32.data(), dout32.data(), tokens, B, T, C);
+  cpu::encoder_backward(dwte32.data(), data_or_null(dwpe32), dout32.data(), tokens, B, T, C);
   narrow(dwte, dwte32);
   narrow(dwpe, dwpe32);
 }
@@ -116,23 +116,74 @@ void matmul_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, c
   narrow(dbias, dbias32);
 }
 
-void attention_forward(Bf16* out, float* lse, const Bf16* qkv, int B, int T, int C, int NH) {
+void rmsnorm_forward(Bf16* out, float* rstd, const Bf16* inp, const Bf16* weight, float eps, int N,
+                     int C) {
+  const std::vector<float> inp32 = widen(inp, static_cast<size_t>(N) * C),
+                           weight32 = widen(weight, C);
+  std::vector<float> out32(static_cast<size_t>(N) * C);
+  cpu::rmsnorm_forward(out32.data(), rstd, inp32.data(), weight32.data(), eps, N, C);
+  narrow(out, out32);
+}
+
+void rmsnorm_backward(Bf16* dinp, Bf16* dweight, const Bf16* dout, const Bf16* inp,
+                      const Bf16* weight, const float* rstd, int N, int C) {
+  const size_t NC = static_cast<size_t>(N) * C;
+  std::vector<float> dinp32 = widen(dinp, NC), dweight32 = widen(dweight, C);
+  const std::vector<float> dout32 = widen(dout, NC), inp32 = widen(inp, NC),
+                           weight32 = widen(weight, C);
+  cpu::rmsnorm_backward(dinp32.data(), dweight32.data(), dout32.data(), inp32.data(),
+                        weight32.data(), rstd, N, C);
+  narrow(dinp, dinp32);
+  narrow(dweight, dweight32);
+}
+
+void attention_forward(Bf16* out, float* lse, const Bf16* qkv, int B, int T, int NH, int KVH,
+                       int HS) {
   const size_t BT = static_cast<size_t>(B) * T;
-  const std::vector<float> qkv32 = widen(qkv, BT * 3 * C);
-  std::vector<float> out32(BT * C);
-  cpu::attention_forward(out32.data(), lse, qkv32.data(), B, T, C, NH);
+  const std::vector<float> qkv32 = widen(qkv, BT * (NH + 2 * KVH) * HS);
+  std::vector<float> out32(BT * NH * HS);
+  cpu::attention_forward(out32.data(), lse, qkv32.data(), B, T, NH, KVH, HS);
   narrow(out, out32);
 }
 
 void attention_backward(Bf16* dqkv, const Bf16* dout, const Bf16* qkv, const Bf16* out,
-                        const float* lse, int B, int T, int C, int NH) {
+                        const float* lse, int B, int T, int NH, int KVH, int HS) {
   const size_t BT = static_cast<size_t>(B) * T;
-  const std::vector<float> dout32 = widen(dout, BT * C), qkv32 = widen(qkv, BT * 3 * C),
-                           out32 = widen(out, BT * C);
-  std::vector<float> dqkv32(BT * 3 * C);
-  cpu::attention_backward(dqkv32.data(), dout32.data(), qkv32.data(), out32.data(), lse, B, T, C,
-                          NH);
+  const size_t width = static_cast<size_t>(NH + 2 * KVH) * HS;
+  const std::vector<float> dout32 = widen(dout, BT * NH * HS), qkv32 = widen(qkv, BT * width),
+                           out32 = widen(out, BT * NH * HS);
+  std::vector<float> dqkv32(BT * width);
+  cpu::attention_backward(dqkv32.data(), dout32.data(), qkv32.data(), out32.data(), lse, B, T, NH,
+                          KVH, HS);
   narrow(dqkv, dqkv32);
+}
+
+// In place: the value heads round-trip unchanged (bf16 -> fp32 -> bf16 is exact).
+void rope_forward(Bf16* qkv, const float* cos_sin, int B, int T, int NH, int KVH, int HS) {
+  std::vector<float> qkv32 = widen(qkv, static_cast<size_t>(B) * T * (NH + 2 * KVH) * HS);
+  cpu::rope_forward(qkv32.data(), cos_sin, B, T, NH, KVH, HS);
+  narrow(qkv, qkv32);
+}
+
+void rope_backward(Bf16* dqkv, const float* cos_sin, int B, int T, int NH, int KVH, int HS) {
+  std::vector<float> dqkv32 = widen(dqkv, static_cast<size_t>(B) * T * (NH + 2 * KVH) * HS);
+  cpu::rope_backward(dqkv32.data(), cos_sin, B, T, NH, KVH, HS);
+  narrow(dqkv, dqkv32);
+}
+
+void swiglu_forward(Bf16* out, const Bf16* inp, int N, int I) {
+  const std::vector<float> inp32 = widen(inp, static_cast<size_t>(N) * 2 * I);
+  std::vector<float> out32(static_cast<size_t>(N) * I);
+  cpu::swiglu_forward(out32.data(), inp32.data(), N, I);
+  narrow(out, out32);
+}
+
+void swiglu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, int N, int I) {
+  const std::vector<float> inp32 = widen(inp, static_cast<size_t>(N) * 2 * I),
+                           dout32 = widen(dout, static_cast<size_t>(N) * I);
+  std::vector<float> dinp32(static_cast<size_t>(N) * 2 * I);
+  cpu::swiglu_backward(dinp32.data(), inp32.data(), dout32.data(), N, I);
+  narrow(dinp, dinp32);
 }
 
 void gelu_forward(Bf16* out, const Bf16* inp, size_t N) {

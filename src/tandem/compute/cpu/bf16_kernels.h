@@ -31,9 +31,20 @@ void matmul_forward(Bf16* out, const Bf16* inp, const Bf16* weight, const Bf16* 
 void matmul_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
                      const Bf16* weight, int N, int C, int OC);
 
-void attention_forward(Bf16* out, float* lse, const Bf16* qkv, int B, int T, int C, int NH);
+void rmsnorm_forward(Bf16* out, float* rstd, const Bf16* inp, const Bf16* weight, float eps, int N,
+                     int C);
+void rmsnorm_backward(Bf16* dinp, Bf16* dweight, const Bf16* dout, const Bf16* inp,
+                      const Bf16* weight, const float* rstd, int N, int C);
+
+void attention_forward(Bf16* out, float* lse, const Bf16* qkv, int B, int T, int NH, int KVH,
+                       int HS);
 void attention_backward(Bf16* dqkv, const Bf16* dout, const Bf16* qkv, const Bf16* out,
-                        const float* lse, int B, int T, int C, int NH);
+                        const float* lse, int B, int T, int NH, int KVH, int HS);
+void rope_forward(Bf16* qkv, const float* cos_sin, int B, int T, int NH, int KVH, int HS);
+void rope_backward(Bf16* dqkv, const float* cos_sin, int B, int T, int NH, int KVH, int HS);
+
+void swiglu_forward(Bf16* out, const Bf16* inp, int N, int I);
+void swiglu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, int N, int I);
 
 void gelu_forward(Bf16* out, const Bf16* inp, size_t N);
 void gelu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, size_t N);

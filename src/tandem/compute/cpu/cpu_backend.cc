@@ -62,9 +62,20 @@ class CpuBackend final : public ComputeBackend {
                       int C, int OC) override {
     cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
   }
-  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
-                         int NH) override {
-    cpu::attention_forward(out, lse, qkv, B, T, C, NH);
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int KVH,
+                         int HS) override {
+    cpu::attention_forward(out, lse, qkv, B, T, NH, KVH, HS);
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps,
+                       int N, int C) override {
+    cpu::rmsnorm_forward(out, rstd, inp, weight, eps, N, C);
+  }
+  void rope_forward(float* qkv, const float* cos_sin, int B, int T, int NH, int KVH,
+                    int HS) override {
+    cpu::rope_forward(qkv, cos_sin, B, T, NH, KVH, HS);
+  }
+  void swiglu_forward(float* out, const float* inp, int N, int I) override {
+    cpu::swiglu_forward(out, inp, N, I);
   }
   void gelu_forward(float* out, const float* inp, size_t N) override {
     cpu::gelu_forward(out, inp, N);
@@ -90,8 +101,19 @@ class CpuBackend final : public ComputeBackend {
     cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                          const float* lse, int B, int T, int C, int NH) override {
-    cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+                          const float* lse, int B, int T, int NH, int KVH, int HS) override {
+    cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, KVH, HS);
+  }
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                        const float* weight, const float* rstd, int N, int C) override {
+    cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+  void rope_backward(float* dqkv, const float* cos_sin, int B, int T, int NH, int KVH,
+                     int HS) override {
+    cpu::rope_backward(dqkv, cos_sin, B, T, NH, KVH, HS);
+  }
+  void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int I) override {
+    cpu::swiglu_backward(dinp, inp, dout, N, I);
   }
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) override {
     cpu::gelu_backward(dinp, inp, dout, N);
@@ -120,9 +142,20 @@ class CpuBackend final : public ComputeBackend {
                       int C, int OC) override {
     cpu::bf16::matmul_forward(out, inp, weight, bias, N, C, OC);
   }
-  void attention_forward(Bf16* out, float* lse, const Bf16* qkv, int B, int T, int C,
-                         int NH) override {
-    cpu::bf16::attention_forward(out, lse, qkv, B, T, C, NH);
+  void attention_forward(Bf16* out, float* lse, const Bf16* qkv, int B, int T, int NH, int KVH,
+                         int HS) override {
+    cpu::bf16::attention_forward(out, lse, qkv, B, T, NH, KVH, HS);
+  }
+  void rmsnorm_forward(Bf16* out, float* rstd, const Bf16* inp, const Bf16* weight, float eps,
+                       int N, int C) override {
+    cpu::bf16::rmsnorm_forward(out, rstd, inp, weight, eps, N, C);
+  }
+  void rope_forward(Bf16* qkv, const float* cos_sin, int B, int T, int NH, int KVH,
+                    int HS) override {
+    cpu::bf16::rope_forward(qkv, cos_sin, B, T, NH, KVH, HS);
+  }
+  void swiglu_forward(Bf16* out, const Bf16* inp, int N, int I) override {
+    cpu::bf16::swiglu_forward(out, inp, N, I);
   }
   void gelu_forward(Bf16* out, const Bf16* inp, size_t N) override {
     cpu::bf16::gelu_forward(out, inp, N);
@@ -148,8 +181,19 @@ class CpuBackend final : public ComputeBackend {
     cpu::bf16::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
   void attention_backward(Bf16* dqkv, const Bf16* dout, const Bf16* qkv, const Bf16* out,
-                          const float* lse, int B, int T, int C, int NH) override {
-    cpu::bf16::attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+                          const float* lse, int B, int T, int NH, int KVH, int HS) override {
+    cpu::bf16::attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, KVH, HS);
+  }
+  void rmsnorm_backward(Bf16* dinp, Bf16* dweight, const Bf16* dout, const Bf16* inp,
+                        const Bf16* weight, const float* rstd, int N, int C) override {
+    cpu::bf16::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+  void rope_backward(Bf16* dqkv, const float* cos_sin, int B, int T, int NH, int KVH,
+                     int HS) override {
+    cpu::bf16::rope_backward(dqkv, cos_sin, B, T, NH, KVH, HS);
+  }
+  void swiglu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, int N, int I) override {
+    cpu::bf16::swiglu_backward(dinp, inp, dout, N, I);
   }
   void gelu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, size_t N) override {
     cpu::bf16::gelu_backward(dinp, inp, dout, N);

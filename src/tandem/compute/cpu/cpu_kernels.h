@@ -28,9 +28,20 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC);
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps,
+                     int N, int C);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int N, int C);
+
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int KVH,
+                       int HS);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int B, int T, int C, int NH);
+                        const float* lse, int B, int T, int NH, int KVH, int HS);
+void rope_forward(float* qkv, const float* cos_sin, int B, int T, int NH, int KVH, int HS);
+void rope_backward(float* dqkv, const float* cos_sin, int B, int T, int NH, int KVH, int HS);
+
+void swiglu_forward(float* out, const float* inp, int N, int I);
+void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int I);
 
 void gelu_forward(float* out, const float* inp, size_t N);
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N);

@@ -33,6 +33,10 @@ void encoder_forward(float* out, const int32_t* tokens, const float* wte, const 
     for (int t = 0; t < T; t++) {
       float* o = out + (static_cast<size_t>(b) * T + t) * C;
       const float* tok = wte + static_cast<size_t>(tokens[b * T + t]) * C;
+      if (wpe == nullptr) {
+        for (int c = 0; c < C; c++) o[c] = tok[c];
+        continue;
+      }
       const float* pos = wpe + static_cast<size_t>(t) * C;
       for (int c = 0; c < C; c++) o[c] = tok[c] + pos[c];
     }
@@ -43,7 +47,7 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
                       int T, int C) {
   // dwpe: each position sums over the batch, b in order.
 #pragma omp parallel for schedule(static)
-  for (int t = 0; t < T; t++) {
+  for (int t = 0; t < (dwpe != nullptr ? T : 0); t++) {
     float* dpos = dwpe + static_cast<size_t>(t) * C;
     for (int b = 0; b < B; b++) {
       const float* d = dout + (static_cast<size_t>(b) * T + t) * C;

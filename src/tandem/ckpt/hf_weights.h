@@ -1,6 +1,7 @@
-// GPT-2 weights in Hugging Face's safetensors layout, so a tandem checkpoint loads in
-// `transformers` (GPT2LMHeadModel.from_pretrained on the checkpoint directory) and a
-// Hugging Face GPT-2 checkpoint loads in tandem.
+// A model's weights in Hugging Face's safetensors layout (the names and shapes of its
+// ParamLayout), so a tandem checkpoint loads in `transformers` (from_pretrained on the
+// checkpoint directory: GPT2LMHeadModel, LlamaForCausalLM) and a Hugging Face checkpoint
+// loads in tandem.
 #pragma once
 
 #include <filesystem>
@@ -9,20 +10,19 @@
 #include <vector>
 
 #include "tandem/ckpt/safetensors.h"
-#include "tandem/model/gpt_config.h"
 #include "tandem/model/param_layout.h"
 
 namespace tandem {
 
 // Writes params (host, flat, tandem layout) as F32 tensors with Hugging Face names.
 // Conv1D weights (ParamView::hf_transposed) are written transposed, [in, out].
-void write_gpt2_safetensors(const std::filesystem::path& path, const ParamLayout& layout,
+void write_hf_safetensors(const std::filesystem::path& path, const ParamLayout& layout,
                             const float* params);
 
 // Fills params (host, flat, tandem layout) from a file with Hugging Face names and
 // layout. Errors name the file and the missing or mis-shaped tensor. A `prefix` reads
 // tensors stored as prefix + name (e.g. "grad." in test fixtures).
-void read_gpt2_safetensors(const SafetensorsFile& file, const ParamLayout& layout, float* params,
+void read_hf_safetensors(const SafetensorsFile& file, const ParamLayout& layout, float* params,
                            const std::string& prefix = "");
 
 // The weight files of a checkpoint, as Hugging Face's save_pretrained cuts them: one
@@ -34,27 +34,23 @@ struct WeightShard {
   std::string file;
   std::vector<size_t> views;
 };
-std::vector<WeightShard> plan_gpt2_weight_shards(const ParamLayout& layout,
+std::vector<WeightShard> plan_weight_shards(const ParamLayout& layout,
                                                  int64_t max_shard_bytes);
 inline constexpr const char* kWeightIndexFile = "model.safetensors.index.json";
 
 // Writes the tensors of `shard` (all of them for the one-file plan).
-void write_gpt2_weight_shard(const std::filesystem::path& path, const ParamLayout& layout,
+void write_weight_shard(const std::filesystem::path& path, const ParamLayout& layout,
                              const float* params, const WeightShard& shard);
-// Where write_gpt2_weight_shard puts `shard`'s bytes: its header and, in the order of
+// Where write_weight_shard puts `shard`'s bytes: its header and, in the order of
 // shard.views, each tensor's file offset (Hugging Face layout: a Conv1D weight transposed).
-SafetensorsWriter::Placement place_gpt2_weight_shard(const ParamLayout& layout,
+SafetensorsWriter::Placement place_weight_shard(const ParamLayout& layout,
                                                      const WeightShard& shard);
 // The index for a sharded plan: {"metadata": {"total_size"}, "weight_map": {name: file}}.
-nlohmann::json gpt2_weight_index(const ParamLayout& layout, const std::vector<WeightShard>& plan);
+nlohmann::json weight_index(const ParamLayout& layout, const std::vector<WeightShard>& plan);
 
 // The weight files in `dir`: {"model.safetensors"}, or the index and every shard it names.
-std::vector<std::string> gpt2_weight_files(const std::filesystem::path& dir);
+std::vector<std::string> weight_files(const std::filesystem::path& dir);
 // Reads params (host, flat, tandem layout) from a directory holding either form.
-void read_gpt2_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params);
-
-// The Hugging Face config.json for this model (model_type gpt2, tied embeddings,
-// gelu_new, layer_norm_epsilon 1e-5, no dropout).
-nlohmann::json hf_gpt2_config(const GptConfig& config);
+void read_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params);
 
 }  // namespace tandem

@@ -1,4 +1,4 @@
-#include "tandem/ckpt/gpt2_weights.h"
+#include "tandem/ckpt/hf_weights.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -25,11 +25,11 @@ std::vector<int64_t> hf_shape(const ParamView& view) {
 
 }  // namespace
 
-void write_gpt2_safetensors(const std::filesystem::path& path, const ParamLayout& layout,
+void write_hf_safetensors(const std::filesystem::path& path, const ParamLayout& layout,
                             const float* params) {
   WeightShard all{path.filename().string(), {}};
   for (size_t i = 0; i < layout.views().size(); i++) all.views.push_back(i);
-  write_gpt2_weight_shard(path, layout, params, all);
+  write_weight_shard(path, layout, params, all);
 }
 
 namespace {
@@ -53,12 +53,12 @@ std::string shard_name(size_t k, size_t n) {
 
 }  // namespace
 
-void read_gpt2_safetensors(const SafetensorsFile& file, const ParamLayout& layout, float* params,
+void read_hf_safetensors(const SafetensorsFile& file, const ParamLayout& layout, float* params,
                            const std::string& prefix) {
   for (const ParamView& view : layout.views()) read_view(file, view, params, prefix);
 }
 
-std::vector<WeightShard> plan_gpt2_weight_shards(const ParamLayout& layout,
+std::vector<WeightShard> plan_weight_shards(const ParamLayout& layout,
                                                  int64_t max_shard_bytes) {
   TANDEM_CHECK(max_shard_bytes >= 1, "max_shard_size must be at least 1 byte");
   const auto limit = static_cast<uint64_t>(max_shard_bytes);
@@ -88,7 +88,7 @@ namespace {
 
 // The writer of `shard`'s file; `data` gives each view's tensor (in HF layout), or null
 // when only the placement is wanted.
-SafetensorsWriter gpt2_shard_writer(const ParamLayout& layout, const WeightShard& shard,
+SafetensorsWriter shard_writer(const ParamLayout& layout, const WeightShard& shard,
                                     const std::function<const float*(const ParamView&)>& data) {
   SafetensorsWriter writer;
   for (size_t i : shard.views) {
@@ -101,11 +101,11 @@ SafetensorsWriter gpt2_shard_writer(const ParamLayout& layout, const WeightShard
 
 }  // namespace
 
-void write_gpt2_weight_shard(const std::filesystem::path& path, const ParamLayout& layout,
+void write_weight_shard(const std::filesystem::path& path, const ParamLayout& layout,
                              const float* params, const WeightShard& shard) {
   std::vector<std::vector<float>> transposed;
   transposed.reserve(shard.views.size());
-  gpt2_shard_writer(layout, shard, [&](const ParamView& view) {
+  shard_writer(layout, shard, [&](const ParamView& view) {
     const float* data = params + view.offset;
     if (!view.hf_transposed) return data;
     transposed.emplace_back(view.numel);
@@ -114,12 +114,12 @@ void write_gpt2_weight_shard(const std::filesystem::path& path, const ParamLayou
   }).write(path);
 }
 
-SafetensorsWriter::Placement place_gpt2_weight_shard(const ParamLayout& layout,
+SafetensorsWriter::Placement place_weight_shard(const ParamLayout& layout,
                                                      const WeightShard& shard) {
-  return gpt2_shard_writer(layout, shard, nullptr).placement(shard.file);
+  return shard_writer(layout, shard, nullptr).placement(shard.file);
 }
 
-nlohmann::json gpt2_weight_index(const ParamLayout& layout, const std::vector<WeightShard>& plan) {
+nlohmann::json weight_index(const ParamLayout& layout, const std::vector<WeightShard>& plan) {
   uint64_t total = 0;
   nlohmann::json map = nlohmann::json::object();
   for (const WeightShard& shard : plan)
@@ -146,7 +146,7 @@ nlohmann::json read_index(const std::filesystem::path& dir) {
 
 }  // namespace
 
-std::vector<std::string> gpt2_weight_files(const std::filesystem::path& dir) {
+std::vector<std::string> weight_files(const std::filesystem::path& dir) {
   if (!std::filesystem::exists(dir / kWeightIndexFile)) return {"model.safetensors"};
   std::vector<std::string> files = {kWeightIndexFile};
   const nlohmann::json index = read_index(dir);  // outlives the loop over its items
@@ -157,9 +157,9 @@ std::vector<std::string> gpt2_weight_files(const std::filesystem::path& dir) {
   return files;
 }
 
-void read_gpt2_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params) {
+void read_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params) {
   if (!std::filesystem::exists(dir / kWeightIndexFile)) {
-    read_gpt2_safetensors(SafetensorsFile::read(dir / "model.safetensors"), layout, params);
+    read_hf_safetensors(SafetensorsFile::read(dir / "model.safetensors"), layout, params);
     return;
   }
   const nlohmann::json map = read_index(dir)["weight_map"];
@@ -175,26 +175,6 @@ void read_gpt2_weights(const std::filesystem::path& dir, const ParamLayout& layo
     const SafetensorsFile shard = SafetensorsFile::read(dir / file);
     for (const ParamView* view : views) read_view(shard, *view, params, "");
   }
-}
-
-nlohmann::json hf_gpt2_config(const GptConfig& config) {
-  return {{"architectures", {"GPT2LMHeadModel"}},
-          {"model_type", "gpt2"},
-          {"vocab_size", config.vocab_size},
-          {"n_positions", config.context_length},
-          {"n_ctx", config.context_length},
-          {"n_embd", config.n_embd},
-          {"n_layer", config.n_layer},
-          {"n_head", config.n_head},
-          {"n_inner", nullptr},
-          {"activation_function", "gelu_new"},
-          {"layer_norm_epsilon", 1e-5},
-          {"initializer_range", 0.02},
-          {"resid_pdrop", 0.0},
-          {"embd_pdrop", 0.0},
-          {"attn_pdrop", 0.0},
-          {"tie_word_embeddings", true},
-          {"torch_dtype", "float32"}};
 }
 
 }  // namespace tandem

@@ -1,0 +1,303 @@
+#include "tandem/model/llama.h"
+
+#include <cmath>
+#include <limits>
+
+#include "tandem/core/error.h"
+#include "tandem/core/rng.h"
+
+namespace tandem {
+
+namespace {
+
+std::string layer_prefix(int l) { return "model.layers." + std::to_string(l) + "."; }
+
+}  // namespace
+
+ParamLayout llama_layout(const ModelConfig& config) {
+  const int64_t V = config.vocab_size, C = config.n_embd, I = config.mlp_width();
+  const int64_t Q = static_cast<int64_t>(config.n_head) * config.head_size();
+  const int64_t KV = static_cast<int64_t>(config.kv_heads()) * config.head_size();
+  ParamLayout layout;
+  layout.begin_block();
+  layout.add("model.embed_tokens.weight", {V, C}, true);
+  for (int l = 0; l < config.n_layer; l++) {
+    const std::string p = layer_prefix(l);
+    layout.begin_block();
+    layout.add(p + "input_layernorm.weight", {C}, false);
+    // q, k, v adjacent: one fused projection (llama.h).
+    layout.add(p + "self_attn.q_proj.weight", {Q, C}, true);
+    layout.add(p + "self_attn.k_proj.weight", {KV, C}, true);
+    layout.add(p + "self_attn.v_proj.weight", {KV, C}, true);
+    layout.add(p + "self_attn.o_proj.weight", {C, Q}, true);
+    layout.add(p + "post_attention_layernorm.weight", {C}, false);
+    layout.add(p + "mlp.gate_proj.weight", {I, C}, true);  // gate, up adjacent: fused
+    layout.add(p + "mlp.up_proj.weight", {I, C}, true);
+    layout.add(p + "mlp.down_proj.weight", {C, I}, true);
+  }
+  layout.begin_block();
+  layout.add("model.norm.weight", {C}, false);
+  if (!config.tie_word_embeddings) layout.add("lm_head.weight", {V, C}, true);
+  return layout;
+}
+
+std::vector<float> rope_cos_sin(const ModelConfig& config, int T) {
+  const int HS = config.head_size(), half = HS / 2;
+  std::vector<float> table(static_cast<size_t>(T) * half * 2);
+  for (int i = 0; i < half; i++) {
+    // As LlamaRotaryEmbedding: 1 / theta ** (arange(0, HS, 2).float() / HS), all in fp32.
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(HS);
+    const float power = static_cast<float>(std::pow(config.rope_theta, double{exponent}));
+    const float inv_freq = 1.0f / power;
+    for (int t = 0; t < T; t++) {
+      const float angle = static_cast<float>(t) * inv_freq;
+      float* cs = table.data() + (static_cast<size_t>(t) * half + i) * 2;
+      cs[0] = static_cast<float>(std::cos(double{angle}));
+      cs[1] = static_cast<float>(std::sin(double{angle}));
+    }
+  }
+  return table;
+}
+
+Llama::Llama(const ModelConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len,
+             StorageDType dtype, ModelOwnBuffers own)
+    : Model(config, backend, max_batch, max_seq_len, dtype, llama_layout(config), own) {
+  TANDEM_CHECK(config.type == ModelType::kLlama, "Llama needs a Llama config, got model.type ",
+               model_type_name(config.type));
+  embed_ = offset_in_block("model.embed_tokens.weight", embedding_block());
+  normw_ = offset_in_block("model.norm.weight", head_block());
+  if (!config.tie_word_embeddings) lm_head_ = offset_in_block("lm_head.weight", head_block());
+  for (int l = 0; l < config.n_layer; l++) {
+    const std::string p = layer_prefix(l);
+    const size_t offsets[] = {
+        offset_in_block(p + "input_layernorm.weight", layer_block(l)),
+        offset_in_block(p + "self_attn.q_proj.weight", layer_block(l)),
+        offset_in_block(p + "self_attn.o_proj.weight", layer_block(l)),
+        offset_in_block(p + "post_attention_layernorm.weight", layer_block(l)),
+        offset_in_block(p + "mlp.gate_proj.weight", layer_block(l)),
+        offset_in_block(p + "mlp.down_proj.weight", layer_block(l))};
+    size_t* mine[] = {&ln1w_, &qkvw_, &attprojw_, &ln2w_, &gateupw_, &downw_};
+    for (size_t i = 0; i < std::size(offsets); i++) {
+      TANDEM_CHECK(l == 0 || offsets[i] == *mine[i],
+                   "Llama layers must share one layout within the block");
+      *mine[i] = offsets[i];
+    }
+  }
+  const size_t L = config.n_layer, C = config.n_embd, NH = config.n_head;
+  const size_t W = config.qkv_width(), I = config.mlp_width();
+  const size_t BT = static_cast<size_t>(max_batch) * max_seq_len;
+  auto elems = [&](size_t n) { return allocate_elems(n); };
+  auto floats = [&](size_t n) { return allocate_floats(n); };
+  const std::vector<float> table = rope_cos_sin(config, max_seq_len);
+  cos_sin_ = floats(table.size());
+  backend.copy_from_host(cos_sin_.as<float>(), table.data(), table.size() * sizeof(float));
+  encoded_ = elems(BT * C);
+  ln1_ = elems(L * BT * C);
+  ln1_rstd_ = floats(L * BT);
+  qkv_ = elems(L * BT * W);
+  atty_ = elems(L * BT * C);
+  lse_ = floats(L * NH * BT);
+  attproj_ = elems(L * BT * C);
+  residual2_ = elems(L * BT * C);
+  ln2_ = elems(L * BT * C);
+  ln2_rstd_ = floats(L * BT);
+  gateup_ = elems(L * BT * 2 * I);
+  swiglu_ = elems(L * BT * I);
+  down_ = elems(L * BT * C);
+  residual3_ = elems(L * BT * C);
+  lnf_ = elems(BT * C);
+  lnf_rstd_ = floats(BT);
+  dresidual_ = elems(BT * C);
+  dbt_c_ = elems(BT * C);
+  dqkv_ = elems(BT * W);
+  dgateup_ = elems(BT * 2 * I);
+  dswiglu_ = elems(BT * I);
+}
+
+size_t Llama::activation_bytes(const ModelConfig& config, int max_batch, int max_seq_len,
+                               StorageDType dtype) {
+  const size_t L = config.n_layer, C = config.n_embd, NH = config.n_head;
+  const size_t W = config.qkv_width(), I = config.mlp_width();
+  const size_t BT = static_cast<size_t>(max_batch) * max_seq_len;
+  const size_t per_layer_elems =
+      BT * (C /*ln1*/ + W /*qkv*/ + C /*atty*/ + C /*attproj*/ + C /*residual2*/ + C /*ln2*/ +
+            2 * I /*gateup*/ + I /*swiglu*/ + C /*down*/ + C /*residual3*/);
+  const size_t once_elems = BT * (C /*encoded*/ + C /*lnf*/);
+  const size_t backward_elems =
+      BT * (2 * C /*dresidual, dbt_c*/ + W /*dqkv*/ + 3 * I /*dgateup, dswiglu*/);
+  const size_t per_layer_floats = BT * (2 /*ln1, ln2 rstd*/ + NH /*lse*/);
+  const size_t once_floats =
+      BT /*lnf rstd*/ + static_cast<size_t>(max_seq_len) * config.head_size() /*cos_sin*/;
+  return (L * per_layer_elems + once_elems + backward_elems) * storage_dtype_bytes(dtype) +
+         (L * per_layer_floats + once_floats) * sizeof(float) + head_bytes(config, BT, dtype);
+}
+
+std::vector<float> Llama::initial_params(uint64_t seed) const {
+  Rng rng(seed);
+  std::vector<float> host(layout().num_elements(), 0.0f);
+  for (const ParamView& view : layout().views()) {
+    float* p = host.data() + view.offset;
+    if (view.shape.size() == 1) {  // an RMSNorm weight
+      for (size_t i = 0; i < view.numel; i++) p[i] = 1.0f;
+    } else {
+      for (size_t i = 0; i < view.numel; i++) p[i] = 0.02f * rng.normal();
+    }
+  }
+  return host;
+}
+
+template <typename Elem>
+Llama::LayerParams<Elem> Llama::layer_at(Elem* base) const {
+  return {base + ln1w_, base + qkvw_,    base + attprojw_,
+          base + ln2w_, base + gateupw_, base + downw_};
+}
+
+template <typename Elem>
+Llama::LayerActs<Elem> Llama::layer_acts(int l) const {
+  const size_t C = config().n_embd, NH = config().n_head;
+  const size_t W = config().qkv_width(), I = config().mlp_width();
+  const size_t BT = static_cast<size_t>(max_batch()) * max_seq_len();
+  const size_t row = l * BT;  // first row of layer l in a [L, BT, ...] tensor
+  return {
+      ln1_.as<Elem>() + row * C,        ln1_rstd_.as<float>() + row,  qkv_.as<Elem>() + row * W,
+      atty_.as<Elem>() + row * C,       lse_.as<float>() + row * NH,  attproj_.as<Elem>() + row * C,
+      residual2_.as<Elem>() + row * C,  ln2_.as<Elem>() + row * C,    ln2_rstd_.as<float>() + row,
+      gateup_.as<Elem>() + row * 2 * I, swiglu_.as<Elem>() + row * I, down_.as<Elem>() + row * C,
+      residual3_.as<Elem>() + row * C};
+}
+
+float Llama::forward_pass(int B, int T, bool with_targets) {
+  return dtype() == StorageDType::kBF16 ? forward_as<Bf16>(B, T, with_targets)
+                                        : forward_as<float>(B, T, with_targets);
+}
+
+void Llama::backward_pass(int B, int T, float loss_scale, const GradientsReady& ready) {
+  if (dtype() == StorageDType::kBF16)
+    backward_as<Bf16>(B, T, loss_scale, ready);
+  else
+    backward_as<float>(B, T, loss_scale, ready);
+}
+
+template <typename Elem>
+float Llama::forward_as(int B, int T, bool with_targets) {
+  const ModelConfig& m = config();
+  const int C = m.n_embd, V = m.vocab_size, NH = m.n_head, KVH = m.kv_heads(), HS = m.head_size();
+  const int W = m.qkv_width(), I = m.mlp_width();
+  const float eps = static_cast<float>(m.rms_norm_eps);
+  const int N = B * T;
+  const size_t NC = static_cast<size_t>(N) * C;
+  StorageKernels<Elem>& k = backend().kernels<Elem>();
+  const float* cos_sin = cos_sin_.as<float>();
+  Elem* encoded = encoded_.as<Elem>();
+  {
+    const Elem* embeddings = acquire_params_as<Elem>(embedding_block());
+    k.encoder_forward(encoded, tokens(), embeddings + embed_, nullptr, B, T, C);
+    memory().release_params(embedding_block());
+  }
+  const Elem* residual = encoded;  // [N, C]
+  for (int l = 0; l < m.n_layer; l++) {
+    const auto w = layer_at(acquire_params_as<Elem>(layer_block(l)));
+    const LayerActs<Elem> a = layer_acts<Elem>(l);
+    k.rmsnorm_forward(a.ln1, a.ln1_rstd, residual, w.ln1w, eps, N, C);
+    k.matmul_forward(a.qkv, a.ln1, w.qkvw, nullptr, N, C, W);  // [N, W]
+    k.rope_forward(a.qkv, cos_sin, B, T, NH, KVH, HS);
+    k.attention_forward(a.atty, a.lse, a.qkv, B, T, NH, KVH, HS);       // [N, C]
+    k.matmul_forward(a.attproj, a.atty, w.attprojw, nullptr, N, C, C);  // [N, C]
+    k.residual_forward(a.residual2, residual, a.attproj, NC);
+    k.rmsnorm_forward(a.ln2, a.ln2_rstd, a.residual2, w.ln2w, eps, N, C);
+    k.matmul_forward(a.gateup, a.ln2, w.gateupw, nullptr, N, C, 2 * I);  // [N, 2I]
+    k.swiglu_forward(a.swiglu, a.gateup, N, I);                          // [N, I]
+    k.matmul_forward(a.down, a.swiglu, w.downw, nullptr, N, I, C);       // [N, C]
+    k.residual_forward(a.residual3, a.residual2, a.down, NC);
+    memory().release_params(layer_block(l));
+    residual = a.residual3;
+  }
+  Elem* lnf = lnf_.as<Elem>();
+  const Elem* head = acquire_params_as<Elem>(head_block());
+  k.rmsnorm_forward(lnf, lnf_rstd_.as<float>(), residual, head + normw_, eps, N, C);
+  if (m.tie_word_embeddings) {
+    memory().release_params(head_block());
+    const Elem* embeddings = acquire_params_as<Elem>(embedding_block());
+    k.matmul_forward(this->logits<Elem>(), lnf, embeddings + embed_, nullptr, N, C, V);
+    memory().release_params(embedding_block());
+  } else {
+    k.matmul_forward(this->logits<Elem>(), lnf, head + lm_head_, nullptr, N, C, V);
+    memory().release_params(head_block());
+  }
+  if (!with_targets) return std::numeric_limits<float>::quiet_NaN();
+  return mean_loss<Elem>(N);
+}
+
+template <typename Elem>
+void Llama::backward_as(int B, int T, float loss_scale, const GradientsReady& ready) {
+  // A block's gradients are complete: its memory may reduce them, and `ready` is told.
+  auto finish_block = [&](int block) {
+    memory().release_grads(block);
+    if (ready) ready(blocks()[block].begin, blocks()[block].end);
+  };
+  const ModelConfig& m = config();
+  const int C = m.n_embd, V = m.vocab_size, NH = m.n_head, KVH = m.kv_heads(), HS = m.head_size();
+  const int W = m.qkv_width(), I = m.mlp_width();
+  const int N = B * T;
+  StorageKernels<Elem>& k = backend().kernels<Elem>();
+  const float* cos_sin = cos_sin_.as<float>();
+  const Elem* encoded = encoded_.as<Elem>();
+  const Elem* lnf = lnf_.as<Elem>();
+  Elem* dres = dresidual_.as<Elem>();
+  Elem* dlogits = this->dlogits<Elem>();
+  Elem* dbt_c = dbt_c_.as<Elem>();
+  Elem* dqkv = dqkv_.as<Elem>();
+  Elem* dgateup = dgateup_.as<Elem>();
+  Elem* dswiglu = dswiglu_.as<Elem>();
+
+  // loss = loss_scale * mean over N positions
+  k.cross_entropy_backward(dlogits, this->logits<Elem>(), targets(), loss_scale / N, N, V);
+  // A tied head's gradient goes to the embedding, whose block completes last.
+  Elem* embedding_grads = nullptr;
+  Elem* head_grads = nullptr;
+  if (m.tie_word_embeddings) {
+    embedding_grads = acquire_grads_as<Elem>(embedding_block());
+    const Elem* embeddings = acquire_params_as<Elem>(embedding_block());
+    k.matmul_backward(dbt_c, embedding_grads + embed_, nullptr, dlogits, lnf, embeddings + embed_,
+                      N, C, V);  // dbt_c = dlnf
+    memory().release_params(embedding_block());
+  }
+  {
+    const Elem* head = acquire_params_as<Elem>(head_block());
+    head_grads = acquire_grads_as<Elem>(head_block());
+    if (!m.tie_word_embeddings)
+      k.matmul_backward(dbt_c, head_grads + lm_head_, nullptr, dlogits, lnf, head + lm_head_, N, C,
+                        V);
+    backend().fill_zero(dres, static_cast<size_t>(N) * C * sizeof(Elem));
+    const Elem* last_residual = m.n_layer > 0 ? layer_acts<Elem>(m.n_layer - 1).residual3 : encoded;
+    k.rmsnorm_backward(dres, head_grads + normw_, dbt_c, last_residual, head + normw_,
+                       lnf_rstd_.as<float>(), N, C);
+    memory().release_params(head_block());
+    finish_block(head_block());
+  }
+
+  for (int l = m.n_layer - 1; l >= 0; l--) {
+    const auto w = layer_at(acquire_params_as<Elem>(layer_block(l)));
+    const auto g = layer_at(acquire_grads_as<Elem>(layer_block(l)));
+    const LayerActs<Elem> a = layer_acts<Elem>(l);
+    const Elem* residual = l == 0 ? encoded : layer_acts<Elem>(l - 1).residual3;
+    // residual3 = residual2 + down: dres is the gradient of both.
+    k.matmul_backward(dswiglu, g.downw, nullptr, dres, a.swiglu, w.downw, N, I, C);
+    k.swiglu_backward(dgateup, a.gateup, dswiglu, N, I);
+    k.matmul_backward(dbt_c, g.gateupw, nullptr, dgateup, a.ln2, w.gateupw, N, C, 2 * I);  // dln2
+    k.rmsnorm_backward(dres, g.ln2w, dbt_c, a.residual2, w.ln2w, a.ln2_rstd, N, C);
+    // residual2 = residual + attproj: dres is the gradient of both.
+    k.matmul_backward(dbt_c, g.attprojw, nullptr, dres, a.atty, w.attprojw, N, C, C);  // datty
+    k.attention_backward(dqkv, dbt_c, a.qkv, a.atty, a.lse, B, T, NH, KVH, HS);
+    k.rope_backward(dqkv, cos_sin, B, T, NH, KVH, HS);
+    k.matmul_backward(dbt_c, g.qkvw, nullptr, dqkv, a.ln1, w.qkvw, N, C, W);  // dln1
+    k.rmsnorm_backward(dres, g.ln1w, dbt_c, residual, w.ln1w, a.ln1_rstd, N, C);
+    memory().release_params(layer_block(l));
+    finish_block(layer_block(l));
+  }
+  if (embedding_grads == nullptr) embedding_grads = acquire_grads_as<Elem>(embedding_block());
+  k.encoder_backward(embedding_grads + embed_, nullptr, dres, tokens(), B, T, C);
+  finish_block(embedding_block());
+}
+
+}  // namespace tandem

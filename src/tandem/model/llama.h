@@ -1,0 +1,94 @@
+// Llama (Hugging Face LlamaForCausalLM): token embedding, L pre-RMSNorm blocks (causal
+// self-attention with rotary position embeddings and grouped-query heads, SwiGLU MLP of
+// width I), final RMSNorm, LM head (its own, or the embedding with tie_word_embeddings).
+// No biases anywhere. Only its passes and initialisation are here; the rest is Model's.
+//
+// q_proj, k_proj and v_proj are adjacent in the layout, so together they are one fused
+// [(NH + 2 KVH) HS, C] projection and one matmul; gate_proj and up_proj likewise are one
+// [2I, C] projection whose output SwiGLU reads as [gate | up].
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tandem/model/model.h"
+
+namespace tandem {
+
+// Hugging Face LlamaForCausalLM's tensors in its names; blocks: {embed_tokens}, each layer
+// model.layers.{l}.*, {model.norm, lm_head (untied only)}.
+ParamLayout llama_layout(const ModelConfig& config);
+
+// The rotary table for positions 0..T-1: [T, HS/2, 2] (cosine, sine) in fp32, computed as
+// Hugging Face's LlamaRotaryEmbedding does (inverse frequencies theta^(-2i/HS) in fp32).
+std::vector<float> rope_cos_sin(const ModelConfig& config, int T);
+
+class Llama final : public Model {
+ public:
+  Llama(const ModelConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len,
+        StorageDType dtype = StorageDType::kF32, ModelOwnBuffers own = {});
+
+  // Bytes of activations, backward scratch and the rotary table the constructor allocates
+  // for batches of max_batch x max_seq_len (parameters and gradients not included).
+  static size_t activation_bytes(const ModelConfig& config, int max_batch, int max_seq_len,
+                                 StorageDType dtype = StorageDType::kF32);
+
+  // Hugging Face's initialisation: every weight matrix N(0, 0.02), RMSNorm weights 1.
+  std::vector<float> initial_params(uint64_t seed) const override;
+
+ private:
+  // A layer's tensors: the two norms' weights, the fused qkv, o, the fused gate/up, down.
+  template <typename Elem>
+  struct LayerParams {
+    Elem *ln1w, *qkvw, *attprojw, *ln2w, *gateupw, *downw;
+  };
+  // Per-layer activations saved for backward; each points at layer l's slice.
+  template <typename Elem>
+  struct LayerActs {
+    Elem* ln1;
+    float* ln1_rstd;
+    Elem *qkv, *atty;
+    float* lse;
+    Elem *attproj, *residual2, *ln2;
+    float* ln2_rstd;
+    Elem *gateup, *swiglu, *down, *residual3;
+  };
+
+  float forward_pass(int B, int T, bool with_targets) override;
+  void backward_pass(int B, int T, float loss_scale, const GradientsReady& ready) override;
+  template <typename Elem>
+  float forward_as(int B, int T, bool with_targets);
+  template <typename Elem>
+  void backward_as(int B, int T, float loss_scale, const GradientsReady& ready);
+
+  int embedding_block() const { return 0; }
+  int layer_block(int l) const { return 1 + l; }
+  int head_block() const { return config().n_layer + 1; }
+  template <typename Elem>
+  LayerParams<Elem> layer_at(Elem* base) const;
+  template <typename Elem>
+  LayerActs<Elem> layer_acts(int l) const;
+
+  // Offsets within their block (looked up by name at construction).
+  size_t embed_ = 0, normw_ = 0, lm_head_ = 0;
+  size_t ln1w_ = 0, qkvw_ = 0, attprojw_ = 0, ln2w_ = 0, gateupw_ = 0, downw_ = 0;
+
+  Buffer cos_sin_;  // [max_seq_len, HS/2, 2] fp32
+  // Activations for BT = max_batch x max_seq_len, the L layers' stacked ([L, BT, ...]);
+  // W = (NH + 2 KVH) HS, I = intermediate_size.
+  Buffer encoded_;              // [BT, C]
+  Buffer ln1_, ln1_rstd_;       // [L, BT, C], [L, BT]
+  Buffer qkv_, atty_, lse_;     // [L, BT, W], [L, BT, C], [L, NH, BT]
+  Buffer attproj_, residual2_;  // [L, BT, C]
+  Buffer ln2_, ln2_rstd_;       // [L, BT, C], [L, BT]
+  Buffer gateup_, swiglu_;      // [L, BT, 2I], [L, BT, I]
+  Buffer down_, residual3_;     // [L, BT, C]
+  Buffer lnf_, lnf_rstd_;       // [BT, C], [BT]
+  // Backward scratch, reused by every layer.
+  Buffer dresidual_, dbt_c_;  // [BT, C]
+  Buffer dqkv_;               // [BT, W]
+  Buffer dgateup_, dswiglu_;  // [BT, 2I], [BT, I]
+};
+
+}  // namespace tandem

@@ -1,0 +1,56 @@
+// The model families tandem trains, as one table: everything the rest of tandem needs to
+// know about a family is a row of it. Code that takes a ModelConfig (memory plans,
+// checkpoints, the trainer) asks the table, never the family's class, so adding a family
+// is a new model/<family>.{h,cc} and one row (docs/models.md).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "tandem/compute/compute_backend.h"
+#include "tandem/model/model.h"
+#include "tandem/model/model_config.h"
+#include "tandem/model/param_layout.h"
+
+namespace tandem {
+
+struct ModelFamily {
+  ModelType type;
+  // Hugging Face's name of the model class (config.json "architectures").
+  std::string_view hf_architecture;
+  // The flat parameter layout: Hugging Face names and shapes, the blocks.
+  ParamLayout (*layout)(const ModelConfig& config);
+  // Bytes of activations and scratch a model allocates for batches of B x T, besides its
+  // parameters and gradients.
+  size_t (*activation_bytes)(const ModelConfig& config, int B, int T, StorageDType dtype);
+  std::unique_ptr<Model> (*make)(const ModelConfig& config, ComputeBackend& backend, int B, int T,
+                                 StorageDType dtype, ModelOwnBuffers own);
+  // The Hugging Face config.json of a model, and the model of a config.json (throws
+  // tandem::Error naming the key that is missing or that tandem does not support).
+  nlohmann::json (*to_hf_config)(const ModelConfig& config);
+  ModelConfig (*from_hf_config)(const nlohmann::json& hf);
+};
+
+const ModelFamily& model_family(ModelType type);
+// The family whose Hugging Face model_type is `hf_model_type` ("gpt2", "llama"); throws
+// naming the types tandem reads.
+const ModelFamily& model_family_of_hf(std::string_view hf_model_type);
+
+// Shorthands through the table.
+inline ParamLayout model_layout(const ModelConfig& config) {
+  return model_family(config.type).layout(config);
+}
+inline size_t model_activation_bytes(const ModelConfig& config, int B, int T,
+                                     StorageDType dtype = StorageDType::kF32) {
+  return model_family(config.type).activation_bytes(config, B, T, dtype);
+}
+inline std::unique_ptr<Model> make_model(const ModelConfig& config, ComputeBackend& backend,
+                                         int max_batch, int max_seq_len,
+                                         StorageDType dtype = StorageDType::kF32,
+                                         ModelOwnBuffers own = {}) {
+  return model_family(config.type).make(config, backend, max_batch, max_seq_len, dtype, own);
+}
+
+}  // namespace tandem
