@@ -9,11 +9,11 @@ DEMO_DIR ?= runs/shakespeare-char
 
 DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-openmp-dev nlohmann-json3-dev \
 	libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev openmpi-bin libopenmpi-dev \
-	python3-matplotlib
+	python3-matplotlib python3-pip
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build test test-long demo clean format
+.PHONY: all deps pydeps build test test-long demo clean format
 
 all: build
 
@@ -26,6 +26,25 @@ deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
+# Python packages of the tokenizer tests (tools/tokenize_bpe.py, tests/test_tokenize_bpe.cc),
+# installed with pip where python3 cannot import them; --break-system-packages only where
+# pip refuses without it (Debian's python3 is "externally managed"). A failed install is
+# a warning: the tests that need the package then skip, saying why.
+PY_PACKAGES := tokenizers tiktoken
+
+pydeps:
+	@for p in $(PY_PACKAGES); do \
+	  python3 -c "import $$p" 2>/dev/null && continue; \
+	  echo "installing python package $$p"; \
+	  out=$$(python3 -m pip install -q $$p 2>&1) && continue; \
+	  if echo "$$out" | grep -q externally-managed-environment; then \
+	    python3 -m pip install -q --break-system-packages $$p && continue; \
+	  else \
+	    echo "$$out"; \
+	  fi; \
+	  echo "warning: could not install $$p for python3; the tests that need it skip, saying why"; \
+	done
+
 $(BUILD_DIR)/CMakeCache.txt:
 	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)
 
@@ -33,7 +52,7 @@ build: deps $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 # Tests labelled `long` (minutes each: the 200-kill crash test) run only with `make test-long`.
-test: build
+test: build pydeps
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -LE long
 
 test-long: build

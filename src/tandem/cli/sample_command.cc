@@ -1,36 +1,151 @@
+#include <charconv>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "tandem/cli/commands.h"
 #include "tandem/compute/compute_backend.h"
+#include "tandem/core/error.h"
 #include "tandem/core/rng.h"
+#include "tandem/data/bpe_vocab.h"
+#include "tandem/data/byte_tokenizer.h"
 #include "tandem/model/model_family.h"
 #include "tandem/train/sampler.h"
 #include "tandem/train/train_checkpoint.h"
 
 namespace tandem::cli {
+namespace {
+
+struct Args {
+  std::string checkpoint;
+  std::string prompt;
+  int bytes = 300;
+  float temperature = 1.0f;
+  uint64_t seed = 1337;
+  // Models of a BPE vocabulary (vocab_size not 256, or --tokenizer given).
+  std::string tokenizer;
+  std::string prompt_tokens;
+  int tokens = 100;
+  // Which options the command line gave (CLI11 knows; the callback asks it here).
+  bool gave_prompt = false, gave_bytes = false, gave_prompt_tokens = false, gave_tokens = false;
+};
+
+// "15496,11" -> {15496, 11}.
+std::vector<int32_t> parse_token_ids(std::string_view list) {
+  std::vector<int32_t> ids;
+  size_t begin = 0;
+  while (begin <= list.size()) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    const std::string_view item = list.substr(begin, end - begin);
+    int32_t id = -1;
+    const auto [rest, error] = std::from_chars(item.data(), item.data() + item.size(), id);
+    TANDEM_CHECK(error == std::errc() && rest == item.data() + item.size() && id >= 0,
+                 "--prompt-tokens ", list, ": \"", item,
+                 "\" is not a token id; expected non-negative integers separated by commas, "
+                 "e.g. 15496,11");
+    ids.push_back(id);
+    begin = end + 1;
+  }
+  return ids;
+}
+
+// A model of a BPE vocabulary: samples token ids and prints them decoded with the
+// tokenizer, or as ids without one. Its prompt is ids too: encoding text would need the
+// tokenizer's pre-tokenizer regex, which tandem does not implement.
+void sample_token_ids(const Args& args, const TrainingState& state) {
+  const int vocab_size = state.config.model.vocab_size;
+  TANDEM_CHECK(!args.gave_prompt,
+               "--prompt takes text, which tandem cannot encode into this "
+               "model's ",
+               vocab_size,
+               " BPE tokens; give the prompt's ids with --prompt-tokens "
+               "(python3 -c \"import tokenizers; print(tokenizers.Tokenizer.from_file("
+               "'tokenizer.json').encode('your text').ids)\")");
+  TANDEM_CHECK(!args.gave_bytes,
+               "--bytes counts the bytes of a byte-level model; this model's "
+               "vocabulary is ",
+               vocab_size, " tokens: use --tokens N");
+  std::unique_ptr<BpeVocab> vocab;
+  if (!args.tokenizer.empty()) vocab = std::make_unique<BpeVocab>(BpeVocab::load(args.tokenizer));
+  std::vector<int32_t> prompt;
+  if (args.gave_prompt_tokens) {
+    prompt = parse_token_ids(args.prompt_tokens);
+  } else {
+    // A document's start is what follows an end-of-text token in the training data.
+    TANDEM_CHECK(vocab != nullptr && vocab->end_of_text() >= 0,
+                 "--prompt-tokens is needed: this model's vocabulary is ", vocab_size,
+                 " tokens, not bytes, and ",
+                 vocab ? args.tokenizer + " has no <|endoftext|> token to start from"
+                       : std::string("without --tokenizer there is no end-of-text token to "
+                                     "start from"),
+                 " (e.g. --prompt-tokens 50256, GPT-2's <|endoftext|>)");
+    prompt = {vocab->end_of_text()};
+  }
+
+  auto backend = make_cpu_backend();
+  const std::unique_ptr<Model> model =
+      make_model(state.config.model, *backend, 1, state.config.model.context_length);
+  model->set_params(state.params);
+  Rng rng(args.seed);
+  if (vocab != nullptr) {
+    const std::string prompt_text = vocab->decode(prompt);
+    const std::string text =
+        sample_text(*model, *vocab, prompt, args.tokens, rng, args.temperature);
+    std::fwrite(prompt_text.data(), 1, prompt_text.size(), stdout);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fputc('\n', stdout);
+    return;
+  }
+  std::fprintf(stderr,
+               "tandem: the model's vocabulary is %d tokens, not bytes: printing the sampled "
+               "token ids (--tokenizer tokenizer.json decodes them)\n",
+               vocab_size);
+  const std::vector<int32_t> ids =
+      sample_tokens(*model, prompt, args.tokens, rng, args.temperature);
+  for (size_t i = 0; i < ids.size(); i++) std::printf(i ? " %d" : "%d", ids[i]);
+  std::fputc('\n', stdout);
+}
+
+}  // namespace
 
 void register_sample(CLI::App& app) {
-  struct Args {
-    std::string checkpoint;
-    std::string prompt;
-    int bytes = 300;
-    float temperature = 1.0f;
-    uint64_t seed = 1337;
-  };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("sample", "Generate text from a checkpoint");
   cmd->add_option("--checkpoint", args->checkpoint,
                   "A checkpoint dir, a checkpoints dir or a run dir (its latest checkpoint)")
       ->required();
-  cmd->add_option("--prompt", args->prompt, "Text to continue (default: a newline)");
-  cmd->add_option("--bytes", args->bytes, "Bytes to generate")->check(CLI::Range(1, 1 << 20));
+  CLI::Option* prompt = cmd->add_option("--prompt", args->prompt,
+                                        "Text to continue (byte-level models; default: a newline)");
+  CLI::Option* bytes =
+      cmd->add_option("--bytes", args->bytes, "Bytes to generate (byte-level models)")
+          ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--temperature", args->temperature, "Sampling temperature (> 0)")
       ->check(positive_number());
   cmd->add_option("--seed", args->seed, "Random seed");
-  cmd->callback([args] {
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "A byte-level BPE tokenizer.json (as tools/tokenize_bpe.py writes next to the "
+                  "shards) to decode the model's tokens with");
+  CLI::Option* prompt_tokens = cmd->add_option(
+      "--prompt-tokens", args->prompt_tokens,
+      "Token ids to continue, comma-separated (BPE models; default: the tokenizer's "
+      "<|endoftext|>)");
+  CLI::Option* tokens = cmd->add_option("--tokens", args->tokens, "Tokens to generate (BPE models)")
+                            ->check(CLI::Range(1, 1 << 20));
+  cmd->callback([args, prompt, bytes, prompt_tokens, tokens] {
+    args->gave_prompt = prompt->count() > 0;
+    args->gave_bytes = bytes->count() > 0;
+    args->gave_prompt_tokens = prompt_tokens->count() > 0;
+    args->gave_tokens = tokens->count() > 0;
     const TrainingState state = load_checkpoint_weights(args->checkpoint);
+    if (!args->tokenizer.empty() || state.config.model.vocab_size != ByteTokenizer::kVocabSize) {
+      sample_token_ids(*args, state);
+      return;
+    }
+    TANDEM_CHECK(!args->gave_prompt_tokens && !args->gave_tokens,
+                 "--prompt-tokens and --tokens are for models of a BPE vocabulary; this model is "
+                 "byte-level (vocab_size 256): use --prompt TEXT and --bytes N");
     auto backend = make_cpu_backend();
     const std::unique_ptr<Model> model =
         make_model(state.config.model, *backend, 1, state.config.model.context_length);

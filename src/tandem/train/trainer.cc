@@ -16,6 +16,7 @@
 #include "tandem/core/stop_signals.h"
 #include "tandem/core/timer.h"
 #include "tandem/core/trace.h"
+#include "tandem/data/byte_tokenizer.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/loader.h"
 #include "tandem/device/cuda/cuda_device.h"
@@ -359,9 +360,16 @@ class Trainer {
                    {"state_digest", result.state_digest},
                    {"peak_live_parameters", result.peak_live_parameters},
                    {"schedule", std::string(update_schedule_name(config_.offload.schedule))}});
-    if (config_.train.sample_bytes > 0 && result.stopped_by_signal == 0 &&
+    // A model of another vocabulary (BPE shards) samples token ids, not bytes: that is
+    // `tandem sample --tokenizer`'s job, and failing here would end a finished run in an error.
+    const bool byte_level = config_.model.vocab_size == ByteTokenizer::kVocabSize;
+    if (config_.train.sample_bytes > 0 && result.stopped_by_signal == 0 && byte_level &&
         (comm_.rank() == 0 || every_rank_runs_the_model()))
       result.sample = sample_bytes(model_, "\n", config_.train.sample_bytes, sample_rng_);
+    if (config_.train.sample_bytes > 0 && !byte_level && comm_.rank() == 0)
+      progress_.note(cat("tandem: no sample at the end: the model's ", config_.model.vocab_size,
+                         " tokens are not bytes; `tandem sample --checkpoint DIR --tokenizer "
+                         "tokenizer.json` decodes its tokens (train.sample_bytes=0 skips this)"));
     return result;
   }
 
