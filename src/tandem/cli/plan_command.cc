@@ -6,6 +6,7 @@
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
 #include "tandem/core/thread_pool.h"
+#include "tandem/device/cuda/cuda_device.h"
 #include "tandem/device/device.h"
 #include "tandem/train/memory_plan.h"
 #include "tandem/train/train_config.h"
@@ -34,16 +35,28 @@ void register_plan(CLI::App& app) {
       ->check(non_negative_number());
   cmd->callback([args] {
     const TrainConfig config = load_train_config(args->config, args->overrides);
-    auto device = make_training_device(config);
-    ThreadPool pool;
     TANDEM_CHECK(args->rank < args->world_size, "--rank ", args->rank,
                  " is not a rank of --world-size ", args->world_size, "; use 0 to ",
                  args->world_size - 1);
-    const TrainingMemoryPlan plan =
-        plan_training(config, *device, pool, zero_state_range(config, args->world_size, args->rank),
-                      args->world_size);
+    ThreadPool pool;
+    const ParamRange state_range = zero_state_range(config, args->world_size, args->rank);
     std::string who;
     if (args->world_size > 1) who = cat(", rank ", args->rank, " of ", args->world_size);
+    // A plan for a GPU machine made where there is none: the GPU is modelled (its rates
+    // assumed, and said so), not refused.
+    std::string why_no_gpu;
+    if (config.device.type == "cuda" && cuda_device_count(&why_no_gpu) == 0) {
+      const TrainingMemoryPlan plan =
+          plan_training_without_gpu(config, pool, state_range, args->world_size);
+      std::printf("tandem plan for %s on a cuda device of %g GiB%s (modelled: %s)\n%s",
+                  args->config.c_str(), config.device.memory_gb, who.c_str(), why_no_gpu.c_str(),
+                  plan.to_text().c_str());
+      check_fits(plan, config);
+      return;
+    }
+    auto device = make_training_device(config);
+    const TrainingMemoryPlan plan =
+        plan_training(config, *device, pool, state_range, args->world_size);
     std::printf("tandem plan for %s on the %s device%s\n%s", args->config.c_str(),
                 std::string(device->name()).c_str(), who.c_str(), plan.to_text().c_str());
     check_fits(plan, config);

@@ -100,13 +100,17 @@ size_t TrainingMemoryPlan::model_state_bytes() const {
   return model_bytes + offload.partition.size() * state_bytes_per_param;
 }
 
-TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
-                                 ParamRange state_range, int world_size) {
+namespace {
+
+// The plan's memory on a device of `kind` and `capacity` bytes, before any rate is known
+// (`auto` costed as all-CPU).
+TrainingMemoryPlan plan_memory(const TrainConfig& config, DeviceKind kind, size_t capacity,
+                               ParamRange state_range, int world_size) {
   TrainingMemoryPlan plan;
   plan.world_size = world_size;
   plan.zero_stage = config.zero.stage;
   plan.num_params = static_cast<size_t>(config.model.num_parameters());
-  plan.device_capacity = device.device_capacity();
+  plan.device_capacity = capacity;
   plan.activation_bytes = model_activation_bytes(config.model, config.micro_batch_size,
                                                  config.seq_len(), config.storage_dtype());
   plan.model_elem_bytes = storage_dtype_bytes(config.storage_dtype());
@@ -131,35 +135,85 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   if (automatic) fixed.schedule = UpdateSchedule::kCpu;
   plan.state_bytes_per_param = optimizer_state_bytes_per_param(config.optimizer);
   plan.machine_host_bytes = host_memory_bytes();
-  plan.device_is_host = device.kind() == DeviceKind::kHostOnly;
-  plan.pinned_snapshot = config.train.lazy_checkpoints && device.kind() == DeviceKind::kCuda;
+  plan.device_is_host = kind == DeviceKind::kHostOnly;
+  plan.pinned_snapshot = config.train.lazy_checkpoints && kind == DeviceKind::kCuda;
   if (config.optimizer.type == OptimizerType::kDeMo) plan.state_names = "fp32 params, delta";
   const std::vector<size_t> cuts =
       subgroup_cut_points(config.optimizer, model_layout(config.model));
   plan.offload = make_offload_plan(fixed, plan.num_params, state_range, cuts);
   plan.rule_workspace_bytes = optimizer_device_workspace_bytes(
-      config.optimizer, model_layout(config.model), plan.offload, world_size, device.kind());
-  add_up(plan, config, device.kind());
-  if (!plan.fits()) return plan;  // nothing to measure: the run cannot start
-  // The performance model times AdamW's kernels; DeMo's plans are fixed (no `auto`).
-  if (config.optimizer.type != OptimizerType::kAdamW) return plan;
+      config.optimizer, model_layout(config.model), plan.offload, world_size, kind);
+  add_up(plan, config, kind);
+  return plan;
+}
 
-  // A sample the CPU must stream from memory as the real update does, small enough to take
-  // well under a second and to fit beside nothing else in the device memory (16 bytes per
-  // parameter). 2^25 parameters are 512 MiB, beyond the last-level cache a process sees on
-  // today's servers: 2^22 (64 MiB) stayed in the cache of the first GPU machine and measured
-  // the CPU at 10.9 G params/s against 4.3 G in training, so `auto` put too much on it.
-  size_t sample = std::clamp<size_t>(plan.num_params, size_t{1} << 16, size_t{1} << 25);
-  sample = std::min(sample, device.device_free() / (2 * 4 * sizeof(float)));
-  if (sample < 1024) return plan;
-  plan.rates = calibrate_update_rates(device, pool, sample);
-  if (automatic) {
+// With the rates known: the performance model's plan for `auto`, and the prediction.
+void finish_plan(TrainingMemoryPlan& plan, const TrainConfig& config, DeviceKind kind,
+                 ParamRange state_range, const UpdateRates& rates) {
+  plan.rates = rates;
+  if (config.offload.schedule == UpdateSchedule::kAuto) {
     const size_t taken = plan.activation_bytes + plan.model_bytes + plan.zero_buffer_bytes;
     plan.offload = make_auto_plan(config.offload, plan.num_params, state_range, plan.rates,
                                   plan.device_capacity - taken);
-    add_up(plan, config, device.kind());
+    add_up(plan, config, kind);
   }
   plan.prediction = predict_update(plan.offload, plan.rates);
+}
+
+// The parameters an AdamW timing sample takes: enough that the CPU streams them from
+// memory as the real update does, few enough for well under a second.
+size_t timing_sample(const TrainingMemoryPlan& plan, size_t device_free) {
+  // 2^25 parameters are 512 MiB, beyond the last-level cache a process sees on today's
+  // servers: 2^22 (64 MiB) stayed in the cache of the first GPU machine and measured the
+  // CPU at 10.9 G params/s against 4.3 G in training, so `auto` put too much on it.
+  const size_t sample = std::clamp<size_t>(plan.num_params, size_t{1} << 16, size_t{1} << 25);
+  return std::min(sample, device_free / (2 * 4 * sizeof(float)));
+}
+
+}  // namespace
+
+TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
+                                 ParamRange state_range, int world_size) {
+  TrainingMemoryPlan plan =
+      plan_memory(config, device.kind(), device.device_capacity(), state_range, world_size);
+  if (!plan.fits()) return plan;  // nothing to measure: the run cannot start
+  // The performance model times AdamW's kernels; DeMo's plans are fixed (no `auto`).
+  if (config.optimizer.type != OptimizerType::kAdamW) return plan;
+  const size_t sample = timing_sample(plan, device.device_free());
+  if (sample < 1024) return plan;
+  finish_plan(plan, config, device.kind(), state_range,
+              calibrate_update_rates(device, pool, sample));
+  return plan;
+}
+
+TrainingMemoryPlan plan_training_without_gpu(const TrainConfig& config, ThreadPool& pool,
+                                             ParamRange state_range, int world_size,
+                                             const AssumedGpu& gpu) {
+  const auto capacity = static_cast<size_t>(config.device.memory_gb * (1ull << 30));
+  // The GPU machine's host memory is unknown here: an automatic snapshot budget is
+  // planned as the default pool, not as what this machine has left.
+  TrainConfig planned = config;
+  if (planned.train.checkpoint_memory_mb == 0)
+    planned.train.checkpoint_memory_mb =
+        static_cast<double>(CheckpointSnapshotPlan::kDefaultPoolBytes >> 20);
+  TrainingMemoryPlan plan =
+      plan_memory(planned, DeviceKind::kCuda, capacity, state_range, world_size);
+  plan.gpu_assumed = gpu;
+  plan.machine_host_bytes = 0;  // the GPU machine's, unknown here
+  if (!plan.fits() || config.optimizer.type != OptimizerType::kAdamW) return plan;
+  UpdateRates rates;
+  rates.state_bytes_per_param = plan.state_bytes_per_param;
+  rates.cpu_params_per_s = gpu.cpu_params_per_s;
+  if (rates.cpu_params_per_s == 0) {
+    // This machine's, measured on a host-only device of the sample's size.
+    const size_t sample = timing_sample(plan, std::numeric_limits<size_t>::max());
+    auto host = make_cpu_device({.memory_bytes = 2 * 4 * sizeof(float) * sample});
+    rates = calibrate_update_rates(*host, pool, sample);
+  }
+  rates.device_params_per_s = gpu.adamw_params_per_s;
+  rates.h2d_bytes_per_s = gpu.h2d_bytes_per_s;
+  rates.d2h_bytes_per_s = gpu.d2h_bytes_per_s;
+  finish_plan(plan, planned, DeviceKind::kCuda, state_range, rates);
   return plan;
 }
 
@@ -224,10 +278,25 @@ std::string TrainingMemoryPlan::to_text() const {
     return text + (fits() ? "measured: nothing (the performance model times AdamW only; `tandem "
                             "bench demo` measures DeMo's step)\n"
                           : "measured: nothing (the plan does not fit)\n");
+  if (gpu_assumed)
+    return text +
+           cat(gpu_assumed->cpu_params_per_s == 0 ? "measured: " : "assumed: ", "CPU update ",
+               rates.cpu_params_per_s / 1e9, " G params/s",
+               gpu_assumed->cpu_params_per_s == 0 ? " on this machine" : "",
+               "; assumed (no GPU here): ", gpu_assumed->to_text(), "\n",
+               "predicted update time: ", prediction.seconds * 1e3, " ms (CPU ",
+               prediction.host_seconds * 1e3, " ms, device ", prediction.device_seconds * 1e3,
+               " ms)\n");
   return text + cat("measured: ", rates.to_text(), "\n",
                     "predicted update time: ", prediction.seconds * 1e3, " ms (CPU ",
                     prediction.host_seconds * 1e3, " ms, device ", prediction.device_seconds * 1e3,
                     " ms)\n");
+}
+
+std::string AssumedGpu::to_text() const {
+  return cat(name, ", device update ", adamw_params_per_s / 1e9, " G params/s, host-to-device ",
+             h2d_bytes_per_s / 1e9, " GB/s, device-to-host ", d2h_bytes_per_s / 1e9, " GB/s (",
+             source, ")");
 }
 
 void check_fits(const TrainingMemoryPlan& plan, const TrainConfig& config) {

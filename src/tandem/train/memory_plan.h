@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tandem/core/thread_pool.h"
@@ -36,6 +37,25 @@ struct CheckpointSnapshotPlan {
   size_t bytes() const { return streamed ? pool_bytes() : full_bytes; }
 };
 
+// The GPU a plan is made for where none is at hand (planning a run for a GPU machine
+// from a laptop or CI): its rates are assumed, not measured. The defaults are an H100's:
+// AdamW streams 28 bytes per parameter (fp32 params, m, v read and written, bf16 gradient
+// read, bf16 working copy written) at 70% of its 3.35 TB/s, and PCIe moves 19 GB/s each
+// way during the update (Deep Optimizer States' measurement on H100).
+struct AssumedGpu {
+  std::string name = "H100";
+  double adamw_params_per_s = 0.7 * 3.35e12 / 28;
+  double h2d_bytes_per_s = 19e9;
+  double d2h_bytes_per_s = 19e9;
+  // The CPU update rate of the GPU machine; 0: this machine's, measured (the planner's
+  // best guess; a plan made on the GPU machine itself measures everything).
+  double cpu_params_per_s = 0;
+  std::string source =
+      "HBM 3.35 TB/s at 70% for 28 bytes/param; PCIe as Deep Optimizer "
+      "States measured on H100";
+  std::string to_text() const;
+};
+
 struct TrainingMemoryPlan {
   OffloadPlan offload;
   size_t num_params = 0;
@@ -61,6 +81,9 @@ struct TrainingMemoryPlan {
   TierBytes total;  // every tier, all of the above included
   UpdateRates rates;
   UpdatePrediction prediction;
+  // Set when the plan is for a GPU that is not here (plan_training_without_gpu): the
+  // device's rates are these assumptions; the CPU's are measured.
+  std::optional<AssumedGpu> gpu_assumed;
   // Data parallelism: the ranks and the ZeRO stage; offload.partition is this rank's.
   int world_size = 1;
   int zero_stage = 0;
@@ -97,6 +120,11 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
 // The same for a rank that holds the optimizer state of `state_range` only (ZeRO).
 TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
                                  ParamRange state_range, int world_size = 1);
+// The same for a cuda device of device.memory_gb that this machine does not have: the memory
+// is planned as on the GPU, the CPU update rate measured here, the GPU's rates `gpu`.
+TrainingMemoryPlan plan_training_without_gpu(const TrainConfig& config, ThreadPool& pool,
+                                             ParamRange state_range, int world_size = 1,
+                                             const AssumedGpu& gpu = {});
 // The parameters whose optimizer state rank `rank` of `world_size` holds at the config's
 // ZeRO stage: all at stage 0, its partition from stage 1 (zero/partition.h).
 ParamRange zero_state_range(const TrainConfig& config, int world_size, int rank);
