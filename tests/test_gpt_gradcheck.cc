@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "model_checks.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/rng.h"
 #include "tandem/device/device.h"
@@ -74,41 +75,7 @@ TEST(GptGradcheck, EveryTensorMatchesCentralDifferences) {
     model.set_params(p);
     return static_cast<double>(model.forward(s.tokens.data(), s.targets.data(), s.B, s.T));
   };
-
-  Rng rng(7);
-  const double eps = 1e-2;
-  for (const ParamView& view : model.layout().views()) {
-    std::vector<float> direction(view.numel);
-    double norm = 0.0;
-    for (float& d : direction) {
-      d = rng.normal();
-      norm += static_cast<double>(d) * d;
-    }
-    double analytic = 0.0;
-    for (size_t i = 0; i < view.numel; i++) {
-      direction[i] = static_cast<float>(direction[i] / std::sqrt(norm));
-      analytic += static_cast<double>(grads[view.offset + i]) * direction[i];
-    }
-    std::vector<float> plus = s.params, minus = s.params;
-    for (size_t i = 0; i < view.numel; i++) {
-      plus[view.offset + i] += static_cast<float>(eps * direction[i]);
-      minus[view.offset + i] -= static_cast<float>(eps * direction[i]);
-    }
-    const double numeric = (loss_at(plus) - loss_at(minus)) / (2 * eps);
-    EXPECT_NEAR(analytic, numeric, 1e-4 + 5e-3 * std::fabs(numeric)) << view.name;
-
-    // The single largest-gradient element, so a wrong index cannot hide in a sum.
-    size_t top = 0;
-    for (size_t i = 1; i < view.numel; i++)
-      if (std::fabs(grads[view.offset + i]) > std::fabs(grads[view.offset + top])) top = i;
-    plus = s.params;
-    minus = s.params;
-    plus[view.offset + top] += static_cast<float>(eps);
-    minus[view.offset + top] -= static_cast<float>(eps);
-    const double numeric_one = (loss_at(plus) - loss_at(minus)) / (2 * eps);
-    EXPECT_NEAR(grads[view.offset + top], numeric_one, 1e-4 + 5e-3 * std::fabs(numeric_one))
-        << view.name << "[" << top << "]";
-  }
+  testing::expect_central_differences(model.layout(), s.params, grads, loss_at);
 }
 
 TEST(GptGradcheck, BackwardAccumulatesScaledGradients) {

@@ -11,13 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "model_checks.h"
 #include "tandem/ckpt/hf_weights.h"
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/device/device.h"
 #include "tandem/model/llama.h"
-#include "tandem/offload/update_engine.h"
-#include "tandem/optim/grad_clip.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -84,18 +83,8 @@ TEST(LlamaFixture, LogitsLossAndGradientsMatchPyTorch) {
   for (size_t i = 0; i < logits.size(); i++)
     ASSERT_NEAR(logits[i], expected_logits[i], 2e-5 + 2e-5 * std::fabs(expected_logits[i])) << i;
 
-  const std::vector<float> grads = model.grads_to_host();
-  const std::vector<float> expected_grads = fx.params(model.layout(), "grad.");
-  for (const ParamView& view : model.layout().views()) {
-    double max_abs = 0.0;
-    for (size_t i = 0; i < view.numel; i++)
-      max_abs = std::max(max_abs, std::fabs(static_cast<double>(expected_grads[view.offset + i])));
-    ASSERT_GT(max_abs, 0.0) << view.name << " has no gradient in the fixture";
-    const double tolerance = 1e-7 + 1e-4 * max_abs;
-    for (size_t i = 0; i < view.numel; i++)
-      ASSERT_NEAR(grads[view.offset + i], expected_grads[view.offset + i], tolerance)
-          << view.name << "[" << i << "]";
-  }
+  testing::expect_gradients_near(model.layout(), model.grads_to_host(),
+                                 fx.params(model.layout(), "grad."));
 }
 
 TEST(LlamaFixture, ThreeClippedAdamWStepsMatchPyTorch) {
@@ -103,34 +92,8 @@ TEST(LlamaFixture, ThreeClippedAdamWStepsMatchPyTorch) {
   auto backend = make_cpu_backend();
   Llama model(fx.config, *backend, fx.B, fx.T);
   model.set_params(fx.params(model.layout()));
-  AdamWHyper hyper{.lr = static_cast<float>(fx.meta("lr")),
-                   .beta1 = static_cast<float>(fx.meta("beta1")),
-                   .beta2 = static_cast<float>(fx.meta("beta2")),
-                   .eps = static_cast<float>(fx.meta("eps")),
-                   .weight_decay = static_cast<float>(fx.meta("weight_decay"))};
-  const float max_norm = static_cast<float>(fx.meta("max_norm"));
-  const size_t P = model.layout().num_elements();
-  ThreadPool pool(2);
-  auto device = make_cpu_device({});
-  UpdateEngine engine(
-      *device, pool, model.layout(),
-      make_offload_plan(
-          {.schedule = UpdateSchedule::kInterleave, .sub_group_size = 4096, .stride = 2}, P),
-      hyper, {model.params(), model.grads()});
-  const std::vector<float> zeros(P, 0.0f);
-  engine.load_state(model.params_to_host().data(), zeros.data(), zeros.data(), 0);
-  for (int step = 1; step <= 3; step++) {
-    model.zero_grads();
-    model.forward(fx.tokens.data(), fx.targets.data(), fx.B, fx.T);
-    model.backward();
-    const double norm = global_grad_norm(model.grads_as<float>(), P);
-    const float expected_norm = fx.file.read_f32("grad_norm.step" + std::to_string(step), {})[0];
-    EXPECT_NEAR(norm, expected_norm, 1e-5 * expected_norm) << "step " << step;
-    const float scale = clip_scale(norm, max_norm);
-    ASSERT_LT(scale, 1.0f) << "the fixture is built so that clipping triggers every step";
-    engine.step(hyper.lr, scale);
-  }
-  const std::vector<float> params = model.params_to_host();
+  const std::vector<float> params =
+      testing::three_clipped_adamw_steps(model, fx.file, fx.tokens, fx.targets, fx.B, fx.T);
   const std::vector<float> expected = fx.params(model.layout(), "adamw3.");
   for (const ParamView& view : model.layout().views())
     for (size_t i = 0; i < view.numel; i++)

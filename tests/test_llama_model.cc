@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "model_checks.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/rng.h"
 #include "tandem/device/device.h"
@@ -81,39 +82,9 @@ TEST(LlamaGradcheck, EveryTensorMatchesCentralDifferences) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
     TinyLlama tiny(c.config);
-    Rng rng(7);
-    const double eps = 1e-2;
-    for (const ParamView& view : tiny.model.layout().views()) {
-      std::vector<float> direction(view.numel);
-      double norm = 0.0;
-      for (float& d : direction) {
-        d = rng.normal();
-        norm += static_cast<double>(d) * d;
-      }
-      double analytic = 0.0;
-      for (size_t i = 0; i < view.numel; i++) {
-        direction[i] = static_cast<float>(direction[i] / std::sqrt(norm));
-        analytic += static_cast<double>(tiny.grads[view.offset + i]) * direction[i];
-      }
-      std::vector<float> plus = tiny.params, minus = tiny.params;
-      for (size_t i = 0; i < view.numel; i++) {
-        plus[view.offset + i] += static_cast<float>(eps * direction[i]);
-        minus[view.offset + i] -= static_cast<float>(eps * direction[i]);
-      }
-      const double numeric = (tiny.loss_at(plus) - tiny.loss_at(minus)) / (2 * eps);
-      EXPECT_NEAR(analytic, numeric, 1e-4 + 5e-3 * std::fabs(numeric)) << view.name;
-      // The largest-gradient element alone, so a wrong index cannot hide in a sum.
-      size_t top = 0;
-      for (size_t i = 1; i < view.numel; i++)
-        if (std::fabs(tiny.grads[view.offset + i]) > std::fabs(tiny.grads[view.offset + top]))
-          top = i;
-      plus = minus = tiny.params;
-      plus[view.offset + top] += static_cast<float>(eps);
-      minus[view.offset + top] -= static_cast<float>(eps);
-      const double one = (tiny.loss_at(plus) - tiny.loss_at(minus)) / (2 * eps);
-      EXPECT_NEAR(tiny.grads[view.offset + top], one, 1e-4 + 5e-3 * std::fabs(one))
-          << view.name << "[" << top << "]";
-    }
+    testing::expect_central_differences(
+        tiny.model.layout(), tiny.params, tiny.grads,
+        [&](const std::vector<float>& p) { return tiny.loss_at(p); });
   }
 }
 
