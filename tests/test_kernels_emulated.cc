@@ -386,13 +386,16 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     keep(results, "layernorm_backward dweight", got_dw.data(), C);
     keep(results, "layernorm_backward dbias", got_db.data(), C);
   }
-  // RMSNorm: the forward pass's rstd (the CPU's) feeds both backward passes.
+  // RMSNorm on rows of mean square 9 (rstd 1/3, so that a missing or extra rstd factor
+  // shows); the forward pass's rstd (the CPU's) feeds both backward passes.
+  const std::vector<Elem> rms_x = data(NC, 19, 3.0f);
   const float eps = 1e-5f;
   std::vector<float> rms_rstd(N);
   {
     std::vector<Elem> want(NC);
-    Cpu<Elem>::rmsnorm_forward(want.data(), rms_rstd.data(), x.data(), weight.data(), eps, N, C);
-    Array<Elem> got(nans<Elem>(NC)), in(x), w(weight);
+    Cpu<Elem>::rmsnorm_forward(want.data(), rms_rstd.data(), rms_x.data(), weight.data(), eps, N,
+                               C);
+    Array<Elem> got(nans<Elem>(NC)), in(rms_x), w(weight);
     Array<float> got_rstd(std::vector<float>(N, NAN));
     cuda::rmsnorm_forward(got.data(), got_rstd.data(), in.data(), w.data(), eps, N, C, nullptr);
     expect_near(want.data(), got.data(), NC, rel, "rmsnorm_forward");
@@ -402,9 +405,9 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
   }
   {
     std::vector<Elem> dx = data(NC, 26), dw = data(C, 27, 0.1f);
-    Array<Elem> got_dx(dx), got_dw(dw), d(dout), in(x), w(weight);
+    Array<Elem> got_dx(dx), got_dw(dw), d(dout), in(rms_x), w(weight);
     Array<float> r(rms_rstd);
-    Cpu<Elem>::rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), weight.data(),
+    Cpu<Elem>::rmsnorm_backward(dx.data(), dw.data(), dout.data(), rms_x.data(), weight.data(),
                                 rms_rstd.data(), N, C);
     Scratch scratch(cuda::rmsnorm_backward_scratch_bytes(N, C));
     cuda::rmsnorm_backward(got_dx.data(), got_dw.data(), d.data(), in.data(), w.data(), r.data(), N,
