@@ -1,7 +1,8 @@
 // The CUDA compute backend against the CPU one (skipped, with the reason, where there is
-// no GPU): every kernel on random data with fp32 and with bf16 storage, flash attention
-// over several tiles, the bf16 matmuls against the fp32 ones, a tiny model's logits, loss
-// and gradients, 50 training steps on the bundled data, and every update schedule
+// no GPU): every kernel on random data with fp32 and with bf16 storage (Llama's RMSNorm,
+// RoPE, SwiGLU and grouped-query attention included), flash attention over several tiles,
+// the bf16 matmuls against the fp32 ones, a tiny GPT-2's and a tiny Llama's loss and
+// gradients, 50 training steps on the bundled data, and every update schedule
 // bit-identical on the GPU.
 #include <gtest/gtest.h>
 
@@ -21,6 +22,7 @@
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/model/gpt.h"
+#include "tandem/model/llama.h"
 #include "tandem/train/memory_plan.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
@@ -71,7 +73,9 @@ struct Twin {
 };
 
 struct Sizes {
-  int B, T, C, NH, V, OC;
+  int B, T, C, NH;
+  int KVH;  // key/value heads of the grouped-query attention and RoPE cases
+  int V, OC;
   bool attention;  // flash attention wants a head size it supports
 };
 
@@ -113,6 +117,13 @@ void expect_every_kernel_matches(const Sizes& s, double rel, double attention_re
   gpu->encoder_backward(dwte.second, dwpe.second, dout.second, tok.second, B, T, C);
   t.expect_near(dwte, V * C, rel, "encoder_backward dwte");
   t.expect_near(dwpe, T * C, rel, "encoder_backward dwpe");
+  // Without a position embedding (Llama): wpe and dwpe null.
+  cpu->encoder_forward(out.first, tok.first, wte.first, nullptr, B, T, C);
+  gpu->encoder_forward(out.second, tok.second, wte.second, nullptr, B, T, C);
+  t.expect_near(out, N * C, 0, "encoder_forward without wpe");
+  cpu->encoder_backward(dwte.first, nullptr, dout.first, tok.first, B, T, C);
+  gpu->encoder_backward(dwte.second, nullptr, dout.second, tok.second, B, T, C);
+  t.expect_near(dwte, V * C, rel, "encoder_backward without dwpe");
 
   const auto w = t.upload(data(C, 6, 0.5f)), b = t.upload(data(C, 7, 0.5f));
   const auto mean = t.floats(std::vector<float>(N)), rstd = t.floats(std::vector<float>(N));
@@ -130,6 +141,49 @@ void expect_every_kernel_matches(const Sizes& s, double rel, double attention_re
   t.expect_near(dx, N * C, rel, "layernorm_backward dinp");
   t.expect_near(dw, C, rel, "layernorm_backward dweight");
   t.expect_near(db, C, rel, "layernorm_backward dbias");
+  // RMSNorm, its backward pass onto non-zero gradients.
+  cpu->rmsnorm_forward(out.first, rstd.first, x.first, w.first, 1e-5f, N, C);
+  gpu->rmsnorm_forward(out.second, rstd.second, x.second, w.second, 1e-5f, N, C);
+  t.expect_near(out, N * C, rel, "rmsnorm_forward");
+  t.expect_near(rstd, N, rel, "rmsnorm_forward rstd");
+  const auto rms_dx = t.upload(data(N * C, 27)), rms_dw = t.upload(data(C, 28, 0.1f));
+  cpu->rmsnorm_backward(rms_dx.first, rms_dw.first, dout.first, x.first, w.first, rstd.first, N, C);
+  gpu->rmsnorm_backward(rms_dx.second, rms_dw.second, dout.second, x.second, w.second, rstd.second,
+                        N, C);
+  t.expect_near(rms_dx, N * C, rel, "rmsnorm_backward dinp");
+  t.expect_near(rms_dw, C, rel, "rmsnorm_backward dweight");
+
+  // RoPE on a qkv of NH query and KVH key/value heads (head size C / NH), in place.
+  {
+    const int HS = C / NH, W = (NH + 2 * s.KVH) * HS;
+    std::vector<float> table;
+    for (int pos = 0; pos < T; pos++) {
+      for (int i = 0; i < HS / 2; i++) {
+        const double angle = pos * std::pow(100.0, -2.0 * i / HS);
+        table.push_back(static_cast<float>(std::cos(angle)));
+        table.push_back(static_cast<float>(std::sin(angle)));
+      }
+    }
+    const auto cos_sin = t.floats(table);
+    const auto qkv = t.upload(data(N * W, 14));
+    cpu->rope_forward(qkv.first, cos_sin.first, B, T, NH, s.KVH, HS);
+    gpu->rope_forward(qkv.second, cos_sin.second, B, T, NH, s.KVH, HS);
+    t.expect_near(qkv, N * W, rel, "rope_forward");
+    const auto dqkv = t.upload(data(N * W, 15));
+    cpu->rope_backward(dqkv.first, cos_sin.first, B, T, NH, s.KVH, HS);
+    gpu->rope_backward(dqkv.second, cos_sin.second, B, T, NH, s.KVH, HS);
+    t.expect_near(dqkv, N * W, rel, "rope_backward");
+  }
+  // SwiGLU with I = C: [gate | up] rows of 2C.
+  {
+    const auto gate_up = t.upload(data(N * 2 * C, 16, 2.0f)), dgate_up = t.upload(zeros(N * 2 * C));
+    cpu->swiglu_forward(out.first, gate_up.first, N, C);
+    gpu->swiglu_forward(out.second, gate_up.second, N, C);
+    t.expect_near(out, N * C, rel, "swiglu_forward");
+    cpu->swiglu_backward(dgate_up.first, gate_up.first, dout.first, N, C);
+    gpu->swiglu_backward(dgate_up.second, gate_up.second, dout.second, N, C);
+    t.expect_near(dgate_up, N * 2 * C, rel, "swiglu_backward");
+  }
 
   const auto wm = t.upload(data(OC * C, 8, 0.2f)), bm = t.upload(data(OC, 9));
   const auto mo = t.upload(zeros(N * OC)), dmo = t.upload(data(N * OC, 10));
@@ -160,6 +214,20 @@ void expect_every_kernel_matches(const Sizes& s, double rel, double attention_re
     gpu->attention_backward(dqkv.second, dout.second, qkv.second, out.second, lse.second, B, T, NH,
                             NH, C / NH);
     t.expect_near(dqkv, N * 3 * C, attention_rel, "attention_backward");
+
+    // Grouped-query: NH query heads share KVH key/value heads.
+    const int HS = C / NH, W = (NH + 2 * s.KVH) * HS;
+    const auto gqa = t.upload(data(N * W, 17));
+    cpu->attention_forward(out.first, lse.first, gqa.first, B, T, NH, s.KVH, HS);
+    gpu->attention_forward(out.second, lse.second, gqa.second, B, T, NH, s.KVH, HS);
+    t.expect_near(out, N * C, rel, "attention_forward, grouped-query");
+    t.expect_near(lse, B * NH * T, rel, "attention_forward lse, grouped-query");
+    const auto dgqa = t.upload(zeros(N * W));
+    cpu->attention_backward(dgqa.first, dout.first, gqa.first, out.first, lse.first, B, T, NH,
+                            s.KVH, HS);
+    gpu->attention_backward(dgqa.second, dout.second, gqa.second, out.second, lse.second, B, T, NH,
+                            s.KVH, HS);
+    t.expect_near(dgqa, N * W, attention_rel, "attention_backward, grouped-query");
   }
 
   cpu->gelu_forward(out.first, x.first, N * C);
@@ -206,8 +274,8 @@ TEST(CudaBackend, BlockSumsOfSquaresComposeToTheSumAndToAPartitionsOwn) {
 
 TEST(CudaBackend, EveryKernelMatchesItsCpuCounterpart) {
   SKIP_WITHOUT_GPU();
-  expect_every_kernel_matches<float>({2, 9, 32, 4, 50, 24, true}, 2e-5, 1e-4);
-  expect_every_kernel_matches<float>({2, 7, 30, 1, 37, 21, false}, 2e-5, 1e-4);
+  expect_every_kernel_matches<float>({2, 9, 32, 4, 2, 50, 24, true}, 2e-5, 1e-4);
+  expect_every_kernel_matches<float>({2, 7, 30, 5, 1, 37, 21, false}, 2e-5, 1e-4);
 }
 
 // Byte data: one token (the space) at 80% of B*T = 8192 positions, the case the GPU's
@@ -255,8 +323,8 @@ TEST(CudaBackend, EncoderBackwardSpreadsALongRunOfOneTokenLikeTheCpu) {
 // order, now and then turning into one bf16 ulp (2^-8 relative).
 TEST(CudaBackend, EveryBf16KernelMatchesTheCpuBf16Kernels) {
   SKIP_WITHOUT_GPU();
-  expect_every_kernel_matches<Bf16>({2, 9, 64, 4, 50, 24, true}, 2e-2, 2e-2);
-  expect_every_kernel_matches<Bf16>({2, 7, 30, 1, 37, 21, false}, 2e-2, 2e-2);
+  expect_every_kernel_matches<Bf16>({2, 9, 64, 4, 2, 50, 24, true}, 2e-2, 2e-2);
+  expect_every_kernel_matches<Bf16>({2, 7, 30, 5, 1, 37, 21, false}, 2e-2, 2e-2);
 }
 
 // The bf16 matmuls are the fp32 ones rounded once (twice at most for the accumulating
@@ -387,26 +455,22 @@ TEST(CudaBackend, FlashAttentionMatchesTheCpuAcrossTiles) {
   expect_flash_attention_matches<Bf16>(1, 33, 3, 32, 3e-2);
 }
 
-// The tiny model on both backends from the same weights: loss within loss_rel, every
+// One model on each backend, the GPU's with the CPU's weights: loss within loss_rel, every
 // gradient within grad_rel of its tensor's largest one.
-void expect_tiny_model_matches(StorageDType dtype, double loss_rel, double grad_rel) {
-  const ModelConfig config{
-      .vocab_size = 64, .context_length = 16, .n_layer = 2, .n_head = 4, .n_embd = 32};
-  auto cpu = make_cpu_backend();
-  auto gpu = make_cuda_backend();
-  Gpt a(config, *cpu, 2, 16, dtype), b(config, *gpu, 2, 16, dtype);
-  a.init_weights(5);
+void expect_same_loss_and_gradients(Model& a, Model& b, StorageDType dtype, double loss_rel,
+                                    double grad_rel) {
   b.set_params(a.params_to_host());  // exact: already rounded to dtype
+  const int B = a.max_batch(), T = a.max_seq_len(), V = a.config().vocab_size;
   Rng rng(9);
-  std::vector<int32_t> tokens(32), targets(32);
-  for (int i = 0; i < 32; i++) {
-    tokens[i] = static_cast<int32_t>(rng.next_u64() % 64);
-    targets[i] = static_cast<int32_t>(rng.next_u64() % 64);
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (int i = 0; i < B * T; i++) {
+    tokens[i] = static_cast<int32_t>(rng.next_u64() % V);
+    targets[i] = static_cast<int32_t>(rng.next_u64() % V);
   }
   a.zero_grads();
   b.zero_grads();
-  const float la = a.forward(tokens.data(), targets.data(), 2, 16);
-  const float lb = b.forward(tokens.data(), targets.data(), 2, 16);
+  const float la = a.forward(tokens.data(), targets.data(), B, T);
+  const float lb = b.forward(tokens.data(), targets.data(), B, T);
   EXPECT_NEAR(la, lb, loss_rel * la) << storage_dtype_name(dtype);
   a.backward();
   b.backward();
@@ -415,10 +479,22 @@ void expect_tiny_model_matches(StorageDType dtype, double loss_rel, double grad_
     double scale = 0;
     for (size_t i = 0; i < view.numel; i++)
       scale = std::max(scale, std::fabs(static_cast<double>(ga[view.offset + i])));
+    ASSERT_GT(scale, 0.0) << view.name << ": no gradient to compare";
     for (size_t i = 0; i < view.numel; i++)
       ASSERT_NEAR(ga[view.offset + i], gb[view.offset + i], grad_rel * scale + 1e-7)
           << storage_dtype_name(dtype) << " " << view.name << "[" << i << "]";
   }
+}
+
+// The tiny GPT-2 on both backends from the same weights.
+void expect_tiny_model_matches(StorageDType dtype, double loss_rel, double grad_rel) {
+  const ModelConfig config{
+      .vocab_size = 64, .context_length = 16, .n_layer = 2, .n_head = 4, .n_embd = 32};
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  Gpt a(config, *cpu, 2, 16, dtype), b(config, *gpu, 2, 16, dtype);
+  a.init_weights(5);
+  expect_same_loss_and_gradients(a, b, dtype, loss_rel, grad_rel);
 }
 
 TEST(CudaBackend, TinyModelLogitsLossAndGradientsMatchTheCpu) {
@@ -431,6 +507,43 @@ TEST(CudaBackend, TinyModelLogitsLossAndGradientsMatchTheCpu) {
 TEST(CudaBackend, TinyBf16ModelLossAndGradientsMatchTheCpuWithinBf16Accuracy) {
   SKIP_WITHOUT_GPU();
   expect_tiny_model_matches(StorageDType::kBF16, 1e-2, 5e-2);
+}
+
+// A tiny Llama (grouped-query heads: 4 query, 2 key/value, head size 8; RMSNorm, RoPE,
+// SwiGLU; an LM head of its own) on both backends, from random weights (norm weights away
+// from 1, so that every term of RMSNorm's backward counts).
+void expect_tiny_llama_matches(StorageDType dtype, double loss_rel, double grad_rel) {
+  ModelConfig config;
+  config.type = ModelType::kLlama;
+  config.vocab_size = 64;
+  config.context_length = 16;
+  config.n_layer = 2;
+  config.n_head = 4;
+  config.n_kv_head = 2;
+  config.n_embd = 32;
+  config.intermediate_size = 40;
+  config.rope_theta = 100.0;  // large angles over 16 positions
+  config.tie_word_embeddings = false;
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  Llama a(config, *cpu, 2, 16, dtype), b(config, *gpu, 2, 16, dtype);
+  Rng rng(13);
+  std::vector<float> params(a.layout().num_elements());
+  for (const ParamView& view : a.layout().views())
+    for (size_t i = 0; i < view.numel; i++)
+      params[view.offset + i] = (view.shape.size() == 1 ? 1.0f : 0.0f) + 0.2f * rng.normal();
+  a.set_params(params);
+  expect_same_loss_and_gradients(a, b, dtype, loss_rel, grad_rel);
+}
+
+TEST(CudaBackend, TinyLlamaLossAndGradientsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  expect_tiny_llama_matches(StorageDType::kF32, 1e-5, 1e-4);
+}
+
+TEST(CudaBackend, TinyBf16LlamaLossAndGradientsMatchTheCpuWithinBf16Accuracy) {
+  SKIP_WITHOUT_GPU();
+  expect_tiny_llama_matches(StorageDType::kBF16, 1e-2, 5e-2);
 }
 
 std::vector<double> losses_of(const std::filesystem::path& metrics) {

@@ -1,6 +1,6 @@
-// The CUDA kernels of kernels.cu (embedding, LayerNorm, elementwise, cross-entropy and
-// reductions) run on the CPU by the SIMT emulator (see cuda_emulation/README.md), against
-// the CPU backend's kernels: tandem::cpu for fp32 storage, tandem::cpu::bf16 for Bf16
+// The CUDA kernels of kernels.cu (embedding, LayerNorm, RMSNorm, RoPE, SwiGLU, elementwise,
+// cross-entropy and reductions) run on the CPU by the SIMT emulator (see cuda_emulation/README.md),
+// against the CPU backend's kernels: tandem::cpu for fp32 storage, tandem::cpu::bf16 for Bf16
 // (which widen to fp32 and round each stored result once, as the CUDA kernels do). The
 // sizes, cases and tolerances are those of expect_every_kernel_matches in
 // test_cuda_backend.cc, which runs the same comparison on a GPU where there is one.
@@ -132,6 +132,28 @@ struct Cpu<float> {
     cpu::column_sums_accumulate(sum, x, N, C);
   }
   static double sum_of_squares(const float* x, size_t n) { return tandem::sum_of_squares(x, n); }
+  static void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, float eps,
+                              int N, int C) {
+    cpu::rmsnorm_forward(out, rstd, inp, w, eps, N, C);
+  }
+  static void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                               const float* w, const float* rstd, int N, int C) {
+    cpu::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+  }
+  static void rope_forward(float* qkv, const float* cos_sin, int B, int T, int NH, int KVH,
+                           int HS) {
+    cpu::rope_forward(qkv, cos_sin, B, T, NH, KVH, HS);
+  }
+  static void rope_backward(float* dqkv, const float* cos_sin, int B, int T, int NH, int KVH,
+                            int HS) {
+    cpu::rope_backward(dqkv, cos_sin, B, T, NH, KVH, HS);
+  }
+  static void swiglu_forward(float* out, const float* inp, int N, int I) {
+    cpu::swiglu_forward(out, inp, N, I);
+  }
+  static void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int I) {
+    cpu::swiglu_backward(dinp, inp, dout, N, I);
+  }
 };
 
 template <>
@@ -180,11 +202,56 @@ struct Cpu<Bf16> {
     for (int c = 0; c < C; c++) sum[c] = from_float<Bf16>(s[c]);
   }
   static double sum_of_squares(const Bf16* x, size_t n) { return cpu::bf16::sum_of_squares(x, n); }
+  static void rmsnorm_forward(Bf16* out, float* rstd, const Bf16* inp, const Bf16* w, float eps,
+                              int N, int C) {
+    cpu::bf16::rmsnorm_forward(out, rstd, inp, w, eps, N, C);
+  }
+  static void rmsnorm_backward(Bf16* dinp, Bf16* dw, const Bf16* dout, const Bf16* inp,
+                               const Bf16* w, const float* rstd, int N, int C) {
+    cpu::bf16::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+  }
+  static void rope_forward(Bf16* qkv, const float* cos_sin, int B, int T, int NH, int KVH, int HS) {
+    cpu::bf16::rope_forward(qkv, cos_sin, B, T, NH, KVH, HS);
+  }
+  static void rope_backward(Bf16* dqkv, const float* cos_sin, int B, int T, int NH, int KVH,
+                            int HS) {
+    cpu::bf16::rope_backward(dqkv, cos_sin, B, T, NH, KVH, HS);
+  }
+  static void swiglu_forward(Bf16* out, const Bf16* inp, int N, int I) {
+    cpu::bf16::swiglu_forward(out, inp, N, I);
+  }
+  static void swiglu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, int N, int I) {
+    cpu::bf16::swiglu_backward(dinp, inp, dout, N, I);
+  }
 };
 
 struct Sizes {
   int B, T, C, V;
+  int NH, KVH;  // RoPE's query and key/value heads, of head size C / NH
 };
+
+// `values` after `offset` NaN elements: data() + offset of its Array is `offset` elements
+// past a 64-byte boundary.
+template <typename Elem>
+std::vector<Elem> shifted(const std::vector<Elem>& values, size_t offset) {
+  std::vector<Elem> v = nans<Elem>(offset);
+  v.insert(v.end(), values.begin(), values.end());
+  return v;
+}
+
+// A rotary table [T, HS/2, 2] as the model computes it (rope_cos_sin): angle t theta^(-2i/HS),
+// with theta = 100 so that the angles turn far over a few positions.
+std::vector<float> rope_table(int T, int HS) {
+  std::vector<float> table;
+  for (int t = 0; t < T; t++) {
+    for (int i = 0; i < HS / 2; i++) {
+      const double angle = t * std::pow(100.0, -2.0 * i / HS);
+      table.push_back(static_cast<float>(std::cos(angle)));
+      table.push_back(static_cast<float>(std::sin(angle)));
+    }
+  }
+  return table;
+}
 
 // The emulated results, in order, to compare between schedules bit for bit.
 // encoder_backward on the CPU (onto dwte and dwpe, in place) and on the emulated GPU (onto
@@ -263,6 +330,26 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     keep(results, "encoder_backward dwte", got_dwte.data(), dwte.size());
     keep(results, "encoder_backward dwpe", got_dwpe.data(), dwpe.size());
   }
+  {  // without a position embedding (Llama): wpe and dwpe null
+    std::vector<Elem> want(NC);
+    Cpu<Elem>::encoder_forward(want.data(), tokens.data(), wte.data(), nullptr, B, T, C);
+    Array<Elem> got(nans<Elem>(NC)), w(wte);
+    Array<int32_t> tok(tokens);
+    cuda::encoder_forward(got.data(), tok.data(), w.data(), static_cast<const Elem*>(nullptr), B, T,
+                          C, nullptr);
+    expect_near(want.data(), got.data(), NC, 0, "encoder_forward without wpe");  // copies
+    keep(results, "encoder_forward without wpe", got.data(), NC);
+
+    std::vector<Elem> dwte = data(static_cast<size_t>(V) * C, 20, 0.1f);
+    Array<Elem> got_dwte(dwte), d(dout);
+    Cpu<Elem>::encoder_backward(dwte.data(), nullptr, dout.data(), tokens.data(), B, T, C);
+    Scratch scratch(cuda::encoder_backward_scratch_bytes(B, T, C));
+    cuda::encoder_backward(got_dwte.data(), static_cast<Elem*>(nullptr), d.data(), tok.data(), B, T,
+                           C, scratch.get(), nullptr);
+    expect_near(dwte.data(), got_dwte.data(), dwte.size(), rel, "encoder_backward without dwpe");
+    EXPECT_TRUE(scratch.intact()) << "encoder_backward wrote past its scratch";
+    keep(results, "encoder_backward without dwpe", got_dwte.data(), dwte.size());
+  }
 
   // LayerNorm: the forward pass's mean and rstd (the CPU's) feed both backward passes.
   const std::vector<Elem> weight = data(C, 6, 0.5f), bias = data(C, 7, 0.5f);
@@ -299,6 +386,77 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     keep(results, "layernorm_backward dweight", got_dw.data(), C);
     keep(results, "layernorm_backward dbias", got_db.data(), C);
   }
+  // RMSNorm on rows of mean square 9 (rstd 1/3, so that a missing or extra rstd factor
+  // shows); the forward pass's rstd (the CPU's) feeds both backward passes.
+  const std::vector<Elem> rms_x = data(NC, 19, 3.0f);
+  const float eps = 1e-5f;
+  std::vector<float> rms_rstd(N);
+  {
+    std::vector<Elem> want(NC);
+    Cpu<Elem>::rmsnorm_forward(want.data(), rms_rstd.data(), rms_x.data(), weight.data(), eps, N,
+                               C);
+    Array<Elem> got(nans<Elem>(NC)), in(rms_x), w(weight);
+    Array<float> got_rstd(std::vector<float>(N, NAN));
+    cuda::rmsnorm_forward(got.data(), got_rstd.data(), in.data(), w.data(), eps, N, C, nullptr);
+    expect_near(want.data(), got.data(), NC, rel, "rmsnorm_forward");
+    expect_near(rms_rstd.data(), got_rstd.data(), N, rel, "rmsnorm_forward rstd");
+    keep(results, "rmsnorm_forward", got.data(), NC);
+    keep(results, "rmsnorm_forward rstd", got_rstd.data(), N);
+  }
+  {
+    std::vector<Elem> dx = data(NC, 26), dw = data(C, 27, 0.1f);
+    Array<Elem> got_dx(dx), got_dw(dw), d(dout), in(rms_x), w(weight);
+    Array<float> r(rms_rstd);
+    Cpu<Elem>::rmsnorm_backward(dx.data(), dw.data(), dout.data(), rms_x.data(), weight.data(),
+                                rms_rstd.data(), N, C);
+    Scratch scratch(cuda::rmsnorm_backward_scratch_bytes(N, C));
+    cuda::rmsnorm_backward(got_dx.data(), got_dw.data(), d.data(), in.data(), w.data(), r.data(), N,
+                           C, scratch.get(), nullptr);
+    expect_near(dx.data(), got_dx.data(), NC, rel, "rmsnorm_backward dinp");
+    expect_near(dw.data(), got_dw.data(), C, rel, "rmsnorm_backward dweight");
+    EXPECT_TRUE(scratch.intact()) << "rmsnorm_backward wrote past its scratch";
+    keep(results, "rmsnorm_backward dinp", got_dx.data(), NC);
+    keep(results, "rmsnorm_backward dweight", got_dw.data(), C);
+  }
+
+  // RoPE in place on qkv [N, (NH + 2 KVH) HS] and SwiGLU on [N, 2I] with I = C: aligned
+  // (16-byte packs when HS/2 and I allow) and one element in (the scalar path).
+  for (const size_t offset : {size_t{0}, size_t{1}}) {
+    const std::string at = offset == 0 ? "" : ", unaligned";
+    const int NH = s.NH, KVH = s.KVH, HS = C / NH, I = C;
+    const size_t qkv_n = static_cast<size_t>(N) * (NH + 2 * KVH) * HS;
+    Array<float> cos_sin(rope_table(T, HS));
+    for (const bool forward : {true, false}) {
+      const std::string what = (forward ? "rope_forward" : "rope_backward") + at;
+      std::vector<Elem> want = data(qkv_n, forward ? 16 : 17);
+      Array<Elem> got(shifted(want, offset));
+      if (forward) {
+        Cpu<Elem>::rope_forward(want.data(), cos_sin.data(), B, T, NH, KVH, HS);
+        cuda::rope_forward(got.data() + offset, cos_sin.data(), B, T, NH, KVH, HS, nullptr);
+      } else {
+        Cpu<Elem>::rope_backward(want.data(), cos_sin.data(), B, T, NH, KVH, HS);
+        cuda::rope_backward(got.data() + offset, cos_sin.data(), B, T, NH, KVH, HS, nullptr);
+      }
+      expect_near(want.data(), got.data() + offset, qkv_n, rel, what);
+      keep(results, what, got.data() + offset, qkv_n);
+    }
+
+    const std::vector<Elem> gate_up = data(static_cast<size_t>(N) * 2 * I, 18, 2.0f);
+    Array<Elem> in(shifted(gate_up, offset)), d(shifted(dout, offset));
+    std::vector<Elem> want(NC), dwant(2 * NC);
+    Cpu<Elem>::swiglu_forward(want.data(), gate_up.data(), N, I);
+    Array<Elem> got(nans<Elem>(NC + offset));
+    cuda::swiglu_forward(got.data() + offset, in.data() + offset, N, I, nullptr);
+    expect_near(want.data(), got.data() + offset, NC, rel, "swiglu_forward" + at);
+    keep(results, "swiglu_forward" + at, got.data() + offset, NC);
+    Cpu<Elem>::swiglu_backward(dwant.data(), gate_up.data(), dout.data(), N, I);
+    Array<Elem> dgot(nans<Elem>(2 * NC + offset));
+    cuda::swiglu_backward(dgot.data() + offset, in.data() + offset, d.data() + offset, N, I,
+                          nullptr);
+    expect_near(dwant.data(), dgot.data() + offset, 2 * NC, rel, "swiglu_backward" + at);
+    keep(results, "swiglu_backward" + at, dgot.data() + offset, 2 * NC);
+  }
+
   // column_sums_accumulate onto a non-zero sum, aligned and one element in (scalar path).
   for (const size_t offset : {size_t{0}, size_t{1}}) {
     const int rows = N - static_cast<int>(offset);  // x + offset still has `rows` rows
@@ -396,14 +554,16 @@ void expect_matches_under_two_schedules(const Sizes& s, double rel) {
   }
 }
 
+// RoPE: head size 8 (fp32) and 16 (bf16), HS/2 a whole pack, grouped-query heads (4 query,
+// 2 key/value); head size 6 (3 pairs: scalar), multi-query (5 query heads, 1 key/value).
 TEST(KernelsEmulated, EveryKernelMatchesTheCpuKernels) {
-  expect_matches_under_two_schedules<float>({2, 9, 32, 50}, 2e-5);
-  expect_matches_under_two_schedules<float>({2, 7, 30, 37}, 2e-5);
+  expect_matches_under_two_schedules<float>({2, 9, 32, 50, 4, 2}, 2e-5);
+  expect_matches_under_two_schedules<float>({2, 7, 30, 37, 5, 1}, 2e-5);
 }
 
 TEST(KernelsEmulated, EveryBf16KernelMatchesTheCpuBf16Kernels) {
-  expect_matches_under_two_schedules<Bf16>({2, 9, 64, 50}, 2e-2);
-  expect_matches_under_two_schedules<Bf16>({2, 7, 30, 37}, 2e-2);
+  expect_matches_under_two_schedules<Bf16>({2, 9, 64, 50, 4, 2}, 2e-2);
+  expect_matches_under_two_schedules<Bf16>({2, 7, 30, 37, 5, 1}, 2e-2);
 }
 
 // The emulated radix sort keeps CUB's protocol: a size query, then a sort that is stable.

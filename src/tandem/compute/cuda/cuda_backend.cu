@@ -142,28 +142,37 @@ class CudaBackend final : public ComputeBackend {
 
   void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int KVH,
                          int HS) override {
-    check_multi_head(NH, KVH);
-    cuda::flash_attention_forward<float>(out, lse, qkv, B, T, NH * HS, NH, cuda_stream_);
+    cuda::flash_attention_forward<float>(out, lse, qkv, B, T, NH * HS, NH, KVH, cuda_stream_);
   }
-  void rmsnorm_forward(float*, float*, const float*, const float*, float, int, int) override {
-    not_yet("rmsnorm_forward");
-  }
-  void rope_forward(float*, const float*, int, int, int, int, int) override {
-    not_yet("rope_forward");
-  }
-  void swiglu_forward(float*, const float*, int, int) override { not_yet("swiglu_forward"); }
   void attention_forward(Bf16* out, float* lse, const Bf16* qkv, int B, int T, int NH, int KVH,
                          int HS) override {
-    check_multi_head(NH, KVH);
-    cuda::flash_attention_forward<Bf16>(out, lse, qkv, B, T, NH * HS, NH, cuda_stream_);
+    cuda::flash_attention_forward<Bf16>(out, lse, qkv, B, T, NH * HS, NH, KVH, cuda_stream_);
   }
-  void rmsnorm_forward(Bf16*, float*, const Bf16*, const Bf16*, float, int, int) override {
-    not_yet("rmsnorm_forward");
+
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps,
+                       int N, int C) override {
+    cuda::rmsnorm_forward(out, rstd, inp, weight, eps, N, C, cuda_stream_);
   }
-  void rope_forward(Bf16*, const float*, int, int, int, int, int) override {
-    not_yet("rope_forward");
+  void rmsnorm_forward(Bf16* out, float* rstd, const Bf16* inp, const Bf16* weight, float eps,
+                       int N, int C) override {
+    cuda::rmsnorm_forward(out, rstd, inp, weight, eps, N, C, cuda_stream_);
   }
-  void swiglu_forward(Bf16*, const Bf16*, int, int) override { not_yet("swiglu_forward"); }
+
+  void rope_forward(float* qkv, const float* cos_sin, int B, int T, int NH, int KVH,
+                    int HS) override {
+    cuda::rope_forward(qkv, cos_sin, B, T, NH, KVH, HS, cuda_stream_);
+  }
+  void rope_forward(Bf16* qkv, const float* cos_sin, int B, int T, int NH, int KVH,
+                    int HS) override {
+    cuda::rope_forward(qkv, cos_sin, B, T, NH, KVH, HS, cuda_stream_);
+  }
+
+  void swiglu_forward(float* out, const float* inp, int N, int I) override {
+    cuda::swiglu_forward(out, inp, N, I, cuda_stream_);
+  }
+  void swiglu_forward(Bf16* out, const Bf16* inp, int N, int I) override {
+    cuda::swiglu_forward(out, inp, N, I, cuda_stream_);
+  }
 
   void gelu_forward(float* out, const float* inp, size_t N) override {
     cuda::gelu_forward(out, inp, N, cuda_stream_);
@@ -219,33 +228,36 @@ class CudaBackend final : public ComputeBackend {
 
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                           const float* lse, int B, int T, int NH, int KVH, int HS) override {
-    check_multi_head(NH, KVH);
-    attention_backward_impl(dqkv, dout, qkv, out, lse, B, T, NH * HS, NH);
-  }
-  void rmsnorm_backward(float*, float*, const float*, const float*, const float*, const float*, int,
-                        int) override {
-    not_yet("rmsnorm_backward");
-  }
-  void rope_backward(float*, const float*, int, int, int, int, int) override {
-    not_yet("rope_backward");
-  }
-  void swiglu_backward(float*, const float*, const float*, int, int) override {
-    not_yet("swiglu_backward");
+    attention_backward_impl(dqkv, dout, qkv, out, lse, B, T, NH * HS, NH, KVH);
   }
   void attention_backward(Bf16* dqkv, const Bf16* dout, const Bf16* qkv, const Bf16* out,
                           const float* lse, int B, int T, int NH, int KVH, int HS) override {
-    check_multi_head(NH, KVH);
-    attention_backward_impl(dqkv, dout, qkv, out, lse, B, T, NH * HS, NH);
+    attention_backward_impl(dqkv, dout, qkv, out, lse, B, T, NH * HS, NH, KVH);
   }
-  void rmsnorm_backward(Bf16*, Bf16*, const Bf16*, const Bf16*, const Bf16*, const float*, int,
-                        int) override {
-    not_yet("rmsnorm_backward");
+
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                        const float* weight, const float* rstd, int N, int C) override {
+    rmsnorm_backward_impl(dinp, dweight, dout, inp, weight, rstd, N, C);
   }
-  void rope_backward(Bf16*, const float*, int, int, int, int, int) override {
-    not_yet("rope_backward");
+  void rmsnorm_backward(Bf16* dinp, Bf16* dweight, const Bf16* dout, const Bf16* inp,
+                        const Bf16* weight, const float* rstd, int N, int C) override {
+    rmsnorm_backward_impl(dinp, dweight, dout, inp, weight, rstd, N, C);
   }
-  void swiglu_backward(Bf16*, const Bf16*, const Bf16*, int, int) override {
-    not_yet("swiglu_backward");
+
+  void rope_backward(float* dqkv, const float* cos_sin, int B, int T, int NH, int KVH,
+                     int HS) override {
+    cuda::rope_backward(dqkv, cos_sin, B, T, NH, KVH, HS, cuda_stream_);
+  }
+  void rope_backward(Bf16* dqkv, const float* cos_sin, int B, int T, int NH, int KVH,
+                     int HS) override {
+    cuda::rope_backward(dqkv, cos_sin, B, T, NH, KVH, HS, cuda_stream_);
+  }
+
+  void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int I) override {
+    cuda::swiglu_backward(dinp, inp, dout, N, I, cuda_stream_);
+  }
+  void swiglu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, int N, int I) override {
+    cuda::swiglu_backward(dinp, inp, dout, N, I, cuda_stream_);
   }
 
   void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) override {
@@ -304,24 +316,19 @@ class CudaBackend final : public ComputeBackend {
                              scratch(cuda::layernorm_backward_scratch_bytes(N, C)), cuda_stream_);
   }
 
-  // Llama's kernels are not on the GPU yet: a Llama model on the cuda device stops here,
-  // naming the kernel, instead of computing something else.
-  [[noreturn]] static void not_yet(const char* kernel) {
-    fail("the cuda backend has no ", kernel, " kernel yet; train Llama models on the cpu "
-         "device (device.type \"cpu\") for now");
-  }
-  static void check_multi_head(int NH, int KVH) {
-    TANDEM_CHECK(KVH == NH, "the cuda backend's flash attention needs as many key/value heads as "
-                 "query heads (got ", KVH, " for ", NH, "); grouped-query attention runs on the "
-                 "cpu device for now");
+  template <typename Elem>
+  void rmsnorm_backward_impl(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* inp,
+                             const Elem* weight, const float* rstd, int N, int C) {
+    cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C,
+                           scratch(cuda::rmsnorm_backward_scratch_bytes(N, C)), cuda_stream_);
   }
 
   template <typename Elem>
   void attention_backward_impl(Elem* dqkv, const Elem* dout, const Elem* qkv, const Elem* out,
-                               const float* lse, int B, int T, int C, int NH) {
-    const size_t bytes = cuda::flash_attention_backward_scratch_bytes<Elem>(B, T, C, NH);
+                               const float* lse, int B, int T, int C, int NH, int KVH) {
+    const size_t bytes = cuda::flash_attention_backward_scratch_bytes<Elem>(B, T, C, NH, KVH);
     cuda::flash_attention_backward<Elem>(dqkv, scratch(bytes), bytes, dout, qkv, out, lse, B, T, C,
-                                         NH, cuda_stream_);
+                                         NH, KVH, cuda_stream_);
   }
 
   template <typename Elem>

@@ -1,5 +1,5 @@
-// Causal multi-head attention, flash-attention style (see flash_attention.cuh for the
-// contract). Two implementations of the same tiled algorithm:
+// Causal multi-head attention with grouped-query heads, flash-attention style (see
+// flash_attention.cuh for the contract). Two implementations of the same tiled algorithm:
 //
 //  - Tensor cores (Elem = Bf16, head size a multiple of 8, 16-byte aligned tensors): bf16
 //    mma.sync m16n8k16 with fp32 accumulation, laid out as in FlashAttention-2. Each warp
@@ -28,10 +28,17 @@
 // into dq atomically and a recomputing dq pass would redo q k^T and dout v^T. Where the
 // scratch does not hold every head's dS tiles, both passes run over chunks of heads.
 //
+// Grouped-query attention (KVH < NH): query head h reads key/value head h / (NH / KVH). The
+// forward and dq blocks are per query head and just read that head's k and v. A dk/dv block
+// is per key/value head: it runs the query steps of each query head of its group in turn,
+// adding them into the same registers, so a key/value head's gradient sums its query heads
+// in head order with one writer and no atomics (and with one head per group, KVH = NH, it is
+// the multi-head pass unchanged, bit for bit).
+//
 // Determinism: no atomics. The forward pass and dq have one block per query tile, dk, dv
-// and dS one block per key tile; each output element is written once by one thread, and
-// every sum (register loops, fixed-order shuffles, mma chains) runs in an order fixed by
-// the code.
+// and dS one block per key tile (of a key/value head); each output element is written once
+// by one thread, and every sum (register loops, fixed-order shuffles, mma chains) runs in
+// an order fixed by the code.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -54,7 +61,12 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 struct Geometry {
-  int B, T, C, NH, hs;
+  int B, T;
+  int C;        // NH * hs: the row width of out and dout
+  int NH;       // query heads
+  int KVH;      // key/value heads (KVH = NH: multi-head attention)
+  int group;    // NH / KVH: query head h attends with key/value head h / group
+  int hs;       // head size
   float scale;  // 1 / sqrt(hs)
 };
 
@@ -156,6 +168,21 @@ __device__ __forceinline__ size_t stat_index(const Geometry& g, int b, int h, in
 // Offset of head h's first column in row (b, 0) of a [B, T, width] tensor.
 __device__ __forceinline__ size_t head_offset(const Geometry& g, int b, int h, size_t width) {
   return static_cast<size_t>(b) * g.T * width + static_cast<size_t>(h) * g.hs;
+}
+
+// A row of qkv: NH query heads, then KVH key heads, then KVH value heads.
+__host__ __device__ __forceinline__ size_t qkv_width(const Geometry& g) {
+  return static_cast<size_t>(g.NH + 2 * g.KVH) * g.hs;
+}
+// Offsets in qkv of row (b, 0) of query head h, and of key and value head kvh.
+__device__ __forceinline__ size_t q_offset(const Geometry& g, int b, int h) {
+  return head_offset(g, b, h, qkv_width(g));
+}
+__device__ __forceinline__ size_t k_offset(const Geometry& g, int b, int kvh) {
+  return head_offset(g, b, g.NH + kvh, qkv_width(g));
+}
+__device__ __forceinline__ size_t v_offset(const Geometry& g, int b, int kvh) {
+  return head_offset(g, b, g.NH + g.KVH + kvh, qkv_width(g));
 }
 
 // Tile pairs (query tile i, key tile j <= i) of one head: those with a causal dS tile.
@@ -337,9 +364,9 @@ constexpr size_t simt_dq_smem() {  // k tile and dS [64][65]
   return sizeof(float) * (kTile * (HSP + 1) + kTile * (kTile + 1));
 }
 
-// Grid (query tiles, B * NH). Online softmax over key tiles 0..tile: per row a running max
-// m and sum l of exp(s - m); on a new max the sum and the output accumulators are scaled by
-// exp(m_old - m_new).
+// Grid (query tiles, B * NH): query head h with key/value head h / group. Online softmax
+// over key tiles 0..tile: per row a running max m and sum l of exp(s - m); on a new max the
+// sum and the output accumulators are scaled by exp(m_old - m_new).
 template <typename Elem, int HSP>
 __global__ void __launch_bounds__(kThreads)
     simt_forward_kernel(Elem* out, float* lse, const Elem* qkv, Geometry g) {
@@ -351,8 +378,10 @@ __global__ void __launch_bounds__(kThreads)
   const int tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest rows first
   const int q0 = tile * kTile;
   const int b = static_cast<int>(blockIdx.y) / g.NH, h = static_cast<int>(blockIdx.y) % g.NH;
-  const size_t stride = 3 * static_cast<size_t>(g.C);
-  const Elem* q_head = qkv + head_offset(g, b, h, stride);
+  const size_t stride = qkv_width(g);
+  const Elem* q_head = qkv + q_offset(g, b, h);
+  const Elem* k_head = qkv + k_offset(g, b, h / g.group);
+  const Elem* v_head = qkv + v_offset(g, b, h / g.group);
   const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
   load_rows_f32<Elem, HSP, kTile>(qs, q_head, stride, q0, g.T, g.hs);
 
@@ -363,8 +392,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int kt = 0; kt <= tile; kt++) {
     const int k0 = kt * kTile;
     __syncthreads();  // all threads are done with the previous k, v (and p) tiles
-    load_rows_f32<Elem, HSP, kTile>(ks, q_head + g.C, stride, k0, g.T, g.hs);
-    load_rows_f32<Elem, HSP, kTile>(vs, q_head + 2 * g.C, stride, k0, g.T, g.hs);
+    load_rows_f32<Elem, HSP, kTile>(ks, k_head, stride, k0, g.T, g.hs);
+    load_rows_f32<Elem, HSP, kTile>(vs, v_head, stride, k0, g.T, g.hs);
     __syncthreads();
     float s[4][8];
     simt_dots<HSP>(s, qs, ks, ty, tx);
@@ -409,14 +438,16 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Grid (key tiles, heads of the chunk from bh0 on): dk and dv of one key tile, over the
-// query tiles from the diagonal on (earlier queries see none of these keys), and the dS^T
-// tiles (scale included) of those tile pairs into ds. Thread rows are keys, columns
-// queries: s^T = k q^T, dP^T = v dout^T.
+// Grid (key tiles, key/value heads of the chunk from unit0 on): dk and dv of one key tile of
+// key/value head (b, kvh), over its group's query heads in order and, for each, the query
+// tiles from the diagonal on (earlier queries see none of these keys); and the dS^T tiles
+// (scale included) of those tile pairs into ds. So the group's contributions add up in
+// registers in a fixed order, with no other block writing these dk, dv. Thread rows are
+// keys, columns queries: s^T = k q^T, dP^T = v dout^T.
 template <typename Elem, int HSP>
 __global__ void __launch_bounds__(kThreads)
     simt_backward_dkv_kernel(Elem* dqkv, Elem* ds, const Elem* dout, const Elem* qkv,
-                             const float* lse, const float* delta, Geometry g, int bh0) {
+                             const float* lse, const float* delta, Geometry g, int unit0) {
   constexpr int P = HSP + 1;
   float* ks = reinterpret_cast<float*>(dynamic_smem());
   float* vs = ks + kTile * P;
@@ -427,67 +458,72 @@ __global__ void __launch_bounds__(kThreads)
   float* lse_s = dss + kTile * (kTile + 1);
   float* delta_s = lse_s + kTile;
   const int k0 = static_cast<int>(blockIdx.x) * kTile;  // key tile 0 (the most work) first
-  const int bh = bh0 + static_cast<int>(blockIdx.y), b = bh / g.NH, h = bh % g.NH;
-  const size_t stride = 3 * static_cast<size_t>(g.C);
-  const Elem* q_head = qkv + head_offset(g, b, h, stride);
-  const Elem* dout_head = dout + head_offset(g, b, h, g.C);
+  const int unit = unit0 + static_cast<int>(blockIdx.y), b = unit / g.KVH, kvh = unit % g.KVH;
+  const size_t stride = qkv_width(g);
   const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
-  load_rows_f32<Elem, HSP, kTile>(ks, q_head + g.C, stride, k0, g.T, g.hs);
-  load_rows_f32<Elem, HSP, kTile>(vs, q_head + 2 * g.C, stride, k0, g.T, g.hs);
+  load_rows_f32<Elem, HSP, kTile>(ks, qkv + k_offset(g, b, kvh), stride, k0, g.T, g.hs);
+  load_rows_f32<Elem, HSP, kTile>(vs, qkv + v_offset(g, b, kvh), stride, k0, g.T, g.hs);
 
   float dk[4][HSP / 8] = {}, dv[4][HSP / 8] = {};
-  for (int q0 = k0; q0 < g.T; q0 += kTile) {
-    __syncthreads();  // all threads are done with the previous q, dout, p, dS tiles
-    load_rows_f32<Elem, HSP, kTile>(qs, q_head, stride, q0, g.T, g.hs);
-    load_rows_f32<Elem, HSP, kTile>(dos, dout_head, g.C, q0, g.T, g.hs);
-    if (threadIdx.x < kTile) {
-      const int t = q0 + threadIdx.x;
-      lse_s[threadIdx.x] = t < g.T ? lse[stat_index(g, b, h, t)] : 0.0f;
-      delta_s[threadIdx.x] = t < g.T ? delta[stat_index(g, b, h, t)] : 0.0f;
-    }
-    __syncthreads();
-    float s[4][8], dp[4][8];
-    simt_dots<HSP>(s, ks, qs, ty, tx);
-    simt_dots<HSP>(dp, vs, dos, ty, tx);
-    // Every element of the tile pair is stored, zeros past T included: the dq pass reads
-    // whole tiles.
-    Elem* ds_tile = ds + ds_tile_offset(g, static_cast<int>(blockIdx.y), q0 / kTile, k0 / kTile);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const int key = k0 + 4 * ty + i;
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        const int c = tx + 8 * j, t = q0 + c;
-        const float p = t >= key && t < g.T ? expf(s[i][j] * g.scale - lse_s[c]) : 0.0f;
-        const float ds_scaled = p * (dp[i][j] - delta_s[c]) * g.scale;
-        ps[(4 * ty + i) * (kTile + 1) + c] = p;
-        dss[(4 * ty + i) * (kTile + 1) + c] = ds_scaled;
-        ds_tile[(4 * ty + i) * kTile + c] = from_float<Elem>(ds_scaled);  // 8 threads: 32 bytes
+  for (int r = 0; r < g.group; r++) {
+    const int h = kvh * g.group + r;
+    const int chunk_head = static_cast<int>(blockIdx.y) * g.group + r;  // its dS in the chunk
+    const Elem* q_head = qkv + q_offset(g, b, h);
+    const Elem* dout_head = dout + head_offset(g, b, h, g.C);
+    for (int q0 = k0; q0 < g.T; q0 += kTile) {
+      __syncthreads();  // all threads are done with the previous q, dout, p, dS tiles
+      load_rows_f32<Elem, HSP, kTile>(qs, q_head, stride, q0, g.T, g.hs);
+      load_rows_f32<Elem, HSP, kTile>(dos, dout_head, g.C, q0, g.T, g.hs);
+      if (threadIdx.x < kTile) {
+        const int t = q0 + threadIdx.x;
+        lse_s[threadIdx.x] = t < g.T ? lse[stat_index(g, b, h, t)] : 0.0f;
+        delta_s[threadIdx.x] = t < g.T ? delta[stat_index(g, b, h, t)] : 0.0f;
       }
+      __syncthreads();
+      float s[4][8], dp[4][8];
+      simt_dots<HSP>(s, ks, qs, ty, tx);
+      simt_dots<HSP>(dp, vs, dos, ty, tx);
+      // Every element of the tile pair is stored, zeros past T included: the dq pass reads
+      // whole tiles.
+      Elem* ds_tile = ds + ds_tile_offset(g, chunk_head, q0 / kTile, k0 / kTile);
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int key = k0 + 4 * ty + i;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+          const int c = tx + 8 * j, t = q0 + c;
+          const float p = t >= key && t < g.T ? expf(s[i][j] * g.scale - lse_s[c]) : 0.0f;
+          const float ds_scaled = p * (dp[i][j] - delta_s[c]) * g.scale;
+          ps[(4 * ty + i) * (kTile + 1) + c] = p;
+          dss[(4 * ty + i) * (kTile + 1) + c] = ds_scaled;
+          ds_tile[(4 * ty + i) * kTile + c] = from_float<Elem>(ds_scaled);  // 8 threads: 32 B
+        }
+      }
+      __syncwarp();  // p, dS rows 16 w .. 16 w + 15 belong to warp w
+      const int n = min(kTile, g.T - q0);
+      simt_weighted_rows<HSP>(dv, ps, dos, n, ty, tx);  // dv += P^T dout
+      simt_weighted_rows<HSP>(dk, dss, qs, n, ty, tx);  // dk += dS^T q (scale included)
     }
-    __syncwarp();  // p, dS rows 16 w .. 16 w + 15 belong to warp w
-    const int n = min(kTile, g.T - q0);
-    simt_weighted_rows<HSP>(dv, ps, dos, n, ty, tx);  // dv += P^T dout
-    simt_weighted_rows<HSP>(dk, dss, qs, n, ty, tx);  // dk += dS^T q (scale included)
   }
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     const int key = k0 + 4 * ty + i;
     if (key >= g.T) continue;
-    Elem* row =
-        dqkv + (static_cast<size_t>(b) * g.T + key) * stride + static_cast<size_t>(h) * g.hs;
+    Elem* dk_row = dqkv + k_offset(g, b, kvh) + static_cast<size_t>(key) * stride;
+    Elem* dv_row = dqkv + v_offset(g, b, kvh) + static_cast<size_t>(key) * stride;
 #pragma unroll
     for (int jd = 0; jd < HSP / 8; jd++) {
       const int d = tx + 8 * jd;
       if (d >= g.hs) continue;
-      row[g.C + d] = from_float<Elem>(dk[i][jd]);
-      row[2 * g.C + d] = from_float<Elem>(dv[i][jd]);
+      dk_row[d] = from_float<Elem>(dk[i][jd]);
+      dv_row[d] = from_float<Elem>(dv[i][jd]);
     }
   }
 }
 
-// Grid (query tiles, heads of the chunk from bh0 on): dq = dS k of one query tile over key
-// tiles 0..tile, from the dS^T tiles (scale included) that simt_backward_dkv_kernel stored.
+// Grid (query tiles, query heads of the chunk from bh0 on): dq = dS k of one query tile over
+// key tiles 0..tile (of the head's key/value head), from the dS^T tiles (scale included)
+// that simt_backward_dkv_kernel stored.
 template <typename Elem, int HSP>
 __global__ void __launch_bounds__(kThreads)
     simt_backward_dq_kernel(Elem* dqkv, const Elem* ds, const Elem* qkv, Geometry g, int bh0) {
@@ -497,8 +533,8 @@ __global__ void __launch_bounds__(kThreads)
   const int tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest rows first
   const int q0 = tile * kTile;
   const int bh = bh0 + static_cast<int>(blockIdx.y), b = bh / g.NH, h = bh % g.NH;
-  const size_t stride = 3 * static_cast<size_t>(g.C);
-  const Elem* k_head = qkv + head_offset(g, b, h, stride) + g.C;
+  const size_t stride = qkv_width(g);
+  const Elem* k_head = qkv + k_offset(g, b, h / g.group);
   const Elem* ds_row = ds + ds_tile_offset(g, static_cast<int>(blockIdx.y), tile, 0);
   const int ty = threadIdx.x / 8, tx = threadIdx.x % 8;
 
@@ -522,7 +558,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < 4; i++) {
     const int t = q0 + 4 * ty + i;
     if (t >= g.T) continue;
-    Elem* row = dqkv + (static_cast<size_t>(b) * g.T + t) * stride + static_cast<size_t>(h) * g.hs;
+    Elem* row = dqkv + q_offset(g, b, h) + static_cast<size_t>(t) * stride;
 #pragma unroll
     for (int jd = 0; jd < HSP / 8; jd++) {
       const int d = tx + 8 * jd;
@@ -695,8 +731,9 @@ constexpr int mma_forward_min_blocks() {
 #endif
 }
 
-// Grid (query tiles, B * NH); as simt_forward_kernel, in the base-2 domain: scores are
-// scaled by scale * log2(e) and exponentiated with exp2f.
+// Grid (query tiles, B * NH); as simt_forward_kernel (query head h with key/value head
+// h / group), in the base-2 domain: scores are scaled by scale * log2(e) and exponentiated
+// with exp2f.
 template <int HSP>
 __global__ void __launch_bounds__(kThreads, mma_forward_min_blocks<HSP>())
     mma_forward_kernel(Bf16* out, float* lse, const Bf16* qkv, Geometry g) {
@@ -707,10 +744,10 @@ __global__ void __launch_bounds__(kThreads, mma_forward_min_blocks<HSP>())
   const int tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest rows first
   const int q0 = tile * kTile;
   const int b = static_cast<int>(blockIdx.y) / g.NH, h = static_cast<int>(blockIdx.y) % g.NH;
-  const size_t stride = 3 * static_cast<size_t>(g.C);
-  const uint16_t* q_head = reinterpret_cast<const uint16_t*>(qkv) + head_offset(g, b, h, stride);
-  const uint16_t* k_head = q_head + g.C;
-  const uint16_t* v_head = q_head + 2 * g.C;
+  const size_t stride = qkv_width(g);
+  const uint16_t* q_head = reinterpret_cast<const uint16_t*>(qkv) + q_offset(g, b, h);
+  const uint16_t* k_head = reinterpret_cast<const uint16_t*>(qkv) + k_offset(g, b, h / g.group);
+  const uint16_t* v_head = reinterpret_cast<const uint16_t*>(qkv) + v_offset(g, b, h / g.group);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = warp * 16 + lane / 4;  // this thread's rows in the tile: row0, row0 + 8
   const int col0 = 2 * (lane % 4);        // and columns col0, col0 + 1 of each n-tile
@@ -793,15 +830,18 @@ __global__ void __launch_bounds__(kThreads, mma_forward_min_blocks<HSP>())
   }
 }
 
-// Grid (key tiles, heads of the chunk from bh0 on): dk and dv of one key tile, over the
-// queries from the diagonal on, kStep at a time, and the dS^T tiles (without the scale)
-// of those tile pairs into ds. Each warp owns 16 keys: s^T = k q^T and dP^T = v dout^T are
+// Grid (key tiles, key/value heads of the chunk from unit0 on): dk and dv of one key tile of
+// key/value head (b, kvh), over its group's query heads in order and, for each, the queries
+// from the diagonal on, kStep at a time; and the dS^T tiles (without the scale) of those
+// tile pairs into ds. The steps run on through the group's heads as one double-buffered
+// sequence (the last step of a head prefetches the next head's first), and dk, dv sum the
+// heads in registers, in order. Each warp owns 16 keys: s^T = k q^T and dP^T = v dout^T are
 // its C fragments (rows keys, columns queries), and dv += P^T dout, dk += dS^T q reuse them
 // as A fragments.
 template <int HSP>
 __global__ void __launch_bounds__(kThreads)
     mma_backward_dkv_kernel(Bf16* dqkv, Bf16* ds, const Bf16* dout, const Bf16* qkv,
-                            const float* lse, const float* delta, Geometry g, int bh0) {
+                            const float* lse, const float* delta, Geometry g, int unit0) {
   constexpr int S = HSP + 8;
   constexpr int kStep = mma_backward_step<HSP>();
   uint16_t* ks = reinterpret_cast<uint16_t*>(dynamic_smem());
@@ -811,21 +851,24 @@ __global__ void __launch_bounds__(kThreads)
   float* lse_s = reinterpret_cast<float*>(dos + 2 * kStep * S);  // [2][kStep]
   float* delta_s = lse_s + 2 * kStep;                            // [2][kStep]
   const int k0 = static_cast<int>(blockIdx.x) * kTile;           // key tile 0 (the most work) first
-  const int bh = bh0 + static_cast<int>(blockIdx.y), b = bh / g.NH, h = bh % g.NH;
-  const size_t stride = 3 * static_cast<size_t>(g.C);
-  const uint16_t* q_head = reinterpret_cast<const uint16_t*>(qkv) + head_offset(g, b, h, stride);
-  const uint16_t* dout_head = reinterpret_cast<const uint16_t*>(dout) + head_offset(g, b, h, g.C);
-  const float* lse_head = lse + stat_index(g, b, h, 0);
-  const float* delta_head = delta + stat_index(g, b, h, 0);
+  const int unit = unit0 + static_cast<int>(blockIdx.y), b = unit / g.KVH, kvh = unit % g.KVH;
+  const size_t stride = qkv_width(g);
+  // The group's query heads are consecutive: each one's q and dout columns follow the
+  // previous one's by hs, its lse and D rows by T. These point at the current head's.
+  const int h0 = kvh * g.group;
+  const uint16_t* q_head = reinterpret_cast<const uint16_t*>(qkv) + q_offset(g, b, h0);
+  const uint16_t* dout_head = reinterpret_cast<const uint16_t*>(dout) + head_offset(g, b, h0, g.C);
+  const float* lse_head = lse + stat_index(g, b, h0, 0);
+  const float* delta_head = delta + stat_index(g, b, h0, 0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = warp * 16 + lane / 4;  // this thread's keys in the tile: row0, row0 + 8
   const int col0 = 2 * (lane % 4);        // and query columns col0, col0 + 1 of each n-tile
   const float score_scale = g.scale * kLog2e;
-  // This thread's first dS^T elements: tile pair (the diagonal tile, this key tile).
   const int kt = static_cast<int>(blockIdx.x);
-  ds += ds_tile_offset(g, static_cast<int>(blockIdx.y), kt, kt) + row0 * kTile + col0;
-  copy_rows_async<HSP, kTile>(ks, q_head + g.C, stride, k0, g.T, g.hs);
-  copy_rows_async<HSP, kTile>(vs, q_head + 2 * g.C, stride, k0, g.T, g.hs);
+  copy_rows_async<HSP, kTile>(ks, reinterpret_cast<const uint16_t*>(qkv) + k_offset(g, b, kvh),
+                              stride, k0, g.T, g.hs);
+  copy_rows_async<HSP, kTile>(vs, reinterpret_cast<const uint16_t*>(qkv) + v_offset(g, b, kvh),
+                              stride, k0, g.T, g.hs);
   copy_rows_async<HSP, kStep>(qs, q_head, stride, k0, g.T, g.hs);
   copy_rows_async<HSP, kStep>(dos, dout_head, g.C, k0, g.T, g.hs);
   copy_stats_async(lse_s, lse_head, k0, kStep, g.T);
@@ -833,73 +876,90 @@ __global__ void __launch_bounds__(kThreads)
   cp_async_commit();
 
   float dk[HSP / 8][4] = {}, dv[HSP / 8][4] = {};
-  for (int q0 = k0, step = 0; q0 < g.T; q0 += kStep, step++) {
-    const int buf = step & 1;
-    if (q0 + kStep < g.T) {
-      const int next = buf ^ 1;
-      copy_rows_async<HSP, kStep>(qs + next * kStep * S, q_head, stride, q0 + kStep, g.T, g.hs);
-      copy_rows_async<HSP, kStep>(dos + next * kStep * S, dout_head, g.C, q0 + kStep, g.T, g.hs);
-      copy_stats_async(lse_s + next * kStep, lse_head, q0 + kStep, kStep, g.T);
-      copy_stats_async(delta_s + next * kStep, delta_head, q0 + kStep, kStep, g.T);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
-    const uint16_t* qb = qs + buf * kStep * S;
-    const uint16_t* dob = dos + buf * kStep * S;
-    const float* lse_b = lse_s + buf * kStep;
-    const float* delta_b = delta_s + buf * kStep;
-    float pt[kStep / 8][4] = {}, dst[kStep / 8][4] = {};
-    warp_mma_abt<kStep / 8, HSP / 16>(pt, ks + warp * 16 * S, qb, S, lane);    // s^T
-    warp_mma_abt<kStep / 8, HSP / 16>(dst, vs + warp * 16 * S, dob, S, lane);  // dP^T
-    // Masks are needed only near the diagonal and past T.
-    const bool edge = q0 < k0 + kTile || q0 + kStep > g.T;
-#pragma unroll
-    for (int nt = 0; nt < kStep / 8; nt++) {
-#pragma unroll
-      for (int c = 0; c < 4; c++) {
-        const int col = nt * 8 + col0 + (c & 1), t = q0 + col, key = k0 + row0 + 8 * (c >> 1);
-        float p = exp2f(pt[nt][c] * score_scale - lse_b[col] * kLog2e);
-        if (edge && (t < key || t >= g.T)) p = 0.0f;
-        pt[nt][c] = p;
-        dst[nt][c] = p * (dst[nt][c] - delta_b[col]);  // dS^T, without the scale
+  int step = 0;
+  for (int r = 0; r < g.group; r++) {
+    // This thread's first dS^T elements of the head: tile pair (the diagonal tile, this key
+    // tile).
+    Bf16* ds_pair = ds + ds_tile_offset(g, static_cast<int>(blockIdx.y) * g.group + r, kt, kt) +
+                    row0 * kTile + col0;
+    for (int q0 = k0; q0 < g.T; q0 += kStep, step++) {
+      const int buf = step & 1;
+      // The next step: this head's next queries, or the next head's first ones.
+      const bool same_head = q0 + kStep < g.T;
+      if (same_head || r + 1 < g.group) {
+        const int next = buf ^ 1, next_q0 = same_head ? q0 + kStep : k0;
+        const int columns = same_head ? 0 : g.hs, stats = same_head ? 0 : g.T;
+        copy_rows_async<HSP, kStep>(qs + next * kStep * S, q_head + columns, stride, next_q0, g.T,
+                                    g.hs);
+        copy_rows_async<HSP, kStep>(dos + next * kStep * S, dout_head + columns, g.C, next_q0, g.T,
+                                    g.hs);
+        copy_stats_async(lse_s + next * kStep, lse_head + stats, next_q0, kStep, g.T);
+        copy_stats_async(delta_s + next * kStep, delta_head + stats, next_q0, kStep, g.T);
       }
-    }
-    warp_mma_pb<kStep / 16, HSP / 8>(dv, pt, dob, S, lane);  // dv += P^T dout
-    // dS^T for the dq pass, rounded to bf16 as the mma below rounds it: rows row0 and
-    // row0 + 8 of the tile pair, this step's columns. Every element is stored (zeros past
-    // T included): the dq pass reads whole tiles. ds points at the current tile pair;
-    // stepping it (rather than recomputing it from q0) keeps ptxas from spilling here.
-    Bf16* ds_step = ds + q0 % kTile;
+      cp_async_commit();
+      cp_async_wait<1>();
+      __syncthreads();
+      const uint16_t* qb = qs + buf * kStep * S;
+      const uint16_t* dob = dos + buf * kStep * S;
+      const float* lse_b = lse_s + buf * kStep;
+      const float* delta_b = delta_s + buf * kStep;
+      float pt[kStep / 8][4] = {}, dst[kStep / 8][4] = {};
+      warp_mma_abt<kStep / 8, HSP / 16>(pt, ks + warp * 16 * S, qb, S, lane);    // s^T
+      warp_mma_abt<kStep / 8, HSP / 16>(dst, vs + warp * 16 * S, dob, S, lane);  // dP^T
+      // Masks are needed only near the diagonal and past T.
+      const bool edge = q0 < k0 + kTile || q0 + kStep > g.T;
 #pragma unroll
-    for (int nt = 0; nt < kStep / 8; nt++) {
-      store_bf16x2(ds_step + nt * 8, dst[nt][0], dst[nt][1]);
-      store_bf16x2(ds_step + 8 * kTile + nt * 8, dst[nt][2], dst[nt][3]);
+      for (int nt = 0; nt < kStep / 8; nt++) {
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+          const int col = nt * 8 + col0 + (c & 1), t = q0 + col, key = k0 + row0 + 8 * (c >> 1);
+          float p = exp2f(pt[nt][c] * score_scale - lse_b[col] * kLog2e);
+          if (edge && (t < key || t >= g.T)) p = 0.0f;
+          pt[nt][c] = p;
+          dst[nt][c] = p * (dst[nt][c] - delta_b[col]);  // dS^T, without the scale
+        }
+      }
+      warp_mma_pb<kStep / 16, HSP / 8>(dv, pt, dob, S, lane);  // dv += P^T dout
+      // dS^T for the dq pass, rounded to bf16 as the mma below rounds it: rows row0 and
+      // row0 + 8 of the tile pair, this step's columns. Every element is stored (zeros past
+      // T included): the dq pass reads whole tiles. ds_pair points at the current tile pair;
+      // stepping it (rather than recomputing it from q0) keeps ptxas from spilling here.
+      Bf16* ds_step = ds_pair + q0 % kTile;
+#pragma unroll
+      for (int nt = 0; nt < kStep / 8; nt++) {
+        store_bf16x2(ds_step + nt * 8, dst[nt][0], dst[nt][1]);
+        store_bf16x2(ds_step + 8 * kTile + nt * 8, dst[nt][2], dst[nt][3]);
+      }
+      warp_mma_pb<kStep / 16, HSP / 8>(dk, dst, qb, S, lane);  // dk += dS^T q
+      // Pair (i + 1, j) follows pair (i, j) by i + 1 tiles.
+      if ((q0 + kStep) % kTile == 0) ds_pair += static_cast<size_t>(q0 / kTile + 1) * kTile * kTile;
+      __syncthreads();
     }
-    warp_mma_pb<kStep / 16, HSP / 8>(dk, dst, qb, S, lane);  // dk += dS^T q
-    // Pair (i + 1, j) follows pair (i, j) by i + 1 tiles.
-    if ((q0 + kStep) % kTile == 0) ds += static_cast<size_t>(q0 / kTile + 1) * kTile * kTile;
-    __syncthreads();
+    q_head += g.hs;
+    dout_head += g.hs;
+    lse_head += g.T;
+    delta_head += g.T;
   }
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     const int key = k0 + row0 + 8 * r;
     if (key >= g.T) continue;
-    Bf16* row =
-        dqkv + (static_cast<size_t>(b) * g.T + key) * stride + static_cast<size_t>(h) * g.hs;
+    Bf16* dk_row = dqkv + k_offset(g, b, kvh) + static_cast<size_t>(key) * stride;
+    Bf16* dv_row = dqkv + v_offset(g, b, kvh) + static_cast<size_t>(key) * stride;
 #pragma unroll
     for (int dn = 0; dn < HSP / 8; dn++) {
       const int d = dn * 8 + col0;
       if (d >= g.hs) continue;
-      store_bf16x2(row + g.C + d, dk[dn][2 * r] * g.scale, dk[dn][2 * r + 1] * g.scale);
-      store_bf16x2(row + 2 * g.C + d, dv[dn][2 * r], dv[dn][2 * r + 1]);
+      store_bf16x2(dk_row + d, dk[dn][2 * r] * g.scale, dk[dn][2 * r + 1] * g.scale);
+      store_bf16x2(dv_row + d, dv[dn][2 * r], dv[dn][2 * r + 1]);
     }
   }
 }
 
-// Grid (query tiles, heads of the chunk from bh0 on): dq = dS k of one query tile over key
-// tiles 0..tile, from the dS^T tiles that mma_backward_dkv_kernel stored (without the
-// scale). Each warp owns 16 queries; a dS^T tile and a k tile per step, double-buffered.
+// Grid (query tiles, query heads of the chunk from bh0 on): dq = dS k of one query tile over
+// key tiles 0..tile (of the head's key/value head), from the dS^T tiles that
+// mma_backward_dkv_kernel stored (without the scale). Each warp owns 16 queries; a dS^T tile
+// and a k tile per step, double-buffered.
 template <int HSP>
 __global__ void __launch_bounds__(kThreads)
     mma_backward_dq_kernel(Bf16* dqkv, const Bf16* ds, const Bf16* qkv, Geometry g, int bh0) {
@@ -910,9 +970,8 @@ __global__ void __launch_bounds__(kThreads)
   const int tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest rows first
   const int q0 = tile * kTile;
   const int bh = bh0 + static_cast<int>(blockIdx.y), b = bh / g.NH, h = bh % g.NH;
-  const size_t stride = 3 * static_cast<size_t>(g.C);
-  const uint16_t* k_head =
-      reinterpret_cast<const uint16_t*>(qkv) + head_offset(g, b, h, stride) + g.C;
+  const size_t stride = qkv_width(g);
+  const uint16_t* k_head = reinterpret_cast<const uint16_t*>(qkv) + k_offset(g, b, h / g.group);
   // Tile pairs (tile, 0), (tile, 1), ..., (tile, tile) are consecutive.
   const uint16_t* ds_row = reinterpret_cast<const uint16_t*>(ds) +
                            ds_tile_offset(g, static_cast<int>(blockIdx.y), tile, 0);
@@ -946,7 +1005,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < 2; r++) {
     const int t = q0 + row0 + 8 * r;
     if (t >= g.T) continue;
-    Bf16* row = dqkv + (static_cast<size_t>(b) * g.T + t) * stride + static_cast<size_t>(h) * g.hs;
+    Bf16* row = dqkv + q_offset(g, b, h) + static_cast<size_t>(t) * stride;
 #pragma unroll
     for (int dn = 0; dn < HSP / 8; dn++) {
       const int d = dn * 8 + col0;
@@ -959,10 +1018,12 @@ __global__ void __launch_bounds__(kThreads)
 // Host side
 // ======================================================================================
 
-Geometry geometry(int B, int T, int C, int NH) {
-  TANDEM_CHECK(B >= 0 && T >= 0 && C > 0 && NH > 0, "flash attention: bad sizes B=", B, " T=", T,
-               " C=", C, " NH=", NH);
+Geometry geometry(int B, int T, int C, int NH, int KVH) {
+  TANDEM_CHECK(B >= 0 && T >= 0 && C > 0 && NH > 0 && KVH > 0, "flash attention: bad sizes B=", B,
+               " T=", T, " C=", C, " NH=", NH, " KVH=", KVH);
   TANDEM_CHECK(C % NH == 0, "flash attention: n_embd ", C, " is not a multiple of n_head ", NH);
+  TANDEM_CHECK(NH % KVH == 0, "flash attention: n_head ", NH, " is not a multiple of n_kv_head ",
+               KVH, "; each key/value head serves a whole group of query heads");
   const int hs = C / NH;
   TANDEM_CHECK(hs <= kFlashMaxHeadSize, "flash attention supports head sizes up to ",
                kFlashMaxHeadSize, ", got ", hs, " (n_embd ", C, " / n_head ", NH,
@@ -971,7 +1032,7 @@ Geometry geometry(int B, int T, int C, int NH) {
   TANDEM_CHECK(static_cast<long long>(B) * NH <= 65535,
                "flash attention: batch x heads = ", static_cast<long long>(B) * NH,
                " is more than the 65535 the kernel grid allows; use a smaller micro-batch");
-  return Geometry{B, T, C, NH, hs, 1.0f / std::sqrt(static_cast<float>(hs))};
+  return Geometry{B, T, C, NH, KVH, NH / KVH, hs, 1.0f / std::sqrt(static_cast<float>(hs))};
 }
 
 // Calls f(std::integral_constant<int, HSP>) for hs rounded up to a supported tile width.
@@ -998,28 +1059,31 @@ bool tensor_core_ready(const Geometry& g, std::initializer_list<const void*> ten
 }
 
 // x: the tiles of one head (fastest varying, so a head's blocks run together and its k, v
-// tiles are reused from L2), y: `heads` (batch, head) pairs.
+// tiles are reused from L2), y: `heads` (batch, head) pairs (query heads, or key/value heads
+// for the dk/dv pass).
 dim3 grid(const Geometry& g, int heads) {
   return dim3(static_cast<unsigned>((g.T + kTile - 1) / kTile), static_cast<unsigned>(heads));
 }
 
-// Where the backward scratch puts delta and the dS tiles (flash_attention.cuh).
+// Where the backward scratch puts delta and the dS tiles (flash_attention.cuh). The passes
+// run over chunks of key/value heads: a dk/dv block needs the dS tiles of its whole group.
 struct BackwardScratch {
-  size_t delta_bytes;    // delta [B, NH, T] fp32, padded to 256 bytes (dS stays aligned)
-  size_t head_ds_bytes;  // one head's dS^T tiles [pairs][64][64] Elem
+  size_t delta_bytes;     // delta [B, NH, T] fp32, padded to 256 bytes (dS stays aligned)
+  size_t group_ds_bytes;  // one key/value head's group's dS^T tiles [NH/KVH][pairs][64][64] Elem
 };
 template <typename Elem>
-BackwardScratch backward_scratch(int B, int T, int NH) {
-  const size_t delta = sizeof(float) * static_cast<size_t>(B) * NH * T;
-  return BackwardScratch{(delta + 255) / 256 * 256, sizeof(Elem) * tile_pairs(T) * kTile * kTile};
+BackwardScratch backward_scratch(const Geometry& g) {
+  const size_t delta = sizeof(float) * static_cast<size_t>(g.B) * g.NH * g.T;
+  return BackwardScratch{(delta + 255) / 256 * 256,
+                         sizeof(Elem) * g.group * tile_pairs(g.T) * kTile * kTile};
 }
 
 }  // namespace
 
 template <typename Elem>
 void flash_attention_forward(Elem* out, float* lse, const Elem* qkv, int B, int T, int C, int NH,
-                             cudaStream_t stream) {
-  const Geometry g = geometry(B, T, C, NH);
+                             int KVH, cudaStream_t stream) {
+  const Geometry g = geometry(B, T, C, NH, KVH);
   if (B == 0 || T == 0) return;
   if constexpr (std::is_same_v<Elem, Bf16>) {
     if (tensor_core_ready(g, {out, qkv})) {
@@ -1039,42 +1103,45 @@ void flash_attention_forward(Elem* out, float* lse, const Elem* qkv, int B, int 
 }
 
 template <typename Elem>
-size_t flash_attention_backward_scratch_bytes(int B, int T, int C, int NH) {
-  const Geometry g = geometry(B, T, C, NH);
+size_t flash_attention_backward_scratch_bytes(int B, int T, int C, int NH, int KVH) {
+  const Geometry g = geometry(B, T, C, NH, KVH);
   if (B == 0 || T == 0) return 0;
-  const BackwardScratch s = backward_scratch<Elem>(B, T, NH);
-  const size_t heads = std::min(static_cast<size_t>(g.B) * g.NH,
-                                std::max<size_t>(1, kFlashBackwardScratchBudget / s.head_ds_bytes));
-  return s.delta_bytes + heads * s.head_ds_bytes;
+  const BackwardScratch s = backward_scratch<Elem>(g);
+  const size_t groups =
+      std::min(static_cast<size_t>(g.B) * g.KVH,
+               std::max<size_t>(1, kFlashBackwardScratchBudget / s.group_ds_bytes));
+  return s.delta_bytes + groups * s.group_ds_bytes;
 }
 
 template <typename Elem>
-size_t flash_attention_backward_min_scratch_bytes(int B, int T, int C, int NH) {
-  (void)geometry(B, T, C, NH);
+size_t flash_attention_backward_min_scratch_bytes(int B, int T, int C, int NH, int KVH) {
+  const Geometry g = geometry(B, T, C, NH, KVH);
   if (B == 0 || T == 0) return 0;
-  const BackwardScratch s = backward_scratch<Elem>(B, T, NH);
-  return s.delta_bytes + s.head_ds_bytes;
+  const BackwardScratch s = backward_scratch<Elem>(g);
+  return s.delta_bytes + s.group_ds_bytes;
 }
 
 template <typename Elem>
 void flash_attention_backward(Elem* dqkv, void* scratch, size_t scratch_bytes, const Elem* dout,
                               const Elem* qkv, const Elem* out, const float* lse, int B, int T,
-                              int C, int NH, cudaStream_t stream) {
-  const Geometry g = geometry(B, T, C, NH);
+                              int C, int NH, int KVH, cudaStream_t stream) {
+  const Geometry g = geometry(B, T, C, NH, KVH);
   if (B == 0 || T == 0) return;
-  const BackwardScratch layout = backward_scratch<Elem>(B, T, NH);
-  TANDEM_CHECK(scratch_bytes >= layout.delta_bytes + layout.head_ds_bytes,
+  const BackwardScratch layout = backward_scratch<Elem>(g);
+  TANDEM_CHECK(scratch_bytes >= layout.delta_bytes + layout.group_ds_bytes,
                "flash attention backward: ", scratch_bytes, " bytes of scratch, less than the ",
-               layout.delta_bytes + layout.head_ds_bytes,
+               layout.delta_bytes + layout.group_ds_bytes,
                " of flash_attention_backward_min_scratch_bytes");
   float* delta = static_cast<float*>(scratch);
   Elem* ds = reinterpret_cast<Elem*>(static_cast<char*>(scratch) + layout.delta_bytes);
-  // Chunks of equal size (but the last), as many heads each as the scratch holds.
-  const int heads = B * NH;
+  // Chunks of equal size (but the last), as many key/value heads (with their groups of query
+  // heads) each as the scratch holds. A chunk of key/value heads [u0, u0 + n) is the query
+  // heads [u0 group, (u0 + n) group): (b, kvh) = u serves (b, h) = u group + r.
+  const int units = B * KVH;
   const int fit = static_cast<int>(
-      std::min<size_t>(heads, (scratch_bytes - layout.delta_bytes) / layout.head_ds_bytes));
-  const int chunks = (heads + fit - 1) / fit;
-  const int chunk = (heads + chunks - 1) / chunks;
+      std::min<size_t>(units, (scratch_bytes - layout.delta_bytes) / layout.group_ds_bytes));
+  const int chunks = (units + fit - 1) / fit;
+  const int chunk = (units + chunks - 1) / chunks;
   constexpr int kPackWidth = 16 / sizeof(Elem);
   const size_t packed_smem = delta_packed_smem(C, NH);
   if (g.hs % kPackWidth == 0 && packed_smem <= 96 * 1024 &&
@@ -1093,13 +1160,14 @@ void flash_attention_backward(Elem* dqkv, void* scratch, size_t scratch_bytes, c
     if (tensor_core_ready(g, {dqkv, dout, qkv, ds})) {
       with_head_tile(g.hs, [&](auto tile) {
         constexpr int HSP = decltype(tile)::value;
-        for (int bh0 = 0; bh0 < heads; bh0 += chunk) {
-          const dim3 blocks = grid(g, std::min(chunk, heads - bh0));
-          launch(mma_backward_dkv_kernel<HSP>, blocks, mma_dkv_smem<HSP>(), stream,
+        for (int u0 = 0; u0 < units; u0 += chunk) {
+          const int n = std::min(chunk, units - u0);
+          launch(mma_backward_dkv_kernel<HSP>, grid(g, n), mma_dkv_smem<HSP>(), stream,
                  "flash_attention_backward (dk, dv, dS)", dqkv, ds, dout, qkv, lse, delta_in, g,
-                 bh0);
-          launch(mma_backward_dq_kernel<HSP>, blocks, mma_dq_smem<HSP>(), stream,
-                 "flash_attention_backward (dq)", dqkv, static_cast<const Bf16*>(ds), qkv, g, bh0);
+                 u0);
+          launch(mma_backward_dq_kernel<HSP>, grid(g, n * g.group), mma_dq_smem<HSP>(), stream,
+                 "flash_attention_backward (dq)", dqkv, static_cast<const Bf16*>(ds), qkv, g,
+                 u0 * g.group);
         }
       });
       return;
@@ -1107,29 +1175,30 @@ void flash_attention_backward(Elem* dqkv, void* scratch, size_t scratch_bytes, c
   }
   with_head_tile(g.hs, [&](auto tile) {
     constexpr int HSP = decltype(tile)::value;
-    for (int bh0 = 0; bh0 < heads; bh0 += chunk) {
-      const dim3 blocks = grid(g, std::min(chunk, heads - bh0));
-      launch(simt_backward_dkv_kernel<Elem, HSP>, blocks, simt_dkv_smem<HSP>(), stream,
-             "flash_attention_backward (dk, dv, dS)", dqkv, ds, dout, qkv, lse, delta_in, g, bh0);
-      launch(simt_backward_dq_kernel<Elem, HSP>, blocks, simt_dq_smem<HSP>(), stream,
-             "flash_attention_backward (dq)", dqkv, static_cast<const Elem*>(ds), qkv, g, bh0);
+    for (int u0 = 0; u0 < units; u0 += chunk) {
+      const int n = std::min(chunk, units - u0);
+      launch(simt_backward_dkv_kernel<Elem, HSP>, grid(g, n), simt_dkv_smem<HSP>(), stream,
+             "flash_attention_backward (dk, dv, dS)", dqkv, ds, dout, qkv, lse, delta_in, g, u0);
+      launch(simt_backward_dq_kernel<Elem, HSP>, grid(g, n * g.group), simt_dq_smem<HSP>(), stream,
+             "flash_attention_backward (dq)", dqkv, static_cast<const Elem*>(ds), qkv, g,
+             u0 * g.group);
     }
   });
 }
 
-template size_t flash_attention_backward_scratch_bytes<float>(int, int, int, int);
-template size_t flash_attention_backward_scratch_bytes<Bf16>(int, int, int, int);
-template size_t flash_attention_backward_min_scratch_bytes<float>(int, int, int, int);
-template size_t flash_attention_backward_min_scratch_bytes<Bf16>(int, int, int, int);
-template void flash_attention_forward<float>(float*, float*, const float*, int, int, int, int,
+template size_t flash_attention_backward_scratch_bytes<float>(int, int, int, int, int);
+template size_t flash_attention_backward_scratch_bytes<Bf16>(int, int, int, int, int);
+template size_t flash_attention_backward_min_scratch_bytes<float>(int, int, int, int, int);
+template size_t flash_attention_backward_min_scratch_bytes<Bf16>(int, int, int, int, int);
+template void flash_attention_forward<float>(float*, float*, const float*, int, int, int, int, int,
                                              cudaStream_t);
-template void flash_attention_forward<Bf16>(Bf16*, float*, const Bf16*, int, int, int, int,
+template void flash_attention_forward<Bf16>(Bf16*, float*, const Bf16*, int, int, int, int, int,
                                             cudaStream_t);
 template void flash_attention_backward<float>(float*, void*, size_t, const float*, const float*,
-                                              const float*, const float*, int, int, int, int,
+                                              const float*, const float*, int, int, int, int, int,
                                               cudaStream_t);
 template void flash_attention_backward<Bf16>(Bf16*, void*, size_t, const Bf16*, const Bf16*,
-                                             const Bf16*, const float*, int, int, int, int,
+                                             const Bf16*, const float*, int, int, int, int, int,
                                              cudaStream_t);
 
 }  // namespace tandem::cuda

@@ -1,5 +1,6 @@
-// Embedding, LayerNorm, elementwise, cross-entropy and reduction kernels of the CUDA
-// backend, for float and Bf16 storage (explicitly instantiated for both at the end).
+// Embedding, LayerNorm, RMSNorm, RoPE, SwiGLU, elementwise, cross-entropy and reduction
+// kernels of the CUDA backend, for float and Bf16 storage (explicitly instantiated for both
+// at the end).
 //
 // Sizes in the comments are GPT-2 124M's: C = 768, V = 50257, N = B*T = 16384 rows.
 #include <cmath>
@@ -176,7 +177,8 @@ void launch_map(Elem* out, const Elem* a, const Elem* b, size_t n, Op op, cudaSt
 
 // ---- encoder --------------------------------------------------------------------------
 
-// One thread per kWidth channels of one position.
+// One thread per kWidth channels of one position. wpe null (Llama: no position
+// embedding) copies the token's row.
 template <int kWidth, typename Elem>
 __global__ void encoder_forward_kernel(Elem* out, const int32_t* tokens, const Elem* wte,
                                        const Elem* wpe, int BT, int T, int C) {
@@ -187,11 +189,14 @@ __global__ void encoder_forward_kernel(Elem* out, const int32_t* tokens, const E
        p += stride) {
     const int bt = static_cast<int>(p / row_packs);
     const int c = static_cast<int>(p % row_packs) * kWidth;
-    float x[kWidth], y[kWidth];
+    float x[kWidth];
     load(x, wte + static_cast<size_t>(tokens[bt]) * C + c);
-    load(y, wpe + static_cast<size_t>(bt % T) * C + c);
+    if (wpe != nullptr) {
+      float y[kWidth];
+      load(y, wpe + static_cast<size_t>(bt % T) * C + c);
 #pragma unroll
-    for (int k = 0; k < kWidth; k++) x[k] += y[k];
+      for (int k = 0; k < kWidth; k++) x[k] += y[k];
+    }
     store(out + static_cast<size_t>(bt) * C + c, x);
   }
 }
@@ -573,6 +578,206 @@ __global__ void broadcast_rows_kernel(Elem* out, const Elem* bias, size_t total,
     out[i] = bias[i % OC];
 }
 
+// ---- RMSNorm (Llama) ------------------------------------------------------------------
+//
+// As LayerNorm without the mean and the bias, in the CPU kernel's arithmetic: one warp per
+// row for the row statistics and dinp, and the weight gradient through the column
+// reductions above (chunks of rows, then a fixed tree), so one thread writes each output.
+
+// out[row] = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps).
+template <int kWidth, typename Elem>
+__global__ void rmsnorm_forward_kernel(Elem* out, float* rstd, const Elem* inp, const Elem* weight,
+                                       float eps, int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;  // the whole warp leaves together
+  const Elem* x = inp + static_cast<size_t>(row) * C;
+  float sum = 0.0f;
+  for (int c = lane * kWidth; c < C; c += 32 * kWidth) {
+    float v[kWidth];
+    load(v, x + c);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) sum += v[k] * v[k];
+  }
+  const float s = 1.0f / sqrtf(warp_sum(sum) / C + eps);
+  Elem* o = out + static_cast<size_t>(row) * C;
+  for (int c = lane * kWidth; c < C; c += 32 * kWidth) {
+    float v[kWidth], w[kWidth], r[kWidth];
+    load(v, x + c);
+    load(w, weight + c);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) r[k] = v[k] * s * w[k];
+    store(o + c, r);
+  }
+  if (lane == 0) rstd[row] = s;
+}
+
+// dinp[row] += (dnorm - x * rstd^2 * mean(dnorm * x)) * rstd, dnorm = weight * dout.
+template <int kWidth, typename Elem>
+__global__ void rmsnorm_backward_input_kernel(Elem* dinp, const Elem* dout, const Elem* inp,
+                                              const Elem* weight, const float* rstd, int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const size_t offset = static_cast<size_t>(row) * C;
+  const Elem* x = inp + offset;
+  const Elem* d = dout + offset;
+  Elem* di = dinp + offset;
+  const float s = rstd[row];
+  float dot = 0.0f;
+  for (int c = lane * kWidth; c < C; c += 32 * kWidth) {
+    float xv[kWidth], dv[kWidth], wv[kWidth];
+    load(xv, x + c);
+    load(dv, d + c);
+    load(wv, weight + c);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) dot += wv[k] * dv[k] * xv[k];
+  }
+  const float m = warp_sum(dot) / C * s * s;
+  for (int c = lane * kWidth; c < C; c += 32 * kWidth) {
+    float xv[kWidth], dv[kWidth], wv[kWidth], acc[kWidth];
+    load(xv, x + c);
+    load(dv, d + c);
+    load(wv, weight + c);
+    load(acc, di + c);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) acc[k] += (wv[k] * dv[k] - xv[k] * m) * s;
+    store(di + c, acc);
+  }
+}
+
+// The weight gradient's stage one: partial[chunk, c] = sum of x * rstd * dout over the
+// chunk's rows, in row order (column_finish_kernel is stage two).
+template <int kWidth, typename Elem>
+__global__ void rmsnorm_weight_partials_kernel(float* partial, const Elem* dout, const Elem* inp,
+                                               const float* rstd, int N, int C,
+                                               int rows_per_chunk) {
+  const int c = (blockIdx.x * blockDim.x + threadIdx.x) * kWidth;
+  if (c >= C) return;
+  const int n0 = blockIdx.y * rows_per_chunk;
+  const int n1 = min(N, n0 + rows_per_chunk);
+  float dw[kWidth] = {};
+#pragma unroll 4
+  for (int n = n0; n < n1; n++) {
+    const size_t offset = static_cast<size_t>(n) * C + c;
+    const float s = rstd[n];
+    float xv[kWidth], dv[kWidth];
+    load(xv, inp + offset);
+    load(dv, dout + offset);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) dw[k] += xv[k] * s * dv[k];
+  }
+  float* dst = partial + static_cast<size_t>(blockIdx.y) * C + c;
+#pragma unroll
+  for (int k = 0; k < kWidth; k++) dst[k] = dw[k];
+}
+
+// ---- RoPE (Llama) ---------------------------------------------------------------------
+
+// In place on the rotated_heads = NH + KVH query and key heads of qkv[BT, row_width]
+// (row_width = (NH + 2 KVH) HS): one thread per kWidth pairs (x[i], x[i + HS/2]) of one
+// head of one row, turned by cos_sin[t, i, 0..1] ([T, HS/2, 2] fp32); sign -1 turns them
+// back (the backward pass: the Jacobian of a rotation is its transpose). With kWidth > 1,
+// HS/2 is a multiple of kWidth, so both halves of every pack stay 16-byte aligned.
+template <int kWidth, typename Elem>
+__global__ void rope_kernel(Elem* qkv, const float* cos_sin, int BT, int T, int rotated_heads,
+                            int row_width, int HS, float sign) {
+  const int half = HS / 2, head_packs = half / kWidth;
+  const size_t packs = static_cast<size_t>(BT) * rotated_heads * head_packs;
+  const size_t stride = static_cast<size_t>(blockDim.x) * gridDim.x;
+  for (size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs;
+       p += stride) {
+    const int i = static_cast<int>(p % head_packs) * kWidth;
+    const size_t head = p / head_packs;  // (bt, h) over the rotated heads
+    const int h = static_cast<int>(head % rotated_heads);
+    const int bt = static_cast<int>(head / rotated_heads);
+    Elem* x = qkv + static_cast<size_t>(bt) * row_width + static_cast<size_t>(h) * HS + i;
+    const float* angles = cos_sin + (static_cast<size_t>(bt % T) * half + i) * 2;
+    float x1[kWidth], x2[kWidth], r1[kWidth], r2[kWidth];
+    load(x1, x);
+    load(x2, x + half);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) {
+      const float c = angles[2 * k], s = sign * angles[2 * k + 1];
+      r1[k] = x1[k] * c - x2[k] * s;
+      r2[k] = x2[k] * c + x1[k] * s;
+    }
+    store(x, r1);
+    store(x + half, r2);
+  }
+}
+
+template <typename Elem>
+void launch_rope(Elem* qkv, const float* cos_sin, int B, int T, int NH, int KVH, int HS, float sign,
+                 cudaStream_t stream, const char* name) {
+  const int BT = B * T, rotated_heads = NH + KVH, row_width = (NH + 2 * KVH) * HS;
+  const size_t pairs = static_cast<size_t>(BT) * rotated_heads * (HS / 2);
+  if (pairs == 0) return;
+  constexpr int kWidth = kPackWidth<Elem>;
+  if ((HS / 2) % kWidth == 0 && aligned16(qkv)) {
+    rope_kernel<kWidth><<<blocks_for(pairs / kWidth), kThreads, 0, stream>>>(
+        qkv, cos_sin, BT, T, rotated_heads, row_width, HS, sign);
+  } else {
+    rope_kernel<1><<<blocks_for(pairs), kThreads, 0, stream>>>(qkv, cos_sin, BT, T, rotated_heads,
+                                                               row_width, HS, sign);
+  }
+  check_launch(name);
+}
+
+// ---- SwiGLU (Llama) -------------------------------------------------------------------
+
+// out[n, i] = silu(gate) * up with gate = inp[n, i], up = inp[n, I + i] (inp[N, 2I]); one
+// thread per kWidth columns of a row. With kWidth > 1, I is a multiple of kWidth.
+template <int kWidth, typename Elem>
+__global__ void swiglu_forward_kernel(Elem* out, const Elem* inp, int N, int I) {
+  const int row_packs = I / kWidth;
+  const size_t packs = static_cast<size_t>(N) * row_packs;
+  const size_t stride = static_cast<size_t>(blockDim.x) * gridDim.x;
+  for (size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs;
+       p += stride) {
+    const size_t n = p / row_packs;
+    const int i = static_cast<int>(p % row_packs) * kWidth;
+    const Elem* gate = inp + n * 2 * I + i;
+    float g[kWidth], u[kWidth], r[kWidth];
+    load(g, gate);
+    load(u, gate + I);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) {
+      const float sigmoid = 1.0f / (1.0f + expf(-g[k]));
+      r[k] = g[k] * sigmoid * u[k];
+    }
+    store(out + n * I + i, r);
+  }
+}
+
+// dinp[n, i] = dout * up * silu'(gate), dinp[n, I + i] = dout * silu(gate), with
+// silu'(g) = sigmoid (1 + g (1 - sigmoid)), as the CPU kernel computes them.
+template <int kWidth, typename Elem>
+__global__ void swiglu_backward_kernel(Elem* dinp, const Elem* inp, const Elem* dout, int N,
+                                       int I) {
+  const int row_packs = I / kWidth;
+  const size_t packs = static_cast<size_t>(N) * row_packs;
+  const size_t stride = static_cast<size_t>(blockDim.x) * gridDim.x;
+  for (size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs;
+       p += stride) {
+    const size_t n = p / row_packs;
+    const int i = static_cast<int>(p % row_packs) * kWidth;
+    const size_t at = n * 2 * I + i;
+    float g[kWidth], u[kWidth], d[kWidth], dg[kWidth], du[kWidth];
+    load(g, inp + at);
+    load(u, inp + at + I);
+    load(d, dout + n * I + i);
+#pragma unroll
+    for (int k = 0; k < kWidth; k++) {
+      const float sigmoid = 1.0f / (1.0f + expf(-g[k]));
+      dg[k] = d[k] * u[k] * (sigmoid * (1.0f + g[k] * (1.0f - sigmoid)));
+      du[k] = d[k] * (g[k] * sigmoid);
+    }
+    store(dinp + at, dg);
+    store(dinp + at + I, du);
+  }
+}
+
 // ---- cross-entropy --------------------------------------------------------------------
 
 constexpr int kCrossEntropyThreads = 512;
@@ -796,15 +1001,17 @@ void encoder_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const int32_t* t
   constexpr int kWidth = kPackWidth<Elem>;
   const bool vector = C % kWidth == 0 && aligned16(dout);
 
-  if (vector && aligned16(dwpe)) {
-    encoder_backward_wpe_kernel<kWidth>
-        <<<blocks_for(static_cast<size_t>(T) * (C / kWidth)), kThreads, 0, stream>>>(dwpe, dout, B,
-                                                                                     T, C);
-  } else {
-    encoder_backward_wpe_kernel<1>
-        <<<blocks_for(static_cast<size_t>(T) * C), kThreads, 0, stream>>>(dwpe, dout, B, T, C);
+  if (dwpe != nullptr) {  // null: no position embedding (Llama)
+    if (vector && aligned16(dwpe)) {
+      encoder_backward_wpe_kernel<kWidth>
+          <<<blocks_for(static_cast<size_t>(T) * (C / kWidth)), kThreads, 0, stream>>>(dwpe, dout,
+                                                                                       B, T, C);
+    } else {
+      encoder_backward_wpe_kernel<1>
+          <<<blocks_for(static_cast<size_t>(T) * C), kThreads, 0, stream>>>(dwpe, dout, B, T, C);
+    }
+    check_launch("encoder_backward (dwpe)");
   }
-  check_launch("encoder_backward (dwpe)");
 
   // Sort (token, position) pairs by token. Token ids are non-negative, so as uint32 keys
   // they sort in the same order; the radix sort is stable, so each token's positions stay
@@ -901,6 +1108,106 @@ void layernorm_backward(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout
   check_launch("layernorm_backward (parameter partials)");
   launch_column_finish(dweight, partial_dw, dbias, partial_db, 2, chunks.count, C, stream);
   check_launch("layernorm_backward (parameter sums)");
+}
+
+// ---- RMSNorm --------------------------------------------------------------------------
+
+template <typename Elem>
+void rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight, float eps, int N,
+                     int C, cudaStream_t stream) {
+  if (N == 0) return;
+  constexpr int kWidth = kPackWidth<Elem>;
+  const unsigned blocks = static_cast<unsigned>((N + kThreads / 32 - 1) / (kThreads / 32));
+  if (C % kWidth == 0 && aligned16(out) && aligned16(inp) && aligned16(weight)) {
+    rmsnorm_forward_kernel<kWidth>
+        <<<blocks, kThreads, 0, stream>>>(out, rstd, inp, weight, eps, N, C);
+  } else {
+    rmsnorm_forward_kernel<1><<<blocks, kThreads, 0, stream>>>(out, rstd, inp, weight, eps, N, C);
+  }
+  check_launch("rmsnorm_forward");
+}
+
+size_t rmsnorm_backward_scratch_bytes(int N, int C) {
+  if (N == 0) return 0;
+  return round_up_256(static_cast<size_t>(row_chunks(N).count) * C * sizeof(float));
+}
+
+template <typename Elem>
+void rmsnorm_backward(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* inp,
+                      const Elem* weight, const float* rstd, int N, int C, void* scratch,
+                      cudaStream_t stream) {
+  if (N == 0 || C == 0) return;
+  constexpr int kWidth = kPackWidth<Elem>;
+  const bool vector = C % kWidth == 0 && aligned16(dout) && aligned16(inp);
+
+  const unsigned blocks = static_cast<unsigned>((N + kThreads / 32 - 1) / (kThreads / 32));
+  if (vector && aligned16(dinp) && aligned16(weight)) {
+    rmsnorm_backward_input_kernel<kWidth>
+        <<<blocks, kThreads, 0, stream>>>(dinp, dout, inp, weight, rstd, N, C);
+  } else {
+    rmsnorm_backward_input_kernel<1>
+        <<<blocks, kThreads, 0, stream>>>(dinp, dout, inp, weight, rstd, N, C);
+  }
+  check_launch("rmsnorm_backward (dinp)");
+
+  const RowChunks chunks = row_chunks(N);
+  auto* partial = static_cast<float*>(scratch);
+  if (vector) {
+    rmsnorm_weight_partials_kernel<kWidth>
+        <<<partials_grid(C, kWidth, chunks.count), kPartialThreads, 0, stream>>>(
+            partial, dout, inp, rstd, N, C, chunks.rows);
+  } else {
+    rmsnorm_weight_partials_kernel<1>
+        <<<partials_grid(C, 1, chunks.count), kPartialThreads, 0, stream>>>(
+            partial, dout, inp, rstd, N, C, chunks.rows);
+  }
+  check_launch("rmsnorm_backward (weight partials)");
+  launch_column_finish(dweight, partial, dweight, partial, 1, chunks.count, C, stream);
+  check_launch("rmsnorm_backward (weight sums)");
+}
+
+// ---- RoPE -----------------------------------------------------------------------------
+
+template <typename Elem>
+void rope_forward(Elem* qkv, const float* cos_sin, int B, int T, int NH, int KVH, int HS,
+                  cudaStream_t stream) {
+  launch_rope(qkv, cos_sin, B, T, NH, KVH, HS, 1.0f, stream, "rope_forward");
+}
+
+template <typename Elem>
+void rope_backward(Elem* dqkv, const float* cos_sin, int B, int T, int NH, int KVH, int HS,
+                   cudaStream_t stream) {
+  launch_rope(dqkv, cos_sin, B, T, NH, KVH, HS, -1.0f, stream, "rope_backward");
+}
+
+// ---- SwiGLU ---------------------------------------------------------------------------
+
+template <typename Elem>
+void swiglu_forward(Elem* out, const Elem* inp, int N, int I, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(N) * I;
+  if (n == 0) return;
+  constexpr int kWidth = kPackWidth<Elem>;
+  if (I % kWidth == 0 && aligned16(out) && aligned16(inp)) {
+    swiglu_forward_kernel<kWidth><<<blocks_for(n / kWidth), kThreads, 0, stream>>>(out, inp, N, I);
+  } else {
+    swiglu_forward_kernel<1><<<blocks_for(n), kThreads, 0, stream>>>(out, inp, N, I);
+  }
+  check_launch("swiglu_forward");
+}
+
+template <typename Elem>
+void swiglu_backward(Elem* dinp, const Elem* inp, const Elem* dout, int N, int I,
+                     cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(N) * I;
+  if (n == 0) return;
+  constexpr int kWidth = kPackWidth<Elem>;
+  if (I % kWidth == 0 && aligned16(dinp) && aligned16(inp) && aligned16(dout)) {
+    swiglu_backward_kernel<kWidth>
+        <<<blocks_for(n / kWidth), kThreads, 0, stream>>>(dinp, inp, dout, N, I);
+  } else {
+    swiglu_backward_kernel<1><<<blocks_for(n), kThreads, 0, stream>>>(dinp, inp, dout, N, I);
+  }
+  check_launch("swiglu_backward");
 }
 
 // ---- matmul helpers -------------------------------------------------------------------
@@ -1032,7 +1339,15 @@ void sum_of_squares(double* result, const Elem* x, size_t n, void* scratch, cuda
   template void cross_entropy_backward<Elem>(Elem*, const Elem*, const int32_t*, float, int, int,  \
                                              cudaStream_t);                                        \
   template void sum_of_squares<Elem>(double*, const Elem*, size_t, void*, cudaStream_t);           \
-  template void sum_of_squares_blocks<Elem>(double*, const Elem*, size_t, cudaStream_t);
+  template void sum_of_squares_blocks<Elem>(double*, const Elem*, size_t, cudaStream_t);           \
+  template void rmsnorm_forward<Elem>(Elem*, float*, const Elem*, const Elem*, float, int, int,    \
+                                      cudaStream_t);                                               \
+  template void rmsnorm_backward<Elem>(Elem*, Elem*, const Elem*, const Elem*, const Elem*,        \
+                                       const float*, int, int, void*, cudaStream_t);               \
+  template void rope_forward<Elem>(Elem*, const float*, int, int, int, int, int, cudaStream_t);    \
+  template void rope_backward<Elem>(Elem*, const float*, int, int, int, int, int, cudaStream_t);   \
+  template void swiglu_forward<Elem>(Elem*, const Elem*, int, int, cudaStream_t);                  \
+  template void swiglu_backward<Elem>(Elem*, const Elem*, const Elem*, int, int, cudaStream_t);
 
 TANDEM_INSTANTIATE_KERNELS(float)
 TANDEM_INSTANTIATE_KERNELS(Bf16)

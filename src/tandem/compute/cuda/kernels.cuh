@@ -1,7 +1,8 @@
 // CUDA kernels behind CudaBackend (see compute_backend.h for each contract), for tensors
 // stored as Elem = float or Bf16. Every kernel loads with to_float, computes in fp32 and
 // stores with from_float<Elem>, so a bf16 result is rounded once, when it is stored.
-// LayerNorm statistics, losses and the sum of squares are fp32 (double for the sum).
+// LayerNorm and RMSNorm statistics, losses and the sum of squares are fp32 (double for the
+// sum).
 //
 // Deterministic: every output element is produced by one thread in a fixed order, or by
 // a reduction tree whose shape depends only on the sizes, never by atomics; so the same
@@ -9,10 +10,10 @@
 // floats or 8 bf16 values) where the pointers and row lengths allow it, and fall back to
 // one element at a time otherwise.
 //
-// Kernels whose reductions need room (layernorm_backward, column_sums_accumulate,
-// encoder_backward, sum_of_squares) take `scratch`: device memory of at least the
-// matching *_scratch_bytes(...) bytes, used in stream order, so one buffer can serve them
-// all.
+// Kernels whose reductions need room (layernorm_backward, rmsnorm_backward,
+// column_sums_accumulate, encoder_backward, sum_of_squares) take `scratch`: device memory
+// of at least the matching *_scratch_bytes(...) bytes, used in stream order, so one buffer
+// can serve them all.
 //
 // Attention is in flash_attention.cuh; matmuls are in cublaslt_matmul.cuh.
 #pragma once
@@ -26,13 +27,14 @@
 
 namespace tandem::cuda {
 
-// out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]
+// out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]; wpe null: no position embedding (Llama).
 template <typename Elem>
 void encoder_forward(Elem* out, const int32_t* tokens, const Elem* wte, const Elem* wpe, int B,
                      int T, int C, cudaStream_t stream);
 
 size_t encoder_backward_scratch_bytes(int B, int T, int C);
-// dwte[V,C] += scatter of dout[B,T,C] by token; dwpe[T,C] += sum over the batch. dwte is
+// dwte[V,C] += scatter of dout[B,T,C] by token; dwpe[T,C] += sum over the batch (dwpe null:
+// no position embedding). dwte is
 // summed in the order of embedding_backward_order.h, as the CPU kernel does: the positions
 // are sorted by token (a stable radix sort), fixed-size pieces of the sorted list are
 // summed in parallel, and one block per token adds its pieces in order, so no two threads
@@ -52,6 +54,37 @@ template <typename Elem>
 void layernorm_backward(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout, const Elem* inp,
                         const Elem* weight, const float* mean, const float* rstd, int N, int C,
                         void* scratch, cudaStream_t stream);
+
+// out[N,C] = inp * rstd * weight per row, rstd[N] = 1 / sqrt(mean(inp^2) + eps) (fp32).
+template <typename Elem>
+void rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight, float eps, int N,
+                     int C, cudaStream_t stream);
+
+size_t rmsnorm_backward_scratch_bytes(int N, int C);
+// dinp[N,C] += d(rmsnorm)/d(inp); dweight[C] += (chunks of rows, then a fixed tree, as
+// layernorm_backward's parameter gradients).
+template <typename Elem>
+void rmsnorm_backward(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* inp,
+                      const Elem* weight, const float* rstd, int N, int C, void* scratch,
+                      cudaStream_t stream);
+
+// In place on the NH query and KVH key heads of qkv[B,T,(NH+2KVH)*HS] (the value heads
+// untouched): (x[i], x[i + HS/2]) at position t turned by cos_sin[t, i, 0..1] ([T, HS/2, 2]
+// fp32, device memory); rope_backward turns the gradients back.
+template <typename Elem>
+void rope_forward(Elem* qkv, const float* cos_sin, int B, int T, int NH, int KVH, int HS,
+                  cudaStream_t stream);
+template <typename Elem>
+void rope_backward(Elem* dqkv, const float* cos_sin, int B, int T, int NH, int KVH, int HS,
+                   cudaStream_t stream);
+
+// out[N,I] = silu(gate) * up for inp[N,2I] = [gate | up] per row.
+template <typename Elem>
+void swiglu_forward(Elem* out, const Elem* inp, int N, int I, cudaStream_t stream);
+// dinp[N,2I] = [dout * up * silu'(gate) | dout * silu(gate)] (overwritten).
+template <typename Elem>
+void swiglu_backward(Elem* dinp, const Elem* inp, const Elem* dout, int N, int I,
+                     cudaStream_t stream);
 
 // out[n, :] = bias[:] for every row of out[N, OC]. With beta = 1 a GEMM then adds the
 // product to it, rounding once: the bias path for when cuBLASLt's bias epilogue cannot be
