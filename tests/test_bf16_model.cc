@@ -39,7 +39,8 @@ void expect_rounded_once(const std::vector<Bf16>& got, const std::vector<float>&
 
 TEST(Bf16Kernels, EveryCpuKernelRoundsTheFp32ResultOnce) {
   auto backend = make_cpu_backend();
-  ComputeBackend& k = *backend;
+  StorageKernels<float>& k = backend->kernels<float>();
+  StorageKernels<Bf16>& k16 = backend->kernels<Bf16>();
   const int B = 2, T = 5, C = 16, NH = 2, V = 23, OC = 12, N = B * T;
   Rng rng(3);
   std::vector<int32_t> tokens(N), targets(N);
@@ -59,32 +60,32 @@ TEST(Bf16Kernels, EveryCpuKernelRoundsTheFp32ResultOnce) {
     std::vector<float> out(N * C);
     std::vector<Bf16> out16(N * C);
     k.residual_forward(out.data(), x.data(), y.data(), x.size());
-    k.residual_forward(out16.data(), to_bf16(x).data(), to_bf16(y).data(), x.size());
+    k16.residual_forward(out16.data(), to_bf16(x).data(), to_bf16(y).data(), x.size());
     expect_rounded_once(out16, out, "residual");
   }
   {  // GELU forward and backward
     std::vector<float> out(N * C), din(N * C);
     std::vector<Bf16> out16(N * C), din16(N * C);
     k.gelu_forward(out.data(), x.data(), x.size());
-    k.gelu_forward(out16.data(), to_bf16(x).data(), x.size());
+    k16.gelu_forward(out16.data(), to_bf16(x).data(), x.size());
     expect_rounded_once(out16, out, "gelu_forward");
     k.gelu_backward(din.data(), x.data(), y.data(), x.size());
-    k.gelu_backward(din16.data(), to_bf16(x).data(), to_bf16(y).data(), x.size());
+    k16.gelu_backward(din16.data(), to_bf16(x).data(), to_bf16(y).data(), x.size());
     expect_rounded_once(din16, din, "gelu_backward");
   }
   {  // embeddings
     std::vector<float> out(N * C);
     std::vector<Bf16> out16(N * C);
     k.encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
-    k.encoder_forward(out16.data(), tokens.data(), to_bf16(wte).data(), to_bf16(wpe).data(), B, T,
-                      C);
+    k16.encoder_forward(out16.data(), tokens.data(), to_bf16(wte).data(), to_bf16(wpe).data(), B, T,
+                        C);
     expect_rounded_once(out16, out, "encoder_forward");
     // Accumulating: start from non-zero gradients.
     std::vector<float> dwte = bf16_exact_randn(V * C, 16, 0.1f), dwpe = bf16_exact_randn(T * C, 17);
     std::vector<Bf16> dwte16 = to_bf16(dwte), dwpe16 = to_bf16(dwpe);
     k.encoder_backward(dwte.data(), dwpe.data(), dout_c.data(), tokens.data(), B, T, C);
-    k.encoder_backward(dwte16.data(), dwpe16.data(), to_bf16(dout_c).data(), tokens.data(), B, T,
-                       C);
+    k16.encoder_backward(dwte16.data(), dwpe16.data(), to_bf16(dout_c).data(), tokens.data(), B, T,
+                         C);
     expect_rounded_once(dwte16, dwte, "encoder_backward dwte");
     expect_rounded_once(dwpe16, dwpe, "encoder_backward dwpe");
   }
@@ -93,8 +94,8 @@ TEST(Bf16Kernels, EveryCpuKernelRoundsTheFp32ResultOnce) {
     std::vector<Bf16> out16(N * C);
     k.layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), ln_w.data(), ln_b.data(), N,
                         C);
-    k.layernorm_forward(out16.data(), mean16.data(), rstd16.data(), to_bf16(x).data(),
-                        to_bf16(ln_w).data(), to_bf16(ln_b).data(), N, C);
+    k16.layernorm_forward(out16.data(), mean16.data(), rstd16.data(), to_bf16(x).data(),
+                          to_bf16(ln_w).data(), to_bf16(ln_b).data(), N, C);
     expect_rounded_once(out16, out, "layernorm_forward");
     EXPECT_EQ(mean, mean16);
     EXPECT_EQ(rstd, rstd16);
@@ -102,8 +103,8 @@ TEST(Bf16Kernels, EveryCpuKernelRoundsTheFp32ResultOnce) {
     std::vector<Bf16> din16 = to_bf16(y), dw16 = to_bf16(ln_w), db16 = to_bf16(ln_b);
     k.layernorm_backward(din.data(), dw.data(), db.data(), dout_c.data(), x.data(), ln_w.data(),
                          mean.data(), rstd.data(), N, C);
-    k.layernorm_backward(din16.data(), dw16.data(), db16.data(), to_bf16(dout_c).data(),
-                         to_bf16(x).data(), to_bf16(ln_w).data(), mean.data(), rstd.data(), N, C);
+    k16.layernorm_backward(din16.data(), dw16.data(), db16.data(), to_bf16(dout_c).data(),
+                           to_bf16(x).data(), to_bf16(ln_w).data(), mean.data(), rstd.data(), N, C);
     expect_rounded_once(din16, din, "layernorm_backward dinp");
     expect_rounded_once(dw16, dw, "layernorm_backward dweight");
     expect_rounded_once(db16, db, "layernorm_backward dbias");
@@ -114,16 +115,16 @@ TEST(Bf16Kernels, EveryCpuKernelRoundsTheFp32ResultOnce) {
       std::vector<Bf16> out16(N * OC);
       const std::vector<Bf16> bias16 = to_bf16(bias);
       k.matmul_forward(out.data(), x.data(), w.data(), with_bias ? bias.data() : nullptr, N, C, OC);
-      k.matmul_forward(out16.data(), to_bf16(x).data(), to_bf16(w).data(),
-                       with_bias ? bias16.data() : nullptr, N, C, OC);
+      k16.matmul_forward(out16.data(), to_bf16(x).data(), to_bf16(w).data(),
+                         with_bias ? bias16.data() : nullptr, N, C, OC);
       expect_rounded_once(out16, out, "matmul_forward");
     }
     std::vector<float> din(N * C), dw = acc_w, db = acc_b;
     std::vector<Bf16> din16(N * C), dw16 = to_bf16(acc_w), db16 = to_bf16(acc_b);
     k.matmul_backward(din.data(), dw.data(), db.data(), dout_oc.data(), x.data(), w.data(), N, C,
                       OC);
-    k.matmul_backward(din16.data(), dw16.data(), db16.data(), to_bf16(dout_oc).data(),
-                      to_bf16(x).data(), to_bf16(w).data(), N, C, OC);
+    k16.matmul_backward(din16.data(), dw16.data(), db16.data(), to_bf16(dout_oc).data(),
+                        to_bf16(x).data(), to_bf16(w).data(), N, C, OC);
     expect_rounded_once(din16, din, "matmul_backward dinp");
     expect_rounded_once(dw16, dw, "matmul_backward dweight");
     expect_rounded_once(db16, db, "matmul_backward dbias");
@@ -132,7 +133,7 @@ TEST(Bf16Kernels, EveryCpuKernelRoundsTheFp32ResultOnce) {
     std::vector<float> out(N * C), lse(B * NH * T), lse16(B * NH * T), dqkv(N * 3 * C);
     std::vector<Bf16> out16(N * C), dqkv16(N * 3 * C);
     k.attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NH, C / NH);
-    k.attention_forward(out16.data(), lse16.data(), to_bf16(qkv).data(), B, T, NH, NH, C / NH);
+    k16.attention_forward(out16.data(), lse16.data(), to_bf16(qkv).data(), B, T, NH, NH, C / NH);
     expect_rounded_once(out16, out, "attention_forward");
     EXPECT_EQ(lse, lse16);
     // Backward from the bf16 forward's (rounded) output, on both sides.
@@ -140,21 +141,22 @@ TEST(Bf16Kernels, EveryCpuKernelRoundsTheFp32ResultOnce) {
     for (size_t i = 0; i < out16.size(); i++) out_rounded[i] = to_float(out16[i]);
     k.attention_backward(dqkv.data(), dout_c.data(), qkv.data(), out_rounded.data(), lse.data(), B,
                          T, NH, NH, C / NH);
-    k.attention_backward(dqkv16.data(), to_bf16(dout_c).data(), to_bf16(qkv).data(), out16.data(),
-                         lse.data(), B, T, NH, NH, C / NH);
+    k16.attention_backward(dqkv16.data(), to_bf16(dout_c).data(), to_bf16(qkv).data(), out16.data(),
+                           lse.data(), B, T, NH, NH, C / NH);
     expect_rounded_once(dqkv16, dqkv, "attention_backward");
   }
   {  // cross-entropy: fp32 losses
     std::vector<float> losses(N), losses16(N), dlogits(N * V);
     std::vector<Bf16> dlogits16(N * V);
     k.cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V);
-    k.cross_entropy_forward(losses16.data(), to_bf16(logits).data(), targets.data(), N, V);
+    k16.cross_entropy_forward(losses16.data(), to_bf16(logits).data(), targets.data(), N, V);
     EXPECT_EQ(losses, losses16);
     k.cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), 0.25f, N, V);
-    k.cross_entropy_backward(dlogits16.data(), to_bf16(logits).data(), targets.data(), 0.25f, N, V);
+    k16.cross_entropy_backward(dlogits16.data(), to_bf16(logits).data(), targets.data(), 0.25f, N,
+                               V);
     expect_rounded_once(dlogits16, dlogits, "cross_entropy_backward");
   }
-  EXPECT_EQ(k.sum_of_squares(x.data(), x.size()), k.sum_of_squares(to_bf16(x).data(), x.size()));
+  EXPECT_EQ(k.sum_of_squares(x.data(), x.size()), k16.sum_of_squares(to_bf16(x).data(), x.size()));
 }
 
 // A tiny model's loss and gradients in fp32 and bf16 from the same (bf16-exact) weights.

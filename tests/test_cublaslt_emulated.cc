@@ -4,8 +4,8 @@
 // compute (column-major D = alpha op(A) op(B) + beta C, bias per row of D, fp32 sums, one
 // rounding to D's type) and rejects inconsistent layouts. A row-major tensor mapped onto the
 // wrong column-major problem therefore gives wrong numbers or a cuBLASLt error here, as it
-// would on a GPU. The references are the CPU backend's matmuls (tandem::cpu for fp32,
-// tandem::cpu::bf16 for Bf16), with the tolerances of test_cuda_backend.cc.
+// would on a GPU. The references are the CPU backend's matmuls (tandem::cpu's, overloaded for
+// fp32 and Bf16), with the tolerances of test_cuda_backend.cc.
 //
 // "Device memory" is host memory. Outputs start as NaN, and every tensor sits between guard
 // elements that must survive, so an element not written, or written through a wrong
@@ -78,23 +78,6 @@ class Tensor {
   std::unique_ptr<Elem, Free> p_;
 };
 
-// The CPU reference matmuls for each storage type.
-void cpu_forward(float* out, const float* inp, const float* w, const float* b, int N, int C,
-                 int OC) {
-  cpu::matmul_forward(out, inp, w, b, N, C, OC);
-}
-void cpu_forward(Bf16* out, const Bf16* inp, const Bf16* w, const Bf16* b, int N, int C, int OC) {
-  cpu::bf16::matmul_forward(out, inp, w, b, N, C, OC);
-}
-void cpu_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
-                  int N, int C, int OC) {
-  cpu::matmul_backward(dinp, dw, nullptr, dout, inp, w, N, C, OC);
-}
-void cpu_backward(Bf16* dinp, Bf16* dw, const Bf16* dout, const Bf16* inp, const Bf16* w, int N,
-                  int C, int OC) {
-  cpu::bf16::matmul_backward(dinp, dw, nullptr, dout, inp, w, N, C, OC);
-}
-
 // Every element within rel * max|expected| (+ 1e-6), as Twin::expect_near in
 // test_cuda_backend.cc.
 template <typename Elem>
@@ -156,7 +139,7 @@ void expect_matmuls_match(const Shape& s, double rel) {
 
     // forward without bias.
     std::vector<Elem> expected(NOC);
-    cpu_forward(expected.data(), inp_v.data(), w_v.data(), nullptr, N, C, OC);
+    cpu::matmul_forward(expected.data(), inp_v.data(), w_v.data(), nullptr, N, C, OC);
     Tensor<Elem> out(nans<Elem>(NOC), s.offset);
     int calls = counters.matmul_calls;
     matmul.forward(out.data(), inp.data(), weight.data(), static_cast<const Elem*>(nullptr), N, C,
@@ -176,7 +159,7 @@ void expect_matmuls_match(const Shape& s, double rel) {
 
     // forward with bias: the epilogue for a 16-byte aligned bias, otherwise the bias rows
     // (broadcast_rows) and beta = 1.
-    cpu_forward(expected.data(), inp_v.data(), w_v.data(), b_v.data(), N, C, OC);
+    cpu::matmul_forward(expected.data(), inp_v.data(), w_v.data(), b_v.data(), N, C, OC);
     Tensor<Elem> out_b(nans<Elem>(NOC), s.offset);
     calls = counters.matmul_calls;
     matmul.forward(out_b.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
@@ -199,8 +182,8 @@ void expect_matmuls_match(const Shape& s, double rel) {
 
     // backward_input overwrites dinp; backward_weight adds onto dweight.
     std::vector<Elem> expected_dinp(NC), expected_dw = dw_v;
-    cpu_backward(expected_dinp.data(), expected_dw.data(), dout_v.data(), inp_v.data(), w_v.data(),
-                 N, C, OC);
+    cpu::matmul_backward(expected_dinp.data(), expected_dw.data(), nullptr, dout_v.data(),
+                         inp_v.data(), w_v.data(), N, C, OC);
     Tensor<Elem> dinp(nans<Elem>(NC), s.offset);
     matmul.backward_input(dinp.data(), dout.data(), weight.data(), N, C, OC);
     expect_call(CUBLASLT_EPILOGUE_DEFAULT, 0.0f, C, N, OC, "backward_input");

@@ -108,48 +108,51 @@ void expect_every_kernel_matches(const Sizes& s, double rel, double attention_re
   const auto x = t.upload(data(N * C, 4)), dout = t.upload(data(N * C, 5));
   const auto out = t.upload(zeros(N * C)), out2 = t.upload(zeros(N * C));
 
-  cpu->encoder_forward(out.first, tok.first, wte.first, wpe.first, B, T, C);
-  gpu->encoder_forward(out.second, tok.second, wte.second, wpe.second, B, T, C);
+  cpu->kernels<Elem>().encoder_forward(out.first, tok.first, wte.first, wpe.first, B, T, C);
+  gpu->kernels<Elem>().encoder_forward(out.second, tok.second, wte.second, wpe.second, B, T, C);
   t.expect_near(out, N * C, rel, "encoder_forward");
   // Accumulates onto non-zero gradients; the repeated token's row adds three positions.
   const auto dwte = t.upload(data(V * C, 20, 0.1f)), dwpe = t.upload(data(T * C, 21, 0.1f));
-  cpu->encoder_backward(dwte.first, dwpe.first, dout.first, tok.first, B, T, C);
-  gpu->encoder_backward(dwte.second, dwpe.second, dout.second, tok.second, B, T, C);
+  cpu->kernels<Elem>().encoder_backward(dwte.first, dwpe.first, dout.first, tok.first, B, T, C);
+  gpu->kernels<Elem>().encoder_backward(dwte.second, dwpe.second, dout.second, tok.second, B, T, C);
   t.expect_near(dwte, V * C, rel, "encoder_backward dwte");
   t.expect_near(dwpe, T * C, rel, "encoder_backward dwpe");
   // Without a position embedding (Llama): wpe and dwpe null.
-  cpu->encoder_forward(out.first, tok.first, wte.first, nullptr, B, T, C);
-  gpu->encoder_forward(out.second, tok.second, wte.second, nullptr, B, T, C);
+  cpu->kernels<Elem>().encoder_forward(out.first, tok.first, wte.first, nullptr, B, T, C);
+  gpu->kernels<Elem>().encoder_forward(out.second, tok.second, wte.second, nullptr, B, T, C);
   t.expect_near(out, N * C, 0, "encoder_forward without wpe");
-  cpu->encoder_backward(dwte.first, nullptr, dout.first, tok.first, B, T, C);
-  gpu->encoder_backward(dwte.second, nullptr, dout.second, tok.second, B, T, C);
+  cpu->kernels<Elem>().encoder_backward(dwte.first, nullptr, dout.first, tok.first, B, T, C);
+  gpu->kernels<Elem>().encoder_backward(dwte.second, nullptr, dout.second, tok.second, B, T, C);
   t.expect_near(dwte, V * C, rel, "encoder_backward without dwpe");
 
   const auto w = t.upload(data(C, 6, 0.5f)), b = t.upload(data(C, 7, 0.5f));
   const auto mean = t.floats(std::vector<float>(N)), rstd = t.floats(std::vector<float>(N));
-  cpu->layernorm_forward(out.first, mean.first, rstd.first, x.first, w.first, b.first, N, C);
-  gpu->layernorm_forward(out.second, mean.second, rstd.second, x.second, w.second, b.second, N, C);
+  cpu->kernels<Elem>().layernorm_forward(out.first, mean.first, rstd.first, x.first, w.first,
+                                         b.first, N, C);
+  gpu->kernels<Elem>().layernorm_forward(out.second, mean.second, rstd.second, x.second, w.second,
+                                         b.second, N, C);
   t.expect_near(out, N * C, rel, "layernorm_forward");
   t.expect_near(mean, N, rel, "layernorm_forward mean");
   t.expect_near(rstd, N, rel, "layernorm_forward rstd");
   const auto dx = t.upload(data(N * C, 22));
   const auto dw = t.upload(data(C, 23, 0.1f)), db = t.upload(data(C, 24, 0.1f));
-  cpu->layernorm_backward(dx.first, dw.first, db.first, dout.first, x.first, w.first, mean.first,
-                          rstd.first, N, C);
-  gpu->layernorm_backward(dx.second, dw.second, db.second, dout.second, x.second, w.second,
-                          mean.second, rstd.second, N, C);
+  cpu->kernels<Elem>().layernorm_backward(dx.first, dw.first, db.first, dout.first, x.first,
+                                          w.first, mean.first, rstd.first, N, C);
+  gpu->kernels<Elem>().layernorm_backward(dx.second, dw.second, db.second, dout.second, x.second,
+                                          w.second, mean.second, rstd.second, N, C);
   t.expect_near(dx, N * C, rel, "layernorm_backward dinp");
   t.expect_near(dw, C, rel, "layernorm_backward dweight");
   t.expect_near(db, C, rel, "layernorm_backward dbias");
   // RMSNorm, its backward pass onto non-zero gradients.
-  cpu->rmsnorm_forward(out.first, rstd.first, x.first, w.first, 1e-5f, N, C);
-  gpu->rmsnorm_forward(out.second, rstd.second, x.second, w.second, 1e-5f, N, C);
+  cpu->kernels<Elem>().rmsnorm_forward(out.first, rstd.first, x.first, w.first, 1e-5f, N, C);
+  gpu->kernels<Elem>().rmsnorm_forward(out.second, rstd.second, x.second, w.second, 1e-5f, N, C);
   t.expect_near(out, N * C, rel, "rmsnorm_forward");
   t.expect_near(rstd, N, rel, "rmsnorm_forward rstd");
   const auto rms_dx = t.upload(data(N * C, 27)), rms_dw = t.upload(data(C, 28, 0.1f));
-  cpu->rmsnorm_backward(rms_dx.first, rms_dw.first, dout.first, x.first, w.first, rstd.first, N, C);
-  gpu->rmsnorm_backward(rms_dx.second, rms_dw.second, dout.second, x.second, w.second, rstd.second,
-                        N, C);
+  cpu->kernels<Elem>().rmsnorm_backward(rms_dx.first, rms_dw.first, dout.first, x.first, w.first,
+                                        rstd.first, N, C);
+  gpu->kernels<Elem>().rmsnorm_backward(rms_dx.second, rms_dw.second, dout.second, x.second,
+                                        w.second, rstd.second, N, C);
   t.expect_near(rms_dx, N * C, rel, "rmsnorm_backward dinp");
   t.expect_near(rms_dw, C, rel, "rmsnorm_backward dweight");
 
@@ -166,37 +169,38 @@ void expect_every_kernel_matches(const Sizes& s, double rel, double attention_re
     }
     const auto cos_sin = t.floats(table);
     const auto qkv = t.upload(data(N * W, 14));
-    cpu->rope_forward(qkv.first, cos_sin.first, B, T, NH, s.KVH, HS);
-    gpu->rope_forward(qkv.second, cos_sin.second, B, T, NH, s.KVH, HS);
+    cpu->kernels<Elem>().rope_forward(qkv.first, cos_sin.first, B, T, NH, s.KVH, HS);
+    gpu->kernels<Elem>().rope_forward(qkv.second, cos_sin.second, B, T, NH, s.KVH, HS);
     t.expect_near(qkv, N * W, rel, "rope_forward");
     const auto dqkv = t.upload(data(N * W, 15));
-    cpu->rope_backward(dqkv.first, cos_sin.first, B, T, NH, s.KVH, HS);
-    gpu->rope_backward(dqkv.second, cos_sin.second, B, T, NH, s.KVH, HS);
+    cpu->kernels<Elem>().rope_backward(dqkv.first, cos_sin.first, B, T, NH, s.KVH, HS);
+    gpu->kernels<Elem>().rope_backward(dqkv.second, cos_sin.second, B, T, NH, s.KVH, HS);
     t.expect_near(dqkv, N * W, rel, "rope_backward");
   }
   // SwiGLU with I = C: [gate | up] rows of 2C.
   {
     const auto gate_up = t.upload(data(N * 2 * C, 16, 2.0f)), dgate_up = t.upload(zeros(N * 2 * C));
-    cpu->swiglu_forward(out.first, gate_up.first, N, C);
-    gpu->swiglu_forward(out.second, gate_up.second, N, C);
+    cpu->kernels<Elem>().swiglu_forward(out.first, gate_up.first, N, C);
+    gpu->kernels<Elem>().swiglu_forward(out.second, gate_up.second, N, C);
     t.expect_near(out, N * C, rel, "swiglu_forward");
-    cpu->swiglu_backward(dgate_up.first, gate_up.first, dout.first, N, C);
-    gpu->swiglu_backward(dgate_up.second, gate_up.second, dout.second, N, C);
+    cpu->kernels<Elem>().swiglu_backward(dgate_up.first, gate_up.first, dout.first, N, C);
+    gpu->kernels<Elem>().swiglu_backward(dgate_up.second, gate_up.second, dout.second, N, C);
     t.expect_near(dgate_up, N * 2 * C, rel, "swiglu_backward");
   }
 
   const auto wm = t.upload(data(OC * C, 8, 0.2f)), bm = t.upload(data(OC, 9));
   const auto mo = t.upload(zeros(N * OC)), dmo = t.upload(data(N * OC, 10));
-  cpu->matmul_forward(mo.first, x.first, wm.first, bm.first, N, C, OC);
-  gpu->matmul_forward(mo.second, x.second, wm.second, bm.second, N, C, OC);
+  cpu->kernels<Elem>().matmul_forward(mo.first, x.first, wm.first, bm.first, N, C, OC);
+  gpu->kernels<Elem>().matmul_forward(mo.second, x.second, wm.second, bm.second, N, C, OC);
   t.expect_near(mo, N * OC, rel, "matmul_forward");
-  cpu->matmul_forward(mo.first, x.first, wm.first, nullptr, N, C, OC);
-  gpu->matmul_forward(mo.second, x.second, wm.second, nullptr, N, C, OC);
+  cpu->kernels<Elem>().matmul_forward(mo.first, x.first, wm.first, nullptr, N, C, OC);
+  gpu->kernels<Elem>().matmul_forward(mo.second, x.second, wm.second, nullptr, N, C, OC);
   t.expect_near(mo, N * OC, rel, "matmul_forward without bias");
   const auto dwm = t.upload(data(OC * C, 25, 0.1f)), dbm = t.upload(data(OC, 26, 0.1f));
-  cpu->matmul_backward(dx.first, dwm.first, dbm.first, dmo.first, x.first, wm.first, N, C, OC);
-  gpu->matmul_backward(dx.second, dwm.second, dbm.second, dmo.second, x.second, wm.second, N, C,
-                       OC);
+  cpu->kernels<Elem>().matmul_backward(dx.first, dwm.first, dbm.first, dmo.first, x.first, wm.first,
+                                       N, C, OC);
+  gpu->kernels<Elem>().matmul_backward(dx.second, dwm.second, dbm.second, dmo.second, x.second,
+                                       wm.second, N, C, OC);
   t.expect_near(dx, N * C, rel, "matmul_backward dinp");
   t.expect_near(dwm, OC * C, rel, "matmul_backward dweight");
   t.expect_near(dbm, OC, rel, "matmul_backward dbias");
@@ -204,63 +208,66 @@ void expect_every_kernel_matches(const Sizes& s, double rel, double attention_re
   if (s.attention) {
     const auto qkv = t.upload(data(N * 3 * C, 11));
     const auto lse = t.floats(std::vector<float>(B * NH * T));
-    cpu->attention_forward(out.first, lse.first, qkv.first, B, T, NH, NH, C / NH);
-    gpu->attention_forward(out.second, lse.second, qkv.second, B, T, NH, NH, C / NH);
+    cpu->kernels<Elem>().attention_forward(out.first, lse.first, qkv.first, B, T, NH, NH, C / NH);
+    gpu->kernels<Elem>().attention_forward(out.second, lse.second, qkv.second, B, T, NH, NH,
+                                           C / NH);
     t.expect_near(out, N * C, rel, "attention_forward");
     t.expect_near(lse, B * NH * T, rel, "attention_forward lse");
     const auto dqkv = t.upload(zeros(N * 3 * C));
-    cpu->attention_backward(dqkv.first, dout.first, qkv.first, out.first, lse.first, B, T, NH, NH,
-                            C / NH);
-    gpu->attention_backward(dqkv.second, dout.second, qkv.second, out.second, lse.second, B, T, NH,
-                            NH, C / NH);
+    cpu->kernels<Elem>().attention_backward(dqkv.first, dout.first, qkv.first, out.first, lse.first,
+                                            B, T, NH, NH, C / NH);
+    gpu->kernels<Elem>().attention_backward(dqkv.second, dout.second, qkv.second, out.second,
+                                            lse.second, B, T, NH, NH, C / NH);
     t.expect_near(dqkv, N * 3 * C, attention_rel, "attention_backward");
 
     // Grouped-query: NH query heads share KVH key/value heads.
     const int HS = C / NH, W = (NH + 2 * s.KVH) * HS;
     const auto gqa = t.upload(data(N * W, 17));
-    cpu->attention_forward(out.first, lse.first, gqa.first, B, T, NH, s.KVH, HS);
-    gpu->attention_forward(out.second, lse.second, gqa.second, B, T, NH, s.KVH, HS);
+    cpu->kernels<Elem>().attention_forward(out.first, lse.first, gqa.first, B, T, NH, s.KVH, HS);
+    gpu->kernels<Elem>().attention_forward(out.second, lse.second, gqa.second, B, T, NH, s.KVH, HS);
     t.expect_near(out, N * C, rel, "attention_forward, grouped-query");
     t.expect_near(lse, B * NH * T, rel, "attention_forward lse, grouped-query");
     const auto dgqa = t.upload(zeros(N * W));
-    cpu->attention_backward(dgqa.first, dout.first, gqa.first, out.first, lse.first, B, T, NH,
-                            s.KVH, HS);
-    gpu->attention_backward(dgqa.second, dout.second, gqa.second, out.second, lse.second, B, T, NH,
-                            s.KVH, HS);
+    cpu->kernels<Elem>().attention_backward(dgqa.first, dout.first, gqa.first, out.first, lse.first,
+                                            B, T, NH, s.KVH, HS);
+    gpu->kernels<Elem>().attention_backward(dgqa.second, dout.second, gqa.second, out.second,
+                                            lse.second, B, T, NH, s.KVH, HS);
     t.expect_near(dgqa, N * W, attention_rel, "attention_backward, grouped-query");
   }
 
-  cpu->gelu_forward(out.first, x.first, N * C);
-  gpu->gelu_forward(out.second, x.second, N * C);
+  cpu->kernels<Elem>().gelu_forward(out.first, x.first, N * C);
+  gpu->kernels<Elem>().gelu_forward(out.second, x.second, N * C);
   t.expect_near(out, N * C, rel, "gelu_forward");
-  cpu->gelu_forward(out.first + 1, x.first + 1, N * C - 1);
-  gpu->gelu_forward(out.second + 1, x.second + 1, N * C - 1);
+  cpu->kernels<Elem>().gelu_forward(out.first + 1, x.first + 1, N * C - 1);
+  gpu->kernels<Elem>().gelu_forward(out.second + 1, x.second + 1, N * C - 1);
   t.expect_near(out, N * C, rel, "gelu_forward, unaligned");
-  cpu->gelu_backward(out2.first, x.first, dout.first, N * C);
-  gpu->gelu_backward(out2.second, x.second, dout.second, N * C);
+  cpu->kernels<Elem>().gelu_backward(out2.first, x.first, dout.first, N * C);
+  gpu->kernels<Elem>().gelu_backward(out2.second, x.second, dout.second, N * C);
   t.expect_near(out2, N * C, rel, "gelu_backward");
-  cpu->residual_forward(out.first, x.first, dout.first, N * C);
-  gpu->residual_forward(out.second, x.second, dout.second, N * C);
+  cpu->kernels<Elem>().residual_forward(out.first, x.first, dout.first, N * C);
+  gpu->kernels<Elem>().residual_forward(out.second, x.second, dout.second, N * C);
   t.expect_near(out, N * C, 0, "residual_forward");
-  cpu->residual_forward(out.first + 1, x.first + 1, dout.first + 1, N * C - 1);
-  gpu->residual_forward(out.second + 1, x.second + 1, dout.second + 1, N * C - 1);
+  cpu->kernels<Elem>().residual_forward(out.first + 1, x.first + 1, dout.first + 1, N * C - 1);
+  gpu->kernels<Elem>().residual_forward(out.second + 1, x.second + 1, dout.second + 1, N * C - 1);
   t.expect_near(out, N * C, 0, "residual_forward, unaligned");
 
   const auto logits = t.upload(data(N * V, 12, 3.0f));
   const auto losses = t.floats(std::vector<float>(N));
   const auto dlogits = t.upload(zeros(N * V));
-  cpu->cross_entropy_forward(losses.first, logits.first, tgt.first, N, V);
-  gpu->cross_entropy_forward(losses.second, logits.second, tgt.second, N, V);
+  cpu->kernels<Elem>().cross_entropy_forward(losses.first, logits.first, tgt.first, N, V);
+  gpu->kernels<Elem>().cross_entropy_forward(losses.second, logits.second, tgt.second, N, V);
   t.expect_near(losses, N, rel, "cross_entropy_forward");
-  cpu->cross_entropy_backward(dlogits.first, logits.first, tgt.first, 0.25f, N, V);
-  gpu->cross_entropy_backward(dlogits.second, logits.second, tgt.second, 0.25f, N, V);
+  cpu->kernels<Elem>().cross_entropy_backward(dlogits.first, logits.first, tgt.first, 0.25f, N, V);
+  gpu->kernels<Elem>().cross_entropy_backward(dlogits.second, logits.second, tgt.second, 0.25f, N,
+                                              V);
   t.expect_near(dlogits, N * V, rel, "cross_entropy_backward");
 
   const size_t n = 100000;
   const auto sq = t.upload(data(n, 13));
   for (const size_t offset : {size_t{0}, size_t{1}}) {
-    const double want = cpu->sum_of_squares(sq.first + offset, n - offset);
-    EXPECT_NEAR(want, gpu->sum_of_squares(sq.second + offset, n - offset), 1e-9 * want)
+    const double want = cpu->kernels<Elem>().sum_of_squares(sq.first + offset, n - offset);
+    EXPECT_NEAR(want, gpu->kernels<Elem>().sum_of_squares(sq.second + offset, n - offset),
+                1e-9 * want)
         << "offset " << offset;
   }
 }
@@ -300,8 +307,8 @@ void expect_long_run_matches(int C, double rel) {
   const auto dout = t.upload(stored<Elem>(randn(static_cast<size_t>(BT) * C, 41)));
   const auto dwte = t.upload(stored<Elem>(randn(static_cast<size_t>(V) * C, 42, 0.1f)));
   const auto dwpe = t.upload(stored<Elem>(randn(static_cast<size_t>(T) * C, 43, 0.1f)));
-  cpu->encoder_backward(dwte.first, dwpe.first, dout.first, tok.first, B, T, C);
-  gpu->encoder_backward(dwte.second, dwpe.second, dout.second, tok.second, B, T, C);
+  cpu->kernels<Elem>().encoder_backward(dwte.first, dwpe.first, dout.first, tok.first, B, T, C);
+  gpu->kernels<Elem>().encoder_backward(dwte.second, dwpe.second, dout.second, tok.second, B, T, C);
   std::vector<Elem> want(static_cast<size_t>(V) * C), got(want.size());
   cpu->copy_to_host(want.data(), dwte.first, want.size() * sizeof(Elem));
   gpu->copy_to_host(got.data(), dwte.second, got.size() * sizeof(Elem));
@@ -375,8 +382,8 @@ TEST(CudaBackend, Bf16MatmulIsTheFp32MatmulRoundedToBf16) {
     float* db32 = put(db0);
     float* out32 = put(std::vector<float>(N * OC));
     float* din32 = put(std::vector<float>(N * C));
-    gpu->matmul_forward(out32, x32, w32, b32 + shape.bias_offset, N, C, OC);
-    gpu->matmul_backward(din32, dw32, db32, d32, x32, w32, N, C, OC);
+    gpu->kernels<float>().matmul_forward(out32, x32, w32, b32 + shape.bias_offset, N, C, OC);
+    gpu->kernels<float>().matmul_backward(din32, dw32, db32, d32, x32, w32, N, C, OC);
     // bf16
     Bf16* x16 = put(stored<Bf16>(x));
     Bf16* w16 = put(stored<Bf16>(w));
@@ -386,8 +393,8 @@ TEST(CudaBackend, Bf16MatmulIsTheFp32MatmulRoundedToBf16) {
     Bf16* db16 = put(stored<Bf16>(db0));
     Bf16* out16 = put(std::vector<Bf16>(N * OC));
     Bf16* din16 = put(std::vector<Bf16>(N * C));
-    gpu->matmul_forward(out16, x16, w16, b16 + shape.bias_offset, N, C, OC);
-    gpu->matmul_backward(din16, dw16, db16, d16, x16, w16, N, C, OC);
+    gpu->kernels<Bf16>().matmul_forward(out16, x16, w16, b16 + shape.bias_offset, N, C, OC);
+    gpu->kernels<Bf16>().matmul_backward(din16, dw16, db16, d16, x16, w16, N, C, OC);
 
     // Within half a bf16 ulp of the fp32 value (<= 2^-8 relative), plus a little for the
     // two GEMMs' different fp32 summation orders. An accumulated output (old value `before`
@@ -426,8 +433,8 @@ void expect_flash_attention_matches(int B, int T, int NH, int hs, double rel) {
   const auto dout = t.upload(stored<Elem>(randn(static_cast<size_t>(N) * C, 32)));
   const auto out = t.upload(std::vector<Elem>(static_cast<size_t>(N) * C));
   const auto lse = t.floats(std::vector<float>(static_cast<size_t>(B) * NH * T));
-  cpu->attention_forward(out.first, lse.first, qkv.first, B, T, NH, NH, C / NH);
-  gpu->attention_forward(out.second, lse.second, qkv.second, B, T, NH, NH, C / NH);
+  cpu->kernels<Elem>().attention_forward(out.first, lse.first, qkv.first, B, T, NH, NH, C / NH);
+  gpu->kernels<Elem>().attention_forward(out.second, lse.second, qkv.second, B, T, NH, NH, C / NH);
   t.expect_near(out, static_cast<size_t>(N) * C, rel, "attention_forward");
   t.expect_near(lse, static_cast<size_t>(B) * NH * T, rel, "attention_forward lse");
   // Both backward passes from the GPU's forward output and lse, so they differ only by
@@ -439,10 +446,10 @@ void expect_flash_attention_matches(int B, int T, int NH, int hs, double rel) {
   cpu->copy_from_host(out.first, gpu_out.data(), gpu_out.size() * sizeof(Elem));
   cpu->copy_from_host(lse.first, gpu_lse.data(), gpu_lse.size() * sizeof(float));
   const auto dqkv = t.upload(std::vector<Elem>(static_cast<size_t>(N) * 3 * C));
-  cpu->attention_backward(dqkv.first, dout.first, qkv.first, out.first, lse.first, B, T, NH, NH,
-                          C / NH);
-  gpu->attention_backward(dqkv.second, dout.second, qkv.second, out.second, lse.second, B, T, NH,
-                          NH, C / NH);
+  cpu->kernels<Elem>().attention_backward(dqkv.first, dout.first, qkv.first, out.first, lse.first,
+                                          B, T, NH, NH, C / NH);
+  gpu->kernels<Elem>().attention_backward(dqkv.second, dout.second, qkv.second, out.second,
+                                          lse.second, B, T, NH, NH, C / NH);
   t.expect_near(dqkv, static_cast<size_t>(N) * 3 * C, rel, "attention_backward");
 }
 

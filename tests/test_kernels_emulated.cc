@@ -1,6 +1,6 @@
 // The CUDA kernels of kernels.cu (embedding, LayerNorm, RMSNorm, RoPE, SwiGLU, elementwise,
 // cross-entropy and reductions) run on the CPU by the SIMT emulator (see cuda_emulation/README.md),
-// against the CPU backend's kernels: tandem::cpu for fp32 storage, tandem::cpu::bf16 for Bf16
+// against the CPU backend's kernels: tandem::cpu's, for fp32 storage and overloaded for Bf16
 // (which widen to fp32 and round each stored result once, as the CUDA kernels do). The
 // sizes, cases and tolerances are those of expect_every_kernel_matches in
 // test_cuda_backend.cc, which runs the same comparison on a GPU where there is one.
@@ -88,142 +88,19 @@ class Scratch {
   std::vector<Chunk> storage_;
 };
 
-// The CPU reference kernels for each storage type.
-template <typename Elem>
-struct Cpu;
-
-template <>
-struct Cpu<float> {
-  static void encoder_forward(float* out, const int32_t* tok, const float* wte, const float* wpe,
-                              int B, int T, int C) {
-    cpu::encoder_forward(out, tok, wte, wpe, B, T, C);
-  }
-  static void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tok,
-                               int B, int T, int C) {
-    cpu::encoder_backward(dwte, dwpe, dout, tok, B, T, C);
-  }
-  static void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                const float* w, const float* b, int N, int C) {
-    cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
-  }
-  static void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
-                                 const float* inp, const float* w, const float* mean,
-                                 const float* rstd, int N, int C) {
-    cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-  }
-  static void gelu_forward(float* out, const float* inp, size_t n) {
-    cpu::gelu_forward(out, inp, n);
-  }
-  static void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
-    cpu::gelu_backward(dinp, inp, dout, n);
-  }
-  static void residual_forward(float* out, const float* a, const float* b, size_t n) {
-    cpu::residual_forward(out, a, b, n);
-  }
-  static void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
-                                    int N, int V) {
-    cpu::cross_entropy_forward(losses, logits, targets, N, V);
-  }
-  static void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
-                                     float dloss, int N, int V) {
-    cpu::cross_entropy_backward(dlogits, logits, targets, dloss, N, V);
-  }
-  static void column_sums_accumulate(float* sum, const float* x, int N, int C) {
-    cpu::column_sums_accumulate(sum, x, N, C);
-  }
-  static double sum_of_squares(const float* x, size_t n) { return tandem::sum_of_squares(x, n); }
-  static void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, float eps,
-                              int N, int C) {
-    cpu::rmsnorm_forward(out, rstd, inp, w, eps, N, C);
-  }
-  static void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
-                               const float* w, const float* rstd, int N, int C) {
-    cpu::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
-  }
-  static void rope_forward(float* qkv, const float* cos_sin, int B, int T, int NH, int KVH,
-                           int HS) {
-    cpu::rope_forward(qkv, cos_sin, B, T, NH, KVH, HS);
-  }
-  static void rope_backward(float* dqkv, const float* cos_sin, int B, int T, int NH, int KVH,
-                            int HS) {
-    cpu::rope_backward(dqkv, cos_sin, B, T, NH, KVH, HS);
-  }
-  static void swiglu_forward(float* out, const float* inp, int N, int I) {
-    cpu::swiglu_forward(out, inp, N, I);
-  }
-  static void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int I) {
-    cpu::swiglu_backward(dinp, inp, dout, N, I);
-  }
-};
-
-template <>
-struct Cpu<Bf16> {
-  static void encoder_forward(Bf16* out, const int32_t* tok, const Bf16* wte, const Bf16* wpe,
-                              int B, int T, int C) {
-    cpu::bf16::encoder_forward(out, tok, wte, wpe, B, T, C);
-  }
-  static void encoder_backward(Bf16* dwte, Bf16* dwpe, const Bf16* dout, const int32_t* tok, int B,
-                               int T, int C) {
-    cpu::bf16::encoder_backward(dwte, dwpe, dout, tok, B, T, C);
-  }
-  static void layernorm_forward(Bf16* out, float* mean, float* rstd, const Bf16* inp, const Bf16* w,
-                                const Bf16* b, int N, int C) {
-    cpu::bf16::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
-  }
-  static void layernorm_backward(Bf16* dinp, Bf16* dw, Bf16* db, const Bf16* dout, const Bf16* inp,
-                                 const Bf16* w, const float* mean, const float* rstd, int N,
-                                 int C) {
-    cpu::bf16::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-  }
-  static void gelu_forward(Bf16* out, const Bf16* inp, size_t n) {
-    cpu::bf16::gelu_forward(out, inp, n);
-  }
-  static void gelu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, size_t n) {
-    cpu::bf16::gelu_backward(dinp, inp, dout, n);
-  }
-  static void residual_forward(Bf16* out, const Bf16* a, const Bf16* b, size_t n) {
-    cpu::bf16::residual_forward(out, a, b, n);
-  }
-  static void cross_entropy_forward(float* losses, const Bf16* logits, const int32_t* targets,
-                                    int N, int V) {
-    cpu::bf16::cross_entropy_forward(losses, logits, targets, N, V);
-  }
-  static void cross_entropy_backward(Bf16* dlogits, const Bf16* logits, const int32_t* targets,
-                                     float dloss, int N, int V) {
-    cpu::bf16::cross_entropy_backward(dlogits, logits, targets, dloss, N, V);
-  }
-  // No Bf16 kernel in the CPU backend: the fp32 one on the widened values, rounded once,
-  // which is the contract (sums in fp32, the old value added before rounding).
-  static void column_sums_accumulate(Bf16* sum, const Bf16* x, int N, int C) {
-    std::vector<float> s(C), wide(static_cast<size_t>(N) * C);
-    for (int c = 0; c < C; c++) s[c] = to_float(sum[c]);
-    for (size_t i = 0; i < wide.size(); i++) wide[i] = to_float(x[i]);
-    cpu::column_sums_accumulate(s.data(), wide.data(), N, C);
-    for (int c = 0; c < C; c++) sum[c] = from_float<Bf16>(s[c]);
-  }
-  static double sum_of_squares(const Bf16* x, size_t n) { return cpu::bf16::sum_of_squares(x, n); }
-  static void rmsnorm_forward(Bf16* out, float* rstd, const Bf16* inp, const Bf16* w, float eps,
-                              int N, int C) {
-    cpu::bf16::rmsnorm_forward(out, rstd, inp, w, eps, N, C);
-  }
-  static void rmsnorm_backward(Bf16* dinp, Bf16* dw, const Bf16* dout, const Bf16* inp,
-                               const Bf16* w, const float* rstd, int N, int C) {
-    cpu::bf16::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
-  }
-  static void rope_forward(Bf16* qkv, const float* cos_sin, int B, int T, int NH, int KVH, int HS) {
-    cpu::bf16::rope_forward(qkv, cos_sin, B, T, NH, KVH, HS);
-  }
-  static void rope_backward(Bf16* dqkv, const float* cos_sin, int B, int T, int NH, int KVH,
-                            int HS) {
-    cpu::bf16::rope_backward(dqkv, cos_sin, B, T, NH, KVH, HS);
-  }
-  static void swiglu_forward(Bf16* out, const Bf16* inp, int N, int I) {
-    cpu::bf16::swiglu_forward(out, inp, N, I);
-  }
-  static void swiglu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, int N, int I) {
-    cpu::bf16::swiglu_backward(dinp, inp, dout, N, I);
-  }
-};
+// The CPU reference for column_sums_accumulate, which the CPU backend has for fp32 only:
+// for Bf16 the fp32 kernel on the widened values, rounded once, which is the contract
+// (sums in fp32, the old value added before rounding).
+void column_sums_reference(float* sum, const float* x, int N, int C) {
+  cpu::column_sums_accumulate(sum, x, N, C);
+}
+void column_sums_reference(Bf16* sum, const Bf16* x, int N, int C) {
+  std::vector<float> s(C), wide(static_cast<size_t>(N) * C);
+  for (int c = 0; c < C; c++) s[c] = to_float(sum[c]);
+  for (size_t i = 0; i < wide.size(); i++) wide[i] = to_float(x[i]);
+  cpu::column_sums_accumulate(s.data(), wide.data(), N, C);
+  for (int c = 0; c < C; c++) sum[c] = from_float<Bf16>(s[c]);
+}
 
 struct Sizes {
   int B, T, C, V;
@@ -262,7 +139,7 @@ std::pair<std::vector<Elem>, std::vector<Elem>> encoder_backward_on_both(
     const std::vector<int32_t>& tokens, int B, int T, int C) {
   Array<Elem> got_dwte(dwte), got_dwpe(dwpe), d(dout);
   Array<int32_t> tok(tokens);
-  Cpu<Elem>::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  cpu::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
   Scratch scratch(cuda::encoder_backward_scratch_bytes(B, T, C));
   cuda::encoder_backward(got_dwte.data(), got_dwpe.data(), d.data(), tok.data(), B, T, C,
                          scratch.get(), nullptr);
@@ -314,7 +191,7 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
 
   {  // encoder_forward
     std::vector<Elem> want(NC);
-    Cpu<Elem>::encoder_forward(want.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    cpu::encoder_forward(want.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
     Array<Elem> got(nans<Elem>(NC)), w(wte), p(wpe);
     Array<int32_t> tok(tokens);
     cuda::encoder_forward(got.data(), tok.data(), w.data(), p.data(), B, T, C, nullptr);
@@ -332,7 +209,7 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
   }
   {  // without a position embedding (Llama): wpe and dwpe null
     std::vector<Elem> want(NC);
-    Cpu<Elem>::encoder_forward(want.data(), tokens.data(), wte.data(), nullptr, B, T, C);
+    cpu::encoder_forward(want.data(), tokens.data(), wte.data(), nullptr, B, T, C);
     Array<Elem> got(nans<Elem>(NC)), w(wte);
     Array<int32_t> tok(tokens);
     cuda::encoder_forward(got.data(), tok.data(), w.data(), static_cast<const Elem*>(nullptr), B, T,
@@ -342,7 +219,7 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
 
     std::vector<Elem> dwte = data(static_cast<size_t>(V) * C, 20, 0.1f);
     Array<Elem> got_dwte(dwte), d(dout);
-    Cpu<Elem>::encoder_backward(dwte.data(), nullptr, dout.data(), tokens.data(), B, T, C);
+    cpu::encoder_backward(dwte.data(), nullptr, dout.data(), tokens.data(), B, T, C);
     Scratch scratch(cuda::encoder_backward_scratch_bytes(B, T, C));
     cuda::encoder_backward(got_dwte.data(), static_cast<Elem*>(nullptr), d.data(), tok.data(), B, T,
                            C, scratch.get(), nullptr);
@@ -356,8 +233,8 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
   std::vector<float> mean(N), rstd(N);
   {
     std::vector<Elem> want(NC);
-    Cpu<Elem>::layernorm_forward(want.data(), mean.data(), rstd.data(), x.data(), weight.data(),
-                                 bias.data(), N, C);
+    cpu::layernorm_forward(want.data(), mean.data(), rstd.data(), x.data(), weight.data(),
+                           bias.data(), N, C);
     Array<Elem> got(nans<Elem>(NC)), in(x), w(weight), b(bias);
     Array<float> got_mean(std::vector<float>(N, NAN)), got_rstd(std::vector<float>(N, NAN));
     cuda::layernorm_forward(got.data(), got_mean.data(), got_rstd.data(), in.data(), w.data(),
@@ -373,8 +250,8 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     std::vector<Elem> dx = data(NC, 22), dw = data(C, 23, 0.1f), db = data(C, 24, 0.1f);
     Array<Elem> got_dx(dx), got_dw(dw), got_db(db), d(dout), in(x), w(weight);
     Array<float> m(mean), r(rstd);
-    Cpu<Elem>::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(),
-                                  weight.data(), mean.data(), rstd.data(), N, C);
+    cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), weight.data(),
+                            mean.data(), rstd.data(), N, C);
     Scratch scratch(cuda::layernorm_backward_scratch_bytes(N, C));
     cuda::layernorm_backward(got_dx.data(), got_dw.data(), got_db.data(), d.data(), in.data(),
                              w.data(), m.data(), r.data(), N, C, scratch.get(), nullptr);
@@ -393,8 +270,7 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
   std::vector<float> rms_rstd(N);
   {
     std::vector<Elem> want(NC);
-    Cpu<Elem>::rmsnorm_forward(want.data(), rms_rstd.data(), rms_x.data(), weight.data(), eps, N,
-                               C);
+    cpu::rmsnorm_forward(want.data(), rms_rstd.data(), rms_x.data(), weight.data(), eps, N, C);
     Array<Elem> got(nans<Elem>(NC)), in(rms_x), w(weight);
     Array<float> got_rstd(std::vector<float>(N, NAN));
     cuda::rmsnorm_forward(got.data(), got_rstd.data(), in.data(), w.data(), eps, N, C, nullptr);
@@ -407,8 +283,8 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     std::vector<Elem> dx = data(NC, 26), dw = data(C, 27, 0.1f);
     Array<Elem> got_dx(dx), got_dw(dw), d(dout), in(rms_x), w(weight);
     Array<float> r(rms_rstd);
-    Cpu<Elem>::rmsnorm_backward(dx.data(), dw.data(), dout.data(), rms_x.data(), weight.data(),
-                                rms_rstd.data(), N, C);
+    cpu::rmsnorm_backward(dx.data(), dw.data(), dout.data(), rms_x.data(), weight.data(),
+                          rms_rstd.data(), N, C);
     Scratch scratch(cuda::rmsnorm_backward_scratch_bytes(N, C));
     cuda::rmsnorm_backward(got_dx.data(), got_dw.data(), d.data(), in.data(), w.data(), r.data(), N,
                            C, scratch.get(), nullptr);
@@ -431,10 +307,10 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
       std::vector<Elem> want = data(qkv_n, forward ? 16 : 17);
       Array<Elem> got(shifted(want, offset));
       if (forward) {
-        Cpu<Elem>::rope_forward(want.data(), cos_sin.data(), B, T, NH, KVH, HS);
+        cpu::rope_forward(want.data(), cos_sin.data(), B, T, NH, KVH, HS);
         cuda::rope_forward(got.data() + offset, cos_sin.data(), B, T, NH, KVH, HS, nullptr);
       } else {
-        Cpu<Elem>::rope_backward(want.data(), cos_sin.data(), B, T, NH, KVH, HS);
+        cpu::rope_backward(want.data(), cos_sin.data(), B, T, NH, KVH, HS);
         cuda::rope_backward(got.data() + offset, cos_sin.data(), B, T, NH, KVH, HS, nullptr);
       }
       expect_near(want.data(), got.data() + offset, qkv_n, rel, what);
@@ -444,12 +320,12 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     const std::vector<Elem> gate_up = data(static_cast<size_t>(N) * 2 * I, 18, 2.0f);
     Array<Elem> in(shifted(gate_up, offset)), d(shifted(dout, offset));
     std::vector<Elem> want(NC), dwant(2 * NC);
-    Cpu<Elem>::swiglu_forward(want.data(), gate_up.data(), N, I);
+    cpu::swiglu_forward(want.data(), gate_up.data(), N, I);
     Array<Elem> got(nans<Elem>(NC + offset));
     cuda::swiglu_forward(got.data() + offset, in.data() + offset, N, I, nullptr);
     expect_near(want.data(), got.data() + offset, NC, rel, "swiglu_forward" + at);
     keep(results, "swiglu_forward" + at, got.data() + offset, NC);
-    Cpu<Elem>::swiglu_backward(dwant.data(), gate_up.data(), dout.data(), N, I);
+    cpu::swiglu_backward(dwant.data(), gate_up.data(), dout.data(), N, I);
     Array<Elem> dgot(nans<Elem>(2 * NC + offset));
     cuda::swiglu_backward(dgot.data() + offset, in.data() + offset, d.data() + offset, N, I,
                           nullptr);
@@ -463,7 +339,7 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     const std::string what = "column_sums_accumulate, offset " + std::to_string(offset);
     std::vector<Elem> sum = data(C, 25, 0.1f);
     Array<Elem> got(sum), in(x);
-    Cpu<Elem>::column_sums_accumulate(sum.data(), x.data() + offset, rows, C);
+    column_sums_reference(sum.data(), x.data() + offset, rows, C);
     Scratch scratch(cuda::column_sums_scratch_bytes(rows, C));
     cuda::column_sums_accumulate(got.data(), in.data() + offset, rows, C, scratch.get(), nullptr);
     expect_near(sum.data(), got.data(), C, rel, what);
@@ -478,19 +354,19 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     Array<Elem> in(x), d(dout);
     std::vector<Elem> want(NC);
     Array<Elem> got(nans<Elem>(NC));
-    Cpu<Elem>::gelu_forward(want.data() + offset, x.data() + offset, n);
+    cpu::gelu_forward(want.data() + offset, x.data() + offset, n);
     cuda::gelu_forward(got.data() + offset, in.data() + offset, n, nullptr);
     expect_near(want.data() + offset, got.data() + offset, n, rel, "gelu_forward" + at);
     keep(results, "gelu_forward" + at, got.data() + offset, n);
 
     Array<Elem> got2(nans<Elem>(NC));
-    Cpu<Elem>::gelu_backward(want.data() + offset, x.data() + offset, dout.data() + offset, n);
+    cpu::gelu_backward(want.data() + offset, x.data() + offset, dout.data() + offset, n);
     cuda::gelu_backward(got2.data() + offset, in.data() + offset, d.data() + offset, n, nullptr);
     expect_near(want.data() + offset, got2.data() + offset, n, rel, "gelu_backward" + at);
     keep(results, "gelu_backward" + at, got2.data() + offset, n);
 
     Array<Elem> got3(nans<Elem>(NC));
-    Cpu<Elem>::residual_forward(want.data() + offset, x.data() + offset, dout.data() + offset, n);
+    cpu::residual_forward(want.data() + offset, x.data() + offset, dout.data() + offset, n);
     cuda::residual_forward(got3.data() + offset, in.data() + offset, d.data() + offset, n, nullptr);
     expect_near(want.data() + offset, got3.data() + offset, n, 0, "residual_forward" + at);
     keep(results, "residual_forward" + at, got3.data() + offset, n);
@@ -502,14 +378,14 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     Array<Elem> lg(logits);
     Array<int32_t> tgt(targets);
     std::vector<float> losses(N);
-    Cpu<Elem>::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V);
+    cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V);
     Array<float> got_losses(std::vector<float>(N, NAN));
     cuda::cross_entropy_forward(got_losses.data(), lg.data(), tgt.data(), N, V, nullptr);
     expect_near(losses.data(), got_losses.data(), N, rel, "cross_entropy_forward");
     keep(results, "cross_entropy_forward", got_losses.data(), N);
 
     std::vector<Elem> dlogits(NV);
-    Cpu<Elem>::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), 0.25f, N, V);
+    cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), 0.25f, N, V);
     // dlogits at logits' offset from 16 bytes (vector path) and one element off (scalar).
     for (const size_t offset : {size_t{0}, size_t{1}}) {
       const std::string what = "cross_entropy_backward, dlogits offset " + std::to_string(offset);
@@ -525,7 +401,7 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     const size_t n = 100000;
     Array<Elem> sq(data(n, 13));
     for (const size_t offset : {size_t{0}, size_t{1}}) {
-      const double want = Cpu<Elem>::sum_of_squares(sq.data() + offset, n - offset);
+      const double want = cpu::sum_of_squares(sq.data() + offset, n - offset);
       Array<double> got(std::vector<double>(1, NAN));
       Scratch scratch(cuda::sum_of_squares_scratch_bytes(n - offset));
       cuda::sum_of_squares(got.data(), sq.data() + offset, n - offset, scratch.get(), nullptr);

@@ -50,8 +50,8 @@ enum class StorageDType { kF32, kBF16 };
 std::string_view storage_dtype_name(StorageDType dtype);
 size_t storage_dtype_bytes(StorageDType dtype);
 
-// The kernels for tensors stored as T (float or Bf16). ComputeBackend implements both
-// sets; the model picks one by its storage type.
+// The kernels for tensors stored as Elem (float or Bf16). Every ComputeBackend has both
+// sets (ComputeBackend::kernels<Elem>()); the model picks one by its storage type.
 template <typename Elem>
 class StorageKernels {
  public:
@@ -139,9 +139,10 @@ class StorageKernels {
                                 int B, int T, int C) = 0;
 };
 
-class ComputeBackend : public StorageKernels<float>, public StorageKernels<Bf16> {
+// A backend: its device memory, its stream, and a set of kernels per storage type.
+class ComputeBackend {
  public:
-  ~ComputeBackend() override = default;
+  virtual ~ComputeBackend() = default;
   virtual std::string_view name() const = 0;
 
   // The device whose memory the backend's tensors live in (so that they count against
@@ -163,56 +164,26 @@ class ComputeBackend : public StorageKernels<float>, public StorageKernels<Bf16>
   // Waits for all queued work (a no-op for synchronous backends).
   virtual void synchronize() = 0;
 
-  // The kernels for storage type Elem: `backend.kernels<Bf16>().gelu_forward(..)`.
+  // ---- kernels --------------------------------------------------------------
+  // The kernels for tensors stored as Elem (float or Bf16), on stream():
+  // `backend.kernels<Bf16>().gelu_forward(...)`. A backend writes each kernel once, in a
+  // class template over Elem (CpuKernels, CudaKernels), and holds one of each.
   template <typename Elem>
-  StorageKernels<Elem>& kernels() {
-    return *this;
-  }
+  StorageKernels<Elem>& kernels();
 
-  // Both overload sets, callable directly on a backend.
-  using StorageKernels<float>::sum_of_squares;
-  using StorageKernels<Bf16>::sum_of_squares;
-  using StorageKernels<float>::sum_of_squares_blocks;
-  using StorageKernels<Bf16>::sum_of_squares_blocks;
-  using StorageKernels<float>::encoder_forward;
-  using StorageKernels<Bf16>::encoder_forward;
-  using StorageKernels<float>::layernorm_forward;
-  using StorageKernels<Bf16>::layernorm_forward;
-  using StorageKernels<float>::matmul_forward;
-  using StorageKernels<Bf16>::matmul_forward;
-  using StorageKernels<float>::attention_forward;
-  using StorageKernels<Bf16>::attention_forward;
-  using StorageKernels<float>::gelu_forward;
-  using StorageKernels<Bf16>::gelu_forward;
-  using StorageKernels<float>::residual_forward;
-  using StorageKernels<Bf16>::residual_forward;
-  using StorageKernels<float>::cross_entropy_forward;
-  using StorageKernels<Bf16>::cross_entropy_forward;
-  using StorageKernels<float>::cross_entropy_backward;
-  using StorageKernels<Bf16>::cross_entropy_backward;
-  using StorageKernels<float>::matmul_backward;
-  using StorageKernels<Bf16>::matmul_backward;
-  using StorageKernels<float>::layernorm_backward;
-  using StorageKernels<Bf16>::layernorm_backward;
-  using StorageKernels<float>::attention_backward;
-  using StorageKernels<Bf16>::attention_backward;
-  using StorageKernels<float>::gelu_backward;
-  using StorageKernels<Bf16>::gelu_backward;
-  using StorageKernels<float>::encoder_backward;
-  using StorageKernels<Bf16>::encoder_backward;
-  using StorageKernels<float>::rmsnorm_forward;
-  using StorageKernels<Bf16>::rmsnorm_forward;
-  using StorageKernels<float>::rmsnorm_backward;
-  using StorageKernels<Bf16>::rmsnorm_backward;
-  using StorageKernels<float>::rope_forward;
-  using StorageKernels<Bf16>::rope_forward;
-  using StorageKernels<float>::rope_backward;
-  using StorageKernels<Bf16>::rope_backward;
-  using StorageKernels<float>::swiglu_forward;
-  using StorageKernels<Bf16>::swiglu_forward;
-  using StorageKernels<float>::swiglu_backward;
-  using StorageKernels<Bf16>::swiglu_backward;
+ protected:
+  virtual StorageKernels<float>& fp32_kernels() = 0;
+  virtual StorageKernels<Bf16>& bf16_kernels() = 0;
 };
+
+template <>
+inline StorageKernels<float>& ComputeBackend::kernels<float>() {
+  return fp32_kernels();
+}
+template <>
+inline StorageKernels<Bf16>& ComputeBackend::kernels<Bf16>() {
+  return bf16_kernels();
+}
 
 // The host backend: OpenBLAS matmuls, OpenMP loops, on a `cpu` device (device.h), whose
 // arena holds its tensors. Kernels run on the calling thread: when a call returns its

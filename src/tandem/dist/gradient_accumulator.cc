@@ -40,13 +40,13 @@ void GradientAccumulator::add_into(void* dst, const void* a, const void* b, size
                                    size_t end) {
   if (begin >= end) return;
   if (dtype_ == StorageDType::kBF16) {
-    backend_.residual_forward(reinterpret_cast<Bf16*>(at(dst, begin)),
-                              reinterpret_cast<const Bf16*>(at(a, begin)),
-                              reinterpret_cast<const Bf16*>(at(b, begin)), end - begin);
+    backend_.kernels<Bf16>().residual_forward(
+        reinterpret_cast<Bf16*>(at(dst, begin)), reinterpret_cast<const Bf16*>(at(a, begin)),
+        reinterpret_cast<const Bf16*>(at(b, begin)), end - begin);
   } else {
-    backend_.residual_forward(reinterpret_cast<float*>(at(dst, begin)),
-                              reinterpret_cast<const float*>(at(a, begin)),
-                              reinterpret_cast<const float*>(at(b, begin)), end - begin);
+    backend_.kernels<float>().residual_forward(
+        reinterpret_cast<float*>(at(dst, begin)), reinterpret_cast<const float*>(at(a, begin)),
+        reinterpret_cast<const float*>(at(b, begin)), end - begin);
   }
 }
 

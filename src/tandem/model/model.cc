@@ -144,8 +144,9 @@ void Model::zero_grads() {
 double Model::grad_sum_of_squares() {
   check_own(grads_, "gradients");
   const size_t n = layout_.num_elements();
-  return dtype_ == StorageDType::kBF16 ? backend_.sum_of_squares(grads_.as<Bf16>(), n)
-                                       : backend_.sum_of_squares(grads_.as<float>(), n);
+  return dtype_ == StorageDType::kBF16
+             ? backend_.kernels<Bf16>().sum_of_squares(grads_.as<Bf16>(), n)
+             : backend_.kernels<float>().sum_of_squares(grads_.as<float>(), n);
 }
 
 float Model::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {

@@ -247,11 +247,11 @@ double DataParallel::grad_sum_of_squares(const std::function<double()>& whole_bu
     // The gradients of this rank's partition, wherever they live.
     const size_t first = range.begin - engine_grads_begin();
     if (buffers_.grad_dtype == StorageDType::kF32) {
-      buffers_.backend->sum_of_squares_blocks(static_cast<const float*>(engine_grads()) + first,
-                                              range.size(), mine.data());
+      buffers_.backend->kernels<float>().sum_of_squares_blocks(
+          static_cast<const float*>(engine_grads()) + first, range.size(), mine.data());
     } else {
-      buffers_.backend->sum_of_squares_blocks(static_cast<const Bf16*>(engine_grads()) + first,
-                                              range.size(), mine.data());
+      buffers_.backend->kernels<Bf16>().sum_of_squares_blocks(
+          static_cast<const Bf16*>(engine_grads()) + first, range.size(), mine.data());
     }
   }
   std::vector<double> all(blocks_per_rank * world_size());

@@ -6,7 +6,7 @@
 #include "tandem/compute/cpu/cpu_kernels.h"
 #include "tandem/optim/grad_clip.h"
 
-namespace tandem::cpu::bf16 {
+namespace tandem::cpu {
 namespace {
 
 // An fp32 copy of x[n] (empty for a null x, whose data() is then null too).
@@ -221,4 +221,4 @@ void cross_entropy_backward(Bf16* dlogits, const Bf16* logits, const int32_t* ta
   narrow(dlogits, dlogits32);
 }
 
-}  // namespace tandem::cpu::bf16
+}  // namespace tandem::cpu

@@ -4,6 +4,9 @@
 // kernels (whose fp32 arithmetic may differ in summation order only). Slow (a copy per
 // call), and meant for that: testing the bf16 model without a GPU, and being the CPU
 // counterpart the GPU's bf16 kernels are checked against.
+//
+// They overload the fp32 kernels of cpu_kernels.h under the same names, so code written
+// for an element type (CpuBackend's kernels, the tests) calls cpu::<kernel> for either.
 #pragma once
 
 #include <cstddef>
@@ -11,7 +14,7 @@
 
 #include "tandem/core/half.h"
 
-namespace tandem::cpu::bf16 {
+namespace tandem::cpu {
 
 double sum_of_squares(const Bf16* x, size_t n);
 void sum_of_squares_blocks(const Bf16* x, size_t n, double* partials);
@@ -54,4 +57,4 @@ void cross_entropy_forward(float* losses, const Bf16* logits, const int32_t* tar
 void cross_entropy_backward(Bf16* dlogits, const Bf16* logits, const int32_t* targets, float dloss,
                             int N, int V);
 
-}  // namespace tandem::cpu::bf16
+}  // namespace tandem::cpu

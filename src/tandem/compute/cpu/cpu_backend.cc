@@ -1,5 +1,6 @@
 // CpuBackend: host memory and the CPU kernels (fp32: cpu_kernels.h; Bf16 storage:
-// bf16_kernels.h, which widens to fp32 and rounds on store).
+// bf16_kernels.h, which widens to fp32 and rounds on store), both storage types through
+// one template, so each kernel is written once here.
 #include <cstring>
 #include <limits>
 
@@ -7,10 +8,93 @@
 #include "tandem/compute/cpu/bf16_kernels.h"
 #include "tandem/compute/cpu/cpu_kernels.h"
 #include "tandem/core/error.h"
-#include "tandem/optim/grad_clip.h"
 
 namespace tandem {
 namespace {
+
+// The kernels for tensors stored as Elem, each written once for both storage types: the
+// cpu:: function of that element type (cpu_kernels.h for float, bf16_kernels.h for Bf16,
+// which overloads it). They run on the calling thread.
+template <typename Elem>
+class CpuKernels final : public StorageKernels<Elem> {
+ public:
+  double sum_of_squares(const Elem* x, size_t n) override { return cpu::sum_of_squares(x, n); }
+  void sum_of_squares_blocks(const Elem* x, size_t n, double* partials) override {
+    cpu::sum_of_squares_blocks(x, n, partials);
+  }
+  void encoder_forward(Elem* out, const int32_t* tokens, const Elem* wte, const Elem* wpe, int B,
+                       int T, int C) override {
+    cpu::encoder_forward(out, tokens, wte, wpe, B, T, C);
+  }
+  void layernorm_forward(Elem* out, float* mean, float* rstd, const Elem* inp, const Elem* weight,
+                         const Elem* bias, int N, int C) override {
+    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+  }
+  void matmul_forward(Elem* out, const Elem* inp, const Elem* weight, const Elem* bias, int N,
+                      int C, int OC) override {
+    cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
+  }
+  void attention_forward(Elem* out, float* lse, const Elem* qkv, int B, int T, int NH, int KVH,
+                         int HS) override {
+    cpu::attention_forward(out, lse, qkv, B, T, NH, KVH, HS);
+  }
+  void rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight, float eps,
+                       int N, int C) override {
+    cpu::rmsnorm_forward(out, rstd, inp, weight, eps, N, C);
+  }
+  void rope_forward(Elem* qkv, const float* cos_sin, int B, int T, int NH, int KVH,
+                    int HS) override {
+    cpu::rope_forward(qkv, cos_sin, B, T, NH, KVH, HS);
+  }
+  void swiglu_forward(Elem* out, const Elem* inp, int N, int I) override {
+    cpu::swiglu_forward(out, inp, N, I);
+  }
+  void gelu_forward(Elem* out, const Elem* inp, size_t N) override {
+    cpu::gelu_forward(out, inp, N);
+  }
+  void residual_forward(Elem* out, const Elem* a, const Elem* b, size_t N) override {
+    cpu::residual_forward(out, a, b, N);
+  }
+  void cross_entropy_forward(float* losses, const Elem* logits, const int32_t* targets, int N,
+                             int V) override {
+    cpu::cross_entropy_forward(losses, logits, targets, N, V);
+  }
+  void cross_entropy_backward(Elem* dlogits, const Elem* logits, const int32_t* targets,
+                              float dloss, int N, int V) override {
+    cpu::cross_entropy_backward(dlogits, logits, targets, dloss, N, V);
+  }
+  void matmul_backward(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout, const Elem* inp,
+                       const Elem* weight, int N, int C, int OC) override {
+    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  void layernorm_backward(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout, const Elem* inp,
+                          const Elem* weight, const float* mean, const float* rstd, int N,
+                          int C) override {
+    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+  void attention_backward(Elem* dqkv, const Elem* dout, const Elem* qkv, const Elem* out,
+                          const float* lse, int B, int T, int NH, int KVH, int HS) override {
+    cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, KVH, HS);
+  }
+  void rmsnorm_backward(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* inp,
+                        const Elem* weight, const float* rstd, int N, int C) override {
+    cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+  void rope_backward(Elem* dqkv, const float* cos_sin, int B, int T, int NH, int KVH,
+                     int HS) override {
+    cpu::rope_backward(dqkv, cos_sin, B, T, NH, KVH, HS);
+  }
+  void swiglu_backward(Elem* dinp, const Elem* inp, const Elem* dout, int N, int I) override {
+    cpu::swiglu_backward(dinp, inp, dout, N, I);
+  }
+  void gelu_backward(Elem* dinp, const Elem* inp, const Elem* dout, size_t N) override {
+    cpu::gelu_backward(dinp, inp, dout, N);
+  }
+  void encoder_backward(Elem* dwte, Elem* dwpe, const Elem* dout, const int32_t* tokens, int B,
+                        int T, int C) override {
+    cpu::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+  }
+};
 
 class CpuBackend final : public ComputeBackend {
  public:
@@ -45,168 +129,17 @@ class CpuBackend final : public ComputeBackend {
   void fill_zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void synchronize() override {}
-  double sum_of_squares(const float* x, size_t n) override { return tandem::sum_of_squares(x, n); }
-  void sum_of_squares_blocks(const float* x, size_t n, double* partials) override {
-    tandem::sum_of_squares_blocks(x, n, partials);
-  }
 
-  void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C) override {
-    cpu::encoder_forward(out, tokens, wte, wpe, B, T, C);
-  }
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int N, int C) override {
-    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
-  }
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                      int C, int OC) override {
-    cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
-  }
-  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int KVH,
-                         int HS) override {
-    cpu::attention_forward(out, lse, qkv, B, T, NH, KVH, HS);
-  }
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps,
-                       int N, int C) override {
-    cpu::rmsnorm_forward(out, rstd, inp, weight, eps, N, C);
-  }
-  void rope_forward(float* qkv, const float* cos_sin, int B, int T, int NH, int KVH,
-                    int HS) override {
-    cpu::rope_forward(qkv, cos_sin, B, T, NH, KVH, HS);
-  }
-  void swiglu_forward(float* out, const float* inp, int N, int I) override {
-    cpu::swiglu_forward(out, inp, N, I);
-  }
-  void gelu_forward(float* out, const float* inp, size_t N) override {
-    cpu::gelu_forward(out, inp, N);
-  }
-  void residual_forward(float* out, const float* a, const float* b, size_t N) override {
-    cpu::residual_forward(out, a, b, N);
-  }
-  void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int N,
-                             int V) override {
-    cpu::cross_entropy_forward(losses, logits, targets, N, V);
-  }
-  void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
-                              float dloss, int N, int V) override {
-    cpu::cross_entropy_backward(dlogits, logits, targets, dloss, N, V);
-  }
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int N, int C, int OC) override {
-    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-  }
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int N, int C) override {
-    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-  }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                          const float* lse, int B, int T, int NH, int KVH, int HS) override {
-    cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, KVH, HS);
-  }
-  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                        const float* weight, const float* rstd, int N, int C) override {
-    cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
-  }
-  void rope_backward(float* dqkv, const float* cos_sin, int B, int T, int NH, int KVH,
-                     int HS) override {
-    cpu::rope_backward(dqkv, cos_sin, B, T, NH, KVH, HS);
-  }
-  void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int I) override {
-    cpu::swiglu_backward(dinp, inp, dout, N, I);
-  }
-  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) override {
-    cpu::gelu_backward(dinp, inp, dout, N);
-  }
-  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C) override {
-    cpu::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
-  }
-
-  // ---- Bf16 storage ---------------------------------------------------------
-  double sum_of_squares(const Bf16* x, size_t n) override {
-    return cpu::bf16::sum_of_squares(x, n);
-  }
-  void sum_of_squares_blocks(const Bf16* x, size_t n, double* partials) override {
-    cpu::bf16::sum_of_squares_blocks(x, n, partials);
-  }
-  void encoder_forward(Bf16* out, const int32_t* tokens, const Bf16* wte, const Bf16* wpe, int B,
-                       int T, int C) override {
-    cpu::bf16::encoder_forward(out, tokens, wte, wpe, B, T, C);
-  }
-  void layernorm_forward(Bf16* out, float* mean, float* rstd, const Bf16* inp, const Bf16* weight,
-                         const Bf16* bias, int N, int C) override {
-    cpu::bf16::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
-  }
-  void matmul_forward(Bf16* out, const Bf16* inp, const Bf16* weight, const Bf16* bias, int N,
-                      int C, int OC) override {
-    cpu::bf16::matmul_forward(out, inp, weight, bias, N, C, OC);
-  }
-  void attention_forward(Bf16* out, float* lse, const Bf16* qkv, int B, int T, int NH, int KVH,
-                         int HS) override {
-    cpu::bf16::attention_forward(out, lse, qkv, B, T, NH, KVH, HS);
-  }
-  void rmsnorm_forward(Bf16* out, float* rstd, const Bf16* inp, const Bf16* weight, float eps,
-                       int N, int C) override {
-    cpu::bf16::rmsnorm_forward(out, rstd, inp, weight, eps, N, C);
-  }
-  void rope_forward(Bf16* qkv, const float* cos_sin, int B, int T, int NH, int KVH,
-                    int HS) override {
-    cpu::bf16::rope_forward(qkv, cos_sin, B, T, NH, KVH, HS);
-  }
-  void swiglu_forward(Bf16* out, const Bf16* inp, int N, int I) override {
-    cpu::bf16::swiglu_forward(out, inp, N, I);
-  }
-  void gelu_forward(Bf16* out, const Bf16* inp, size_t N) override {
-    cpu::bf16::gelu_forward(out, inp, N);
-  }
-  void residual_forward(Bf16* out, const Bf16* a, const Bf16* b, size_t N) override {
-    cpu::bf16::residual_forward(out, a, b, N);
-  }
-  void cross_entropy_forward(float* losses, const Bf16* logits, const int32_t* targets, int N,
-                             int V) override {
-    cpu::bf16::cross_entropy_forward(losses, logits, targets, N, V);
-  }
-  void cross_entropy_backward(Bf16* dlogits, const Bf16* logits, const int32_t* targets,
-                              float dloss, int N, int V) override {
-    cpu::bf16::cross_entropy_backward(dlogits, logits, targets, dloss, N, V);
-  }
-  void matmul_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
-                       const Bf16* weight, int N, int C, int OC) override {
-    cpu::bf16::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-  }
-  void layernorm_backward(Bf16* dinp, Bf16* dweight, Bf16* dbias, const Bf16* dout, const Bf16* inp,
-                          const Bf16* weight, const float* mean, const float* rstd, int N,
-                          int C) override {
-    cpu::bf16::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-  }
-  void attention_backward(Bf16* dqkv, const Bf16* dout, const Bf16* qkv, const Bf16* out,
-                          const float* lse, int B, int T, int NH, int KVH, int HS) override {
-    cpu::bf16::attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, KVH, HS);
-  }
-  void rmsnorm_backward(Bf16* dinp, Bf16* dweight, const Bf16* dout, const Bf16* inp,
-                        const Bf16* weight, const float* rstd, int N, int C) override {
-    cpu::bf16::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
-  }
-  void rope_backward(Bf16* dqkv, const float* cos_sin, int B, int T, int NH, int KVH,
-                     int HS) override {
-    cpu::bf16::rope_backward(dqkv, cos_sin, B, T, NH, KVH, HS);
-  }
-  void swiglu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, int N, int I) override {
-    cpu::bf16::swiglu_backward(dinp, inp, dout, N, I);
-  }
-  void gelu_backward(Bf16* dinp, const Bf16* inp, const Bf16* dout, size_t N) override {
-    cpu::bf16::gelu_backward(dinp, inp, dout, N);
-  }
-  void encoder_backward(Bf16* dwte, Bf16* dwpe, const Bf16* dout, const int32_t* tokens, int B,
-                        int T, int C) override {
-    cpu::bf16::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
-  }
+ protected:
+  StorageKernels<float>& fp32_kernels() override { return fp32_; }
+  StorageKernels<Bf16>& bf16_kernels() override { return bf16_; }
 
  private:
   std::unique_ptr<Device> owned_device_;  // only for a backend with a device of its own
   Device& device_;
   std::unique_ptr<Stream> stream_;
+  CpuKernels<float> fp32_;
+  CpuKernels<Bf16> bf16_;
 };
 
 }  // namespace

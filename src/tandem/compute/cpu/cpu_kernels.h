@@ -12,6 +12,11 @@ namespace tandem::cpu {
 // threads never share a line of the output.
 inline constexpr int kColumnBlock = 16;
 
+// sum of x[i]^2 in double, and its 16384-element block sums: optim/grad_clip.h's, whose
+// order every backend keeps.
+double sum_of_squares(const float* x, size_t n);
+void sum_of_squares_blocks(const float* x, size_t n, double* partials);
+
 void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                      int T, int C);
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,

@@ -1,4 +1,4 @@
-// Embedding, GELU, residual and column-sum kernels.
+// Embedding, GELU, residual, column-sum and sum-of-squares kernels.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,8 +8,15 @@
 #include "tandem/compute/cpu/cpu_kernels.h"
 #include "tandem/compute/cpu/fast_math.h"
 #include "tandem/compute/embedding_backward_order.h"
+#include "tandem/optim/grad_clip.h"
 
 namespace tandem::cpu {
+
+double sum_of_squares(const float* x, size_t n) { return tandem::sum_of_squares(x, n); }
+
+void sum_of_squares_blocks(const float* x, size_t n, double* partials) {
+  tandem::sum_of_squares_blocks(x, n, partials);
+}
 
 void column_sums_accumulate(float* sum, const float* x, int N, int C) {
   const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
