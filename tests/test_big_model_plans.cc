@@ -97,6 +97,26 @@ TEST(BigModelPlans, TwentyBillionNeedsFourGpusAtStageThree) {
   EXPECT_LT(rank0.model_state_bytes(), 16 * P / 4 + 16 * (size_t{1} << 20));
 }
 
+// What `tandem plan` and training say when one GPU is too small: the fewest ranks at ZeRO
+// stage 3, which for 20B on 80 GB GPUs is the paper's four (three leave rank 0 short).
+TEST(BigModelPlans, TheFewestRanksAtStageThreeAreFoundForTwentyBillion) {
+  const TrainConfig c = big("llama2-20b", {"offload_optimizer.schedule=cpu"});
+  const size_t capacity = size_t{80} << 30;
+  EXPECT_EQ(fewest_ranks_at_zero_stage_3(c, DeviceKind::kCuda, capacity), 4);
+  ThreadPool pool(1);
+  const TrainConfig three =
+      big("llama2-20b", {"offload_optimizer.schedule=cpu", "zero_optimization.stage=3"});
+  EXPECT_FALSE(
+      plan_training_without_gpu(three, pool, zero_state_range(three, 3, 0), 3, h100()).fits());
+  // Smaller GPUs need more ranks; none is enough when one rank's activations do not fit.
+  EXPECT_GT(fewest_ranks_at_zero_stage_3(c, DeviceKind::kCuda, size_t{40} << 30), 4);
+  EXPECT_EQ(fewest_ranks_at_zero_stage_3(c, DeviceKind::kCuda, size_t{1} << 30, 64), 0);
+  // DeMo does not shard its state: no count is offered.
+  TrainConfig demo = c;
+  demo.optimizer.type = OptimizerType::kDeMo;
+  EXPECT_EQ(fewest_ranks_at_zero_stage_3(demo, DeviceKind::kCuda, capacity), 0);
+}
+
 TEST(BigModelPlans, AutoKeepsWhatFitsOnTheGpuAndPredictsTheUpdate) {
   ThreadPool pool(1);
   const TrainConfig c = big("llama2-13b");
@@ -140,6 +160,24 @@ TEST(BigModelPlans, TandemPlanAnswersForThirteenBillionOnOneEightyGigabyteGpu) {
   EXPECT_NE(r.output.find("parameters: 13015864320"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("predicted update time"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("<< does not fit"), std::string::npos) << r.output;
+}
+
+// 20B does not fit one 80 GB GPU: the command fails, saying by how much and on how many
+// GPUs at ZeRO stage 3 it would, and that plan, run as the message says, fits.
+TEST(BigModelPlans, TandemPlanNamesTheGpusTwentyBillionNeeds) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "this machine has a GPU: plan measures it instead";
+  const std::string plan = testing::tandem_binary().string() + " plan --config " +
+                           (testing::source_dir() / "configs" / "llama2-20b.json").string() +
+                           " --set device.memory_gb=80";
+  const testing::CommandResult alone = testing::run_command(plan);
+  EXPECT_NE(alone.exit_code, 0) << alone.output;
+  EXPECT_NE(alone.output.find("<< does not fit"), std::string::npos) << alone.output;
+  EXPECT_NE(alone.output.find("shard the model over 4 ranks at ZeRO stage 3"), std::string::npos)
+      << alone.output;
+  const testing::CommandResult four =
+      testing::run_command(plan + " --world-size 4 --set zero_optimization.stage=3");
+  ASSERT_EQ(four.exit_code, 0) << four.output;
+  EXPECT_EQ(four.output.find("<< does not fit"), std::string::npos) << four.output;
 }
 
 }  // namespace

@@ -299,8 +299,38 @@ std::string AssumedGpu::to_text() const {
              source, ")");
 }
 
+int fewest_ranks_at_zero_stage_3(const TrainConfig& config, DeviceKind kind, size_t capacity,
+                                 int max_ranks) {
+  if (config.optimizer.type != OptimizerType::kAdamW) return 0;  // DeMo runs at stage 0 only
+  TrainConfig sharded = config;
+  sharded.zero.stage = 3;
+  const auto fits_on = [&](int ranks) {
+    return plan_memory(sharded, kind, capacity, zero_state_range(sharded, ranks, 0), ranks).fits();
+  };
+  // Rank 0 holds the most, and what a rank holds shrinks as ranks are added: double until it
+  // fits, then walk up from the last count that did not.
+  int below = 1, ranks = 2;
+  while (!fits_on(ranks)) {
+    if (ranks >= max_ranks) return 0;
+    below = ranks;
+    ranks = std::min(2 * ranks, max_ranks);
+  }
+  for (int r = below + 1; r < ranks; r++)
+    if (fits_on(r)) return r;
+  return ranks;
+}
+
 void check_fits(const TrainingMemoryPlan& plan, const TrainConfig& config) {
   if (plan.fits()) return;
+  const int ranks = fewest_ranks_at_zero_stage_3(
+      config, plan.device_is_host ? DeviceKind::kHostOnly : DeviceKind::kCuda,
+      plan.device_capacity);
+  const std::string shard = ranks > plan.world_size
+                                ? cat(", or shard the model over ", ranks,
+                                      " ranks at ZeRO stage 3 (the fewest whose "
+                                      "rank 0 fits: `tandem plan --world-size ",
+                                      ranks, " --set zero_optimization.stage=3` shows it)")
+                                : std::string();
   fail("device memory too small: the '", update_schedule_name(plan.offload.settings.schedule),
        "' schedule needs ", format_bytes(plan.total.device), " on the device (activations ",
        format_bytes(plan.activation_bytes), ", working params + gradients ",
@@ -308,8 +338,9 @@ void check_fits(const TrainingMemoryPlan& plan, const TrainConfig& config) {
        format_bytes(plan.optimizer_device_bytes), ") and ", format_bytes(plan.total.pinned_host),
        " of pinned host memory, but device.memory_gb = ", config.device.memory_gb,
        "; raise device.memory_gb, offload more optimizer state (offload_optimizer.schedule cpu, "
-       "interleave or auto, or a lower offload_optimizer.ratio), or lower "
-       "train_micro_batch_size_per_gpu / train.seq_len (activations)");
+       "interleave or auto, or a lower offload_optimizer.ratio), lower "
+       "train_micro_batch_size_per_gpu / train.seq_len (activations)",
+       shard);
 }
 
 }  // namespace tandem

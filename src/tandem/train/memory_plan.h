@@ -129,8 +129,14 @@ TrainingMemoryPlan plan_training_without_gpu(const TrainConfig& config, ThreadPo
 // ZeRO stage: all at stage 0, its partition from stage 1 (zero/partition.h).
 ParamRange zero_state_range(const TrainConfig& config, int world_size, int rank);
 
+// The fewest ranks over which ZeRO stage 3 fits `config` on devices of `kind` and `capacity`
+// bytes each (rank 0's memory, the most of any rank), or 0 when none up to `max_ranks` does
+// (the activations alone too big, say) or the optimizer cannot be sharded.
+int fewest_ranks_at_zero_stage_3(const TrainConfig& config, DeviceKind kind, size_t capacity,
+                                 int max_ranks = 4096);
+
 // Throws tandem::Error when the plan does not fit in device memory, with the bytes
-// per tier and what to change.
+// per tier and what to change (the fewest ranks at ZeRO stage 3 among them).
 void check_fits(const TrainingMemoryPlan& plan, const TrainConfig& config);
 
 }  // namespace tandem
