@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/ckpt/hf_weights.h"
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/core/rng.h"
 #include "tandem/core/thread_pool.h"
@@ -17,8 +18,33 @@
 #include "tandem/model/model.h"
 #include "tandem/offload/update_engine.h"
 #include "tandem/optim/grad_clip.h"
+#include "test_util.h"
 
 namespace tandem::testing {
+
+// A fixture written by tools/make_<family>_fixture.py (tests/fixtures/<name>.safetensors):
+// one batch, the sizes and hyper-parameters in the metadata, the initial parameters under
+// their Hugging Face names, and copies prefixed "grad." (the gradients) and "adamw3." (the
+// parameters after 3 clipped AdamW steps).
+struct ModelFixture {
+  SafetensorsFile file;
+  int B = 0, T = 0;
+  std::vector<int32_t> tokens, targets;
+
+  explicit ModelFixture(const std::string& name)
+      : file(SafetensorsFile::read(source_dir() / "tests" / "fixtures" / (name + ".safetensors"))),
+        B(static_cast<int>(meta("batch_size"))),
+        T(static_cast<int>(meta("seq_len"))),
+        tokens(file.read_i32("tokens", {B, T})),
+        targets(file.read_i32("targets", {B, T})) {}
+  double meta(const char* key) const { return std::stod(file.metadata().at(key)); }
+  // The tensors under `prefix` + their Hugging Face names, in the layout's flat order.
+  std::vector<float> params(const ParamLayout& layout, const std::string& prefix = "") const {
+    std::vector<float> p(layout.num_elements());
+    read_hf_safetensors(file, layout, p.data(), prefix);
+    return p;
+  }
+};
 
 // Every gradient within 1e-7 + 1e-4 x its tensor's largest |reference| (fp32 against
 // float64: tiny entries carry rounding noise). Every tensor must have a gradient.
@@ -33,6 +59,44 @@ inline void expect_gradients_near(const ParamLayout& layout, const std::vector<f
     for (size_t i = 0; i < view.numel; i++)
       ASSERT_NEAR(grads[view.offset + i], expected[view.offset + i], tolerance)
           << view.name << "[" << i << "]";
+  }
+}
+
+// One forward and backward pass of `model` (fp32, sized for the fixture's batch) from the
+// fixture's parameters: the loss within 1e-5 relative, every logit within 2e-5 (+ 2e-5
+// relative), every gradient as expect_gradients_near below (fp32 against float64).
+inline void expect_logits_loss_and_gradients_match(Model& model, const ModelFixture& fx) {
+  model.set_params(fx.params(model.layout()));
+  model.zero_grads();
+  const float loss = model.forward(fx.tokens.data(), fx.targets.data(), fx.B, fx.T);
+  model.backward();
+
+  const float expected_loss = fx.file.read_f32("loss", {})[0];
+  EXPECT_NEAR(loss, expected_loss, 1e-5 * expected_loss);
+  const std::vector<float> logits = model.logits_to_host();
+  const std::vector<float> expected_logits =
+      fx.file.read_f32("logits", {fx.B, fx.T, model.config().vocab_size});
+  ASSERT_EQ(logits.size(), expected_logits.size());
+  for (size_t i = 0; i < logits.size(); i++)
+    ASSERT_NEAR(logits[i], expected_logits[i], 2e-5 + 2e-5 * std::fabs(expected_logits[i])) << i;
+
+  expect_gradients_near(model.layout(), model.grads_to_host(), fx.params(model.layout(), "grad."));
+}
+
+// tandem's Hugging Face export of the fixture's parameters has the names, shapes and bytes
+// of the tensors PyTorch wrote (Conv1D weights transposed as Hugging Face stores them).
+inline void expect_export_is_the_fixtures_tensors(const ParamLayout& layout,
+                                                  const ModelFixture& fx) {
+  const std::vector<float> params = fx.params(layout);
+  const ScratchDir dir("hf_export");
+  const auto path = dir / "model.safetensors";
+  write_hf_safetensors(path, layout, params.data());
+  const SafetensorsFile written = SafetensorsFile::read(path);
+  for (const ParamView& view : layout.views()) {
+    ASSERT_EQ(written.info(view.name).shape, fx.file.info(view.name).shape) << view.name;
+    const auto a = written.bytes(view.name);
+    const auto b = fx.file.bytes(view.name);
+    ASSERT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << view.name;
   }
 }
 
