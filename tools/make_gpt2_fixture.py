@@ -240,6 +240,28 @@ def check_close(what, a, b, tol=1e-10):
     print(f"  ok  {what:<44s} max abs err {err:.2e}")
 
 
+def check_finite_differences(loss_of, P, grads, seed):
+    """Central finite differences (h = 1e-6, float64) of loss_of() at two random entries of
+    every parameter P[name] against the autograd gradient grads[name]; asserts 1e-7."""
+    fd_gen = torch.Generator().manual_seed(seed)
+    max_err = 0.0
+    with torch.no_grad():
+        for n in grads:
+            flat = P[n].view(-1)
+            for idx in torch.randint(0, flat.numel(), (2,), generator=fd_gen).tolist():
+                h = 1e-6
+                old = flat[idx].item()
+                flat[idx] = old + h
+                lp = loss_of()
+                flat[idx] = old - h
+                lm = loss_of()
+                flat[idx] = old
+                fd = (lp - lm) / (2 * h)
+                max_err = max(max_err, abs(fd - grads[n].view(-1)[idx].item()))
+    assert max_err < 1e-7, f"finite-difference check failed: {max_err:g}"
+    print(f"  ok  {'grads vs central finite differences':<44s} max abs err {max_err:.2e}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--output", default="tests/fixtures/gpt2_tiny.safetensors")
@@ -273,24 +295,7 @@ def main():
     grads2 = dict(zip(names, torch.autograd.grad(loss2, [P[n] for n in names])))
     check_close("grads vs torch-builtin model", torch.cat([grads[n].flatten() for n in names]),
                 torch.cat([grads2[n].flatten() for n in names]))
-    # central finite differences on a few entries of each parameter
-    fd_gen = torch.Generator().manual_seed(SEED + 1)
-    max_err = 0.0
-    with torch.no_grad():
-        for n in names:
-            flat = P[n].view(-1)
-            for idx in torch.randint(0, flat.numel(), (2,), generator=fd_gen).tolist():
-                h = 1e-6
-                old = flat[idx].item()
-                flat[idx] = old + h
-                lp = forward(P, tokens, targets)[1].item()
-                flat[idx] = old - h
-                lm = forward(P, tokens, targets)[1].item()
-                flat[idx] = old
-                fd = (lp - lm) / (2 * h)
-                max_err = max(max_err, abs(fd - grads[n].view(-1)[idx].item()))
-    assert max_err < 1e-7, f"finite-difference check failed: {max_err:g}"
-    print(f"  ok  {'grads vs central finite differences':<44s} max abs err {max_err:.2e}")
+    check_finite_differences(lambda: forward(P, tokens, targets)[1].item(), P, grads, SEED + 1)
     try:  # optional: compare with Hugging Face itself when it is installed
         from transformers import GPT2Config, GPT2LMHeadModel
         cfg = GPT2Config(vocab_size=V, n_positions=CONTEXT_LENGTH, n_embd=N_EMBD, n_layer=N_LAYER,

@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_gpt2_fixture import check_close, read_safetensors, write_safetensors  # noqa: E402
+from make_gpt2_fixture import (  # noqa: E402
+    check_close, check_finite_differences, read_safetensors, write_safetensors)
 
 SEED = 4242
 VOCAB_SIZE = 61          # V
@@ -167,22 +168,7 @@ def main():
     print(f"loss = {loss.item():.10f}   (ln V = {math.log(V):.6f})")
 
     print("self-checks:")
-    fd_gen = torch.Generator().manual_seed(SEED + 1)
-    max_err = 0.0
-    with torch.no_grad():
-        for n in names:
-            flat = P[n].view(-1)
-            for idx in torch.randint(0, flat.numel(), (2,), generator=fd_gen).tolist():
-                h = 1e-6
-                old = flat[idx].item()
-                flat[idx] = old + h
-                lp = forward(P, tokens, targets)[1].item()
-                flat[idx] = old - h
-                lm = forward(P, tokens, targets)[1].item()
-                flat[idx] = old
-                max_err = max(max_err, abs((lp - lm) / (2 * h) - grads[n].view(-1)[idx].item()))
-    assert max_err < 1e-7, f"finite-difference check failed: {max_err:g}"
-    print(f"  ok  {'grads vs central finite differences':<44s} max abs err {max_err:.2e}")
+    check_finite_differences(lambda: forward(P, tokens, targets)[1].item(), P, grads, SEED + 1)
     try:
         from transformers import LlamaConfig, LlamaForCausalLM
         cfg = LlamaConfig(vocab_size=V, hidden_size=N_EMBD, intermediate_size=INTERMEDIATE,
