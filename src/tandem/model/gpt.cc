@@ -216,11 +216,6 @@ float Gpt::forward_as(int B, int T, bool with_targets) {
 
 template <typename Elem>
 void Gpt::backward_as(int B, int T, float loss_scale, const GradientsReady& ready) {
-  // A block's gradients are complete: its memory may reduce them, and `ready` is told.
-  auto finish_block = [&](int block) {
-    memory().release_grads(block);
-    if (ready) ready(blocks()[block].begin, blocks()[block].end);
-  };
   const int C = config().n_embd, V = config().vocab_size, NH = config().n_head;
   const int N = B * T;
   StorageKernels<Elem>& k = backend().kernels<Elem>();
@@ -251,7 +246,7 @@ void Gpt::backward_as(int B, int T, float loss_scale, const GradientsReady& read
     k.layernorm_backward(dres, lnf_grads + lnfw_, lnf_grads + lnfb_, dbt_c, last_residual,
                          lnf_params + lnfw_, lnf_mean_.as<float>(), lnf_rstd_.as<float>(), N, C);
     memory().release_params(lnf_block());
-    finish_block(lnf_block());
+    finish_grads(lnf_block(), ready);
   }
 
   for (int l = config().n_layer - 1; l >= 0; l--) {
@@ -274,10 +269,10 @@ void Gpt::backward_as(int B, int T, float loss_scale, const GradientsReady& read
     k.layernorm_backward(dres, g.ln1w, g.ln1b, dbt_c, residual, w.ln1w, a.ln1_mean, a.ln1_rstd, N,
                          C);
     memory().release_params(layer_block(l));
-    finish_block(layer_block(l));
+    finish_grads(layer_block(l), ready);
   }
   k.encoder_backward(embedding_grads + wte_, embedding_grads + wpe_, dres, tokens(), B, T, C);
-  finish_block(embedding_block());
+  finish_grads(embedding_block(), ready);
 }
 
 }  // namespace tandem

@@ -230,11 +230,6 @@ float Llama::forward_as(int B, int T, bool with_targets) {
 
 template <typename Elem>
 void Llama::backward_as(int B, int T, float loss_scale, const GradientsReady& ready) {
-  // A block's gradients are complete: its memory may reduce them, and `ready` is told.
-  auto finish_block = [&](int block) {
-    memory().release_grads(block);
-    if (ready) ready(blocks()[block].begin, blocks()[block].end);
-  };
   const ModelConfig& m = config();
   const int C = m.n_embd, V = m.vocab_size, NH = m.n_head, KVH = m.kv_heads(), HS = m.head_size();
   const int W = m.qkv_width(), I = m.mlp_width();
@@ -273,7 +268,7 @@ void Llama::backward_as(int B, int T, float loss_scale, const GradientsReady& re
     k.rmsnorm_backward(dres, head_grads + normw_, dbt_c, last_residual, head + normw_,
                        lnf_rstd_.as<float>(), N, C);
     memory().release_params(head_block());
-    finish_block(head_block());
+    finish_grads(head_block(), ready);
   }
 
   for (int l = m.n_layer - 1; l >= 0; l--) {
@@ -293,11 +288,11 @@ void Llama::backward_as(int B, int T, float loss_scale, const GradientsReady& re
     k.matmul_backward(dbt_c, g.qkvw, nullptr, dqkv, a.ln1, w.qkvw, N, C, W);  // dln1
     k.rmsnorm_backward(dres, g.ln1w, dbt_c, residual, w.ln1w, a.ln1_rstd, N, C);
     memory().release_params(layer_block(l));
-    finish_block(layer_block(l));
+    finish_grads(layer_block(l), ready);
   }
   if (embedding_grads == nullptr) embedding_grads = acquire_grads_as<Elem>(embedding_block());
   k.encoder_backward(embedding_grads + embed_, nullptr, dres, tokens(), B, T, C);
-  finish_block(embedding_block());
+  finish_grads(embedding_block(), ready);
 }
 
 }  // namespace tandem

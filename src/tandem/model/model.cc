@@ -141,6 +141,11 @@ void Model::zero_grads() {
   backend_.fill_zero(grads(), layout_.num_elements() * storage_dtype_bytes(dtype_));
 }
 
+void Model::finish_grads(int block, const GradientsReady& ready) {
+  memory_->release_grads(block);
+  if (ready) ready(blocks()[block].begin, blocks()[block].end);
+}
+
 double Model::grad_sum_of_squares() {
   check_own(grads_, "gradients");
   const size_t n = layout_.num_elements();

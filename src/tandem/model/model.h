@@ -134,6 +134,9 @@ class Model {
     return static_cast<Elem*>(memory_->acquire_grads(block));
   }
   BlockMemory& memory() { return *memory_; }
+  // A block's gradients are complete (their kernels queued): its memory may reduce them
+  // (release_grads), then `ready` is told their range.
+  void finish_grads(int block, const GradientsReady& ready);
   // A block's offset of the tensor `name` (from its block's start): the passes add it to
   // the pointer acquire_*_as returns.
   size_t offset_in_block(const std::string& name, int block) const;
