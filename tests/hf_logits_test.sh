@@ -2,7 +2,8 @@
 # tandem's checkpoints in Hugging Face transformers: a tiny Llama (grouped-query heads,
 # untied head) and a tiny GPT-2 are trained a few steps, then tools/check_hf_load.py loads
 # each checkpoint with AutoModelForCausalLM (no missing or unexpected tensors) and compares
-# its logits with `tandem logits` on the same tokens. Skips (exit 77, saying why) where no
+# its logits with `tandem logits` on the same tokens. Then the other way: models that
+# transformers made and saved, read by tandem, with transformers' logits. Skips (exit 77, saying why) where no
 # Python has torch and transformers: those are PyPI test oracles, gigabytes to install, so
 # CI does not carry them.
 set -euo pipefail
@@ -33,4 +34,41 @@ for run in llama gpt2; do
 done
 grep -q "loaded LlamaForCausalLM" "$work/llama.check"
 grep -q "loaded GPT2LMHeadModel" "$work/gpt2.check"
-echo "PASSED: both families load in transformers with tandem's logits"
+
+# The other way: models transformers made and saved (its own config.json, for transformers 5
+# with rope_parameters; weights large enough for logits of several units, so a wrong
+# rotation or a misread tensor shows), read by tandem (`tandem logits` on the directory, as
+# train.init_from reads it): a Llama with grouped-query heads, rope_theta 500000 and an
+# untied head, sharded; a GPT-2 in one file.
+python3 - "$work" <<'PY' 2>&1 | { grep -v -i -e warn -e "Writing model shards" || true; }
+import sys, torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+work = sys.argv[1]
+torch.manual_seed(0)
+llama = dict(vocab_size=256, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+             rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
+             initializer_range=0.2, bos_token_id=None, eos_token_id=None)
+LlamaForCausalLM(LlamaConfig(**llama)).save_pretrained(f"{work}/hf_llama", max_shard_size="100KB")
+scaled = LlamaConfig(**llama, rope_scaling={"rope_type": "linear", "factor": 2.0})
+LlamaForCausalLM(scaled).save_pretrained(f"{work}/hf_llama_scaled")
+GPT2LMHeadModel(GPT2Config(vocab_size=256, n_positions=128, n_embd=64, n_layer=2, n_head=4,
+                           initializer_range=0.2, bos_token_id=None, eos_token_id=None)
+                ).save_pretrained(f"{work}/hf_gpt2")
+PY
+[[ -f $work/hf_llama/model.safetensors.index.json ]] || { echo "FAILED: hf_llama is not sharded"; exit 1; }
+for model in hf_llama hf_gpt2; do
+  python3 "$source_dir/tools/check_hf_load.py" "$work/$model" --tandem "$tandem" --seq-len 64 2>&1 |
+    grep -v -i -e warn -e "Loading weights" | tee "$work/$model.check"
+  grep -q ": match$" "$work/$model.check" || { echo "FAILED: $model logits differ"; exit 1; }
+done
+# A scaled rotary embedding is refused by name, not read as the plain one.
+if "$tandem" logits --checkpoint "$work/hf_llama_scaled" --tokens 1,2,3 \
+  --output "$work/scaled.safetensors" 2> "$work/scaled.err"; then
+  echo "FAILED: tandem read a Llama with scaled rotary embeddings"
+  exit 1
+fi
+cat "$work/scaled.err"
+grep -q "linear" "$work/scaled.err" || { echo "FAILED: the refusal does not name the scaling"; exit 1; }
+echo "PASSED: both families load in transformers with tandem's logits, and tandem reads" \
+  "transformers' models with transformers' logits"

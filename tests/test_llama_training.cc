@@ -276,6 +276,86 @@ TEST_F(InitFrom, WhatDoesNotFitIsOneLineNamingIt) {
   EXPECT_NE(e.find("model.layers.1.mlp.up_proj.weight"), std::string::npos) << e;
 }
 
+// `tandem logits` on a Hugging Face model directory (config.json and the weights, nothing of
+// tandem's: what transformers' save_pretrained writes) gives the bits it gives on the
+// tandem checkpoint those files came from; tests/hf_logits_test.sh checks the same against
+// transformers where it is installed.
+TEST_F(InitFrom, TandemLogitsReadsAHuggingFaceDirectoryAsItsCheckpoint) {
+  nlohmann::json json = llama_config(data(), dir_ / "a");
+  json["train"]["eval_interval"] = 0;
+  const TrainResult a = train(parse_train_config(json), quiet());
+  const testing::ScratchDir hf("logits_hf_dir");
+  for (const char* file : {"config.json", "model.safetensors"})
+    std::filesystem::copy_file(a.last_checkpoint / file, hf / file);
+  const auto logits_of = [&](const std::filesystem::path& dir, const std::string& name) {
+    const std::filesystem::path out = dir_ / name;
+    const testing::CommandResult r =
+        testing::run_command(testing::tandem_binary().string() + " logits --checkpoint " +
+                             dir.string() + " --tokens 3,1,4,1,5,9,2,6 --output " + out.string());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return SafetensorsFile::read(out).read_f32("logits", {1, 8, 256});
+  };
+  const std::vector<float> from_checkpoint = logits_of(a.last_checkpoint, "ckpt.safetensors");
+  const std::vector<float> from_hf = logits_of(hf.path(), "hf.safetensors");
+  ASSERT_EQ(from_checkpoint.size(), size_t{8 * 256});
+  EXPECT_EQ(from_hf, from_checkpoint);
+  // A directory that is neither names what it looked for.
+  const testing::CommandResult r = testing::run_command(
+      testing::tandem_binary().string() + " logits --checkpoint " + dir_.path().string() +
+      " --tokens 1 --output " + (dir_ / "x.safetensors").string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("not a checkpoint"), std::string::npos) << r.output;
+}
+
+// config.json as transformers writes it: version 4 puts rope_theta and rope_scaling at the
+// top level, version 5 nests them in rope_parameters (rope_type "default" for plain rotary
+// embeddings); both read to the same model. Anything tandem does not compute (a scaled
+// rotary embedding, biases, another activation or LayerNorm epsilon) is refused by name,
+// never read as the plain model.
+TEST_F(InitFrom, ConfigJsonOfTransformersFourAndFiveReadAndWhatTandemLacksIsRefused) {
+  const ModelFamily& llama = model_family_of_hf("llama");
+  const nlohmann::json v4 =
+      llama.to_hf_config(parse_train_config(llama_config(data(), dir_ / "c")).model);
+  ModelConfig expected = llama.from_hf_config(v4);
+  nlohmann::json v5 = v4;
+  v5.erase("rope_theta");
+  v5.erase("rope_scaling");
+  v5["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "default"}};
+  expected.rope_theta = 500000.0;
+  EXPECT_EQ(llama.from_hf_config(v5), expected) << "rope_parameters.rope_theta is the base";
+
+  const auto error_of = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json hf = v4;
+    change(hf);
+    return testing::error_of([&] { llama.from_hf_config(hf); });
+  };
+  std::string e = error_of([](nlohmann::json& hf) {
+    hf["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "llama3"}, {"factor", 8.0}};
+  });
+  EXPECT_NE(e.find("rope_parameters"), std::string::npos) << e;
+  EXPECT_NE(e.find("llama3"), std::string::npos) << e;
+  e = error_of([](nlohmann::json& hf) {
+    hf["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  });
+  EXPECT_NE(e.find("rope_scaling"), std::string::npos) << e;
+  e = error_of([](nlohmann::json& hf) {
+    hf["rope_theta"] = 10000.0;
+    hf["rope_parameters"] = {{"rope_theta", 20000.0}, {"rope_type", "default"}};
+  });
+  EXPECT_NE(e.find("rope_theta = 10000 but rope_parameters.rope_theta = 20000"), std::string::npos)
+      << e;
+  e = error_of([](nlohmann::json& hf) { hf["attention_bias"] = true; });
+  EXPECT_NE(e.find("attention_bias"), std::string::npos) << e;
+  e = error_of([](nlohmann::json& hf) { hf["hidden_act"] = "gelu"; });
+  EXPECT_NE(e.find("hidden_act \"gelu\""), std::string::npos) << e;
+
+  const ModelFamily& gpt2 = model_family_of_hf("gpt2");
+  nlohmann::json hf = gpt2.to_hf_config(parse_train_config(gpt2_config(data(), dir_ / "g")).model);
+  hf["layer_norm_epsilon"] = 1e-6;
+  e = testing::error_of([&] { gpt2.from_hf_config(hf); });
+  EXPECT_NE(e.find("layer_norm_epsilon"), std::string::npos) << e;
+}
+
 // Published GPT-2 checkpoints name tensors without the "transformer." prefix and are often
 // stored in 16 bits: both read, widened exactly.
 TEST_F(InitFrom, BareGpt2NamesAndBf16WeightsRead) {

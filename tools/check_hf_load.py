@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Loads a tandem checkpoint with Hugging Face transformers and checks it.
+"""Loads a tandem checkpoint (or any Hugging Face model directory) with transformers and checks it.
 
 Shows that tandem's checkpoint directory is a valid Hugging Face model directory
 (GPT2LMHeadModel or LlamaForCausalLM, whichever its config.json names): every tensor
@@ -99,7 +99,8 @@ def text_loss(model, args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", help="a tandem checkpoint directory (step_XXXXXXXX)")
+    parser.add_argument("checkpoint", help="a tandem checkpoint directory (step_XXXXXXXX) or any "
+                        "Hugging Face model directory")
     parser.add_argument("--tandem", help="the tandem binary: compare its logits with transformers'")
     parser.add_argument("--tolerance", type=float, default=1e-4,
                         help="largest logit difference, relative to the largest logit")

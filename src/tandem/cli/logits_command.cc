@@ -1,6 +1,8 @@
 // `tandem logits`: the logits a checkpoint's model gives a token sequence, written as
 // safetensors (tokens I32 [1, T], logits F32 [1, T, V]). What tools/check_hf_load.py
-// compares with the same checkpoint loaded in Hugging Face transformers.
+// compares with the same checkpoint loaded in Hugging Face transformers: tandem's own, or a
+// Hugging Face model directory (what transformers' save_pretrained writes).
+#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -11,6 +13,7 @@
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/error.h"
 #include "tandem/model/model_family.h"
+#include "tandem/train/init_from.h"
 #include "tandem/train/train_checkpoint.h"
 
 namespace tandem::cli {
@@ -46,20 +49,35 @@ void register_logits(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "logits", "Write the logits a checkpoint's model gives a token sequence (safetensors)");
   cmd->add_option("--checkpoint", args->checkpoint,
-                  "A checkpoint dir, a checkpoints dir or a run dir (its latest checkpoint)")
+                  "A checkpoint dir, a checkpoints dir, a run dir (its latest checkpoint) or a "
+                  "Hugging Face model dir (config.json and safetensors weights)")
       ->required();
   cmd->add_option("--tokens", args->tokens, "Token ids, comma separated")->required();
   cmd->add_option("--output", args->output, "The safetensors file to write")->required();
   cmd->callback([args] {
     const std::vector<int32_t> tokens = parse_token_ids(args->tokens);
-    const TrainingState state = load_checkpoint_weights(args->checkpoint);
-    const ModelConfig& model_config = state.config.model;
+    // A Hugging Face model directory (no tandem manifest, a config.json): its model and
+    // weights as `train.init_from` reads them, so that a model transformers saved can be
+    // compared too.
+    const std::filesystem::path dir = args->checkpoint;
+    const bool hugging_face = std::filesystem::exists(dir / "config.json") &&
+                              !std::filesystem::exists(dir / "manifest.json");
+    ModelConfig model_config;
+    std::vector<float> params;
+    if (hugging_face) {
+      model_config = read_hf_model_config(dir, "--checkpoint");
+      params = read_init_weights(dir, model_config, model_layout(model_config));
+    } else {
+      TrainingState state = load_checkpoint_weights(args->checkpoint);
+      model_config = state.config.model;
+      params = std::move(state.params);
+    }
     const int T = static_cast<int>(tokens.size());
     TANDEM_CHECK(T <= model_config.context_length, "--tokens: ", T,
                  " tokens exceed the model's context of ", model_config.context_length);
     auto backend = make_cpu_backend();
     const std::unique_ptr<Model> model = make_model(model_config, *backend, 1, T);
-    model->set_params(state.params);
+    model->set_params(params);
     model->forward(tokens.data(), nullptr, 1, T);
     const std::vector<float> logits = model->logits_to_host();
     SafetensorsWriter writer;

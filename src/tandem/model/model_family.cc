@@ -54,6 +54,10 @@ json gpt2_to_hf(const ModelConfig& config) {
           {"embd_pdrop", 0.0},
           {"attn_pdrop", 0.0},
           {"tie_word_embeddings", true},
+          // GPT-2's <|endoftext|> where the vocabulary has it; none for smaller (byte-level)
+          // ones, where transformers' default (50256) would name a token that does not exist.
+          {"bos_token_id", config.vocab_size > 50256 ? json(50256) : json(nullptr)},
+          {"eos_token_id", config.vocab_size > 50256 ? json(50256) : json(nullptr)},
           {"torch_dtype", "float32"}};
 }
 
@@ -74,6 +78,9 @@ ModelConfig gpt2_from_hf(const json& hf) {
                "\"; tandem's GPT-2 uses the tanh GELU (gelu_new)");
   TANDEM_CHECK(hf_value_or<bool>(hf, "tie_word_embeddings", true),
                "config.json: tie_word_embeddings false; tandem's GPT-2 ties its head");
+  const double eps = hf_value_or<double>(hf, "layer_norm_epsilon", 1e-5);
+  TANDEM_CHECK(eps == 1e-5, "config.json: layer_norm_epsilon = ", eps,
+               "; tandem's GPT-2 LayerNorm uses 1e-5");
   config.validate();
   return config;
 }
@@ -101,6 +108,34 @@ json llama_to_hf(const ModelConfig& config) {
           {"torch_dtype", "float32"}};
 }
 
+// A Llama's rotary base. transformers 4 writes rope_theta and rope_scaling at the top level;
+// transformers 5 writes rope_parameters {rope_theta, rope_type, and the scaling's own
+// keys}. tandem's rotary embeddings are the plain ones (rope_type "default"): any scaling
+// (linear, dynamic, yarn, llama3, ...) is refused by name rather than silently ignored.
+double llama_rope_theta(const json& hf) {
+  const auto plain = [](const json& rope) {
+    return rope.is_object() &&
+           rope.value("rope_type", rope.value("type", std::string())) == std::string("default");
+  };
+  if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null())
+    TANDEM_CHECK(plain(hf["rope_scaling"]), "config.json: rope_scaling ", hf["rope_scaling"].dump(),
+                 " is not supported; tandem's Llama uses plain rotary embeddings");
+  double theta = hf_value_or<double>(hf, "rope_theta", 10000.0);
+  if (hf.contains("rope_parameters") && !hf["rope_parameters"].is_null()) {
+    const json& rope = hf["rope_parameters"];
+    TANDEM_CHECK(plain(rope) || (rope.is_object() && !rope.contains("rope_type")),
+                 "config.json: rope_parameters ", rope.dump(),
+                 " is not supported; tandem's Llama uses plain rotary embeddings (rope_type "
+                 "\"default\")");
+    const double nested = hf_value_or<double>(rope, "rope_theta", theta);
+    TANDEM_CHECK(!hf.contains("rope_theta") || hf["rope_theta"].is_null() || nested == theta,
+                 "config.json: rope_theta = ", theta, " but rope_parameters.rope_theta = ", nested,
+                 "; which one is the model's?");
+    theta = nested;
+  }
+  return theta;
+}
+
 ModelConfig llama_from_hf(const json& hf) {
   ModelConfig config;
   config.type = ModelType::kLlama;
@@ -112,14 +147,10 @@ ModelConfig llama_from_hf(const json& hf) {
   config.n_head = hf_value<int>(hf, "num_attention_heads");
   config.n_kv_head = hf_value_or<int>(hf, "num_key_value_heads", config.n_head);
   config.rms_norm_eps = hf_value_or<double>(hf, "rms_norm_eps", 1e-6);
-  config.rope_theta = hf_value_or<double>(hf, "rope_theta", 10000.0);
+  config.rope_theta = llama_rope_theta(hf);
   config.tie_word_embeddings = hf_value_or<bool>(hf, "tie_word_embeddings", false);
   const std::string act = hf.value("hidden_act", std::string("silu"));
   TANDEM_CHECK(act == "silu", "config.json: hidden_act \"", act, "\"; tandem's Llama uses silu");
-  TANDEM_CHECK(!hf.contains("rope_scaling") || hf["rope_scaling"].is_null(),
-               "config.json: rope_scaling ",
-               hf.contains("rope_scaling") ? hf["rope_scaling"].dump() : "",
-               " is not supported; tandem's Llama uses plain rotary embeddings");
   TANDEM_CHECK(
       !hf_value_or<bool>(hf, "attention_bias", false) && !hf_value_or<bool>(hf, "mlp_bias", false),
       "config.json: attention_bias/mlp_bias true; tandem's Llama has no biases");
