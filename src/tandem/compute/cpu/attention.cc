@@ -15,6 +15,7 @@
 // result depends on another's, and target_clones is limited to AVX2 (no FMA) and the
 // SSE2 baseline. So the results are bit-identical for any thread count and on any
 // x86-64 machine.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -171,11 +172,62 @@ __attribute__((target_clones("avx2", "default"))) void attention_forward_head(
   }
 }
 
+// Queries whose dk and dv contributions one pass over those rows adds (see
+// add_query_block): each dk, dv element is loaded and stored once per block instead of once
+// per query, which is what bounds the backward pass.
+constexpr int kQueryBlock = 4;
+
+// For the queries t0 .. t0 + m - 1 (m <= kQueryBlock; query t0 + j attends to keys
+// t2 < t0 + j + 1): dk[i, t2] += q_j[i] ds_j[t2] and dv[i, t2] += dout_j[i] p_j[t2], with
+// the queries added to each element in order, t0 first: the sums a query at a time would
+// make, to the bit. dkt, dvt [hs, T]; p, ds [kQueryBlock, T]; q, d_o the queries' rows.
+inline void add_query_block(float* __restrict dkt, float* __restrict dvt, const float* p,
+                            const float* ds, const float* const* q, const float* const* d_o, int t0,
+                            int m, int T, int hs) {
+  const size_t sT = T;
+  const int n0 = t0 + 1;  // keys every query of the block attends to
+  for (int i = 0; i < hs; i++) {
+    float* __restrict dk_row = dkt + static_cast<size_t>(i) * T;
+    float* __restrict dv_row = dvt + static_cast<size_t>(i) * T;
+    if (m == kQueryBlock) {
+      const float q0 = q[0][i], q1 = q[1][i], q2 = q[2][i], q3 = q[3][i];
+      const float o0 = d_o[0][i], o1 = d_o[1][i], o2 = d_o[2][i], o3 = d_o[3][i];
+      const float *ds0 = ds, *ds1 = ds + sT, *ds2 = ds + 2 * sT, *ds3 = ds + 3 * sT;
+      const float *p0 = p, *p1 = p + sT, *p2 = p + 2 * sT, *p3 = p + 3 * sT;
+#pragma omp simd
+      for (int t2 = 0; t2 < n0; t2++) {
+        dk_row[t2] = (((dk_row[t2] + q0 * ds0[t2]) + q1 * ds1[t2]) + q2 * ds2[t2]) + q3 * ds3[t2];
+        dv_row[t2] = (((dv_row[t2] + o0 * p0[t2]) + o1 * p1[t2]) + o2 * p2[t2]) + o3 * p3[t2];
+      }
+    } else {
+      for (int j = 0; j < m; j++) {
+        const float qj = q[j][i], oj = d_o[j][i];
+        const float* dsj = ds + j * sT;
+        const float* pj = p + j * sT;
+#pragma omp simd
+        for (int t2 = 0; t2 < n0; t2++) {
+          dk_row[t2] += qj * dsj[t2];
+          dv_row[t2] += oj * pj[t2];
+        }
+      }
+    }
+    // Key t0 + k (k >= 1) is seen by queries k .. m - 1 of the block only, in order.
+    for (int k = 1; k < m; k++) {
+      const int t2 = t0 + k;
+      for (int j = k; j < m; j++) {
+        dk_row[t2] += q[j][i] * ds[j * sT + t2];
+        dv_row[t2] += d_o[j][i] * p[j * sT + t2];
+      }
+    }
+  }
+}
+
 // One (batch b, key/value head g) of the backward pass: its NH/KVH query heads in order,
 // each writing its dq and adding to the group's dk and dv. kt, vt, dkt, dvt [HS, T], p,
-// ds [T] and partial[4 HS] are scratch. dk and dv gather over all later queries of every
-// query head of the group, so they accumulate in the transposed layout (contiguous over
-// t2, like the scores) and are written out at the end.
+// ds [kQueryBlock, T] and partial[4 HS] are scratch. dk and dv gather over all later
+// queries of every query head of the group, so they accumulate in the transposed layout
+// (contiguous over t2, like the scores), kQueryBlock queries at a time, and are written
+// out at the end.
 __attribute__((target_clones("avx2", "default"))) void attention_backward_group(
     float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int b,
     int g, int T, int NH, int KVH, int hs, float* kt, float* vt, float* dkt, float* dvt, float* p,
@@ -193,34 +245,31 @@ __attribute__((target_clones("avx2", "default"))) void attention_backward_group(
   const ClampRange exp_arg = opaque_clamp_range(kExpMinArg, kExpMaxArg);
   for (int h = g * group; h < (g + 1) * group; h++) {
     const HeadView view = head_view(h, NH, KVH, hs);
-    for (int t = 0; t < T; t++) {
-      const int n = t + 1;
-      const float* q = row0 + t * W + view.q;
-      const size_t orow = (static_cast<size_t>(b) * T + t) * view.out_stride + view.o;
-      const float* d_o = dout + orow;
-      // sum_t2 p[t2] * dp[t2] equals dout . out, which is cheaper to form.
-      const float d_dot_o = dot_in_order(d_o, out + orow, hs);
-      const float row_lse = lse[(static_cast<size_t>(b) * NH + h) * T + t];
-      scores_in_order(p, q, kt, n, T, hs);     // q . k[t2]
-      scores_in_order(ds, d_o, vt, n, T, hs);  // dp[t2] = dout . v[t2]
-#pragma omp simd
-      for (int t2 = 0; t2 < n; t2++) {
-        p[t2] = fast_exp(exp_arg(p[t2] * scale - row_lse));
-        ds[t2] = p[t2] * (ds[t2] - d_dot_o) * scale;  // dL/d(q . k[t2])
-      }
-      weighted_row_sum(drow0 + t * W + view.q, partial, ds, row0 + view.k, W, n,
-                       hs);  // dq = sum ds k
-      // dk[t2] += ds[t2] q and dv[t2] += p[t2] dout, one query t at a time.
-      for (int i = 0; i < hs; i++) {
-        float* dk_row = dkt + static_cast<size_t>(i) * T;
-        float* dv_row = dvt + static_cast<size_t>(i) * T;
-        const float qi = q[i], doi = d_o[i];
+    for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
+      const int m = std::min(kQueryBlock, T - t0);
+      const float* q[kQueryBlock];
+      const float* d_o[kQueryBlock];
+      for (int j = 0; j < m; j++) {
+        const int t = t0 + j, n = t + 1;
+        float* pj = p + static_cast<size_t>(j) * T;
+        float* dsj = ds + static_cast<size_t>(j) * T;
+        q[j] = row0 + t * W + view.q;
+        const size_t orow = (static_cast<size_t>(b) * T + t) * view.out_stride + view.o;
+        d_o[j] = dout + orow;
+        // sum_t2 p[t2] * dp[t2] equals dout . out, which is cheaper to form.
+        const float d_dot_o = dot_in_order(d_o[j], out + orow, hs);
+        const float row_lse = lse[(static_cast<size_t>(b) * NH + h) * T + t];
+        scores_in_order(pj, q[j], kt, n, T, hs);     // q . k[t2]
+        scores_in_order(dsj, d_o[j], vt, n, T, hs);  // dp[t2] = dout . v[t2]
 #pragma omp simd
         for (int t2 = 0; t2 < n; t2++) {
-          dk_row[t2] += qi * ds[t2];
-          dv_row[t2] += doi * p[t2];
+          pj[t2] = fast_exp(exp_arg(pj[t2] * scale - row_lse));
+          dsj[t2] = pj[t2] * (dsj[t2] - d_dot_o) * scale;  // dL/d(q . k[t2])
         }
+        weighted_row_sum(drow0 + t * W + view.q, partial, dsj, row0 + view.k, W, n,
+                         hs);  // dq = sum ds k
       }
+      add_query_block(dkt, dvt, p, ds, q, d_o, t0, m, T, hs);
     }
   }
   for (int t = 0; t < T; t++) {
@@ -258,7 +307,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   const size_t hs = HS;
 #pragma omp parallel
   {
-    std::vector<float> kt(hs * T), vt(hs * T), dkt(hs * T), dvt(hs * T), p(T), ds(T);
+    std::vector<float> kt(hs * T), vt(hs * T), dkt(hs * T), dvt(hs * T);
+    std::vector<float> p(kQueryBlock * static_cast<size_t>(T)), ds(p.size());
     std::vector<float> partial(4 * hs);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
