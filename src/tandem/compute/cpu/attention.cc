@@ -7,8 +7,10 @@
 // heads add to its dk and dv one after the other, in order. Each work item first copies
 // its keys (and, backward, its values) into a transposed [hs, T] scratch, so that a query's scores
 // against all keys are hs passes of a contiguous multiply-add over t2: that loop vectorises, and
-// each score still sums its hs products in index order, whatever the vector width. The exps use
-// fast_math.h's vectorisable exp.
+// each score still sums its hs products in index order, whatever the vector width. Queries go
+// kQueryBlock at a time, sharing each pass over the keys (and, backward, over dk and dv),
+// with every sum in the order one query at a time would take. The exps use fast_math.h's
+// vectorisable exp.
 //
 // Determinism: every sum here runs in an order fixed by the code (no `omp simd
 // reduction` on a sum, whose grouping would follow the vector width), no work item's
@@ -68,6 +70,53 @@ inline void scores_in_order(float* __restrict s, const float* __restrict a,
   }
 }
 
+// scores_in_order for m <= 4 queries at once: s[j * T + t2] = sum_i a[j][i] * mt[i, t2] for
+// t2 < n, each sum in scores_in_order's order (i in order, four per pass), so every score
+// has its bits; one pass over mt serves the m queries.
+inline void scores_in_order_block(float* __restrict s, const float* const* a, int m,
+                                  const float* __restrict mt, int n, int T, int hs) {
+  if (m < 4) {
+    for (int j = 0; j < m; j++) scores_in_order(s + static_cast<size_t>(j) * T, a[j], mt, n, T, hs);
+    return;
+  }
+  float* __restrict s0 = s;
+  float* __restrict s1 = s0 + T;
+  float* __restrict s2 = s1 + T;
+  float* __restrict s3 = s2 + T;
+#pragma omp simd
+  for (int t2 = 0; t2 < n; t2++) s0[t2] = s1[t2] = s2[t2] = s3[t2] = 0.0f;
+  int i = 0;
+  for (; i + 4 <= hs; i += 4) {
+    const float* r0 = mt + static_cast<size_t>(i) * T;
+    const float* r1 = r0 + T;
+    const float* r2 = r1 + T;
+    const float* r3 = r2 + T;
+    const float a00 = a[0][i], a01 = a[0][i + 1], a02 = a[0][i + 2], a03 = a[0][i + 3];
+    const float a10 = a[1][i], a11 = a[1][i + 1], a12 = a[1][i + 2], a13 = a[1][i + 3];
+    const float a20 = a[2][i], a21 = a[2][i + 1], a22 = a[2][i + 2], a23 = a[2][i + 3];
+    const float a30 = a[3][i], a31 = a[3][i + 1], a32 = a[3][i + 2], a33 = a[3][i + 3];
+#pragma omp simd
+    for (int t2 = 0; t2 < n; t2++) {
+      const float k0 = r0[t2], k1 = r1[t2], k2 = r2[t2], k3 = r3[t2];
+      s0[t2] = (((s0[t2] + a00 * k0) + a01 * k1) + a02 * k2) + a03 * k3;
+      s1[t2] = (((s1[t2] + a10 * k0) + a11 * k1) + a12 * k2) + a13 * k3;
+      s2[t2] = (((s2[t2] + a20 * k0) + a21 * k1) + a22 * k2) + a23 * k3;
+      s3[t2] = (((s3[t2] + a30 * k0) + a31 * k1) + a32 * k2) + a33 * k3;
+    }
+  }
+  for (; i < hs; i++) {
+    const float* r = mt + static_cast<size_t>(i) * T;
+    const float b0 = a[0][i], b1 = a[1][i], b2 = a[2][i], b3 = a[3][i];
+#pragma omp simd
+    for (int t2 = 0; t2 < n; t2++) {
+      s0[t2] += b0 * r[t2];
+      s1[t2] += b1 * r[t2];
+      s2[t2] += b2 * r[t2];
+      s3[t2] += b3 * r[t2];
+    }
+  }
+}
+
 // y[hs] = sum_t2 c[t2] * x[t2 * stride + i] over t2 < n, for rows x[t2] of length hs.
 // Row t2 goes into partial sum t2 % 4, and the four are added at the end in a fixed
 // order. One running sum per element would be a chain of n dependent adds through
@@ -121,6 +170,12 @@ inline float sum_in_lanes(const float* x, int n) {
          ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 
+// Queries processed together: their scores take one pass over the keys
+// (scores_in_order_block), and in the backward pass their dk and dv contributions one pass
+// over those rows (add_query_block), each element loaded and stored once per block instead
+// of once per query. Every result keeps the bits of a query at a time.
+constexpr int kQueryBlock = 4;
+
 // Where one (batch, query head)'s tensors sit in qkv[B, T, (NH + 2 KVH) HS] and
 // out[B, T, NH HS]: row strides and the first row's q, k, v and out.
 struct HeadView {
@@ -137,8 +192,8 @@ HeadView head_view(int h, int NH, int KVH, int HS) {
           (NH + KVH + static_cast<size_t>(g)) * hs, h * hs};
 }
 
-// One (batch b, query head h) of the forward pass. kt[HS, T], w[T] and partial[4 HS] are
-// scratch.
+// One (batch b, query head h) of the forward pass, kQueryBlock queries at a time. kt[HS, T],
+// w[kQueryBlock, T] and partial[4 HS] are scratch.
 __attribute__((target_clones("avx2", "default"))) void attention_forward_head(
     float* out, float* lse, const float* qkv, int b, int h, int T, int NH, int KVH, int hs,
     float* kt, float* w, float* partial) {
@@ -148,34 +203,36 @@ __attribute__((target_clones("avx2", "default"))) void attention_forward_head(
   const float* row0 = qkv + static_cast<size_t>(b) * T * W;
   transpose_head(kt, row0 + view.k, W, T, hs);
   const ClampRange exp_arg = opaque_clamp_range(kExpMinArg, kExpMaxArg);
-  for (int t = 0; t < T; t++) {
-    const int n = t + 1;  // causal: keys 0..t
-    scores_in_order(w, row0 + t * W + view.q, kt, n, T, hs);
-    // A max is exact in any order, so this reduction may follow the vector width.
-    float max_score = -std::numeric_limits<float>::infinity();
+  for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
+    const int m = std::min(kQueryBlock, T - t0);
+    const float* q[kQueryBlock];
+    for (int j = 0; j < m; j++) q[j] = row0 + (t0 + j) * W + view.q;
+    // The block's last query sees t0 + m keys; the others ignore the scores past theirs.
+    scores_in_order_block(w, q, m, kt, t0 + m, T, hs);
+    for (int j = 0; j < m; j++) {
+      const int t = t0 + j, n = t + 1;  // causal: keys 0..t
+      float* wj = w + static_cast<size_t>(j) * T;
+      // A max is exact in any order, so this reduction may follow the vector width.
+      float max_score = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : max_score)
-    for (int t2 = 0; t2 < n; t2++) {
-      w[t2] *= scale;
-      max_score = w[t2] > max_score ? w[t2] : max_score;
+      for (int t2 = 0; t2 < n; t2++) {
+        wj[t2] *= scale;
+        max_score = wj[t2] > max_score ? wj[t2] : max_score;
+      }
+      // exp(score - max) <= 1; the clamp only lifts values below exp(-86), which are
+      // nothing next to the row's largest term, 1.
+#pragma omp simd
+      for (int t2 = 0; t2 < n; t2++) wj[t2] = fast_exp(exp_arg(wj[t2] - max_score));
+      const float sum = sum_in_lanes(wj, n);
+      const float inv_sum = 1.0f / sum;
+#pragma omp simd
+      for (int t2 = 0; t2 < n; t2++) wj[t2] *= inv_sum;  // the probabilities
+      float* o = out + (static_cast<size_t>(b) * T + t) * view.out_stride + view.o;
+      weighted_row_sum(o, partial, wj, row0 + view.v, W, n, hs);  // sum_t2 p[t2] v[t2]
+      lse[(static_cast<size_t>(b) * NH + h) * T + t] = max_score + std::log(sum);
     }
-    // exp(score - max) <= 1; the clamp only lifts values below exp(-86), which are
-    // nothing next to the row's largest term, 1.
-#pragma omp simd
-    for (int t2 = 0; t2 < n; t2++) w[t2] = fast_exp(exp_arg(w[t2] - max_score));
-    const float sum = sum_in_lanes(w, n);
-    const float inv_sum = 1.0f / sum;
-#pragma omp simd
-    for (int t2 = 0; t2 < n; t2++) w[t2] *= inv_sum;  // the probabilities
-    float* o = out + (static_cast<size_t>(b) * T + t) * view.out_stride + view.o;
-    weighted_row_sum(o, partial, w, row0 + view.v, W, n, hs);  // sum_t2 p[t2] v[t2]
-    lse[(static_cast<size_t>(b) * NH + h) * T + t] = max_score + std::log(sum);
   }
 }
-
-// Queries whose dk and dv contributions one pass over those rows adds (see
-// add_query_block): each dk, dv element is loaded and stored once per block instead of once
-// per query, which is what bounds the backward pass.
-constexpr int kQueryBlock = 4;
 
 // For the queries t0 .. t0 + m - 1 (m <= kQueryBlock; query t0 + j attends to keys
 // t2 < t0 + j + 1): dk[i, t2] += q_j[i] ds_j[t2] and dv[i, t2] += dout_j[i] p_j[t2], with
@@ -250,17 +307,19 @@ __attribute__((target_clones("avx2", "default"))) void attention_backward_group(
       const float* q[kQueryBlock];
       const float* d_o[kQueryBlock];
       for (int j = 0; j < m; j++) {
+        q[j] = row0 + (t0 + j) * W + view.q;
+        d_o[j] = dout + (static_cast<size_t>(b) * T + t0 + j) * view.out_stride + view.o;
+      }
+      scores_in_order_block(p, q, m, kt, t0 + m, T, hs);     // q . k[t2]
+      scores_in_order_block(ds, d_o, m, vt, t0 + m, T, hs);  // dp[t2] = dout . v[t2]
+      for (int j = 0; j < m; j++) {
         const int t = t0 + j, n = t + 1;
         float* pj = p + static_cast<size_t>(j) * T;
         float* dsj = ds + static_cast<size_t>(j) * T;
-        q[j] = row0 + t * W + view.q;
         const size_t orow = (static_cast<size_t>(b) * T + t) * view.out_stride + view.o;
-        d_o[j] = dout + orow;
         // sum_t2 p[t2] * dp[t2] equals dout . out, which is cheaper to form.
         const float d_dot_o = dot_in_order(d_o[j], out + orow, hs);
         const float row_lse = lse[(static_cast<size_t>(b) * NH + h) * T + t];
-        scores_in_order(pj, q[j], kt, n, T, hs);     // q . k[t2]
-        scores_in_order(dsj, d_o[j], vt, n, T, hs);  // dp[t2] = dout . v[t2]
 #pragma omp simd
         for (int t2 = 0; t2 < n; t2++) {
           pj[t2] = fast_exp(exp_arg(pj[t2] * scale - row_lse));
@@ -290,7 +349,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 #pragma omp parallel
   {
     std::vector<float> kt(hs * T);  // this thread's scratch
-    std::vector<float> w(T);
+    std::vector<float> w(kQueryBlock * static_cast<size_t>(T));
     std::vector<float> partial(4 * hs);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
