@@ -132,12 +132,18 @@ struct AttentionRef {
   std::vector<double> out, lse, dqkv;
 };
 
+// Grouped-query heads: qkv rows [NH query | KVH key | KVH value] heads of hs, query head h
+// reading key/value head h / (NH / KVH).
 AttentionRef attention_ref(const std::vector<float>& qkv, const std::vector<float>& dout, int B,
-                           int T, int C, int NH) {
+                           int T, int C, int NH, int KVH) {
   const int hs = C / NH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  const size_t W = static_cast<size_t>(NH + 2 * KVH) * hs;
+  // part 0: query head h; 1, 2: the key and value heads query head h reads.
   auto at = [&](int b, int t, int part, int h, int i) {
-    return ((static_cast<size_t>(b) * T + t) * 3 + part) * C + h * hs + i;
+    const int g = h / (NH / KVH);
+    const int head = part == 0 ? h : part == 1 ? NH + g : NH + KVH + g;
+    return (static_cast<size_t>(b) * T + t) * W + static_cast<size_t>(head) * hs + i;
   };
   AttentionRef r{std::vector<double>(static_cast<size_t>(B) * T * C),
                  std::vector<double>(static_cast<size_t>(B) * NH * T),
@@ -193,39 +199,54 @@ AttentionRef attention_ref(const std::vector<float>& qkv, const std::vector<floa
 }
 
 // Float vs double: each kernel output is a short sum of O(1) terms, so the error is a
-// few float ulps of the terms' size; 2e-6 * (1 + |ref|) bounds it with margin.
-void expect_close(const std::vector<float>& got, const std::vector<double>& ref, const char* what) {
+// few float ulps of the terms' size; 2e-6 * (1 + |ref|) bounds it with margin, `terms`
+// times that for outputs that add up that many such sums (a key/value head's gradient
+// sums its query heads').
+void expect_close(const std::vector<float>& got, const std::vector<double>& ref, const char* what,
+                  int terms = 1) {
   ASSERT_EQ(got.size(), ref.size());
   for (size_t i = 0; i < got.size(); i++) {
-    ASSERT_NEAR(got[i], ref[i], 2e-6 * (1.0 + std::abs(ref[i]))) << what << "[" << i << "]";
+    ASSERT_NEAR(got[i], ref[i], terms * 2e-6 * (1.0 + std::abs(ref[i]))) << what << "[" << i << "]";
   }
 }
 
-void check_attention(int B, int T, int C, int NH) {
+void check_attention(int B, int T, int C, int NH, int KVH) {
+  SCOPED_TRACE(::testing::Message()
+               << "B " << B << " T " << T << " C " << C << " NH " << NH << " KVH " << KVH);
   std::mt19937 gen(1234);
   // Spread 1.5: softmax rows far from uniform, so the probabilities matter.
   std::normal_distribution<float> normal(0.0f, 1.5f);
-  std::vector<float> qkv(static_cast<size_t>(B) * T * 3 * C), dout(static_cast<size_t>(B) * T * C);
+  const int hs = C / NH;
+  std::vector<float> qkv(static_cast<size_t>(B) * T * (NH + 2 * KVH) * hs),
+      dout(static_cast<size_t>(B) * T * C);
   for (float& v : qkv) v = normal(gen);
   for (float& v : dout) v = normal(gen);
-  const AttentionRef ref = attention_ref(qkv, dout, B, T, C, NH);
+  const AttentionRef ref = attention_ref(qkv, dout, B, T, C, NH, KVH);
 
   std::vector<float> out(dout.size()), lse(static_cast<size_t>(B) * NH * T);
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NH, C / NH);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, KVH, hs);
   expect_close(out, ref.out, "out");
   expect_close(lse, ref.lse, "lse");
 
   // Start from garbage: the kernel overwrites dqkv.
   std::vector<float> dqkv(qkv.size(), 123.0f);
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, NH, NH,
-                     C / NH);
-  expect_close(dqkv, ref.dqkv, "dqkv");
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, NH, KVH,
+                     hs);
+  expect_close(dqkv, ref.dqkv, "dqkv", NH / KVH);
 }
 
-TEST(CpuKernels, AttentionMatchesDoubleReference) { check_attention(2, 9, 16, 2); }
+TEST(CpuKernels, AttentionMatchesDoubleReference) { check_attention(2, 9, 16, 2, 2); }
 
 // hs = 6: not a multiple of the kernel's 4-row blocking, so its remainder path runs.
-TEST(CpuKernels, AttentionMatchesDoubleReferenceOddHeadSize) { check_attention(2, 9, 12, 2); }
+TEST(CpuKernels, AttentionMatchesDoubleReferenceOddHeadSize) { check_attention(2, 9, 12, 2, 2); }
+
+// Grouped-query heads (a key/value head's gradient sums its query heads'), multi-query
+// (one key/value head), and every remainder of the kernel's blocks of 4 queries (T = 8..11).
+TEST(CpuKernels, GroupedQueryAttentionMatchesDoubleReference) {
+  for (int T : {8, 9, 10, 11}) check_attention(2, T, 24, 4, 2);
+  check_attention(1, 13, 24, 4, 1);
+  check_attention(1, 7, 18, 6, 3);
+}
 
 }  // namespace
 }  // namespace tandem::cpu
