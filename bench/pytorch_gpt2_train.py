@@ -104,6 +104,28 @@ def read_token_shard(path):
     return tokens
 
 
+def batch_maker(data, vocab_size, B, T, device):
+    """batch(step) -> (inputs, targets) [B, T] on `device`: consecutive windows of B (T + 1)
+    tokens of the llm.c shard `data`, or uniformly random tokens without one."""
+    window = B * (T + 1)
+    if data:
+        tokens = torch.tensor(list(read_token_shard(data)), dtype=torch.int64)
+        if tokens.numel() < window:
+            sys.exit(f"{data}: {tokens.numel()} tokens, fewer than one batch of {window}")
+        if int(tokens.max()) >= vocab_size:
+            sys.exit(f"{data}: token {int(tokens.max())} is outside the vocabulary of {vocab_size}")
+
+    def batch(step):
+        if not data:
+            chunk = torch.randint(0, vocab_size, (B, T + 1))
+        else:
+            start = (step * window) % (tokens.numel() - window + 1)
+            chunk = tokens[start:start + window].view(B, T + 1)
+        chunk = chunk.to(device)
+        return chunk[:, :-1], chunk[:, 1:].contiguous()
+    return batch
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
@@ -126,22 +148,7 @@ def main():
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
         lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=fused)
-    window = args.batch * (T + 1)
-    if args.data:
-        tokens = torch.tensor(list(read_token_shard(args.data)), dtype=torch.int64)
-        if tokens.numel() < window:
-            sys.exit(f"{args.data}: {tokens.numel()} tokens, fewer than one batch of {window}")
-        if int(tokens.max()) >= cfg["vocab_size"]:
-            sys.exit(f"{args.data}: token {int(tokens.max())} is outside the vocabulary of {cfg['vocab_size']}")
-
-    def batch(step):
-        if not args.data:
-            data = torch.randint(0, cfg["vocab_size"], (args.batch, T + 1))
-        else:
-            start = (step * window) % (tokens.numel() - window + 1)
-            data = tokens[start:start + window].view(args.batch, T + 1)
-        data = data.to(device)
-        return data[:, :-1], data[:, 1:].contiguous()
+    batch = batch_maker(args.data, cfg["vocab_size"], args.batch, T, device)
 
     rates, losses = [], []
     for step in range(args.warmup + args.steps):

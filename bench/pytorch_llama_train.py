@@ -21,7 +21,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_gpt2_train import read_token_shard  # noqa: E402
+from pytorch_gpt2_train import batch_maker  # noqa: E402
 
 try:
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -66,20 +66,7 @@ def main():
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, betas=(0.9, 0.99), eps=1e-8,
                                   weight_decay=0.1, fused=device.type == "cuda",
                                   foreach=device.type != "cuda")
-    window = B * (T + 1)
-    if args.data:
-        tokens = torch.tensor(list(read_token_shard(args.data)), dtype=torch.int64)
-        if tokens.numel() < window:
-            sys.exit(f"{args.data}: {tokens.numel()} tokens, fewer than one batch of {window}")
-
-    def batch(step):
-        if not args.data:
-            data = torch.randint(0, cfg.vocab_size, (B, T + 1))
-        else:
-            start = (step * window) % (tokens.numel() - window + 1)
-            data = tokens[start:start + window].view(B, T + 1)
-        data = data.to(device)
-        return data[:, :-1], data[:, 1:].contiguous()
+    batch = batch_maker(args.data, cfg.vocab_size, B, T, device)
 
     rates, losses = [], []
     for step in range(args.warmup + args.steps):
