@@ -12,11 +12,11 @@
 #
 # PAYLOAD_OR_BUILD_DIR is what tools/pack_gpu_payload.sh made (its tandem-gpu.tar.xz is
 # unpacked there), or a build directory with the binaries in it (a machine that built
-# tandem itself). Run from the repository root. Writes at most 8 files into OUT_DIR (at
-# most 8 come back from the GPU machine): summary.txt (everything that matters, also
-# printed at the end), tests.log (the tests' output and the benchmarks' messages),
-# sanitizer.log, pcie.json, adamw_cuda.json, step_tandem.json, step_pytorch.json,
-# step_schedules.jsonl. Exits non-zero if anything failed.
+# tandem itself). Run from the repository root. Writes four files into OUT_DIR (at most 8
+# come back from the GPU machine): summary.txt (everything that matters, also printed at
+# the end), tests.log (the tests' output and the benchmarks' messages), sanitizer.log, and
+# results.json (every benchmark's JSON, by name: pcie, adamw_cuda, demo, step_tandem,
+# step_llama, step_schedules, checkpoint, step_pytorch). Exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +24,9 @@ from=${1:-gpu-payload}
 out=${2:-${OUT:-runs/gpu-goals}}
 mkdir -p "$out"
 summary="$out/summary.txt"
+# The benchmarks' JSON, gathered into results.json at the end: at most 8 files come back
+# from the GPU machine, so the run writes four.
+res=$(mktemp -d)
 : >"$summary"
 status=0
 note() { echo "$*" | tee -a "$summary"; }
@@ -159,14 +162,14 @@ fi
 
 step "pinned host <-> device copies"
 # Their messages (stderr) go to tests.log beside the tests' output.
-limited 45 175 "$bin/tandem" bench pcie --json >"$out/pcie.json" 2>>"$out/tests.log" || status=1
+limited 45 175 "$bin/tandem" bench pcie --json >"$res/pcie.json" 2>>"$out/tests.log" || status=1
 
 step "device AdamW vs device-to-device copy"
-limited 45 130 "$bin/tandem" bench adamw --device cuda --params 1e8 --json >"$out/adamw_cuda.json" \
+limited 45 130 "$bin/tandem" bench adamw --device cuda --params 1e8 --json >"$res/adamw_cuda.json" \
   2>>"$out/tests.log" || status=1
 
 step "DeMo step: CPU and GPU"
-limited 60 100 "$bin/tandem" bench demo --json >"$out/demo.json" 2>>"$out/tests.log" || status=1
+limited 60 100 "$bin/tandem" bench demo --json >"$res/demo.json" 2>>"$out/tests.log" || status=1
 
 # Both sides of the throughput comparison train on the same token shard.
 shard=$(mktemp -d)/tinyshakespeare.bin
@@ -179,18 +182,24 @@ step "GPT-2 124M, B=16, T=1024, bf16: tandem"
 constant_lr=(--set scheduler.params.warmup_num_steps=0 --set scheduler.params.cos_min_ratio=1)
 limited 120 100 "$bin/tandem" bench step --config configs/gpt2-124m.json \
   --set data.train_path="$shard" "${constant_lr[@]}" --warmup 3 --steps 10 --json \
-  >"$out/step_tandem.json" 2>>"$out/tests.log" || status=1
+  >"$res/step_tandem.json" 2>>"$out/tests.log" || status=1
+
+step "Llama of GPT-2 124M's width (152M, 12 query heads on 4), B=16, T=1024, bf16: tandem"
+# Llama's kernels (RMSNorm, RoPE, SwiGLU, grouped-query flash attention) at a real size.
+limited 45 100 "$bin/tandem" bench step --config configs/llama-124m.json \
+  --set data.train_path="$shard" "${constant_lr[@]}" --warmup 3 --steps 10 --json \
+  >"$res/step_llama.json" 2>>"$out/tests.log" || status=1
 
 step "GPT-2 124M: the update on the CPU, and CPU and GPU in tandem"
 # The optimizer state in pinned host memory, 13 subgroups of 1e7 parameters: every subgroup
 # updated by the CPU (ZeRO-Offload), or interleaved with GPU updates (stride 2), or as the
 # performance model decides.
-: >"$out/step_schedules.jsonl"
+: >"$res/step_schedules.jsonl"
 for schedule in cpu interleave auto; do
   limited 60 60 "$bin/tandem" bench step --config configs/gpt2-124m.json \
     --set data.train_path="$shard" "${constant_lr[@]}" --set zero_optimization.sub_group_size=10000000 \
     --set offload_optimizer.schedule=$schedule --warmup 3 --steps 10 --json \
-    >>"$out/step_schedules.jsonl" 2>>"$out/tests.log" || status=1
+    >>"$res/step_schedules.jsonl" 2>>"$out/tests.log" || status=1
 done
 
 step "GPT-2 124M checkpoints: synchronous, lazy, streamed through a bounded pool"
@@ -199,17 +208,26 @@ step "GPT-2 124M checkpoints: synchronous, lazy, streamed through a bounded pool
 # mode's pool is an eighth of the state (187 MiB).
 limited 210 5 "$bin/tandem" bench checkpoint --config configs/gpt2-124m.json \
   --set data.train_path="$shard" --steps 45 --interval 20 --json \
-  >"$out/checkpoint.json" 2>>"$out/tests.log" || status=1
+  >"$res/checkpoint.json" 2>>"$out/tests.log" || status=1
 
 step "GPT-2 124M, B=16, T=1024, bf16: PyTorch baseline"
 PYTHONUNBUFFERED=1 limited 120 5 python3 bench/pytorch_gpt2_train.py --device cuda \
   --data "$shard" --warmup 3 --steps 10 2>>"$out/tests.log" | tee -a "$out/tests.log" |
-  tail -n 1 >"$out/step_pytorch.json" || status=1
+  tail -n 1 >"$res/step_pytorch.json" || status=1
 
 step "summary"
-python3 - "$out" <<'PY' | tee -a "$summary" || status=1
+python3 - "$res" "$out" <<'PY' | tee -a "$summary" || status=1
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
+# Every result file, parsed where it parses, as results.json.
+gathered = {}
+for f in sorted(out.iterdir()):
+    text = f.read_text()
+    try:
+        gathered[f.stem] = [json.loads(l) for l in text.splitlines() if l.strip()]
+    except ValueError:
+        gathered[f.stem] = text
+(pathlib.Path(sys.argv[2]) / "results.json").write_text(json.dumps(gathered, indent=1))
 def load(name):
     try:
         return json.loads((out / name).read_text().strip().splitlines()[-1])
@@ -218,12 +236,13 @@ def load(name):
 pcie, adamw, demo = load("pcie.json"), load("adamw_cuda.json"), load("demo.json")
 ckpt = load("checkpoint.json")
 ours, torch = load("step_tandem.json"), load("step_pytorch.json")
+llama = load("step_llama.json")
 schedules = []
 try:
     schedules = [json.loads(l) for l in (out / "step_schedules.jsonl").read_text().splitlines() if l.strip()]
 except Exception as e:
     print("FAIL: step_schedules.jsonl: no result (%s); see tests.log" % e)
-for r in (pcie, adamw, demo, ours, torch, ckpt):
+for r in (pcie, adamw, demo, ours, llama, torch, ckpt):
     if "error" in r:
         print("FAIL:", r["error"])
 print("pinned copies GB/s: h2d %s, d2h %s, both %s" % (
@@ -258,6 +277,13 @@ if ours.get("losses") and torch.get("losses"):
     # Different batches, same model and learning rate: the curves must descend alike.
     if not (a < 0.6 * ours["losses"][0] and a < 1.15 * b):
         print("FAIL: tandem's last loss %.3f does not descend like the baseline's %.3f" % (a, b))
+lt = llama.get("tokens_per_s")
+print("Llama 152M (GQA 12/4) tokens/s: %s (fwd %s, bwd %s, update %s ms); / GPT-2 124M's %s"
+      % (lt, llama.get("forward_ms"), llama.get("backward_ms"), llama.get("update_ms"),
+         "%.3f" % (lt / t) if lt and t else None))
+print("  losses, Llama:   ", fmt(llama.get("losses")))
+if llama.get("losses") and not llama["losses"][-1] < llama["losses"][0]:
+    print("FAIL: the Llama's loss does not descend: %s" % fmt(llama["losses"]))
 for r in schedules:
     print("schedule %-10s tokens/s %s, update %s ms (device schedule: %s ms); / device tokens/s %s"
           % (r.get("schedule"), r.get("tokens_per_s"), r.get("update_ms"), ours.get("update_ms"),

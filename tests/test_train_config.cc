@@ -553,6 +553,22 @@ TEST(LoadTrainConfig, ShippedShakespeareConfigParses) {
   expect_same(parse_train_config(to_json(c)), c);
 }
 
+// Every shipped config loads, its model is valid, and it survives the round trip through
+// to_json: a config added to configs/ (a benchmark's, a big model's) cannot rot unseen.
+TEST(LoadTrainConfig, EveryShippedConfigParses) {
+  int count = 0;
+  for (const fs::directory_entry& entry :
+       fs::directory_iterator(testing::source_dir() / "configs")) {
+    if (entry.path().extension() != ".json") continue;
+    SCOPED_TRACE(entry.path().string());
+    const TrainConfig c = load_train_config(entry.path(), {});
+    EXPECT_GT(c.model.num_parameters(), 0);
+    expect_same(parse_train_config(to_json(c)), c);
+    count++;
+  }
+  EXPECT_GE(count, 9) << "configs/ has lost files";
+}
+
 TEST(ParseTrainConfig, OffloadSettings) {
   json config = minimal_config();
   config["zero_optimization"] = {{"sub_group_size", 4096}};
