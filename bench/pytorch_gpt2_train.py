@@ -126,6 +126,33 @@ def batch_maker(data, vocab_size, B, T, device):
     return batch
 
 
+def timed_steps(loss_of, model, optimizer, batch, warmup, steps, device, tokens_per_step,
+                log=sys.stdout):
+    """warmup + steps training steps (loss_of(x, y), backward, clipping at 1, the optimizer),
+    each timed to the device's completion and logged; returns the timed steps' tokens/s and
+    every step's loss."""
+    rates, losses = [], []
+    for step in range(warmup + steps):
+        x, y = batch(step)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        loss = loss_of(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+        if step >= warmup:
+            rates.append(tokens_per_step / elapsed)
+        losses.append(loss.item())
+        print(f"step {step + 1}: loss {loss.item():.4f}, {elapsed * 1e3:.1f} ms, "
+              f"{tokens_per_step / elapsed:.0f} tok/s", file=log)
+    return rates, losses
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
@@ -150,26 +177,12 @@ def main():
         lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=fused)
     batch = batch_maker(args.data, cfg["vocab_size"], args.batch, T, device)
 
-    rates, losses = [], []
-    for step in range(args.warmup + args.steps):
-        x, y = batch(step)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
+    def loss_of(x, y):
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
-            loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        elapsed = time.perf_counter() - start
-        tokens_per_s = args.batch * T / elapsed
-        if step >= args.warmup:
-            rates.append(tokens_per_s)
-        losses.append(loss.item())
-        print(f"step {step + 1}: loss {loss.item():.4f}, {elapsed * 1e3:.1f} ms, {tokens_per_s:.0f} tok/s")
+            return model(x, y)
+
+    rates, losses = timed_steps(loss_of, model, optimizer, batch, args.warmup, args.steps,
+                                device, args.batch * T)
     params = sum(p.numel() for p in model.parameters())
     print(json.dumps({"framework": "pytorch", "torch": torch.__version__, "device": str(device),
                       "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,

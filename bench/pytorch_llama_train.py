@@ -16,12 +16,11 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_gpt2_train import batch_maker  # noqa: E402
+from pytorch_gpt2_train import batch_maker, timed_steps  # noqa: E402
 
 try:
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -68,29 +67,15 @@ def main():
                                   foreach=device.type != "cuda")
     batch = batch_maker(args.data, cfg.vocab_size, B, T, device)
 
-    rates, losses = [], []
-    for step in range(args.warmup + args.steps):
-        x, y = batch(step)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
+    def loss_of(x, y):
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16,
                             enabled=device.type == "cuda"):
             logits = model(input_ids=x).logits
-        loss = torch.nn.functional.cross_entropy(logits.float().view(-1, cfg.vocab_size),
+        return torch.nn.functional.cross_entropy(logits.float().view(-1, cfg.vocab_size),
                                                  y.view(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        elapsed = time.perf_counter() - start
-        if step >= args.warmup:
-            rates.append(B * T / elapsed)
-        losses.append(loss.item())
-        print(f"step {step + 1}: loss {loss.item():.4f}, {elapsed * 1e3:.1f} ms, "
-              f"{B * T / elapsed:.0f} tok/s", file=sys.stderr)
+
+    rates, losses = timed_steps(loss_of, model, optimizer, batch, args.warmup, args.steps,
+                                device, B * T, log=sys.stderr)
     print(json.dumps({"framework": "pytorch", "model": "LlamaForCausalLM",
                       "torch": torch.__version__, "device": str(device),
                       "threads": torch.get_num_threads(),
