@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/ckpt/hf_weights.h"
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/cli/commands.h"
 #include "tandem/compute/compute_backend.h"
@@ -56,8 +57,8 @@ void register_logits(CLI::App& app) {
   cmd->add_option("--output", args->output, "The safetensors file to write")->required();
   cmd->callback([args] {
     const std::vector<int32_t> tokens = parse_token_ids(args->tokens);
-    // A Hugging Face model directory (no tandem manifest, a config.json): its model and
-    // weights as `train.init_from` reads them, so that a model transformers saved can be
+    // A Hugging Face model directory (no tandem manifest, a config.json): its model as
+    // `train.init_from` reads it, and its weights, so that a model transformers saved can be
     // compared too.
     const std::filesystem::path dir = args->checkpoint;
     const bool hugging_face = std::filesystem::exists(dir / "config.json") &&
@@ -66,7 +67,13 @@ void register_logits(CLI::App& app) {
     std::vector<float> params;
     if (hugging_face) {
       model_config = read_hf_model_config(dir, "--checkpoint");
-      params = read_init_weights(dir, model_config, model_layout(model_config));
+      const ParamLayout layout = model_layout(model_config);
+      params.resize(layout.num_elements());
+      try {
+        read_hf_weights(dir, layout, params.data());
+      } catch (const Error& e) {
+        fail("--checkpoint ", dir.string(), ": ", e.what());
+      }
     } else {
       TrainingState state = load_checkpoint_weights(args->checkpoint);
       model_config = state.config.model;

@@ -113,18 +113,20 @@ json llama_to_hf(const ModelConfig& config) {
 // keys}. tandem's rotary embeddings are the plain ones (rope_type "default"): any scaling
 // (linear, dynamic, yarn, llama3, ...) is refused by name rather than silently ignored.
 double llama_rope_theta(const json& hf) {
-  const auto plain = [](const json& rope) {
-    return rope.is_object() &&
-           rope.value("rope_type", rope.value("type", std::string())) == std::string("default");
+  // The rope type an object names (rope_type, or the older type); `unnamed` when it names none.
+  const auto rope_type = [](const json& rope, const char* unnamed) {
+    return rope.is_object() ? rope.value("rope_type", rope.value("type", std::string(unnamed)))
+                            : std::string("not an object");
   };
   if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null())
-    TANDEM_CHECK(plain(hf["rope_scaling"]), "config.json: rope_scaling ", hf["rope_scaling"].dump(),
+    TANDEM_CHECK(rope_type(hf["rope_scaling"], "none") == "default", "config.json: rope_scaling ",
+                 hf["rope_scaling"].dump(),
                  " is not supported; tandem's Llama uses plain rotary embeddings");
   double theta = hf_value_or<double>(hf, "rope_theta", 10000.0);
   if (hf.contains("rope_parameters") && !hf["rope_parameters"].is_null()) {
     const json& rope = hf["rope_parameters"];
-    TANDEM_CHECK(plain(rope) || (rope.is_object() && !rope.contains("rope_type")),
-                 "config.json: rope_parameters ", rope.dump(),
+    TANDEM_CHECK(rope_type(rope, "default") == "default", "config.json: rope_parameters ",
+                 rope.dump(),
                  " is not supported; tandem's Llama uses plain rotary embeddings (rope_type "
                  "\"default\")");
     const double nested = hf_value_or<double>(rope, "rope_theta", theta);

@@ -210,9 +210,9 @@ class CudaBackend final : public ComputeBackend {
       : owned_device_(std::move(own_device)),
         device_(device),
         stream_(device.create_stream("compute")),
-        cuda_stream_(static_cast<cudaStream_t>(cuda_stream_handle(*stream_))),
-        launch_(cuda_device_index(device), cuda_stream_) {}
-  ~CudaBackend() override { cudaStreamSynchronize(cuda_stream_); }
+        launch_(cuda_device_index(device),
+                static_cast<cudaStream_t>(cuda_stream_handle(*stream_))) {}
+  ~CudaBackend() override { cudaStreamSynchronize(launch_.stream()); }
 
   std::string_view name() const override { return "cuda"; }
   Device& device() override { return device_; }
@@ -220,24 +220,25 @@ class CudaBackend final : public ComputeBackend {
 
   Buffer allocate(size_t bytes) override {
     Buffer buffer(device_.allocate(MemorySpace::kDevice, bytes));
-    check(cudaMemsetAsync(buffer.as<void>(), 0, bytes, cuda_stream_), "cudaMemsetAsync");
+    check(cudaMemsetAsync(buffer.as<void>(), 0, bytes, launch_.stream()), "cudaMemsetAsync");
     return buffer;
   }
   void copy_from_host(void* dst, const void* src, size_t bytes) override {
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream_), "copy_from_host");
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, launch_.stream()),
+          "copy_from_host");
     synchronize();
   }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
     launch_.to_host(dst, src, bytes);
   }
   void fill_zero(void* dst, size_t bytes) override {
-    check(cudaMemsetAsync(dst, 0, bytes, cuda_stream_), "fill_zero");
+    check(cudaMemsetAsync(dst, 0, bytes, launch_.stream()), "fill_zero");
   }
   void copy(void* dst, const void* src, size_t bytes) override {
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream_), "copy");
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, launch_.stream()), "copy");
   }
   void synchronize() override {
-    check(cudaStreamSynchronize(cuda_stream_), "cudaStreamSynchronize");
+    check(cudaStreamSynchronize(launch_.stream()), "cudaStreamSynchronize");
   }
 
  protected:
@@ -249,7 +250,6 @@ class CudaBackend final : public ComputeBackend {
   Device& device_;
   // Declared after the device: destroyed (and drained) before it.
   std::unique_ptr<Stream> stream_;
-  cudaStream_t cuda_stream_;
   KernelLaunch launch_;
   CudaKernels<float> fp32_{launch_};
   CudaKernels<Bf16> bf16_{launch_};
