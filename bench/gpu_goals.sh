@@ -3,9 +3,11 @@
 # like with like): the GPU, the libraries every binary loads, the GPU tests (the NCCL
 # communicator's at world size 1 among them), compute-sanitizer (racecheck and memcheck) on
 # the kernel tests, then the three goals: pinned copies against plain cudaMemcpyAsync,
-# device AdamW against a device-to-device copy, and GPT-2 124M training tokens/s against the
-# PyTorch baseline on the same tokens (with both loss curves); and GPT-2 124M with its
-# optimizer state offloaded: updated by the CPU, and by the CPU and the GPU in tandem.
+# device AdamW against a device-to-device copy, and GPT-2 124M training tokens/s against
+# llm.c (built here from the source tools/pack_llmc.sh put in the payload, at a pinned
+# commit) and the PyTorch baseline, all three on the same tokens (with their loss curves);
+# and GPT-2 124M with its optimizer state offloaded: updated by the CPU, and by the CPU and
+# the GPU in tandem.
 #
 #   bench/gpu_goals.sh [PAYLOAD_OR_BUILD_DIR] [OUT_DIR]   (defaults: gpu-payload, $OUT or
 #                                                          runs/gpu-goals)
@@ -16,9 +18,11 @@
 # come back from the GPU machine): summary.txt (everything that matters, also printed at
 # the end), tests.log (the tests' output and the benchmarks' messages), sanitizer.log, and
 # results.json (every benchmark's JSON, by name: pcie, adamw_cuda, demo, step_tandem,
-# step_llama, step_schedules, checkpoint, step_pytorch). Exits non-zero if anything failed.
+# step_llmc, step_llama, step_schedules, checkpoint, step_pytorch). Exits non-zero if
+# anything failed. llm.c's source is taken from PAYLOAD_OR_BUILD_DIR/llmc (LLMC_SRC names
+# another place); its build output and training log go to tests.log.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 from=${1:-gpu-payload}
 out=${2:-${OUT:-runs/gpu-goals}}
@@ -34,7 +38,11 @@ step() { echo "== $*" >&2; }
 # The whole run fits one device call (10 minutes): GPU_GOALS_BUDGET seconds (default 560)
 # are shared out so that a slow or hung step leaves each later step at least the time
 # reserved for it. limited CAP RESERVE command...: runs command for at most CAP seconds,
-# less if the budget minus RESERVE (what the later steps need) is smaller.
+# less if the budget minus RESERVE (what the later steps need) is smaller. Each step's
+# RESERVE is what the steps after it need at the least; llm.c's build and run (about 30 s:
+# the build took 7 s on 2 cores, its 13 steps and start-up some 20 s) added 40 s to the
+# reserves of every step before it, so the tests and sanitizer, which finish well inside
+# their caps, give up 40 s of slack rather than the comparison being squeezed out.
 budget=${GPU_GOALS_BUDGET:-560}
 limited() {
   local cap=$1 reserve=$2
@@ -117,7 +125,7 @@ run_tests() {  # name, cap seconds, binary, gtest args...
   local name=$1 cap=$2 binary=$3
   shift 3
   local log
-  log=$(limited "$cap" 330 "$bin/$binary" "$@" 2>&1)
+  log=$(limited "$cap" 370 "$bin/$binary" "$@" 2>&1)
   local rc=$?
   echo "$log" >>"$out/tests.log"
   local passed failed skipped
@@ -148,7 +156,7 @@ step "compute-sanitizer"
 kernel_tests='CudaBackend.Every*Kernel*:CudaBackend.Bf16Matmul*:CudaBackend.FlashAttention*'
 if command -v compute-sanitizer >/dev/null; then
   for tool in racecheck memcheck; do
-    limited 120 220 compute-sanitizer --tool "$tool" --error-exitcode 99 \
+    limited 120 260 compute-sanitizer --tool "$tool" --error-exitcode 99 \
       "$bin/test_cuda_backend" --gtest_filter="$kernel_tests" >>"$out/sanitizer.log" 2>&1
     rc=$?
     errors=$(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$out/sanitizer.log" | tail -1)
@@ -162,14 +170,14 @@ fi
 
 step "pinned host <-> device copies"
 # Their messages (stderr) go to tests.log beside the tests' output.
-limited 45 175 "$bin/tandem" bench pcie --json >"$res/pcie.json" 2>>"$out/tests.log" || status=1
+limited 45 215 "$bin/tandem" bench pcie --json >"$res/pcie.json" 2>>"$out/tests.log" || status=1
 
 step "device AdamW vs device-to-device copy"
-limited 45 130 "$bin/tandem" bench adamw --device cuda --params 1e8 --json >"$res/adamw_cuda.json" \
+limited 45 170 "$bin/tandem" bench adamw --device cuda --params 1e8 --json >"$res/adamw_cuda.json" \
   2>>"$out/tests.log" || status=1
 
 step "DeMo step: CPU and GPU"
-limited 60 100 "$bin/tandem" bench demo --json >"$res/demo.json" 2>>"$out/tests.log" || status=1
+limited 60 140 "$bin/tandem" bench demo --json >"$res/demo.json" 2>>"$out/tests.log" || status=1
 
 # Both sides of the throughput comparison train on the same token shard.
 shard=$(mktemp -d)/tinyshakespeare.bin
@@ -180,9 +188,129 @@ step "GPT-2 124M, B=16, T=1024, bf16: tandem"
 # can be set side by side (their batches differ: tandem samples windows, the baseline reads
 # them in order).
 constant_lr=(--set scheduler.params.warmup_num_steps=0 --set scheduler.params.cos_min_ratio=1)
-limited 120 100 "$bin/tandem" bench step --config configs/gpt2-124m.json \
+limited 120 140 "$bin/tandem" bench step --config configs/gpt2-124m.json \
   --set data.train_path="$shard" "${constant_lr[@]}" --warmup 3 --steps 10 --json \
   >"$res/step_tandem.json" 2>>"$out/tests.log" || status=1
+
+step "GPT-2 124M, B=16, T=1024, bf16: llm.c"
+# llm.c (karpathy/llm.c's train_gpt2cu, the source that tools/pack_llmc.sh put in the payload
+# at a pinned commit) built here and trained on the same shard: tandem's shard is llm.c's
+# own format (magic 20240520, version 1, uint16 tokens), and its byte-level ids (< 256) are
+# valid ids of GPT-2's 50257-token vocabulary. GPT-2 124M from scratch (-e d12), B 16, T
+# 1024, 13 steps (the first 3 left out of the median, as tandem's --warmup 3), the same
+# AdamW as the others (lr 6e-4 constant, no warm-up, no decay; weight decay 0.1; clipping
+# at 1 and betas 0.9/0.95 are llm.c's fixed values), no sampling, no checkpoints, one
+# validation batch (llm.c always validates at step 0 and after the last step; outside its
+# per-step timing). -r 0: no recomputation of GELU in backward, as llm.c's own GPT-2 124M
+# script runs it. Built without cuDNN (its flash attention needs the cudnn-frontend headers,
+# which the GPU machine lacks) and without NCCL/MPI (one GPU): llm.c's own attention kernels.
+llmc_src=${LLMC_SRC:-$from/llmc}
+llmc_run() {  # writes $res/step_llmc.json, or returns 1 with the reason on stdout
+  local commit nvcc candidate cc work t0 build_s nvml_link=() cublas_link=() cublas_inc=()
+  if [[ ! -f $llmc_src/train_gpt2.cu || ! -f $llmc_src/COMMIT ]]; then
+    echo "no llm.c source in $llmc_src (pack it: tools/pack_llmc.sh $llmc_src, which needs an" \
+      "llm.c mirror, or run tools/pack_gpu_payload.sh with one; LLMC_SRC names another place)"
+    return 1
+  fi
+  commit=$(cat "$llmc_src/COMMIT")
+  nvcc=$(command -v nvcc)
+  for candidate in /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc; do
+    [[ -z $nvcc && -x $candidate ]] && nvcc=$candidate
+  done
+  if [[ -z $nvcc ]]; then
+    echo "no nvcc on PATH or in /usr/local/cuda*/bin: llm.c is built from source here"
+    return 1
+  fi
+  # The GPU's own architecture (H100 and H200: 90), as llm.c's Makefile asks nvidia-smi.
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+  [[ $cc =~ ^[0-9]+$ ]] || cc=90
+  # cuBLAS(Lt) from where the CUDA libraries were found above; a directory with only the
+  # versioned names (PyTorch's nvidia/cublas/lib) is linked by file name.
+  if [[ -n $cuda_libs ]]; then
+    cublas_link=(-L"$cuda_libs")
+    if [[ -e $cuda_libs/libcublas.so && -e $cuda_libs/libcublasLt.so ]]; then
+      cublas_link+=(-lcublas -lcublasLt)
+    else
+      cublas_link+=(-l:libcublas.so.13 -l:libcublasLt.so.13)
+    fi
+    # Headers from beside those libraries when nvcc's toolkit has none (PyTorch's wheels).
+    if [[ ! -f $(dirname "$nvcc")/../include/cublas_v2.h && -f $cuda_libs/../include/cublas_v2.h ]]; then
+      cublas_inc=(-I"$cuda_libs/../include")
+    fi
+  else
+    cublas_link=(-lcublas -lcublasLt)
+  fi
+  work=$(mktemp -d)
+  # llm.c uses NVML (llmc/mfu.h) whenever nvcc finds nvml.h, and then needs libnvidia-ml at
+  # link time: the toolkit's stub, else the driver's own libnvidia-ml.so.1. (Its Makefile
+  # always links -lnvidia-ml, which fails where the toolkit has no stub: hence nvcc here.)
+  printf '#include <nvml.h>\nint main() { return 0; }\n' >"$work/nvml_probe.cu"
+  if "$nvcc" -E "$work/nvml_probe.cu" -o /dev/null >/dev/null 2>&1; then
+    local stub lib
+    for stub in "$(dirname "$nvcc")"/../lib64/stubs "$(dirname "$nvcc")"/../targets/*/lib/stubs; do
+      [[ -e $stub/libnvidia-ml.so ]] && nvml_link=(-L"$stub" -lnvidia-ml) && break
+    done
+    if ((${#nvml_link[@]} == 0)); then
+      lib=$(ldconfig -p 2>/dev/null | awk '/libnvidia-ml\.so\.1 / { print $NF; exit }')
+      [[ -n $lib ]] && nvml_link=(-L"$(dirname "$lib")" -l:libnvidia-ml.so.1)
+    fi
+  fi
+  # llm.c's Makefile line for train_gpt2cu with PRECISION=BF16, USE_CUDNN=0, NO_MULTI_GPU=1,
+  # NO_USE_MPI=1, GPU_COMPUTE_CAPABILITY=$cc (measured on 2 cores: 7 s).
+  t0=$(date +%s.%N)
+  if ! (cd "$llmc_src" && limited 120 130 "$nvcc" --threads=0 --use_fast_math -std=c++17 -O3 \
+    --generate-code "arch=compute_$cc,code=[compute_$cc,sm_$cc]" -DENABLE_BF16 "${cublas_inc[@]}" \
+    train_gpt2.cu "${cublas_link[@]}" "${nvml_link[@]}" -o "$work/train_gpt2cu") >>"$out/tests.log" 2>&1; then
+    echo "the build of $commit with $nvcc failed or ran out of time (its errors are in tests.log)"
+    return 1
+  fi
+  build_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  echo "llm.c $commit built in $build_s s" >&2
+  # Run in an empty directory: llm.c looks for gpt2_tokenizer.bin and HellaSwag by relative
+  # path and goes on without them.
+  (cd "$work" && limited 60 100 ./train_gpt2cu -i "$shard" -j "$shard" -e d12 -b 16 -t 1024 \
+    -x 13 -l 6e-4 -u 0 -k constant -q 1.0 -c 0.1 -r 0 -v 100000 -m 1 -s 0 -n 0 -h 0) \
+    >"$work/train.log" 2>&1
+  local rc=$?
+  tee -a "$out/tests.log" <"$work/train.log" >&2
+  python3 - "$work/train.log" "$commit" "$build_s" "$rc" >"$res/step_llmc.json" <<'PY' || {
+# llm.c's line per step (train_gpt2.cu):
+#   step %4d/%d | loss %7.6f (%+.2fz)| norm %6.4f (%+.2fz)| lr %.2e | %.2f ms | %.1f%% bf16 MFU | %.0f tok/s
+# Its tok/s is a moving average; the rate of each step is B*T over that step's ms (cudaEvent
+# around forward, backward and update), and the median over steps 4 to 13 is the figure, as
+# tandem and PyTorch report theirs.
+import json, re, statistics, sys
+log, commit, build_s, rc = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+B, T, warmup = 16, 1024, 3
+step = re.compile(r"^step\s+(\d+)/(\d+) \| loss (\S+) \(.*?\| norm (\S+) \(.*?\| lr (\S+) \| "
+                  r"([\d.]+) ms \| (-?[\d.]+)% \w+ MFU \| (\d+) tok/s")
+steps = [m for m in map(step.match, open(log, errors="replace")) if m]
+ms = [float(m[6]) for m in steps]
+rates = [B * T * 1000.0 / t for t in ms[warmup:] if t > 0]
+if rc != 0 or len(steps) < warmup + 1:
+    tail = [l.strip() for l in open(log, errors="replace") if l.strip()][-3:]
+    print("exited %d after %d steps: %s" % (rc, len(steps), " / ".join(tail)))
+    sys.exit(1)
+print(json.dumps({"framework": "llm.c", "commit": commit, "build_s": build_s,
+                  "tokens_per_s": round(statistics.median(rates)), "step_ms": ms,
+                  "losses": [float(m[3]) for m in steps], "mfu_percent": float(steps[-1][7]),
+                  "ema_tok_s_reported": int(steps[-1][8]), "batch": B, "seq_len": T,
+                  "warmup": warmup, "steps": len(steps) - warmup}))
+PY
+    # The reason (what python printed) instead of a JSON result.
+    cat "$res/step_llmc.json"
+    [[ -s $res/step_llmc.json ]] || echo "its output did not parse (python's error above)"
+    return 1
+  }
+}
+# A failure is a result too: its reason, in step_llmc.json, is the summary's FAIL line, and
+# the run goes on.
+if ! reason=$(llmc_run); then
+  echo "llm.c: $reason" >&2
+  python3 -c 'import json, sys; print(json.dumps({"framework": "llm.c", "error": "llm.c: " + " ".join(sys.argv[1].split())[:400]}))' \
+    "$reason" >"$res/step_llmc.json"
+  status=1
+fi
 
 step "Llama of GPT-2 124M's width (152M, 12 query heads on 4), B=16, T=1024, bf16: tandem"
 # Llama's kernels (RMSNorm, RoPE, SwiGLU, grouped-query flash attention) at a real size.
@@ -236,13 +364,14 @@ def load(name):
 pcie, adamw, demo = load("pcie.json"), load("adamw_cuda.json"), load("demo.json")
 ckpt = load("checkpoint.json")
 ours, torch = load("step_tandem.json"), load("step_pytorch.json")
+llmc = load("step_llmc.json")
 llama = load("step_llama.json")
 schedules = []
 try:
     schedules = [json.loads(l) for l in (out / "step_schedules.jsonl").read_text().splitlines() if l.strip()]
 except Exception as e:
     print("FAIL: step_schedules.jsonl: no result (%s); see tests.log" % e)
-for r in (pcie, adamw, demo, ours, llama, torch, ckpt):
+for r in (pcie, adamw, demo, ours, llmc, llama, torch, ckpt):
     if "error" in r:
         print("FAIL:", r["error"])
 print("pinned copies GB/s: h2d %s, d2h %s, both %s" % (
@@ -265,12 +394,17 @@ for mode in ("synchronous", "lazy", "streamed"):
              m.get("flush_ms_mean"), m.get("stall_per_step"), m.get("flush_fits"),
              " (goal <= 0.05 where the flush fits)" if mode == "lazy" else
              " (pool %s bytes)" % m.get("pool_bytes") if mode == "streamed" else ""))
-t, p = ours.get("tokens_per_s"), torch.get("tokens_per_s")
-ratio = "%.3f" % (t / p) if t and p else None
-print("GPT-2 124M tokens/s: tandem %s (fwd %s, bwd %s, update %s ms), PyTorch %s; ratio %s (goal >= 1)"
-      % (t, ours.get("forward_ms"), ours.get("backward_ms"), ours.get("update_ms"), p, ratio))
+t, p, c = ours.get("tokens_per_s"), torch.get("tokens_per_s"), llmc.get("tokens_per_s")
+ratio = lambda a, b: "%.3f" % (a / b) if a and b else None
+print("GPT-2 124M tokens/s: tandem %s, llm.c %s, PyTorch %s; tandem/llm.c %s (goal >= 1.0),"
+      " tandem/PyTorch %s (goal >= 1)" % (t, c, p, ratio(t, c), ratio(t, p)))
+print("  tandem fwd %s, bwd %s, update %s ms; llm.c %s (no cuDNN), built in %s s, median step %s ms"
+      % (ours.get("forward_ms"), ours.get("backward_ms"), ours.get("update_ms"),
+         (llmc.get("commit") or "?")[:12], llmc.get("build_s"),
+         "%.1f" % (16 * 1024 * 1000 / c) if c else None))
 fmt = lambda losses: " ".join("%.2f" % l for l in losses or [])
 print("  losses, tandem:  ", fmt(ours.get("losses")))
+print("  losses, llm.c:   ", fmt(llmc.get("losses")))
 print("  losses, PyTorch: ", fmt(torch.get("losses")))
 if ours.get("losses") and torch.get("losses"):
     a, b = ours["losses"][-1], torch["losses"][-1]

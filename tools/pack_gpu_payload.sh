@@ -9,8 +9,15 @@
 #         than this Debian 12's), the driver, and the CUDA libraries (cuBLASLt, and NCCL,
 #         which only test_nccl loads, at run time): the GPU machine has CUDA 13 itself, and
 #         bench/gpu_goals.sh puts its toolkit's or PyTorch's copy on LD_LIBRARY_PATH.
-# It prints the archive's size, the working tree's, and their sum against the limit, and
-# fails when the sum is over it.
+# Beside the archive, in DEST:
+#   llmc/    llm.c's GPT-2 trainer source at a pinned commit (tools/pack_llmc.sh, from a
+#            local mirror of karpathy/llm.c), which bench/gpu_goals.sh builds and runs as
+#            the comparison; skipped with a note where there is no mirror (CI);
+#   wheels/  the DeepSpeed wheel set, made by tools/pack_deepspeed_wheels.sh where that
+#            script exists (not with TANDEM_PACK_NO_BUILD=1).
+# It prints the archive's size, the working tree's, llmc/'s and wheels/' (llmc/ as a fixed
+# estimate where it was not packed, so the check counts what a real payload carries), and
+# their sum against the limit, and fails when the sum is over it.
 #
 #   tools/pack_gpu_payload.sh [BUILD_DIR] [DEST]     (defaults: build-gpu, gpu-payload)
 #
@@ -38,6 +45,33 @@ if ! compgen -G "$build/CMakeFiles/*/CMakeCUDACompiler.cmake" >/dev/null; then
 fi
 if [[ ${TANDEM_PACK_NO_BUILD:-0} != 1 ]]; then
   cmake --build "$build" -j "$(nproc)" --target "${binaries[@]}"
+fi
+
+# llm.c's source (a third of a MiB): packed wherever a mirror of llm.c is found. Without one
+# (CI, which cannot reach GitHub) the step is skipped with a note, and the size check below
+# counts llmc_estimate_bytes instead: 325,551 bytes measured at the pinned commit (sources,
+# LICENSE, COMMIT, PATCHES), rounded up to 512 KiB.
+llmc_estimate_bytes=$((512 * 1024))
+llmc_rc=0
+bash tools/pack_llmc.sh "$dest/llmc" || llmc_rc=$?
+if ((llmc_rc == 2)); then
+  if [[ ${TANDEM_PACK_NO_BUILD:-0} == 1 ]]; then
+    echo "pack_gpu_payload: note: no llm.c mirror, so no llm.c source packed (counted as" \
+      "$llmc_estimate_bytes bytes below)" >&2
+  elif [[ -f $dest/llmc/COMMIT ]]; then
+    echo "pack_gpu_payload: WARNING: no llm.c mirror: keeping the llm.c copy already in" \
+      "$dest/llmc (commit $(cat "$dest/llmc/COMMIT"))" >&2
+  else
+    echo "pack_gpu_payload: WARNING: no llm.c mirror: this payload has no llm.c, and" \
+      "bench/gpu_goals.sh will report the llm.c comparison as FAIL (see the message above)" >&2
+  fi
+elif ((llmc_rc != 0)); then
+  exit "$llmc_rc"
+fi
+# The DeepSpeed wheels, made by their own script where it exists (it builds, so not with
+# TANDEM_PACK_NO_BUILD=1; what an earlier run left in $dest/wheels is still counted).
+if [[ ${TANDEM_PACK_NO_BUILD:-0} != 1 && -f tools/pack_deepspeed_wheels.sh ]]; then
+  bash tools/pack_deepspeed_wheels.sh "$dest/wheels"
 fi
 
 staging=$(mktemp -d)
@@ -71,6 +105,11 @@ done
   echo "CUDA architectures: ${arch:-the CMakeLists.txt default (80 90)}"
   echo "binaries: ${binaries[*]}"
   echo "libraries: $(cd "$staging/lib" && ls | tr '\n' ' ')"
+  if [[ -f $dest/llmc/COMMIT ]]; then
+    echo "llm.c: $(cat "$dest/llmc/COMMIT") (llmc/, patched: $(cut -d: -f1 "$dest/llmc/PATCHES" 2>/dev/null | paste -sd " "))"
+  else
+    echo "llm.c: not packed (no mirror of karpathy/llm.c; see tools/pack_llmc.sh)"
+  fi
 } >"$staging/MANIFEST"
 
 mkdir -p "$dest"
@@ -92,14 +131,26 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 else
   tree=$(du -sb --exclude='./build*' --exclude="./$dest" . | cut -f1)
 fi
-total=$((payload + tree))
+# What travels beside the archive: llmc/ (or its estimate where it was not packed) and
+# wheels/ where present.
+if [[ -d $dest/llmc ]]; then
+  llmc_bytes=$(du -sb "$dest/llmc" | cut -f1)
+  llmc_what="llmc/"
+else
+  llmc_bytes=$llmc_estimate_bytes
+  llmc_what="llmc/ (not packed; estimated)"
+fi
+wheels_bytes=0
+[[ -d $dest/wheels ]] && wheels_bytes=$(du -sb "$dest/wheels" | cut -f1)
+total=$((payload + tree + llmc_bytes + wheels_bytes))
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
 cat "$staging/MANIFEST"
 echo "unpacked: $(mib "$(du -sb "$staging" | cut -f1)")"
 echo "payload $dest/tandem-gpu.tar.xz: $(mib "$payload"); working tree: $(mib "$tree");" \
+  "$llmc_what: $(mib "$llmc_bytes"); wheels/: $(mib "$wheels_bytes");" \
   "together $(mib "$total") of the $(mib "$limit_bytes") that may travel"
 if ((total > limit_bytes)); then
-  echo "pack_gpu_payload: over the limit by $(mib $((total - limit_bytes))); leave a binary out" \
-    "or build for fewer CUDA architectures" >&2
+  echo "pack_gpu_payload: over the limit by $(mib $((total - limit_bytes))); leave a binary out," \
+    "build for fewer CUDA architectures, or carry fewer wheels" >&2
   exit 1
 fi
