@@ -1,61 +1,164 @@
 #!/usr/bin/env bash
-# GPT-2 124M (bf16, B=16, T=1024) on one GPU whose memory budget (device.memory_gb) leaves
-# little or no room for the optimizer state: the update schedules side by side at each
-# budget, in one run: every subgroup on the CPU (ZeRO-Offload), CPU and GPU interleaved
-# (stride 2), and what the performance model picks (auto; its plan is printed first).
-# The activations and bf16 model take about 8.96 GiB and the fp32 state 1.39 GiB, so 9.25
-# GiB leaves room for the staging buffers only and 9.75 GiB for a few resident subgroups.
+# The headline measurement: Llama models whose training state exceeds the GPU, trained by
+# tandem (its update schedules) and by DeepSpeed (ZeRO-Offload and ZeRO-3 with optimizer
+# offload) on the same GPU, shapes, tokens and precision (bf16, sequence 2048, activation
+# checkpointing off on both sides). One part per call, each within one 10-minute device
+# command (model construction and DeepSpeed's CPU Adam build included):
 #
-#   bench/gpu_offload_sweep.sh [PAYLOAD_OR_BUILD_DIR] [OUT_DIR] [BUDGETS_GB...]
+#   bench/gpu_offload_sweep.sh tandem CONFIG [SCHEDULES]   tandem bench offload: SCHEDULES
+#                                                          (default cpu,interleave,auto) side by
+#                                                          side in one process, one state digest
+#   bench/gpu_offload_sweep.sh deepspeed CONFIG STAGE      bench/deepspeed_offload_train.py,
+#                                                          STAGE 2 (ZeRO-Offload) or 3
+#   bench/gpu_offload_sweep.sh digest                      the same bits with the state on the GPU
+#                                                          and offloaded (configs/llama-124m.json:
+#                                                          device, cpu, interleave, auto)
+#   bench/gpu_offload_sweep.sh budgets [GB...]             GPT-2 124M at device budgets too small
+#                                                          for its state (the first sweep, 2026-11-24)
+#   bench/gpu_offload_sweep.sh summary [DIR...]            the table of every part's results found
+#                                                          in DIR (default $OUT_DIR), tandem beside
+#                                                          DeepSpeed, with the ratios
 #
-# PAYLOAD_OR_BUILD_DIR as for bench/gpu_goals.sh. Writes OUT_DIR/offload_sweep.jsonl (one
-# `tandem bench step --json` line per budget and schedule, with "memory_gb" added) and
-# prints a table.
+# CONFIG is configs/llama-3b.json (3.02 B) or configs/llama2-7b.json (6.74 B). Environment:
+# PAYLOAD (default gpu-payload: what tools/pack_gpu_payload.sh made, with wheels/ for
+# DeepSpeed; or a build directory), OUT_DIR (default $OUT, else runs/gpu-offload), BATCH
+# (micro-batch; default the config's), STEPS (timed, default 5), WARMUP (default 2). Each part
+# writes OUT_DIR/<part>-<model>[-<stage>].json and .log (two files: at most 8 come back from
+# the GPU machine) and prints a summary; it exits non-zero when something failed: a run, a
+# loss that does not descend, or schedules whose state digests differ.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-from=${1:-gpu-payload}
-out=${2:-${OUT:-runs/gpu-offload}}
-shift 2 2>/dev/null || shift $#
-budgets=("$@")
-((${#budgets[@]})) || budgets=(9.25 9.75)
+
+part=${1:-}
+[[ -n $part ]] || {
+  sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+  exit 2
+}
+shift
+payload=${PAYLOAD:-gpu-payload}
+out=${OUT_DIR:-${OUT:-runs/gpu-offload}}
+steps=${STEPS:-5}
+warmup=${WARMUP:-2}
 mkdir -p "$out"
-if [[ -f $from/tandem-gpu.tar.xz ]]; then
-  [[ -x $from/bin/tandem ]] || tar -C "$from" -xJf "$from/tandem-gpu.tar.xz" || exit 1
-  bin="$from/bin"
-  export LD_LIBRARY_PATH="$from/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-else
-  bin="$from"
-fi
-shard=$(mktemp -d)/tinyshakespeare.bin
-"$bin/tandem" tokenize --input data/tinyshakespeare.txt --output "$shard" >&2 || exit 1
-common=(--config configs/gpt2-124m.json --set data.train_path="$shard"
-  --set zero_optimization.sub_group_size=10000000)
-results="$out/offload_sweep.jsonl"
-: >"$results"
-status=0
-for gb in "${budgets[@]}"; do
-  echo "== device.memory_gb=$gb: the plan of auto"
-  "$bin/tandem" plan "${common[@]}" --set device.memory_gb="$gb" \
-    --set offload_optimizer.schedule=auto || status=1
-  for schedule in cpu interleave auto; do
-    line=$(timeout 120 "$bin/tandem" bench step "${common[@]}" --set device.memory_gb="$gb" \
-      --set offload_optimizer.schedule=$schedule --warmup 3 --steps 10 --json) || {
-      echo "FAIL: memory_gb $gb, schedule $schedule" >&2
-      status=1
-      continue
+
+# The tandem binary: unpacked from the payload, or a build directory's.
+tandem_binary() {
+  if [[ -f $payload/tandem-gpu.tar.xz ]]; then
+    [[ -x $payload/bin/tandem ]] || tar -C "$payload" -xJf "$payload/tandem-gpu.tar.xz" || return 1
+    export LD_LIBRARY_PATH="$payload/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "$payload/bin/tandem"
+  elif [[ -x $payload/tandem ]]; then
+    echo "$payload/tandem"
+  else
+    echo "gpu_offload_sweep: no tandem in $payload: run tools/pack_gpu_payload.sh here, carry" \
+      "gpu-payload, or set PAYLOAD to a build directory" >&2
+    return 1
+  fi
+}
+
+# The token shard both sides train on: the bundled text as bytes (ids < 256, valid in any
+# vocabulary here), written by tandem itself.
+shard_of() {
+  local dir
+  dir=$(mktemp -d)
+  "$1" tokenize --input data/tinyshakespeare.txt --output "$dir/tinyshakespeare.bin" >&2 &&
+    echo "$dir/tinyshakespeare.bin"
+}
+
+model_name() { basename "${1%.json}"; }
+
+# The overrides that make tandem's runs the ones DeepSpeed's script makes: one micro-batch per
+# step, a constant learning rate (no warm-up, no decay), the shard.
+tandem_sets() {
+  local shard=$1
+  echo --set data.train_path="$shard" --set gradient_accumulation_steps=1 \
+    --set scheduler.params.warmup_num_steps=0 --set scheduler.params.cos_min_ratio=1 \
+    ${BATCH:+--set train_micro_batch_size_per_gpu=$BATCH}
+}
+
+case $part in
+tandem | digest)
+  if [[ $part == digest ]]; then
+    config=configs/llama-124m.json
+    schedules=device,cpu,interleave,auto
+    # Small subgroups, so that interleave and auto stage several of them.
+    extra=(--set zero_optimization.sub_group_size=20000000)
+  else
+    config=${1:?"usage: $0 tandem CONFIG [SCHEDULES]"}
+    schedules=${2:-cpu,interleave,auto}
+    extra=()
+  fi
+  [[ -f $config ]] || {
+    echo "gpu_offload_sweep: no config $config" >&2
+    exit 2
+  }
+  name="$part-$(model_name "$config")"
+  bin=$(tandem_binary) || exit 1
+  shard=$(shard_of "$bin") || exit 1
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >&2
+  # The plan auto makes on this machine, from the rates it measures here.
+  # shellcheck disable=SC2046
+  "$bin" plan --config "$config" $(tandem_sets "$shard") "${extra[@]}" \
+    --set offload_optimizer.schedule=auto 2>&1 | tee "$out/$name.log"
+  # shellcheck disable=SC2046
+  timeout --kill-after=10 "${PART_SECONDS:-560}" "$bin" bench offload --config "$config" \
+    $(tandem_sets "$shard") "${extra[@]}" --schedules "$schedules" --steps "$steps" \
+    --warmup "$warmup" --json >"$out/$name.json" 2>>"$out/$name.log"
+  status=$?
+  ;;
+deepspeed)
+  config=${1:?"usage: $0 deepspeed CONFIG STAGE"}
+  stage=${2:?"usage: $0 deepspeed CONFIG STAGE (2: ZeRO-Offload, 3: ZeRO-3 with optimizer offload)"}
+  name="deepspeed-$(model_name "$config")-$stage"
+  bin=$(tandem_binary) || exit 1
+  shard=$(shard_of "$bin") || exit 1
+  # DeepSpeed and its missing dependencies travel as wheels (tools/pack_deepspeed_wheels.sh):
+  # this machine has no package index.
+  if ! python3 -c 'import deepspeed' 2>/dev/null; then
+    compgen -G "$payload/wheels/*.whl" >/dev/null || {
+      echo "gpu_offload_sweep: DeepSpeed is not installed and $payload/wheels holds no wheels:" \
+        "run tools/pack_deepspeed_wheels.sh here and carry gpu-payload" >&2
+      exit 1
     }
-    python3 -c 'import json, sys; r = json.loads(sys.argv[1]); r["memory_gb"] = float(sys.argv[2]); print(json.dumps(r))' \
-      "$line" "$gb" >>"$results"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/deepspeed-site "$payload"/wheels/*.whl || exit 1
+    export PYTHONPATH=/tmp/deepspeed-site${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  PYTHONUNBUFFERED=1 timeout --kill-after=10 "${PART_SECONDS:-560}" python3 \
+    bench/deepspeed_offload_train.py --config "$config" --zero-stage "$stage" --data "$shard" \
+    --steps "$steps" --warmup "$warmup" ${BATCH:+--batch "$BATCH"} \
+    2>"$out/$name.log" | tail -n 1 >"$out/$name.json"
+  status=$?
+  ;;
+budgets)
+  # GPT-2 124M (bf16, B 16, T 1024) whose 1.39 GiB of fp32 state does not fit beside its
+  # 8.96 GiB of activations and bf16 model: 9.25 GiB leaves room for staging buffers only,
+  # 9.75 GiB for a few resident subgroups.
+  budgets=("$@")
+  ((${#budgets[@]})) || budgets=(9.25 9.75)
+  bin=$(tandem_binary) || exit 1
+  shard=$(shard_of "$bin") || exit 1
+  name=budgets-gpt2-124m
+  : >"$out/$name.json"
+  : >"$out/$name.log"
+  status=0
+  for gb in "${budgets[@]}"; do
+    timeout --kill-after=10 240 "$bin" bench offload --config configs/gpt2-124m.json \
+      --set data.train_path="$shard" --set zero_optimization.sub_group_size=10000000 \
+      --set device.memory_gb="$gb" --schedules cpu,interleave,auto --steps 10 --warmup 3 --json \
+      2>>"$out/$name.log" |
+      python3 -c 'import json, sys; r = json.load(sys.stdin); r["memory_gb"] = float(sys.argv[1]); print(json.dumps(r))' \
+        "$gb" >>"$out/$name.json" || status=1
   done
-done
-python3 - "$results" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print("memory_gb  schedule    tokens/s   ms/step  update ms  / cpu tokens/s")
-cpu = {r["memory_gb"]: r["tokens_per_s"] for r in rows if r["schedule"] == "cpu"}
-for r in rows:
-    base = cpu.get(r["memory_gb"])
-    print("%9.2f  %-10s %9.0f  %8.1f  %9.1f  %s" % (r["memory_gb"], r["schedule"], r["tokens_per_s"],
-          r["ms"], r["update_ms"], "%.3f" % (r["tokens_per_s"] / base) if base else "-"))
-PY
-exit $status
+  ;;
+summary) ;;
+*)
+  echo "gpu_offload_sweep: unknown part '$part' (tandem, deepspeed, digest, budgets or summary)" >&2
+  exit 2
+  ;;
+esac
+
+# The summary: every result in the given directories (or this part's), tandem beside DeepSpeed.
+[[ $part == summary ]] && { dirs=("$@"); ((${#dirs[@]})) || dirs=("$out"); } || dirs=("$out")
+python3 bench/offload_sweep_summary.py "${dirs[@]}" || status=1
+exit "${status:-0}"

@@ -641,11 +641,13 @@ TEST(PerfModel, PredictsTheSlowerOfCpuAndDevice) {
                           .d2h_bytes_per_s = 24e9};
   const OffloadPlan cpu =
       make_offload_plan({.schedule = UpdateSchedule::kCpu, .sub_group_size = 1000}, 100000);
-  EXPECT_NEAR(predict_update(cpu, rates).seconds, 1e-4, 1e-12);  // 1e5 params at 1e9/s
+  // 1e5 params at 1e9/s, then the last subgroup's 1000 working params (4 bytes) to the device.
+  const double tail = 1000.0 * 4 / 24e9;
+  EXPECT_NEAR(predict_update(cpu, rates).seconds, 1e-4 + tail, 1e-12);
   const OffloadPlan half = make_offload_plan(
       {.schedule = UpdateSchedule::kInterleave, .sub_group_size = 1000, .stride = 2}, 100000);
   const UpdatePrediction p = predict_update(half, rates);
-  EXPECT_NEAR(p.host_seconds, 0.5e-4, 1e-12);
+  EXPECT_NEAR(p.host_seconds, 0.5e-4 + tail, 1e-12);
   // Staged: 12 bytes each way per parameter, plus 4 for the host half's gradients/params.
   EXPECT_NEAR(p.h2d_seconds, (50000.0 * 12 + 50000.0 * 4) / 24e9, 1e-12);
   EXPECT_NEAR(p.seconds, std::max(p.host_seconds, p.device_seconds), 1e-15);
@@ -676,43 +678,123 @@ TEST(PerfModel, MeasuresAndMovesTheRulesOwnState) {
             engine_memory_needs(half, 4, 4).pinned_host - 100000 * 4);
 }
 
+// While both lanes work, each runs at the rates measured with everything at once; the lane
+// that is left runs on at its rates alone. Numbers worked out by hand.
+TEST(PerfModel, LanesRunAtTheirSharedRatesWhileTheyOverlap) {
+  UpdateRates rates{.cpu_params_per_s = 1e9,
+                    .device_params_per_s = 1e12,
+                    .h2d_bytes_per_s = 12e9,
+                    .d2h_bytes_per_s = 12e9};
+  // 50 host and 50 staged subgroups of 1000 parameters, two staging buffers.
+  const OffloadPlan half = make_offload_plan(
+      {.schedule = UpdateSchedule::kInterleave, .sub_group_size = 1000, .stride = 2}, 100000);
+  // Alone. Host: 5e4 params at 1e9/s + the last 4000 bytes at 12e9 B/s = 5.0333e-5 s.
+  // Device: 5e4 x 4 + 5e4 x 12 bytes in (6.6667e-5 s, the slowest stage), 5e4 x 12 out
+  // (5e-5 s), and one subgroup's write-back (1e-6 s) and update (1e-9 s) to fill the pipe.
+  UpdatePrediction p = predict_update(half, rates);
+  EXPECT_NEAR(p.host_seconds, 5.0333333e-5, 1e-11);
+  EXPECT_NEAR(p.device_seconds, 6.7667667e-5, 1e-11);
+  EXPECT_NEAR(p.seconds, p.device_seconds, 1e-15);  // nothing shared: the slower lane
+  EXPECT_NEAR(p.overlap_seconds, p.host_seconds, 1e-15);
+
+  // Sharing halves the CPU and both links: host 1.0066667e-4 s and device 1.3533433e-4 s
+  // at the shared rates. The host lane ends first, at 1.0066667e-4 s, with the device lane
+  // 0.7438369 of the way; the rest, 0.2561631 of its time alone, takes 1.7333961e-5 s.
+  rates.shared = {.cpu_params_per_s = 0.5e9,
+                  .device_params_per_s = 1e12,
+                  .h2d_bytes_per_s = 6e9,
+                  .d2h_bytes_per_s = 6e9};
+  p = predict_update(half, rates);
+  EXPECT_NEAR(p.overlap_seconds, 1.0066667e-4, 1e-11);
+  EXPECT_NEAR(p.seconds, 1.0066667e-4 + 1.7333961e-5, 1e-11);
+  EXPECT_NEAR(p.host_seconds, 5.0333333e-5, 1e-11);  // the lanes alone are reported unchanged
+
+  // The device lane ending first: a fast link, a slow shared CPU. Device alone: 8e5 bytes in
+  // (8e-6 s) and 1.21e-7 s to fill (a write-back and an update); shared: 1.6e-5 + 2.41e-7 =
+  // 1.6241e-5 s. Host alone 5.004e-5 s (tail 4e-8); shared 2e-4 + 8e-8. Then
+  // 1 - 1.6241e-5 / 2.0008e-4 of the host's time alone remains: 6.2219127e-5 s in all.
+  rates.h2d_bytes_per_s = rates.d2h_bytes_per_s = 100e9;
+  rates.shared.h2d_bytes_per_s = rates.shared.d2h_bytes_per_s = 50e9;
+  rates.shared.cpu_params_per_s = 0.25e9;
+  p = predict_update(half, rates);
+  EXPECT_NEAR(p.overlap_seconds, 1.6241e-5, 1e-11);
+  EXPECT_NEAR(p.seconds, 6.2219127e-5, 1e-11);
+
+  // A lane with nothing to do shares nothing: all on the device. All on the CPU, the working
+  // parameters' copies (4e5 bytes: 4e-6 s alone, 8e-6 s shared) slow it for their own time:
+  // 8e-6 + (1 - 8e-6 / 4.0008e-4) x 1.0004e-4 s (host alone 1e-4 + the tail's 4e-8).
+  const OffloadPlan device = make_offload_plan({.schedule = UpdateSchedule::kDevice}, 100000);
+  EXPECT_NEAR(predict_update(device, rates).seconds, 100000 / 1e12, 1e-15);
+  const OffloadPlan cpu =
+      make_offload_plan({.schedule = UpdateSchedule::kCpu, .sub_group_size = 1000}, 100000);
+  EXPECT_NEAR(predict_update(cpu, rates).seconds, 1.0603960e-4, 1e-11);
+}
+
+TEST(PerfModel, CalibrationMeasuresTheRatesSharedAsWell) {
+  auto device = make_cpu_device({});
+  ThreadPool pool(1);
+  const UpdateRates rates = calibrate_update_rates(*device, pool, 1 << 14);
+  EXPECT_TRUE(rates.shared.measured());
+  for (double rate : {rates.shared.cpu_params_per_s, rates.shared.device_params_per_s,
+                      rates.shared.h2d_bytes_per_s, rates.shared.d2h_bytes_per_s})
+    EXPECT_GT(rate, 0.0);
+  EXPECT_NE(rates.to_text().find("all at once"), std::string::npos) << rates.to_text();
+}
+
 TEST(PerfModel, AutoIsNeverPredictedSlowerThanAFixedScheduleThatFits) {
-  const UpdateRates rates{.cpu_params_per_s = 2e9,
-                          .device_params_per_s = 5e10,
-                          .h2d_bytes_per_s = 25e9,
-                          .d2h_bytes_per_s = 25e9};
-  const size_t P = 100000;
-  const OffloadSettings settings{.schedule = UpdateSchedule::kAuto, .sub_group_size = 1000};
-  for (size_t budget : {size_t{0}, size_t{12000}, size_t{24000}, P * 3, P * 6, P * 12}) {
-    const OffloadPlan chosen = make_auto_plan(settings, P, rates, budget);
-    const double chosen_seconds = predict_update(chosen, rates).seconds;
-    EXPECT_LE(engine_memory_needs(chosen, 4, 4).device - P * 8, budget) << "budget " << budget;
-    std::vector<OffloadSettings> fixed = {
-        {.schedule = UpdateSchedule::kCpu, .sub_group_size = 1000}};
-    for (int k = 1; k <= 4; k++)
-      for (int slots = 1; slots <= 2; slots++)
-        fixed.push_back({.schedule = UpdateSchedule::kInterleave,
-                         .sub_group_size = 1000,
-                         .stride = k,
-                         .staging_buffers = slots});
-    for (double r : {0.1, 0.25, 0.5, 1.0})
-      fixed.push_back({.schedule = UpdateSchedule::kRatio, .sub_group_size = 1000, .ratio = r});
-    for (const OffloadSettings& f : fixed) {
-      const OffloadPlan plan = make_offload_plan(f, P);
-      if (engine_memory_needs(plan, 4, 4).device - P * 8 > budget) continue;  // does not fit
-      EXPECT_LE(chosen_seconds, predict_update(plan, rates).seconds * (1 + 1e-12))
-          << "budget " << budget << " vs " << update_schedule_name(f.schedule) << " stride "
-          << f.stride << " ratio " << f.ratio;
+  UpdateRates shared_rates{.cpu_params_per_s = 2e9,
+                           .device_params_per_s = 5e10,
+                           .h2d_bytes_per_s = 25e9,
+                           .d2h_bytes_per_s = 25e9};
+  shared_rates.shared = {.cpu_params_per_s = 1.2e9,
+                         .device_params_per_s = 5e10,
+                         .h2d_bytes_per_s = 15e9,
+                         .d2h_bytes_per_s = 18e9};
+  for (const UpdateRates& rates : {shared_rates, [&] {
+                                     UpdateRates alone = shared_rates;
+                                     alone.shared = {};
+                                     return alone;
+                                   }()}) {
+    const size_t P = 100000;
+    const OffloadSettings settings{.schedule = UpdateSchedule::kAuto, .sub_group_size = 1000};
+    for (size_t budget : {size_t{0}, size_t{12000}, size_t{24000}, P * 3, P * 6, P * 12}) {
+      const OffloadPlan chosen = make_auto_plan(settings, P, rates, budget);
+      const double chosen_seconds = predict_update(chosen, rates).seconds;
+      EXPECT_LE(engine_memory_needs(chosen, 4, 4).device - P * 8, budget) << "budget " << budget;
+      std::vector<OffloadSettings> fixed = {
+          {.schedule = UpdateSchedule::kCpu, .sub_group_size = 1000}};
+      for (int k = 1; k <= 4; k++)
+        for (int slots = 1; slots <= 2; slots++)
+          fixed.push_back({.schedule = UpdateSchedule::kInterleave,
+                           .sub_group_size = 1000,
+                           .stride = k,
+                           .staging_buffers = slots});
+      for (double r : {0.1, 0.25, 0.5, 1.0})
+        fixed.push_back({.schedule = UpdateSchedule::kRatio, .sub_group_size = 1000, .ratio = r});
+      for (const OffloadSettings& f : fixed) {
+        const OffloadPlan plan = make_offload_plan(f, P);
+        if (engine_memory_needs(plan, 4, 4).device - P * 8 > budget) continue;  // does not fit
+        EXPECT_LE(chosen_seconds, predict_update(plan, rates).seconds * (1 + 1e-12))
+            << "budget " << budget << " vs " << update_schedule_name(f.schedule) << " stride "
+            << f.stride << " ratio " << f.ratio;
+      }
+    }
+    // No device memory: everything stays on the CPU. Plenty: nearly everything resident.
+    EXPECT_EQ(make_auto_plan(settings, P, rates, 0).count(UpdateSite::kHost), 100u);
+    EXPECT_GE(make_auto_plan(settings, P, rates, P * 12).count(UpdateSite::kDeviceResident), 90u);
+    // Room for two staging buffers only: with the brief's rates (CPU 2e9 params/s, 25 GB/s)
+    // and no sharing, about half of the subgroups go through the device, the measured optimum
+    // k = 2. A CPU and a link that slow each other down make mixing them pay less.
+    const OffloadPlan staged = make_auto_plan(settings, P, rates, 2 * 12000);
+    if (!rates.shared.measured()) {
+      EXPECT_GE(staged.count(UpdateSite::kDeviceStaged), 30u);
+      EXPECT_LE(staged.count(UpdateSite::kDeviceStaged), 70u);
+    } else {
+      EXPECT_GE(staged.count(UpdateSite::kDeviceStaged),
+                make_auto_plan(settings, P, shared_rates.while_shared(), 2 * 12000)
+                    .count(UpdateSite::kDeviceStaged));
     }
   }
-  // No device memory: everything stays on the CPU. Plenty: nearly everything resident.
-  EXPECT_EQ(make_auto_plan(settings, P, rates, 0).count(UpdateSite::kHost), 100u);
-  EXPECT_GE(make_auto_plan(settings, P, rates, P * 12).count(UpdateSite::kDeviceResident), 90u);
-  // Room for two staging buffers only: with the brief's rates (CPU 2e9 params/s, 25 GB/s)
-  // about half of the subgroups go through the device, the measured optimum k = 2.
-  const OffloadPlan staged = make_auto_plan(settings, P, rates, 2 * 12000);
-  EXPECT_GE(staged.count(UpdateSite::kDeviceStaged), 30u);
-  EXPECT_LE(staged.count(UpdateSite::kDeviceStaged), 70u);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "tandem/bench/cuda/memcpy_peak.h"
 #include "tandem/bench/demo_bench.h"
 #include "tandem/bench/device_bench.h"
+#include "tandem/bench/offload_bench.h"
 #include "tandem/bench/zero_bench.h"
 #include "tandem/cli/commands.h"
 #include "tandem/core/error.h"
@@ -212,26 +213,24 @@ void register_bench(CLI::App& app) {
     options.show_progress = false;
     const TrainResult result = train(config, options);
     // Medians over the timed steps: robust to a noisy neighbour on a shared machine.
-    auto median = [&](double StepRecord::*field) {
-      std::vector<double> values;
-      for (size_t i = step_args->warmup; i < result.steps.size(); i++)
-        values.push_back(result.steps[i].*field);
-      std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
-      return values[values.size() / 2];
-    };
+    const StepMedians m = step_medians(result, step_args->warmup);
     const nlohmann::json report = {
-        {"tokens_per_s", median(&StepRecord::tokens_per_s)},
-        {"ms", median(&StepRecord::ms)},
-        {"forward_ms", median(&StepRecord::forward_ms)},
-        {"backward_ms", median(&StepRecord::backward_ms)},
-        {"update_ms", median(&StepRecord::update_ms)},
+        {"tokens_per_s", m.tokens_per_s},
+        {"ms", m.ms},
+        {"forward_ms", m.forward_ms},
+        {"backward_ms", m.backward_ms},
+        {"update_ms", m.update_ms},
+        {"predicted_update_ms", result.plan.prediction.seconds * 1e3},
         {"params", config.model.num_parameters()},
         {"batch", config.micro_batch_size},
         {"seq_len", config.seq_len()},
         {"gradient_accumulation_steps", config.gradient_accumulation_steps},
         {"schedule", std::string(update_schedule_name(config.offload.schedule))},
         {"device", config.device.type},
+        {"device_bytes", result.plan.total.device},
+        {"pinned_host_bytes", result.plan.total.pinned_host},
         {"timed_steps", step_args->steps},
+        {"state_digest", result.state_digest},
         {"losses", [&] {
            std::vector<double> losses;
            for (const StepRecord& r : result.steps) losses.push_back(r.loss);
@@ -252,6 +251,58 @@ void register_bench(CLI::App& app) {
         report["ms"].get<double>(), report["forward_ms"].get<double>(),
         report["backward_ms"].get<double>(), report["update_ms"].get<double>(), step_args->steps,
         step_args->warmup);
+  });
+
+  struct OffloadArgs {
+    std::string config;
+    std::vector<std::string> overrides;
+    std::vector<std::string> schedules = {"cpu", "interleave", "auto"};
+    int steps = 10;
+    int warmup = 3;
+    bool json = false;
+  };
+  auto offload_args = std::make_shared<OffloadArgs>();
+  CLI::App* offload = bench->add_subcommand(
+      "offload",
+      "Update schedules side by side on one config, in one process: tokens/s, per-phase ms, "
+      "predicted / measured update time, memory per tier, and one state digest for all");
+  offload->add_option("--config", offload_args->config, "Run configuration (JSON)")->required();
+  offload->add_option("--set", offload_args->overrides, "Override a config value (repeatable)");
+  offload
+      ->add_option("--schedules", offload_args->schedules,
+                   "Comma-separated offload_optimizer.schedule values, run in this order")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"device", "cpu", "ratio", "interleave", "auto"}));
+  offload->add_option("--steps", offload_args->steps, "Timed steps per schedule (median)")
+      ->check(CLI::Range(1, 100000));
+  offload->add_option("--warmup", offload_args->warmup, "Steps run first and not timed")
+      ->check(CLI::Range(0, 100000));
+  offload->add_flag("--json", offload_args->json, "Print one JSON object");
+  offload->callback([offload_args] {
+    OffloadBenchOptions options;
+    options.config = load_train_config(offload_args->config, offload_args->overrides);
+    options.schedules.clear();
+    for (const std::string& name : offload_args->schedules)
+      for (UpdateSchedule s :
+           {UpdateSchedule::kDevice, UpdateSchedule::kCpu, UpdateSchedule::kRatio,
+            UpdateSchedule::kInterleave, UpdateSchedule::kAuto})
+        if (update_schedule_name(s) == name) options.schedules.push_back(s);
+    options.steps = offload_args->steps;
+    options.warmup = offload_args->warmup;
+    options.progress = [](const std::string& what) {
+      std::fprintf(stderr, "tandem bench offload: %s\n", what.c_str());
+    };
+    const OffloadBenchResult result = run_offload_bench(options);
+    print_result(result, offload_args->json);
+    if (result.schedules_run() == 0)
+      fail(
+          "tandem bench offload: no schedule fits the device (each one's reason is above); "
+          "raise device.memory_gb or lower the micro-batch or sequence length");
+    // Schedules that disagree on the bits are a bug, whatever the speed.
+    if (!result.digests_agree())
+      fail(
+          "tandem bench offload: the schedules ended with different state digests; every "
+          "schedule must compute the same bits (run test_schedules, and report this)");
   });
 
   struct ZeroArgs {

@@ -1,7 +1,12 @@
 #include "tandem/offload/perf_model.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <functional>
+#include <latch>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "tandem/core/timer.h"
@@ -15,9 +20,16 @@ constexpr int kPasses = 3;
 }  // namespace
 
 std::string UpdateRates::to_text() const {
-  return cat("CPU update ", cpu_params_per_s / 1e9, " G params/s, device update ",
-             device_params_per_s / 1e9, " G params/s, host-to-device ", h2d_bytes_per_s / 1e9,
-             " GB/s, device-to-host ", d2h_bytes_per_s / 1e9, " GB/s");
+  std::string text =
+      cat("CPU update ", cpu_params_per_s / 1e9, " G params/s, device update ",
+          device_params_per_s / 1e9, " G params/s, host-to-device ", h2d_bytes_per_s / 1e9,
+          " GB/s, device-to-host ", d2h_bytes_per_s / 1e9, " GB/s");
+  if (shared.measured())
+    text += cat("; all at once: CPU ", shared.cpu_params_per_s / 1e9, ", device ",
+                shared.device_params_per_s / 1e9, " G params/s, host-to-device ",
+                shared.h2d_bytes_per_s / 1e9, ", device-to-host ", shared.d2h_bytes_per_s / 1e9,
+                " GB/s");
+  return text;
 }
 
 AdamWArrays fill_adamw_timing_state(Device& device, Stream& stream, float* state, size_t n) {
@@ -34,14 +46,68 @@ AdamWArrays fill_adamw_timing_state(Device& device, Stream& stream, float* state
   return arrays;
 }
 
+namespace {
+
+// Work repeated on a thread of its own while the calibration times the CPU: the repetitions
+// that ran entirely before stop() are counted.
+class RepeatedWork {
+ public:
+  RepeatedWork(std::function<void()> once, std::latch& ready, std::latch& start)
+      : thread_([this, once = std::move(once), &ready, &start] {
+          try {
+            once();  // warm-up, not counted
+            ready.count_down();
+            start.wait();
+            while (!stop_.load()) {
+              Stopwatch watch;
+              once();
+              if (stop_.load()) break;
+              seconds_ += watch.seconds();
+              done_.fetch_add(1);
+            }
+          } catch (...) {
+            error_ = std::current_exception();
+            ready.count_down();
+          }
+        }) {}
+  ~RepeatedWork() { stop(); }
+  RepeatedWork(const RepeatedWork&) = delete;
+  RepeatedWork& operator=(const RepeatedWork&) = delete;
+
+  int done() const { return done_.load(); }
+  bool failed() const { return error_ != nullptr; }
+  void stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  // Amount per second over the counted repetitions, each of `amount`; rethrows a failure.
+  double rate(double amount) {
+    stop();
+    if (error_) std::rethrow_exception(error_);
+    return done_.load() > 0 ? done_.load() * amount / seconds_ : 0;
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<int> done_{0};
+  double seconds_ = 0;  // written by the thread alone, read after it is joined
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+}  // namespace
+
 UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t sample_params) {
   const size_t n = std::max<size_t>(sample_params, 1024);
   const size_t arrays = rule.state_floats();
   const size_t bytes = n * arrays * sizeof(float);
   // [state arrays | grads] in each space: params 1, the rest of the state 0, gradients
-  // 1e-3 (no denormals, no overflow).
+  // 1e-3 (no denormals, no overflow); and, for copies beside them, one array more each way.
+  const size_t copy_bytes = n * sizeof(float);
   DeviceAllocation host = device.allocate(MemorySpace::kPinnedHost, bytes + n * sizeof(float));
   DeviceAllocation dev = device.allocate(MemorySpace::kDevice, bytes + n * sizeof(float));
+  DeviceAllocation host_copies = device.allocate(MemorySpace::kPinnedHost, 2 * copy_bytes);
+  DeviceAllocation dev_copies = device.allocate(MemorySpace::kDevice, 2 * copy_bytes);
   auto stream = device.create_stream("calibration");
   std::vector<float> init((arrays + 1) * n, 0.0f);
   std::fill(init.begin(), init.begin() + n, 1.0f);
@@ -61,22 +127,62 @@ UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t samp
   rule.begin_step(1, 1e-4f, 1.0f);
   UpdateRates rates;
   rates.state_bytes_per_param = arrays * sizeof(float);
-  rates.cpu_params_per_s = n / best_seconds(kPasses, [&] {
-                             rule.update_on_host(on_host, {&all, 1});
-                           });
-  rates.device_params_per_s =
-      n / best_seconds(kPasses, [&] {
-        device.launch_async(rule.device_update(on_device, {&all, 1}), *stream);
-        stream->synchronize();
-      });
-  rates.h2d_bytes_per_s = bytes / best_seconds(kPasses, [&] {
-                            device.copy_async(dev.data(), host.data(), bytes, *stream);
-                            stream->synchronize();
-                          });
-  rates.d2h_bytes_per_s = bytes / best_seconds(kPasses, [&] {
-                            device.copy_async(host.data(), dev.data(), bytes, *stream);
-                            stream->synchronize();
-                          });
+  const auto cpu_pass = [&] { rule.update_on_host(on_host, {&all, 1}); };
+  const auto device_pass = [&](Stream& s) {
+    device.launch_async(rule.device_update(on_device, {&all, 1}), s);
+    s.synchronize();
+  };
+  const auto copy_pass = [&](Stream& s, void* to, const void* from, size_t size) {
+    device.copy_async(to, from, size, s);
+    s.synchronize();
+  };
+  rates.cpu_params_per_s = n / best_seconds(kPasses, cpu_pass);
+  rates.device_params_per_s = n / best_seconds(kPasses, [&] { device_pass(*stream); });
+  rates.h2d_bytes_per_s =
+      bytes / best_seconds(kPasses, [&] { copy_pass(*stream, dev.data(), host.data(), bytes); });
+  rates.d2h_bytes_per_s =
+      bytes / best_seconds(kPasses, [&] { copy_pass(*stream, host.data(), dev.data(), bytes); });
+
+  // All four at once, as while the CPU updates host subgroups and the device lane stages
+  // others: the copies and device updates repeat on streams of their own around the CPU's
+  // passes, which go on until each of them has also repeated a few times.
+  auto h2d_stream = device.create_stream("calibration h2d");
+  auto d2h_stream = device.create_stream("calibration d2h");
+  auto compute_stream = device.create_stream("calibration compute");
+  char* host_bytes = host_copies.as<char>();
+  char* dev_bytes = dev_copies.as<char>();
+  std::latch ready(3), start(1);
+  RepeatedWork h2d([&] { copy_pass(*h2d_stream, dev_bytes, host_bytes, copy_bytes); }, ready,
+                   start);
+  RepeatedWork d2h(
+      [&] { copy_pass(*d2h_stream, host_bytes + copy_bytes, dev_bytes + copy_bytes, copy_bytes); },
+      ready, start);
+  RepeatedWork compute([&] { device_pass(*compute_stream); }, ready, start);
+  ready.wait();
+  start.count_down();
+  constexpr int kOthersRepetitions = 3;
+  constexpr double kMaxSeconds = 10;
+  int passes = 0;
+  Stopwatch watch;
+  const auto others_running = [&] { return !h2d.failed() && !d2h.failed() && !compute.failed(); };
+  while (others_running() &&
+         (passes < kPasses ||
+          std::min({h2d.done(), d2h.done(), compute.done()}) < kOthersRepetitions) &&
+         watch.seconds() < kMaxSeconds) {
+    cpu_pass();
+    passes++;
+  }
+  const double cpu_seconds = watch.seconds();
+  rates.shared.h2d_bytes_per_s = h2d.rate(static_cast<double>(copy_bytes));
+  rates.shared.d2h_bytes_per_s = d2h.rate(static_cast<double>(copy_bytes));
+  rates.shared.device_params_per_s = compute.rate(static_cast<double>(n));
+  rates.shared.cpu_params_per_s = passes * static_cast<double>(n) / cpu_seconds;
+  // A kind of work that never finished a repetition beside the CPU (a slow link within
+  // the time limit) is taken at its rate alone: the model then assumes no sharing for it.
+  if (rates.shared.h2d_bytes_per_s == 0) rates.shared.h2d_bytes_per_s = rates.h2d_bytes_per_s;
+  if (rates.shared.d2h_bytes_per_s == 0) rates.shared.d2h_bytes_per_s = rates.d2h_bytes_per_s;
+  if (rates.shared.device_params_per_s == 0)
+    rates.shared.device_params_per_s = rates.device_params_per_s;
   return rates;
 }
 
@@ -85,24 +191,81 @@ UpdateRates calibrate_update_rates(Device& device, ThreadPool& pool, size_t samp
   return calibrate_update_rates(device, adamw, sample_params);
 }
 
-UpdatePrediction predict_update(const OffloadPlan& plan, const UpdateRates& rates) {
+UpdateRates UpdateRates::while_shared() const {
+  if (!shared.measured()) return *this;
+  UpdateRates r = *this;
+  r.cpu_params_per_s = shared.cpu_params_per_s;
+  r.device_params_per_s = shared.device_params_per_s;
+  r.h2d_bytes_per_s = shared.h2d_bytes_per_s;
+  r.d2h_bytes_per_s = shared.d2h_bytes_per_s;
+  return r;
+}
+
+namespace {
+
+// Each lane's time alone at `rates` (see the top of perf_model.h).
+UpdatePrediction lane_times(const OffloadPlan& plan, const UpdateRates& rates) {
   const double host = static_cast<double>(plan.params_at(UpdateSite::kHost));
   const double resident = static_cast<double>(plan.params_at(UpdateSite::kDeviceResident));
   const double staged = static_cast<double>(plan.params_at(UpdateSite::kDeviceStaged));
+  const auto state = static_cast<double>(rates.state_bytes_per_param);
+  const auto working = static_cast<double>(rates.working_bytes_per_param);
+  double last_host = 0, largest_staged = 0;
+  for (const Subgroup& s : plan.subgroups) {
+    if (s.site == UpdateSite::kHost) last_host = static_cast<double>(s.size());
+    if (s.site == UpdateSite::kDeviceStaged)
+      largest_staged = std::max(largest_staged, static_cast<double>(s.size()));
+  }
   UpdatePrediction p;
-  p.host_seconds = host / rates.cpu_params_per_s;
-  const auto state_bytes = static_cast<double>(rates.state_bytes_per_param);
-  p.h2d_seconds = (host * sizeof(float) + staged * state_bytes) / rates.h2d_bytes_per_s;
-  p.d2h_seconds = (host * sizeof(float) + staged * state_bytes) / rates.d2h_bytes_per_s;
+  if (host > 0)
+    p.host_seconds = host / rates.cpu_params_per_s + last_host * working / rates.h2d_bytes_per_s;
+  p.h2d_seconds = (host * working + staged * state) / rates.h2d_bytes_per_s;
+  p.d2h_seconds = staged * state / rates.d2h_bytes_per_s;
   p.compute_seconds = (resident + staged) / rates.device_params_per_s;
-  if (plan.settings.staging_buffers >= 2 || staged == 0) {
-    p.device_seconds = std::max({p.h2d_seconds, p.d2h_seconds, p.compute_seconds});
+  if (staged == 0) {
+    p.device_seconds = std::max(p.h2d_seconds, p.compute_seconds);
+  } else if (plan.settings.staging_buffers >= 2) {
+    // A pipeline: its slowest stage throughout, and the other stages of one subgroup to
+    // fill and drain it.
+    const double in = largest_staged * state / rates.h2d_bytes_per_s;
+    const double out = largest_staged * state / rates.d2h_bytes_per_s;
+    const double update = largest_staged / rates.device_params_per_s;
+    const double slowest = std::max({p.h2d_seconds, p.d2h_seconds, p.compute_seconds});
+    const double fill = in + out + update -
+                        (slowest == p.h2d_seconds   ? in
+                         : slowest == p.d2h_seconds ? out
+                                                    : update);
+    p.device_seconds = slowest + fill;
   } else {
     // One staging buffer: prefetch, update and write-back of staged subgroups serialise.
-    p.device_seconds = staged * state_bytes / rates.h2d_bytes_per_s +
-                       staged * state_bytes / rates.d2h_bytes_per_s + p.compute_seconds;
+    p.device_seconds = p.h2d_seconds + p.d2h_seconds + p.compute_seconds;
   }
-  p.seconds = std::max(p.host_seconds, p.device_seconds);
+  return p;
+}
+
+}  // namespace
+
+std::string UpdatePrediction::to_text() const {
+  std::string text = cat("predicted update time: ", seconds * 1e3, " ms (CPU ", host_seconds * 1e3,
+                         " ms, device ", device_seconds * 1e3, " ms alone");
+  if (overlap_seconds > 0) text += cat("; both at once for ", overlap_seconds * 1e3, " ms");
+  return text + ")";
+}
+
+UpdatePrediction predict_update(const OffloadPlan& plan, const UpdateRates& rates) {
+  UpdatePrediction p = lane_times(plan, rates);
+  const UpdatePrediction shared = lane_times(plan, rates.while_shared());
+  const double H = p.host_seconds, D = p.device_seconds;
+  const double Hs = shared.host_seconds, Ds = shared.device_seconds;
+  if (H == 0 || D == 0) {
+    p.seconds = std::max(H, D);
+  } else if (Hs <= Ds) {
+    p.overlap_seconds = Hs;
+    p.seconds = Hs + (1 - Hs / Ds) * D;
+  } else {
+    p.overlap_seconds = Ds;
+    p.seconds = Ds + (1 - Ds / Hs) * H;
+  }
   return p;
 }
 

@@ -2,13 +2,21 @@
 // predicted time of a plan, and the `auto` schedule that picks the plan with the
 // smallest predicted time that fits in device memory.
 //
-// Per parameter, a CPU update costs 1 / cpu rate; a staged device update moves the rule's
-// state each way (AdamW: 12 bytes, fp32 params, m, v) and costs 1 / device rate; a resident device
-// update costs only 1 / device rate. CPU-updated subgroups also move their gradients device-to-host
-// and their new working parameters host-to-device (4 bytes each way). The CPU and the device work
-// concurrently, and with two or more staging buffers the prefetch, update and write-back of
-// consecutive staged subgroups pipeline, so
-//   time = max(host time, max(h2d time, d2h time, device compute time)).
+// Two lanes work at once. The host lane: the CPU updates the host subgroups, each one's new
+// working parameters going back host-to-device behind it (the last one's copy is the lane's
+// tail). The device lane: staged subgroups are prefetched (the rule's state, AdamW's 12 bytes
+// per parameter), updated and written back, and resident ones updated, pipelined over the
+// staging buffers (one buffer: one after another), with the host subgroups' working
+// parameters on the same host-to-device link. The gradients of host subgroups move during
+// backward, not in the update.
+//
+// The lanes share the host's memory bandwidth (the CPU's AdamW streams it; so does every
+// PCIe copy) and, on the cpu device, its cores: while both run, each runs at the rates
+// measured with everything running at once; once one lane is done, the other goes on at its
+// rates alone. So, with each lane's time alone (H, D) and at the shared rates (H', D'):
+//   H' <= D':  time = H' + (1 - H'/D') D      (the device lane did H'/D' of its work)
+//   H' >  D':  time = D' + (1 - D'/H') H
+// Without shared rates (or with one lane empty) this is max(H, D).
 #pragma once
 
 #include <cstddef>
@@ -22,16 +30,34 @@
 
 namespace tandem {
 
+// The rates of the update's four kinds of work while all of them run at once.
+struct SharedRates {
+  double cpu_params_per_s = 0;
+  double device_params_per_s = 0;
+  double h2d_bytes_per_s = 0;
+  double d2h_bytes_per_s = 0;
+  bool measured() const { return cpu_params_per_s > 0; }
+};
+
 struct UpdateRates {
   double cpu_params_per_s = 0;        // the rule's CPU kernel on the whole thread pool
   double device_params_per_s = 0;     // the rule's device kernel
   size_t state_bytes_per_param = 12;  // the rule's state (AdamW: fp32 params, m, v)
   double h2d_bytes_per_s = 0;         // pinned host -> device
   double d2h_bytes_per_s = 0;         // device -> pinned host
+  // A host subgroup's new working parameters, host-to-device (fp32 4, bf16 or fp16 2).
+  size_t working_bytes_per_param = 4;
+  // The same rates with the CPU update, both copies and the device update running at once;
+  // unmeasured (zero): the rates alone.
+  SharedRates shared = {};
+  // The rates of a lane while the other lane works too.
+  UpdateRates while_shared() const;
   std::string to_text() const;
 };
 
-// Measures the rates of `rule` with `sample_params` parameters (best of a few passes).
+// Measures the rates of `rule` with `sample_params` parameters: each kind of work alone (best
+// of a few passes), then all four at once (SharedRates: each on a thread of its own, the
+// CPU's passes timed while the copies and device updates repeat around them).
 UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t sample_params);
 // The same for AdamW, its CPU kernel on `pool`.
 UpdateRates calibrate_update_rates(Device& device, ThreadPool& pool, size_t sample_params);
@@ -43,8 +69,14 @@ AdamWArrays fill_adamw_timing_state(Device& device, Stream& stream, float* state
 
 struct UpdatePrediction {
   double seconds = 0;
+  // Each lane alone: the host's (the CPU updates and the last working copy) and the
+  // device's (pipelined copies and updates), and the device lane's parts.
   double host_seconds = 0, device_seconds = 0;
   double h2d_seconds = 0, d2h_seconds = 0, compute_seconds = 0;
+  // How long both lanes ran at once (at the shared rates).
+  double overlap_seconds = 0;
+  // "predicted update time: 12.3 ms (CPU 10.1 ms, device 8.2 ms alone; both at once for 7.9 ms)"
+  std::string to_text() const;
 };
 UpdatePrediction predict_update(const OffloadPlan& plan, const UpdateRates& rates);
 

@@ -151,6 +151,7 @@ TrainingMemoryPlan plan_memory(const TrainConfig& config, DeviceKind kind, size_
 void finish_plan(TrainingMemoryPlan& plan, const TrainConfig& config, DeviceKind kind,
                  ParamRange state_range, const UpdateRates& rates) {
   plan.rates = rates;
+  plan.rates.working_bytes_per_param = plan.model_elem_bytes;
   if (config.offload.schedule == UpdateSchedule::kAuto) {
     const size_t taken = plan.activation_bytes + plan.model_bytes + plan.zero_buffer_bytes;
     plan.offload = make_auto_plan(config.offload, plan.num_params, state_range, plan.rates,
@@ -283,14 +284,9 @@ std::string TrainingMemoryPlan::to_text() const {
            cat(gpu_assumed->cpu_params_per_s == 0 ? "measured: " : "assumed: ", "CPU update ",
                rates.cpu_params_per_s / 1e9, " G params/s",
                gpu_assumed->cpu_params_per_s == 0 ? " on this machine" : "",
-               "; assumed (no GPU here): ", gpu_assumed->to_text(), "\n",
-               "predicted update time: ", prediction.seconds * 1e3, " ms (CPU ",
-               prediction.host_seconds * 1e3, " ms, device ", prediction.device_seconds * 1e3,
-               " ms)\n");
-  return text + cat("measured: ", rates.to_text(), "\n",
-                    "predicted update time: ", prediction.seconds * 1e3, " ms (CPU ",
-                    prediction.host_seconds * 1e3, " ms, device ", prediction.device_seconds * 1e3,
-                    " ms)\n");
+               "; assumed (no GPU here): ", gpu_assumed->to_text(), "\n", prediction.to_text(),
+               "\n");
+  return text + cat("measured: ", rates.to_text(), "\n", prediction.to_text(), "\n");
 }
 
 std::string AssumedGpu::to_text() const {

@@ -356,6 +356,8 @@ class Trainer {
     result.steps_done = step_;
     result.state_digest = state_digest();
     result.peak_live_parameters = data_parallel_.peak_live_parameters();
+    result.plan = plan_;
+    result.device_bytes_in_use = device_->device_in_use();
     metrics.write({{"step", step_},
                    {"state_digest", result.state_digest},
                    {"peak_live_parameters", result.peak_live_parameters},

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/train/memory_plan.h"
 #include "tandem/train/train_config.h"
 
 namespace tandem {
@@ -97,6 +98,11 @@ struct TrainResult {
   // ZeRO stage 3: the most gathered parameters this rank held at once (at most
   // zero_optimization.stage3_max_live_parameters); 0 below stage 3.
   size_t peak_live_parameters = 0;
+  // What this rank trained under: the update plan, its bytes per tier, the measured rates
+  // and the predicted update time.
+  TrainingMemoryPlan plan;
+  // Device memory this rank's run held at the end (all of it is allocated up front).
+  size_t device_bytes_in_use = 0;
 };
 
 // One process, world size 1.

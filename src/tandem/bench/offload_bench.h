@@ -1,0 +1,65 @@
+// `tandem bench offload`: one config trained under several update schedules in one process
+// (cpu, interleave, auto, device, ...), each from the same initialisation on the same
+// batches, measured side by side: tokens/s, forward / backward / update ms, the performance
+// model's predicted update time against the measured one, the memory each tier holds, the
+// losses and the state digest, which must be the same for every schedule (they compute the
+// same bits). A schedule whose plan does not fit the device is reported, not run.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tandem/offload/offload_plan.h"
+#include "tandem/train/train_config.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem {
+
+// Medians of a run's steps after the first `warmup` (robust to a noisy neighbour).
+struct StepMedians {
+  double tokens_per_s = 0, ms = 0, forward_ms = 0, backward_ms = 0, update_ms = 0;
+};
+StepMedians step_medians(const TrainResult& result, int warmup);
+
+struct OffloadBenchOptions {
+  TrainConfig config;  // train.steps, eval and samples are set by the bench
+  std::vector<UpdateSchedule> schedules = {UpdateSchedule::kCpu, UpdateSchedule::kInterleave,
+                                           UpdateSchedule::kAuto};
+  int steps = 10;  // timed steps per schedule
+  int warmup = 3;  // steps run first and not timed
+  // Told of each schedule before it runs; may be empty.
+  std::function<void(const std::string&)> progress;
+};
+
+struct OffloadBenchCase {
+  UpdateSchedule schedule = UpdateSchedule::kCpu;
+  std::string error;  // why it did not run (its plan does not fit); empty when it ran
+  StepMedians medians;
+  double predicted_update_ms = 0;
+  TrainingMemoryPlan plan;
+  size_t device_bytes_in_use = 0;
+  std::string state_digest;
+  std::vector<double> losses;
+};
+
+struct OffloadBenchResult {
+  std::vector<OffloadBenchCase> cases;
+  size_t params = 0;
+  int batch = 0, seq_len = 0, timed_steps = 0;
+  std::string device;
+  size_t schedules_run() const;
+  // Every schedule that ran ended with the same state digest.
+  bool digests_agree() const;
+  // auto's measured update time over the fastest fixed schedule's that ran (0: either is
+  // missing).
+  double auto_to_best_fixed_update() const;
+  std::string to_text() const;
+  nlohmann::json to_json() const;
+};
+
+OffloadBenchResult run_offload_bench(const OffloadBenchOptions& options);
+
+}  // namespace tandem

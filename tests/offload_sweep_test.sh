@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The offload sweep's pieces that run without a GPU: `tandem bench offload` trains a small
+# Llama under the device, cpu, interleave and auto schedules on the cpu device (one state
+# digest, a predicted update time for each), bench/offload_sweep_summary.py sets its JSON
+# beside DeepSpeed results of bench/deepspeed_offload_train.py's format (made up here: no GPU)
+# and prints the ratios, and fails on a loss that does not descend or digests that differ;
+# bench/gpu_offload_sweep.sh refuses an unknown part.
+set -euo pipefail
+source_dir="$1"
+tandem="$2"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cd "$source_dir"
+fail() {
+  echo "FAILED: $*"
+  exit 1
+}
+
+mkdir -p "$work/results"
+"$tandem" bench offload --config configs/llama-shakespeare.json \
+  --set zero_optimization.sub_group_size=40000 --set device.memory_gb=0.03 \
+  --set train_micro_batch_size_per_gpu=4 --set train.seq_len=64 \
+  --schedules device,cpu,interleave,auto --steps 3 --warmup 1 --json \
+  >"$work/results/tandem-llama-shakespeare.json" 2>"$work/bench.log" ||
+  fail "tandem bench offload: $(cat "$work/bench.log")"
+python3 - "$work/results/tandem-llama-shakespeare.json" <<'PY' || fail "bench offload's JSON"
+import json, sys
+r = json.load(open(sys.argv[1]))
+runs = {x["schedule"]: x for x in r["runs"]}
+assert list(runs) == ["device", "cpu", "interleave", "auto"], list(runs)
+assert r["digests_agree"] and len({x["state_digest"] for x in runs.values()}) == 1, r
+for x in runs.values():
+    assert x["predicted_update_ms"] > 0 and x["update_ms"] > 0, x
+    assert len(x["losses"]) == 4 and x["pinned_host_bytes"] >= 0, x
+assert runs["cpu"]["host_subgroups"] > 0 and runs["cpu"]["resident_subgroups"] == 0
+assert runs["interleave"]["staged_subgroups"] > 0
+assert runs["device"]["host_subgroups"] == 0 and runs["device"]["pinned_host_bytes"] < runs["cpu"]["pinned_host_bytes"]
+PY
+
+# DeepSpeed's side, as bench/deepspeed_offload_train.py prints it: auto at 2.5x ZeRO-3 and 2x
+# ZeRO-Offload's tokens/s.
+auto_tokens=$(python3 -c 'import json, sys; print(next(x["tokens_per_s"] for x in json.load(open(sys.argv[1]))["runs"] if x["schedule"] == "auto"))' \
+  "$work/results/tandem-llama-shakespeare.json")
+for stage in 2 3; do
+  python3 - "$work/results/deepspeed-llama-shakespeare-$stage.json" "$stage" "$auto_tokens" <<'PY'
+import json, sys
+path, stage, auto = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+json.dump({"framework": "deepspeed", "deepspeed": "0.19.0", "zero_stage": stage, "offload": "cpu",
+           "config": "configs/llama-shakespeare.json", "tokens_per_s": auto / (2.0 if stage == 2 else 2.5),
+           "forward_ms": 1.0, "backward_ms": 2.0, "update_ms": 3.0, "peak_gpu_bytes": 1 << 30,
+           "pinned_host_bytes": 1 << 31, "losses": [5.5, 5.0, 4.5]}, open(path, "w"))
+PY
+done
+python3 bench/offload_sweep_summary.py "$work/results" >"$work/summary.txt" ||
+  fail "the summary of good results failed: $(cat "$work/summary.txt")"
+for expected in "tandem auto / DeepSpeed ZeRO-3 offload tokens/s: 2.50 (goal >= 2.5: met)" \
+  "tandem auto / DeepSpeed ZeRO-Offload tokens/s: 2.00 (goal >= 2.0: met)" \
+  "state digests: one for every schedule" "predicted / measured update" \
+  "DeepSpeed ZeRO-Offload" "tandem interleave"; do
+  grep -qF "$expected" "$work/summary.txt" || fail "the summary lacks '$expected': $(cat "$work/summary.txt")"
+done
+
+# A loss that does not descend, and schedules that disagree, fail the summary.
+python3 - "$work/results/deepspeed-llama-shakespeare-3.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); r["losses"] = [5.0, 5.0, 5.1]; json.dump(r, open(sys.argv[1], "w"))
+PY
+if python3 bench/offload_sweep_summary.py "$work/results" >"$work/summary.txt"; then
+  fail "a DeepSpeed loss that does not descend passed"
+fi
+grep -qF "FAIL: llama-shakespeare: DeepSpeed ZeRO-3 offload's loss does not descend" "$work/summary.txt" ||
+  fail "no reason given: $(cat "$work/summary.txt")"
+rm "$work/results/deepspeed-llama-shakespeare-3.json"
+python3 - "$work/results/tandem-llama-shakespeare.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); r["runs"][1]["state_digest"] = "0"; r["digests_agree"] = False
+json.dump(r, open(sys.argv[1], "w"))
+PY
+if python3 bench/offload_sweep_summary.py "$work/results" >"$work/summary.txt"; then
+  fail "digests that differ passed"
+fi
+grep -qF "different state digests" "$work/summary.txt" || fail "no reason given: $(cat "$work/summary.txt")"
+
+# Bad input: a clear refusal.
+if "$tandem" bench offload --config configs/llama-shakespeare.json --set device.memory_gb=0.001 \
+  --schedules cpu,interleave >"$work/out.txt" 2>&1; then
+  fail "bench offload succeeded with no schedule that fits"
+fi
+grep -qF "no schedule fits the device" "$work/out.txt" || fail "unclear refusal: $(cat "$work/out.txt")"
+if bash bench/gpu_offload_sweep.sh nonsense >"$work/out.txt" 2>&1; then fail "an unknown part ran"; fi
+grep -qF "unknown part 'nonsense'" "$work/out.txt" || fail "unclear refusal: $(cat "$work/out.txt")"
+if python3 bench/offload_sweep_summary.py "$work/nowhere" >"$work/out.txt" 2>&1; then
+  fail "a missing directory was accepted"
+fi
+grep -qF "no directory" "$work/out.txt" || fail "unclear refusal: $(cat "$work/out.txt")"
+echo "PASSED"
