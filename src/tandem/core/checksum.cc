@@ -12,6 +12,24 @@ namespace tandem {
 
 uint64_t checksum64(const void* data, size_t bytes) { return XXH3_64bits(data, bytes); }
 
+struct Checksum64Stream::State {
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> xxh3{XXH3_createState(),
+                                                                &XXH3_freeState};
+};
+
+Checksum64Stream::Checksum64Stream() : state_(std::make_unique<State>()) {
+  TANDEM_CHECK(state_->xxh3 != nullptr, "out of memory creating a checksum state");
+  XXH3_64bits_reset(state_->xxh3.get());
+}
+
+Checksum64Stream::~Checksum64Stream() = default;
+
+void Checksum64Stream::update(const void* data, size_t bytes) {
+  XXH3_64bits_update(state_->xxh3.get(), data, bytes);
+}
+
+uint64_t Checksum64Stream::digest() const { return XXH3_64bits_digest(state_->xxh3.get()); }
+
 uint64_t checksum64_file(const std::filesystem::path& path) {
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
                                                                  &XXH3_freeState);

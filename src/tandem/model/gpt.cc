@@ -7,7 +7,6 @@
 #include <type_traits>
 
 #include "tandem/core/error.h"
-#include "tandem/core/rng.h"
 
 namespace tandem {
 
@@ -139,23 +138,14 @@ Gpt::LayerActs<Elem> Gpt::layer_acts(int l) const {
           residual3_.as<Elem>() + row * C};
 }
 
-std::vector<float> Gpt::initial_params(uint64_t seed) const {
-  Rng rng(seed);
-  std::vector<float> host(layout().num_elements(), 0.0f);
+Model::TensorInit Gpt::tensor_init(const ParamView& view) const {
+  const bool is_layernorm_weight =
+      view.name.find(".ln_") != std::string::npos && view.name.ends_with(".weight");
+  if (is_layernorm_weight) return {.kind = TensorInit::Kind::kOnes};
+  if (view.shape.size() != 2) return {.kind = TensorInit::Kind::kZeros};  // biases
+  const bool residual_projection = view.name.ends_with("c_proj.weight");
   const float residual_std = 0.02f / std::sqrt(2.0f * config().n_layer);
-  for (const ParamView& view : layout().views()) {
-    float* p = host.data() + view.offset;
-    const bool is_layernorm_weight =
-        view.name.find(".ln_") != std::string::npos && view.name.ends_with(".weight");
-    if (is_layernorm_weight) {
-      for (size_t i = 0; i < view.numel; i++) p[i] = 1.0f;
-    } else if (view.shape.size() == 2) {
-      const bool residual_projection = view.name.ends_with("c_proj.weight");
-      const float std = residual_projection ? residual_std : 0.02f;
-      for (size_t i = 0; i < view.numel; i++) p[i] = std * rng.normal();
-    }  // biases stay 0
-  }
-  return host;
+  return {.kind = TensorInit::Kind::kNormal, .std = residual_projection ? residual_std : 0.02f};
 }
 
 float Gpt::forward_pass(int B, int T, bool with_targets) {

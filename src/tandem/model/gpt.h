@@ -31,7 +31,7 @@ class Gpt final : public Model {
 
   // GPT-2 initialisation from a seed: weights N(0, 0.02), residual projections
   // (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm weights 1.
-  std::vector<float> initial_params(uint64_t seed) const override;
+  TensorInit tensor_init(const ParamView& view) const override;
 
  private:
   template <typename Elem>

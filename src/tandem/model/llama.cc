@@ -4,7 +4,6 @@
 #include <limits>
 
 #include "tandem/core/error.h"
-#include "tandem/core/rng.h"
 
 namespace tandem {
 
@@ -132,18 +131,9 @@ size_t Llama::activation_bytes(const ModelConfig& config, int max_batch, int max
          (L * per_layer_floats + once_floats) * sizeof(float) + head_bytes(config, BT, dtype);
 }
 
-std::vector<float> Llama::initial_params(uint64_t seed) const {
-  Rng rng(seed);
-  std::vector<float> host(layout().num_elements(), 0.0f);
-  for (const ParamView& view : layout().views()) {
-    float* p = host.data() + view.offset;
-    if (view.shape.size() == 1) {  // an RMSNorm weight
-      for (size_t i = 0; i < view.numel; i++) p[i] = 1.0f;
-    } else {
-      for (size_t i = 0; i < view.numel; i++) p[i] = 0.02f * rng.normal();
-    }
-  }
-  return host;
+Model::TensorInit Llama::tensor_init(const ParamView& view) const {
+  if (view.shape.size() == 1) return {.kind = TensorInit::Kind::kOnes};  // an RMSNorm weight
+  return {.kind = TensorInit::Kind::kNormal, .std = 0.02f};
 }
 
 template <typename Elem>

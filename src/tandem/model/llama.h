@@ -35,7 +35,7 @@ class Llama final : public Model {
                                  StorageDType dtype = StorageDType::kF32);
 
   // Hugging Face's initialisation: every weight matrix N(0, 0.02), RMSNorm weights 1.
-  std::vector<float> initial_params(uint64_t seed) const override;
+  TensorInit tensor_init(const ParamView& view) const override;
 
  private:
   // A layer's tensors: the two norms' weights, the fused qkv, o, the fused gate/up, down.

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "tandem/core/error.h"
+#include "tandem/core/rng.h"
 
 namespace tandem {
 
@@ -113,6 +114,49 @@ std::vector<float> Model::download(const void* src, size_t n) const {
   backend_.copy_to_host(stored.data(), src, n * sizeof(Bf16));
   for (size_t i = 0; i < n; i++) host[i] = to_float(stored[i]);
   return host;
+}
+
+std::vector<float> Model::initial_params(uint64_t seed) const {
+  std::vector<float> params(layout().num_elements());
+  initial_params(seed, ParamRange{0, params.size()}, params.data());
+  return params;
+}
+
+void Model::initial_params(uint64_t seed, ParamRange range, float* out) const {
+  // The chunks of normals that overlap the range, as (tensor, chunk) pairs.
+  struct Chunk {
+    size_t tensor, index;
+  };
+  const std::vector<ParamView>& views = layout().views();
+  std::vector<Chunk> chunks;
+  for (size_t t = 0; t < views.size(); t++) {
+    const ParamView& view = views[t];
+    const size_t begin = std::max(range.begin, view.offset);
+    const size_t end = std::min(range.end, view.offset + view.numel);
+    if (begin >= end) continue;
+    const TensorInit init = tensor_init(view);
+    if (init.kind != TensorInit::Kind::kNormal) {
+      std::fill(out + (begin - range.begin), out + (end - range.begin),
+                init.kind == TensorInit::Kind::kOnes ? 1.0f : 0.0f);
+      continue;
+    }
+    for (size_t c = (begin - view.offset) / kInitChunk; c * kInitChunk < end - view.offset; c++)
+      chunks.push_back({t, c});
+  }
+  // A chunk's stream: SplitMix64 expands (seed, tensor, chunk) into unrelated states.
+  const uint64_t seed_key = Rng(seed).next_u64();
+#pragma omp parallel for schedule(dynamic)
+  for (size_t i = 0; i < chunks.size(); i++) {
+    const ParamView& view = views[chunks[i].tensor];
+    const float std = tensor_init(view).std;
+    Rng rng(seed_key ^ (static_cast<uint64_t>(chunks[i].tensor) << 40) ^ chunks[i].index);
+    const size_t first = view.offset + chunks[i].index * kInitChunk;
+    const size_t last = std::min(first + kInitChunk, view.offset + view.numel);
+    for (size_t at = first; at < std::min(last, range.end); at++) {
+      const float value = std * rng.normal();
+      if (at >= range.begin) out[at - range.begin] = value;
+    }
+  }
 }
 
 void Model::set_params(const std::vector<float>& host_params) {

@@ -85,7 +85,20 @@ class Model {
   void init_weights(uint64_t seed) { set_params(initial_params(seed)); }
   // The same weights in fp32 on the host, without touching the model's (the fp32 master
   // copy when the model stores bf16).
-  virtual std::vector<float> initial_params(uint64_t seed) const = 0;
+  std::vector<float> initial_params(uint64_t seed) const;
+  // Those of [range.begin, range.end) alone, into out[0, range.size()): the values the
+  // whole would have there. A tensor's normals come in chunks of kInitChunk elements, each
+  // from a stream of its own (seed, tensor, chunk), so any range is made without the rest,
+  // in parallel, with the same values for any thread count: a model whose weights fill host
+  // memory is initialised piece by piece (UpdateEngine::load_state).
+  static constexpr size_t kInitChunk = size_t{1} << 16;
+  void initial_params(uint64_t seed, ParamRange range, float* out) const;
+  // How a family starts one of its tensors.
+  struct TensorInit {
+    enum class Kind { kZeros, kOnes, kNormal } kind = Kind::kZeros;
+    float std = 0;  // kNormal: N(0, std^2)
+  };
+  virtual TensorInit tensor_init(const ParamView& view) const = 0;
   void set_params(const std::vector<float>& host_params);
   std::vector<float> params_to_host() const;
   std::vector<float> grads_to_host() const;

@@ -261,33 +261,60 @@ void UpdateEngine::synchronize_all() {
 }
 
 void UpdateEngine::load_state(std::span<const float* const> arrays, int64_t step) {
-  TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
   TANDEM_CHECK(arrays.size() == state_floats_, "load_state: ", arrays.size(),
                " state arrays for the ", rule_->name(), " rule, which keeps ", state_floats_);
+  load_state([&](size_t k, ParamRange range,
+                 float* out) { std::copy(arrays[k] + range.begin, arrays[k] + range.end, out); },
+             step);
+}
+
+void UpdateEngine::load_state(const StateFill& fill, int64_t step) {
+  TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
   finish_capture();
-  const float* params = arrays[0];
   const auto stream = device_.create_stream("load_state");
   // The working parameters may still be being zeroed on the model's stream (a new model's
   // buffers are), or read by the last forward.
   wait_for_producer({stream.get()});
-  for (auto& sg : subgroups_) {
-    const size_t b = sg->range.begin, bytes = sg->size() * sizeof(float);
-    for (size_t k = 0; k < state_floats_; k++)
-      device_.copy_async(sg->array(k), arrays[k] + b, bytes, *stream);
-  }
+  std::vector<float> piece(std::min(kPieceFloats, std::max<size_t>(working_range().size(), 1)));
+  std::vector<uint16_t> piece16(is_16_bit(buffers_.working_dtype) ? piece.size() : 0);
+  // The fp32 params, each piece once: into the working copy (every parameter it holds,
+  // which covers the plan's partition) and into the state of the subgroups it overlaps.
   const ParamRange held = working_range();
-  std::vector<uint16_t> working16;
-  const void* working = params + held.begin;
-  if (is_16_bit(buffers_.working_dtype)) {
-    working16.resize(held.size());
-    for (size_t i = 0; i < held.size(); i++) {
-      const float p = params[held.begin + i];
-      working16[i] =
-          buffers_.working_dtype == WorkingDType::kBF16 ? float_to_bf16(p) : float_to_fp16(p);
+  size_t next = 0;  // the first subgroup that may overlap the piece
+  for (size_t begin = held.begin; begin < held.end; begin += piece.size()) {
+    const ParamRange range{begin, std::min(begin + piece.size(), held.end)};
+    fill(0, range, piece.data());
+    const void* working = piece.data();
+    if (is_16_bit(buffers_.working_dtype)) {
+      const bool bf16 = buffers_.working_dtype == WorkingDType::kBF16;
+#pragma omp parallel for
+      for (size_t i = 0; i < range.size(); i++)
+        piece16[i] = bf16 ? float_to_bf16(piece[i]) : float_to_fp16(piece[i]);
+      working = piece16.data();
     }
-    working = working16.data();
+    device_.copy_async(working_at(range.begin), working, range.size() * working_bytes(), *stream);
+    while (next < subgroups_.size() && subgroups_[next]->range.end <= range.begin) next++;
+    for (size_t g = next; g < subgroups_.size() && subgroups_[g]->range.begin < range.end; g++) {
+      const SubgroupState& sg = *subgroups_[g];
+      const size_t b = std::max(range.begin, sg.range.begin);
+      const size_t e = std::min(range.end, sg.range.end);
+      device_.copy_async(sg.params() + (b - sg.range.begin), piece.data() + (b - range.begin),
+                         (e - b) * sizeof(float), *stream);
+    }
+    stream->synchronize();  // the piece is reused
   }
-  device_.copy_async(buffers_.working_params, working, held.size() * working_bytes(), *stream);
+  // The rule's other arrays, subgroup by subgroup.
+  for (size_t k = 1; k < state_floats_; k++) {
+    for (auto& sg : subgroups_) {
+      for (size_t b = sg->range.begin; b < sg->range.end; b += piece.size()) {
+        const ParamRange range{b, std::min(b + piece.size(), sg->range.end)};
+        fill(k, range, piece.data());
+        device_.copy_async(sg->array(k) + (b - sg->range.begin), piece.data(),
+                           range.size() * sizeof(float), *stream);
+        stream->synchronize();
+      }
+    }
+  }
   release_to_producer({stream.get()});
   stream->synchronize();
   step_ = step;
@@ -305,6 +332,22 @@ void UpdateEngine::read_state(std::span<float* const> arrays) {
       device_.copy_async(arrays[k] + b, sg->array(k), bytes, *stream);
   }
   stream->synchronize();
+}
+
+void UpdateEngine::read_state(const StateSink& sink) {
+  const auto stream = device_.create_stream("read_state");
+  std::vector<float> piece(kPieceFloats);
+  for (size_t k = 0; k < state_floats_; k++) {
+    for (auto& sg : subgroups_) {
+      for (size_t b = sg->range.begin; b < sg->range.end; b += piece.size()) {
+        const ParamRange range{b, std::min(b + piece.size(), sg->range.end)};
+        device_.copy_async(piece.data(), sg->array(k) + (b - sg->range.begin),
+                           range.size() * sizeof(float), *stream);
+        stream->synchronize();
+        sink(k, range, piece.data());
+      }
+    }
+  }
 }
 
 std::vector<UpdateEngine::SubgroupState*> UpdateEngine::update_order() const {

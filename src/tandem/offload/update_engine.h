@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
@@ -96,6 +97,17 @@ class UpdateEngine {
   // Copies the state arrays out into host arrays in flat layout order (also after a failed
   // step, to inspect what each subgroup holds).
   void read_state(std::span<float* const> arrays);
+  // The same from `fill`, which writes state array k (0: the fp32 params) over `range` into
+  // out[0, range.size()), asked piece by piece (at most kPieceFloats at a time, through one
+  // host buffer): a model's state need never be in host memory twice. Every array is asked
+  // for the plan's partition, the params for all that DeviceBuffers::working_range holds.
+  static constexpr size_t kPieceFloats = size_t{1} << 22;
+  using StateFill = std::function<void(size_t k, ParamRange range, float* out)>;
+  void load_state(const StateFill& fill, int64_t step);
+  // The state piece by piece: sink(k, range, values) for array k, the plan's partition in
+  // flat order, one array after the other.
+  using StateSink = std::function<void(size_t k, ParamRange range, const float* values)>;
+  void read_state(const StateSink& sink);
   // AdamW's three arrays.
   void load_state(const float* params, const float* m, const float* v, int64_t step) {
     const float* arrays[] = {params, m, v};

@@ -441,16 +441,24 @@ class Trainer {
                  ", or start afresh in another directory with --set train.output_dir=DIR");
     TANDEM_CHECK(all_fresh, "rank 0 refused to start (its error says why)");
     // The engine holds the fp32 master weights and writes the model's working copy; the
-    // optimizer's own state starts at zero.
-    // The seed's initialisation, or a Hugging Face model's weights (fine-tuning).
-    const std::vector<float> params =
+    // optimizer's own state starts at zero. The seed's initialisation is made piece by
+    // piece as the engine loads it (never the whole model in host memory: a 7B model's
+    // would be 27 GB beside its pinned state); a Hugging Face model's weights are read whole.
+    const std::vector<float> weights =
         config_.train.init_from.empty()
-            ? model_.initial_params(config_.train.seed)
+            ? std::vector<float>()
             : read_init_weights(config_.train.init_from, config_.model, model_.layout());
-    const std::vector<float> zeros(params.size(), 0.0f);
-    std::vector<const float*> arrays(engine_.rule().state_floats(), zeros.data());
-    arrays[0] = params.data();
-    engine_.load_state(arrays, 0);
+    engine_.load_state(
+        [&](size_t k, ParamRange range, float* out) {
+          if (k > 0)
+            std::fill(out, out + range.size(), 0.0f);
+          else if (weights.empty())
+            model_.initial_params(config_.train.seed, range, out);
+          else
+            std::copy(weights.begin() + static_cast<ptrdiff_t>(range.begin),
+                      weights.begin() + static_cast<ptrdiff_t>(range.end), out);
+        },
+        0);
     data_parallel_.parameters_loaded();
     progress_.note(
         cat("tandem: training ", model_family(config_.model.type).hf_architecture, " (",
@@ -533,6 +541,15 @@ class Trainer {
   // each rank keeps of its own, every rank's in rank order): equal digests mean
   // bit-identical optimizer state. A collective.
   std::string state_digest() {
+    if (comm_.world_size() == 1) {
+      // The engine holds every parameter's state: hashed piece by piece as it is read, the
+      // same digest without a host copy of the state (81 GB for a 7B model).
+      Checksum64Stream digest;
+      engine_.read_state([&](size_t, ParamRange range, const float* values) {
+        digest.update(values, range.size() * sizeof(float));
+      });
+      return checksum_hex(digest.digest());
+    }
     const std::vector<std::vector<float>> state = read_full_state();
     const size_t P = model_.layout().num_elements();
     const bool per_rank = optimizer_state_per_rank(config_.optimizer);
