@@ -739,6 +739,13 @@ TEST(PerfModel, CalibrationMeasuresTheRatesSharedAsWell) {
                       rates.shared.h2d_bytes_per_s, rates.shared.d2h_bytes_per_s})
     EXPECT_GT(rate, 0.0);
   EXPECT_NE(rates.to_text().find("all at once"), std::string::npos) << rates.to_text();
+  EXPECT_EQ(rates.working_bytes_per_param, 4u);
+  // Mixed precision: bf16 gradients read, the bf16 working copy written in the same pass.
+  const UpdateRates bf16 = calibrate_update_rates(
+      *device, pool, 1 << 14, {.grads = GradDType::kBF16, .working = WorkingDType::kBF16});
+  EXPECT_EQ(bf16.working_bytes_per_param, 2u);
+  EXPECT_GT(bf16.cpu_params_per_s, 0.0);
+  EXPECT_GT(bf16.shared.device_params_per_s, 0.0);
 }
 
 TEST(PerfModel, AutoIsNeverPredictedSlowerThanAFixedScheduleThatFits) {

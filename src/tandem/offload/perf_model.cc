@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "tandem/core/half.h"
 #include "tandem/core/timer.h"
 #include "tandem/optim/adamw_rule.h"
 
@@ -97,39 +98,62 @@ class RepeatedWork {
 
 }  // namespace
 
-UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t sample_params) {
+UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t sample_params,
+                                   const UpdateDTypes& types) {
   const size_t n = std::max<size_t>(sample_params, 1024);
   const size_t arrays = rule.state_floats();
   const size_t bytes = n * arrays * sizeof(float);
-  // [state arrays | grads] in each space: params 1, the rest of the state 0, gradients
-  // 1e-3 (no denormals, no overflow); and, for copies beside them, one array more each way.
+  const bool working16 =
+      types.working == WorkingDType::kBF16 || types.working == WorkingDType::kF16;
+  const size_t grad_bytes = types.grads == GradDType::kBF16 ? 2 : sizeof(float);
+  const size_t working_bytes = working16 ? 2 : sizeof(float);
+  // In each space: the state arrays (params 1, the rest 0) and the gradients (1e-3: no
+  // denormals, no overflow), and the working copy the engine writes beside an update: in
+  // the same pass when it is 16-bit, copied from the params after it when it is fp32 (on
+  // the host the working copy of fp32 params is the params themselves). For copies beside
+  // them, one array more each way.
   const size_t copy_bytes = n * sizeof(float);
-  DeviceAllocation host = device.allocate(MemorySpace::kPinnedHost, bytes + n * sizeof(float));
-  DeviceAllocation dev = device.allocate(MemorySpace::kDevice, bytes + n * sizeof(float));
+  DeviceAllocation host = device.allocate(MemorySpace::kPinnedHost, bytes + n * grad_bytes);
+  DeviceAllocation dev = device.allocate(MemorySpace::kDevice, bytes + n * grad_bytes);
+  DeviceAllocation host_working =
+      device.allocate(MemorySpace::kPinnedHost, working16 ? n * working_bytes : 0);
+  DeviceAllocation dev_working = device.allocate(MemorySpace::kDevice, n * working_bytes);
   DeviceAllocation host_copies = device.allocate(MemorySpace::kPinnedHost, 2 * copy_bytes);
   DeviceAllocation dev_copies = device.allocate(MemorySpace::kDevice, 2 * copy_bytes);
   auto stream = device.create_stream("calibration");
-  std::vector<float> init((arrays + 1) * n, 0.0f);
-  std::fill(init.begin(), init.begin() + n, 1.0f);
-  std::fill(init.end() - n, init.end(), 1e-3f);
-  for (DeviceAllocation* a : {&host, &dev})
-    device.copy_async(a->data(), init.data(), init.size() * sizeof(float), *stream);
+  std::vector<float> state(arrays * n, 0.0f);
+  std::fill(state.begin(), state.begin() + n, 1.0f);
+  const std::vector<float> grads32(types.grads == GradDType::kBF16 ? 0 : n, 1e-3f);
+  const std::vector<uint16_t> grads16(types.grads == GradDType::kBF16 ? n : 0,
+                                      float_to_bf16(1e-3f));
+  const void* grads = grads16.empty() ? static_cast<const void*>(grads32.data()) : grads16.data();
+  for (DeviceAllocation* a : {&host, &dev}) {
+    device.copy_async(a->data(), state.data(), bytes, *stream);
+    device.copy_async(a->as<char>() + bytes, grads, n * grad_bytes, *stream);
+  }
   stream->synchronize();
-  auto over = [&](DeviceAllocation& a) {
+  auto over = [&](DeviceAllocation& a, DeviceAllocation& working) {
     RuleArrays r;
     r.state = a.as<float>();
     r.size = n;
-    r.grads = a.as<float>() + arrays * n;
+    r.grads = a.as<char>() + bytes;
+    r.grad_dtype = types.grads;
+    if (working16) {
+      r.params16 = working.data();
+      r.params16_dtype = types.working;
+    }
     return r;
   };
-  const RuleArrays on_host = over(host), on_device = over(dev);
+  const RuleArrays on_host = over(host, host_working), on_device = over(dev, dev_working);
   const UpdateSegment all{0, n, true};
   rule.begin_step(1, 1e-4f, 1.0f);
   UpdateRates rates;
   rates.state_bytes_per_param = arrays * sizeof(float);
+  rates.working_bytes_per_param = working_bytes;
   const auto cpu_pass = [&] { rule.update_on_host(on_host, {&all, 1}); };
   const auto device_pass = [&](Stream& s) {
     device.launch_async(rule.device_update(on_device, {&all, 1}), s);
+    if (!working16) device.copy_async(dev_working.data(), on_device.state, n * sizeof(float), s);
     s.synchronize();
   };
   const auto copy_pass = [&](Stream& s, void* to, const void* from, size_t size) {
@@ -186,9 +210,10 @@ UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t samp
   return rates;
 }
 
-UpdateRates calibrate_update_rates(Device& device, ThreadPool& pool, size_t sample_params) {
+UpdateRates calibrate_update_rates(Device& device, ThreadPool& pool, size_t sample_params,
+                                   const UpdateDTypes& types) {
   AdamWRule adamw(AdamWHyper{.lr = 1e-4f, .weight_decay = 0.01f}, pool);
-  return calibrate_update_rates(device, adamw, sample_params);
+  return calibrate_update_rates(device, adamw, sample_params, types);
 }
 
 UpdateRates UpdateRates::while_shared() const {

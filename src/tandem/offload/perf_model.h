@@ -55,12 +55,23 @@ struct UpdateRates {
   std::string to_text() const;
 };
 
-// Measures the rates of `rule` with `sample_params` parameters: each kind of work alone (best
-// of a few passes), then all four at once (SharedRates: each on a thread of its own, the
-// CPU's passes timed while the copies and device updates repeat around them).
-UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t sample_params);
+// The types a run's update reads and writes besides the fp32 state: its gradients, and the
+// working copy of the parameters it writes for the model (16-bit: in the update's pass; fp32:
+// copied from the params on the device, and the params themselves on the host).
+struct UpdateDTypes {
+  GradDType grads = GradDType::kF32;
+  WorkingDType working = WorkingDType::kF32;
+};
+
+// Measures the rates of `rule` with `sample_params` parameters, updating as the engine does
+// for `types`: each kind of work alone (best of a few passes), then all four at once
+// (SharedRates: each on a thread of its own, the CPU's passes timed while the copies and
+// device updates repeat around them).
+UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t sample_params,
+                                   const UpdateDTypes& types = {});
 // The same for AdamW, its CPU kernel on `pool`.
-UpdateRates calibrate_update_rates(Device& device, ThreadPool& pool, size_t sample_params);
+UpdateRates calibrate_update_rates(Device& device, ThreadPool& pool, size_t sample_params,
+                                   const UpdateDTypes& types = {});
 
 // Fills [params | m | v | grads] (4 x n floats at `state`, in any memory space of
 // `device`) with values that time AdamW fairly: params 1, m and v 0, gradients 1e-3

@@ -161,6 +161,13 @@ void finish_plan(TrainingMemoryPlan& plan, const TrainConfig& config, DeviceKind
   plan.prediction = predict_update(plan.offload, plan.rates);
 }
 
+// What the run's update reads and writes besides the fp32 state.
+UpdateDTypes update_dtypes(const TrainConfig& config) {
+  const bool bf16 = config.bf16;
+  return {.grads = bf16 ? GradDType::kBF16 : GradDType::kF32,
+          .working = bf16 ? WorkingDType::kBF16 : WorkingDType::kF32};
+}
+
 // The parameters an AdamW timing sample takes: enough that the CPU streams them from
 // memory as the real update does, few enough for well under a second.
 size_t timing_sample(const TrainingMemoryPlan& plan, size_t device_free) {
@@ -183,7 +190,7 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   const size_t sample = timing_sample(plan, device.device_free());
   if (sample < 1024) return plan;
   finish_plan(plan, config, device.kind(), state_range,
-              calibrate_update_rates(device, pool, sample));
+              calibrate_update_rates(device, pool, sample, update_dtypes(config)));
   return plan;
 }
 
@@ -209,7 +216,7 @@ TrainingMemoryPlan plan_training_without_gpu(const TrainConfig& config, ThreadPo
     // This machine's, measured on a host-only device of the sample's size.
     const size_t sample = timing_sample(plan, std::numeric_limits<size_t>::max());
     auto host = make_cpu_device({.memory_bytes = 2 * 4 * sizeof(float) * sample});
-    rates = calibrate_update_rates(*host, pool, sample);
+    rates = calibrate_update_rates(*host, pool, sample, update_dtypes(config));
   }
   rates.device_params_per_s = gpu.adamw_params_per_s;
   rates.h2d_bytes_per_s = gpu.h2d_bytes_per_s;
