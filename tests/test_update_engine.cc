@@ -728,6 +728,40 @@ TEST(PerfModel, LanesRunAtTheirSharedRatesWhileTheyOverlap) {
   const OffloadPlan cpu =
       make_offload_plan({.schedule = UpdateSchedule::kCpu, .sub_group_size = 1000}, 100000);
   EXPECT_NEAR(predict_update(cpu, rates).seconds, 1.0603960e-4, 1e-11);
+
+  // Beside a lane of working copies alone, the rates measured with those two alone: CPU
+  // 0.8e9, the link at 9e9. Shared: host 1.25e-4 + 4000 / 9e9, device 4e5 / 9e9; the device
+  // lane ends first: 4.4444e-5 + (1 - 4.4444e-5 / 1.2544444e-4) x 1.0004e-4 s.
+  rates.shared_h2d = {.cpu_params_per_s = 0.8e9,
+                      .device_params_per_s = rates.device_params_per_s,
+                      .h2d_bytes_per_s = 9e9,
+                      .d2h_bytes_per_s = rates.d2h_bytes_per_s};
+  EXPECT_NEAR(predict_update(cpu, rates).seconds,
+              4.4444444e-5 + (1 - 4.4444444e-5 / 1.2544444e-4) * 1.0004e-4, 1e-11);
+  // Staging still shares at the rates of everything at once.
+  EXPECT_NEAR(predict_update(half, rates).seconds, 6.2219127e-5, 1e-11);
+}
+
+// A device slower than the CPU (the cpu device's one stream thread against a pool): auto
+// keeps the state on the host although all of it fits on the device.
+TEST(PerfModel, AutoLeavesStateOnTheHostWhenTheDeviceIsSlower) {
+  UpdateRates rates{.cpu_params_per_s = 2e9,
+                    .device_params_per_s = 1e9,
+                    .h2d_bytes_per_s = 10e9,
+                    .d2h_bytes_per_s = 10e9};
+  rates.shared = {.cpu_params_per_s = 1.5e9,
+                  .device_params_per_s = 0.8e9,
+                  .h2d_bytes_per_s = 8e9,
+                  .d2h_bytes_per_s = 8e9};
+  const size_t P = 100000;
+  const OffloadSettings settings{.schedule = UpdateSchedule::kAuto, .sub_group_size = 1000};
+  const OffloadPlan chosen = make_auto_plan(settings, P, rates, P * 12 * 2);
+  const OffloadPlan cpu =
+      make_offload_plan({.schedule = UpdateSchedule::kCpu, .sub_group_size = 1000}, P);
+  const OffloadPlan device = make_offload_plan({.schedule = UpdateSchedule::kDevice}, P);
+  EXPECT_LE(predict_update(chosen, rates).seconds, predict_update(cpu, rates).seconds);
+  EXPECT_LT(predict_update(chosen, rates).seconds, predict_update(device, rates).seconds);
+  EXPECT_GT(chosen.count(UpdateSite::kHost), 50u) << "most updates on the faster CPU";
 }
 
 TEST(PerfModel, CalibrationMeasuresTheRatesSharedAsWell) {

@@ -1,7 +1,9 @@
 // Wall-clock timing for metrics and progress.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 namespace tandem {
 
@@ -30,6 +32,20 @@ double best_seconds(int repetitions, Work&& work) {
     if (pass == 1 || (pass > 1 && seconds < best)) best = seconds;
   }
   return best;
+}
+
+// The same, returning the median of the `repetitions` timed runs: what the work typically
+// takes on a shared machine, the figure a prediction of real runs wants.
+template <typename Work>
+double median_seconds(int repetitions, Work&& work) {
+  std::vector<double> seconds;
+  for (int pass = 0; pass <= repetitions; pass++) {
+    Stopwatch watch;
+    work();
+    if (pass > 0) seconds.push_back(watch.seconds());
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
+  return seconds[seconds.size() / 2];
 }
 
 }  // namespace tandem

@@ -16,7 +16,7 @@
 namespace tandem {
 namespace {
 
-constexpr int kPasses = 3;
+constexpr int kPasses = 5;
 
 }  // namespace
 
@@ -30,6 +30,9 @@ std::string UpdateRates::to_text() const {
                 shared.device_params_per_s / 1e9, " G params/s, host-to-device ",
                 shared.h2d_bytes_per_s / 1e9, ", device-to-host ", shared.d2h_bytes_per_s / 1e9,
                 " GB/s");
+  if (shared_h2d.measured())
+    text += cat("; beside host-to-device copies alone: CPU ", shared_h2d.cpu_params_per_s / 1e9,
+                " G params/s, host-to-device ", shared_h2d.h2d_bytes_per_s / 1e9, " GB/s");
   return text;
 }
 
@@ -98,131 +101,177 @@ class RepeatedWork {
 
 }  // namespace
 
+namespace {
+
+// Work repeated beside the CPU's passes: one repetition, and what it does (bytes, params).
+struct Beside {
+  std::function<void()> once;
+  double amount = 0;
+};
+
+// The CPU's passes (each `cpu_amount` params) timed while each of `others` repeats on a
+// thread of its own; they go on until each of the others has also repeated a few times (or
+// a time limit). Returns the CPU's params/s, then each other's amount/s (0: it never
+// finished a repetition beside the CPU, a slow link within the time limit; the caller then
+// takes its rate alone).
+std::vector<double> measure_beside(const std::function<void()>& cpu_pass, size_t cpu_amount,
+                                   const std::vector<Beside>& others) {
+  constexpr int kOthersRepetitions = 3;
+  constexpr double kMaxSeconds = 10;
+  std::latch ready(static_cast<std::ptrdiff_t>(others.size())), start(1);
+  std::vector<std::unique_ptr<RepeatedWork>> threads;
+  for (const Beside& other : others)
+    threads.push_back(std::make_unique<RepeatedWork>(other.once, ready, start));
+  ready.wait();
+  start.count_down();
+  const auto keep_going = [&] {
+    for (const auto& t : threads)
+      if (t->failed()) return false;
+    for (const auto& t : threads)
+      if (t->done() < kOthersRepetitions) return true;
+    return false;
+  };
+  int passes = 0;
+  Stopwatch watch;
+  while ((passes < kPasses || keep_going()) && watch.seconds() < kMaxSeconds) {
+    cpu_pass();
+    passes++;
+  }
+  std::vector<double> rates = {passes * static_cast<double>(cpu_amount) / watch.seconds()};
+  for (size_t i = 0; i < others.size(); i++) rates.push_back(threads[i]->rate(others[i].amount));
+  return rates;
+}
+
+}  // namespace
+
 UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t sample_params,
-                                   const UpdateDTypes& types) {
+                                   const UpdateDTypes& types, size_t pass_params) {
   const size_t n = std::max<size_t>(sample_params, 1024);
+  // Each pass updates a slice of `pass` params, the next pass the next slice: a subgroup's
+  // state comes from memory as in training, where a step has gone by since it was last
+  // touched, while the engine's own reuse within a subgroup (its working copy made right
+  // after its update) still finds what the cache holds of it.
+  const size_t pass = pass_params == 0 ? n : std::clamp<size_t>(pass_params, 1024, n);
+  const size_t slices = n / pass;
   const size_t arrays = rule.state_floats();
-  const size_t bytes = n * arrays * sizeof(float);
   const bool working16 =
       types.working == WorkingDType::kBF16 || types.working == WorkingDType::kF16;
   const size_t grad_bytes = types.grads == GradDType::kBF16 ? 2 : sizeof(float);
   const size_t working_bytes = working16 ? 2 : sizeof(float);
-  // In each space: the state arrays (params 1, the rest 0) and the gradients (1e-3: no
-  // denormals, no overflow), and the working copy the engine writes beside an update: in
-  // the same pass when it is 16-bit, copied from the params after it when it is fp32 (on
-  // the host the working copy of fp32 params is the params themselves). For copies beside
-  // them, one array more each way.
+  // In each space, per slice: the state arrays (params 1, the rest 0) and the gradients
+  // (1e-3: no denormals, no overflow); and the working copy the engine writes beside an
+  // update: in the same pass when it is 16-bit, copied from the params after it when it is
+  // fp32 (on the host the working copy of fp32 params is the params themselves). For copies
+  // beside them, one array of the whole sample more each way.
+  const size_t state_bytes = pass * arrays * sizeof(float);
+  const size_t slice_bytes = state_bytes + pass * grad_bytes;
   const size_t copy_bytes = n * sizeof(float);
-  DeviceAllocation host = device.allocate(MemorySpace::kPinnedHost, bytes + n * grad_bytes);
-  DeviceAllocation dev = device.allocate(MemorySpace::kDevice, bytes + n * grad_bytes);
+  DeviceAllocation host = device.allocate(MemorySpace::kPinnedHost, slices * slice_bytes);
+  DeviceAllocation dev = device.allocate(MemorySpace::kDevice, slices * slice_bytes);
   DeviceAllocation host_working =
-      device.allocate(MemorySpace::kPinnedHost, working16 ? n * working_bytes : 0);
-  DeviceAllocation dev_working = device.allocate(MemorySpace::kDevice, n * working_bytes);
+      device.allocate(MemorySpace::kPinnedHost, working16 ? pass * working_bytes : 0);
+  DeviceAllocation dev_working = device.allocate(MemorySpace::kDevice, pass * working_bytes);
   DeviceAllocation host_copies = device.allocate(MemorySpace::kPinnedHost, 2 * copy_bytes);
   DeviceAllocation dev_copies = device.allocate(MemorySpace::kDevice, 2 * copy_bytes);
   auto stream = device.create_stream("calibration");
-  std::vector<float> state(arrays * n, 0.0f);
-  std::fill(state.begin(), state.begin() + n, 1.0f);
-  const std::vector<float> grads32(types.grads == GradDType::kBF16 ? 0 : n, 1e-3f);
-  const std::vector<uint16_t> grads16(types.grads == GradDType::kBF16 ? n : 0,
-                                      float_to_bf16(1e-3f));
-  const void* grads = grads16.empty() ? static_cast<const void*>(grads32.data()) : grads16.data();
-  for (DeviceAllocation* a : {&host, &dev}) {
-    device.copy_async(a->data(), state.data(), bytes, *stream);
-    device.copy_async(a->as<char>() + bytes, grads, n * grad_bytes, *stream);
-  }
+  std::vector<char> slice(slice_bytes);
+  std::fill_n(reinterpret_cast<float*>(slice.data()), pass, 1.0f);
+  std::fill_n(reinterpret_cast<float*>(slice.data()) + pass, (arrays - 1) * pass, 0.0f);
+  if (types.grads == GradDType::kBF16)
+    std::fill_n(reinterpret_cast<uint16_t*>(slice.data() + state_bytes), pass,
+                float_to_bf16(1e-3f));
+  else
+    std::fill_n(reinterpret_cast<float*>(slice.data() + state_bytes), pass, 1e-3f);
+  for (DeviceAllocation* a : {&host, &dev})
+    for (size_t i = 0; i < slices; i++)
+      device.copy_async(a->as<char>() + i * slice_bytes, slice.data(), slice_bytes, *stream);
   stream->synchronize();
   auto over = [&](DeviceAllocation& a, DeviceAllocation& working) {
-    RuleArrays r;
-    r.state = a.as<float>();
-    r.size = n;
-    r.grads = a.as<char>() + bytes;
-    r.grad_dtype = types.grads;
-    if (working16) {
-      r.params16 = working.data();
-      r.params16_dtype = types.working;
+    std::vector<RuleArrays> all(slices);
+    for (size_t i = 0; i < slices; i++) {
+      RuleArrays& r = all[i];
+      r.state = reinterpret_cast<float*>(a.as<char>() + i * slice_bytes);
+      r.size = pass;
+      r.grads = a.as<char>() + i * slice_bytes + state_bytes;
+      r.grad_dtype = types.grads;
+      if (working16) {
+        r.params16 = working.data();
+        r.params16_dtype = types.working;
+      }
     }
-    return r;
+    return all;
   };
-  const RuleArrays on_host = over(host, host_working), on_device = over(dev, dev_working);
-  const UpdateSegment all{0, n, true};
+  const std::vector<RuleArrays> on_host = over(host, host_working);
+  const std::vector<RuleArrays> on_device = over(dev, dev_working);
+  const UpdateSegment whole{0, pass, true};
   rule.begin_step(1, 1e-4f, 1.0f);
   UpdateRates rates;
   rates.state_bytes_per_param = arrays * sizeof(float);
   rates.working_bytes_per_param = working_bytes;
-  const auto cpu_pass = [&] { rule.update_on_host(on_host, {&all, 1}); };
+  size_t next_host = 0, next_device = 0;  // the slices the next passes update
+  const auto cpu_pass = [&] { rule.update_on_host(on_host[next_host++ % slices], {&whole, 1}); };
   const auto device_pass = [&](Stream& s) {
-    device.launch_async(rule.device_update(on_device, {&all, 1}), s);
-    if (!working16) device.copy_async(dev_working.data(), on_device.state, n * sizeof(float), s);
+    const RuleArrays& r = on_device[next_device++ % slices];
+    device.launch_async(rule.device_update(r, {&whole, 1}), s);
+    if (!working16) device.copy_async(dev_working.data(), r.state, pass * sizeof(float), s);
     s.synchronize();
   };
   const auto copy_pass = [&](Stream& s, void* to, const void* from, size_t size) {
     device.copy_async(to, from, size, s);
     s.synchronize();
   };
-  rates.cpu_params_per_s = n / best_seconds(kPasses, cpu_pass);
-  rates.device_params_per_s = n / best_seconds(kPasses, [&] { device_pass(*stream); });
-  rates.h2d_bytes_per_s =
-      bytes / best_seconds(kPasses, [&] { copy_pass(*stream, dev.data(), host.data(), bytes); });
-  rates.d2h_bytes_per_s =
-      bytes / best_seconds(kPasses, [&] { copy_pass(*stream, host.data(), dev.data(), bytes); });
+  const size_t all_bytes = slices * slice_bytes;
+  // Medians, not bests: a prediction of a real run wants the typical pass.
+  rates.cpu_params_per_s = pass / median_seconds(kPasses, cpu_pass);
+  rates.device_params_per_s = pass / median_seconds(kPasses, [&] { device_pass(*stream); });
+  rates.h2d_bytes_per_s = all_bytes / median_seconds(kPasses, [&] {
+                            copy_pass(*stream, dev.data(), host.data(), all_bytes);
+                          });
+  rates.d2h_bytes_per_s = all_bytes / median_seconds(kPasses, [&] {
+                            copy_pass(*stream, host.data(), dev.data(), all_bytes);
+                          });
 
-  // All four at once, as while the CPU updates host subgroups and the device lane stages
-  // others: the copies and device updates repeat on streams of their own around the CPU's
-  // passes, which go on until each of them has also repeated a few times.
+  // Beside the CPU's passes, as while it updates host subgroups: the device lane's copies and
+  // updates, each repeating on a stream of its own; and the working copies alone, the lane
+  // of the cpu schedule.
   auto h2d_stream = device.create_stream("calibration h2d");
   auto d2h_stream = device.create_stream("calibration d2h");
   auto compute_stream = device.create_stream("calibration compute");
   char* host_bytes = host_copies.as<char>();
   char* dev_bytes = dev_copies.as<char>();
-  std::latch ready(3), start(1);
-  RepeatedWork h2d([&] { copy_pass(*h2d_stream, dev_bytes, host_bytes, copy_bytes); }, ready,
-                   start);
-  RepeatedWork d2h(
+  const Beside h2d{[&] { copy_pass(*h2d_stream, dev_bytes, host_bytes, copy_bytes); },
+                   static_cast<double>(copy_bytes)};
+  const Beside d2h{
       [&] { copy_pass(*d2h_stream, host_bytes + copy_bytes, dev_bytes + copy_bytes, copy_bytes); },
-      ready, start);
-  RepeatedWork compute([&] { device_pass(*compute_stream); }, ready, start);
-  ready.wait();
-  start.count_down();
-  constexpr int kOthersRepetitions = 3;
-  constexpr double kMaxSeconds = 10;
-  int passes = 0;
-  Stopwatch watch;
-  const auto others_running = [&] { return !h2d.failed() && !d2h.failed() && !compute.failed(); };
-  while (others_running() &&
-         (passes < kPasses ||
-          std::min({h2d.done(), d2h.done(), compute.done()}) < kOthersRepetitions) &&
-         watch.seconds() < kMaxSeconds) {
-    cpu_pass();
-    passes++;
-  }
-  const double cpu_seconds = watch.seconds();
-  rates.shared.h2d_bytes_per_s = h2d.rate(static_cast<double>(copy_bytes));
-  rates.shared.d2h_bytes_per_s = d2h.rate(static_cast<double>(copy_bytes));
-  rates.shared.device_params_per_s = compute.rate(static_cast<double>(n));
-  rates.shared.cpu_params_per_s = passes * static_cast<double>(n) / cpu_seconds;
-  // A kind of work that never finished a repetition beside the CPU (a slow link within
-  // the time limit) is taken at its rate alone: the model then assumes no sharing for it.
-  if (rates.shared.h2d_bytes_per_s == 0) rates.shared.h2d_bytes_per_s = rates.h2d_bytes_per_s;
-  if (rates.shared.d2h_bytes_per_s == 0) rates.shared.d2h_bytes_per_s = rates.d2h_bytes_per_s;
-  if (rates.shared.device_params_per_s == 0)
-    rates.shared.device_params_per_s = rates.device_params_per_s;
+      static_cast<double>(copy_bytes)};
+  const Beside compute{[&] { device_pass(*compute_stream); }, static_cast<double>(pass)};
+  const std::vector<double> all = measure_beside(cpu_pass, pass, {h2d, d2h, compute});
+  rates.shared = {.cpu_params_per_s = all[0],
+                  .device_params_per_s = all[3] > 0 ? all[3] : rates.device_params_per_s,
+                  .h2d_bytes_per_s = all[1] > 0 ? all[1] : rates.h2d_bytes_per_s,
+                  .d2h_bytes_per_s = all[2] > 0 ? all[2] : rates.d2h_bytes_per_s};
+  const std::vector<double> copies = measure_beside(cpu_pass, pass, {h2d});
+  rates.shared_h2d = {.cpu_params_per_s = copies[0],
+                      .device_params_per_s = rates.device_params_per_s,
+                      .h2d_bytes_per_s = copies[1] > 0 ? copies[1] : rates.h2d_bytes_per_s,
+                      .d2h_bytes_per_s = rates.d2h_bytes_per_s};
   return rates;
 }
 
 UpdateRates calibrate_update_rates(Device& device, ThreadPool& pool, size_t sample_params,
-                                   const UpdateDTypes& types) {
+                                   const UpdateDTypes& types, size_t pass_params) {
   AdamWRule adamw(AdamWHyper{.lr = 1e-4f, .weight_decay = 0.01f}, pool);
-  return calibrate_update_rates(device, adamw, sample_params, types);
+  return calibrate_update_rates(device, adamw, sample_params, types, pass_params);
 }
 
-UpdateRates UpdateRates::while_shared() const {
-  if (!shared.measured()) return *this;
+UpdateRates UpdateRates::while_shared(bool device_lane_copies_only) const {
+  const SharedRates& with = device_lane_copies_only && shared_h2d.measured() ? shared_h2d : shared;
+  if (!with.measured()) return *this;
   UpdateRates r = *this;
-  r.cpu_params_per_s = shared.cpu_params_per_s;
-  r.device_params_per_s = shared.device_params_per_s;
-  r.h2d_bytes_per_s = shared.h2d_bytes_per_s;
-  r.d2h_bytes_per_s = shared.d2h_bytes_per_s;
+  r.cpu_params_per_s = with.cpu_params_per_s;
+  r.device_params_per_s = with.device_params_per_s;
+  r.h2d_bytes_per_s = with.h2d_bytes_per_s;
+  r.d2h_bytes_per_s = with.d2h_bytes_per_s;
   return r;
 }
 
@@ -279,7 +328,11 @@ std::string UpdatePrediction::to_text() const {
 
 UpdatePrediction predict_update(const OffloadPlan& plan, const UpdateRates& rates) {
   UpdatePrediction p = lane_times(plan, rates);
-  const UpdatePrediction shared = lane_times(plan, rates.while_shared());
+  const bool copies_only =
+      plan.count(UpdateSite::kDeviceStaged) == 0 && plan.count(UpdateSite::kDeviceResident) == 0;
+  // Without staged or resident subgroups the device lane is the host subgroups' working
+  // copies alone, which take less of the host than a lane that also stages and updates.
+  const UpdatePrediction shared = lane_times(plan, rates.while_shared(copies_only));
   const double H = p.host_seconds, D = p.device_seconds;
   const double Hs = shared.host_seconds, Ds = shared.device_seconds;
   if (H == 0 || D == 0) {
@@ -296,33 +349,43 @@ UpdatePrediction predict_update(const OffloadPlan& plan, const UpdateRates& rate
 
 namespace {
 
-// Residency within `budget`, then the best stride over `slots` staging buffers.
+// Over `slots` staging buffers: the first r subgroups that fit in `budget` resident, for
+// every r from none to as many as fit (resident state needs no copies, but a device slower
+// than the CPU, as the cpu device's one thread is, updates it more slowly), and among the
+// others every stride, or none; the plan with the smallest prediction.
 OffloadPlan best_plan_with_slots(const OffloadPlan& all_host, const UpdateRates& rates,
                                  size_t budget, int slots) {
-  OffloadPlan plan = all_host;
-  const size_t state_bytes = rates.state_bytes_per_param;
-  for (Subgroup& s : plan.subgroups) {
-    if (s.size() * state_bytes > budget) continue;
-    s.site = UpdateSite::kDeviceResident;
-    budget -= s.size() * state_bytes;
-  }
-  plan.settings.staging_buffers = std::max(slots, 1);
-  if (slots == 0) return plan;
-  OffloadPlan best = plan;
-  double best_time = predict_update(plan, rates).seconds;
-  for (int stride = 1; stride <= 16; stride++) {
-    OffloadPlan candidate = plan;
-    int x = 0;
-    for (Subgroup& s : candidate.subgroups) {
-      if (s.site != UpdateSite::kHost) continue;
-      if (++x % stride == 0) s.site = UpdateSite::kDeviceStaged;
-    }
-    candidate.settings.stride = stride;
+  OffloadPlan best;
+  double best_time = std::numeric_limits<double>::infinity();
+  const auto consider = [&](const OffloadPlan& candidate) {
     const double seconds = predict_update(candidate, rates).seconds;
     if (seconds < best_time) {
       best_time = seconds;
       best = candidate;
     }
+  };
+  const auto with_strides = [&](const OffloadPlan& plan) {
+    consider(plan);
+    for (int stride = 1; slots > 0 && stride <= 16; stride++) {
+      OffloadPlan candidate = plan;
+      int x = 0;
+      for (Subgroup& s : candidate.subgroups) {
+        if (s.site != UpdateSite::kHost) continue;
+        if (++x % stride == 0) s.site = UpdateSite::kDeviceStaged;
+      }
+      candidate.settings.stride = stride;
+      consider(candidate);
+    }
+  };
+  OffloadPlan plan = all_host;
+  plan.settings.staging_buffers = std::max(slots, 1);
+  with_strides(plan);
+  const size_t state_bytes = rates.state_bytes_per_param;
+  for (Subgroup& s : plan.subgroups) {
+    if (s.size() * state_bytes > budget) continue;
+    s.site = UpdateSite::kDeviceResident;
+    budget -= s.size() * state_bytes;
+    with_strides(plan);
   }
   return best;
 }

@@ -16,7 +16,9 @@
 // rates alone. So, with each lane's time alone (H, D) and at the shared rates (H', D'):
 //   H' <= D':  time = H' + (1 - H'/D') D      (the device lane did H'/D' of its work)
 //   H' >  D':  time = D' + (1 - D'/H') H
-// Without shared rates (or with one lane empty) this is max(H, D).
+// Without shared rates (or with one lane empty) this is max(H, D). Beside a device lane of
+// working copies alone (the cpu schedule), which takes less of the host than staging does,
+// the rates are those measured with the CPU and host-to-device copies alone (shared_h2d).
 #pragma once
 
 #include <cstddef>
@@ -50,8 +52,12 @@ struct UpdateRates {
   // The same rates with the CPU update, both copies and the device update running at once;
   // unmeasured (zero): the rates alone.
   SharedRates shared = {};
-  // The rates of a lane while the other lane works too.
-  UpdateRates while_shared() const;
+  // The CPU's and the host-to-device link's with the two alone at once (the cpu schedule's
+  // lanes: CPU updates and their working copies); the others alone. Unmeasured: `shared`.
+  SharedRates shared_h2d = {};
+  // The rates of a lane while the other lane works too: beside a device lane of
+  // host-to-device copies only, or beside all of its work.
+  UpdateRates while_shared(bool device_lane_copies_only = false) const;
   std::string to_text() const;
 };
 
@@ -63,15 +69,15 @@ struct UpdateDTypes {
   WorkingDType working = WorkingDType::kF32;
 };
 
-// Measures the rates of `rule` with `sample_params` parameters, updating as the engine does
-// for `types`: each kind of work alone (best of a few passes), then all four at once
-// (SharedRates: each on a thread of its own, the CPU's passes timed while the copies and
-// device updates repeat around them).
+// Measures the rates of `rule` on `sample_params` parameters, updating as the engine does
+// for `types`, each pass `pass_params` of them (a subgroup's size; 0: all), each pass the
+// next slice: each kind of work alone (best of a few passes), then beside the CPU's passes
+// (SharedRates: the copies and device updates repeating on threads of their own).
 UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t sample_params,
-                                   const UpdateDTypes& types = {});
+                                   const UpdateDTypes& types = {}, size_t pass_params = 0);
 // The same for AdamW, its CPU kernel on `pool`.
 UpdateRates calibrate_update_rates(Device& device, ThreadPool& pool, size_t sample_params,
-                                   const UpdateDTypes& types = {});
+                                   const UpdateDTypes& types = {}, size_t pass_params = 0);
 
 // Fills [params | m | v | grads] (4 x n floats at `state`, in any memory space of
 // `device`) with values that time AdamW fairly: params 1, m and v 0, gradients 1e-3
@@ -91,10 +97,10 @@ struct UpdatePrediction {
 };
 UpdatePrediction predict_update(const OffloadPlan& plan, const UpdateRates& rates);
 
-// The `auto` schedule: for 0 up to offload_optimizer.staging_buffers staging buffers
-// that fit in `device_bytes_for_state`, as many subgroups resident on the device as the
-// rest of it allows (they need no transfers), and among the others the interleave
-// stride (or none) with the smallest predicted update time; the fastest of these.
+// The `auto` schedule: for 0 up to offload_optimizer.staging_buffers staging buffers that
+// fit in `device_bytes_for_state`, each number of subgroups resident on the device that the
+// rest of it holds (none included), and among the others each interleave stride (or none):
+// the plan with the smallest predicted update time.
 OffloadPlan make_auto_plan(const OffloadSettings& settings, size_t num_params,
                            const UpdateRates& rates, size_t device_bytes_for_state);
 // The same over one partition of the parameters (a rank's, under ZeRO).
