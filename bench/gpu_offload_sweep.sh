@@ -22,7 +22,12 @@
 # CONFIG is configs/llama-3b.json (3.02 B) or configs/llama2-7b.json (6.74 B). Environment:
 # PAYLOAD (default gpu-payload: what tools/pack_gpu_payload.sh made, with wheels/ for
 # DeepSpeed; or a build directory), OUT_DIR (default $OUT, else runs/gpu-offload), BATCH
-# (micro-batch; default the config's), STEPS (timed, default 5), WARMUP (default 2). Each part
+# (micro-batch, the same on both sides; default 4 for llama-3b, 2 for llama2-7b, else the
+# config's: tandem's plan fits them on an 80 GB GPU with its state offloaded, and DeepSpeed's
+# activations, without checkpointing, about 1.5x tandem's, fit beside its bf16 weights;
+# BATCH=1 if DeepSpeed runs out of memory), MEMORY_GB (tandem's device.memory_gb, default 76:
+# an H100's 79 GiB less room for the CUDA context and cuBLAS), STEPS (timed, default 5),
+# WARMUP (default 2). Each part
 # writes OUT_DIR/<part>-<model>[-<stage>].json and .log (two files: at most 8 come back from
 # the GPU machine) and prints a summary; it exits non-zero when something failed: a run, a
 # loss that does not descend, or schedules whose state digests differ.
@@ -67,13 +72,25 @@ shard_of() {
 
 model_name() { basename "${1%.json}"; }
 
+# The micro-batch both sides train with (see the top).
+batch_for() {
+  if [[ -n ${BATCH:-} ]]; then
+    echo "$BATCH"
+  else
+    case $(model_name "$1") in
+    llama-3b) echo 4 ;;
+    llama2-7b) echo 2 ;;
+    esac
+  fi
+}
+
 # The overrides that make tandem's runs the ones DeepSpeed's script makes: one micro-batch per
 # step, a constant learning rate (no warm-up, no decay), the shard.
 tandem_sets() {
-  local shard=$1
+  local shard=$1 batch=$2
   echo --set data.train_path="$shard" --set gradient_accumulation_steps=1 \
     --set scheduler.params.warmup_num_steps=0 --set scheduler.params.cos_min_ratio=1 \
-    ${BATCH:+--set train_micro_batch_size_per_gpu=$BATCH}
+    --set device.memory_gb="${MEMORY_GB:-76}" ${batch:+--set train_micro_batch_size_per_gpu=$batch}
 }
 
 case $part in
@@ -98,11 +115,12 @@ tandem | digest)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >&2
   # The plan auto makes on this machine, from the rates it measures here.
   # shellcheck disable=SC2046
-  "$bin" plan --config "$config" $(tandem_sets "$shard") "${extra[@]}" \
+  "$bin" plan --config "$config" $(tandem_sets "$shard" "$(batch_for "$config")") "${extra[@]}" \
     --set offload_optimizer.schedule=auto 2>&1 | tee "$out/$name.log"
   # shellcheck disable=SC2046
   timeout --kill-after=10 "${PART_SECONDS:-560}" "$bin" bench offload --config "$config" \
-    $(tandem_sets "$shard") "${extra[@]}" --schedules "$schedules" --steps "$steps" \
+    $(tandem_sets "$shard" "$(batch_for "$config")") "${extra[@]}" --schedules "$schedules" \
+    --steps "$steps" \
     --warmup "$warmup" --json >"$out/$name.json" 2>>"$out/$name.log"
   status=$?
   ;;
@@ -124,9 +142,10 @@ deepspeed)
       --target /tmp/deepspeed-site "$payload"/wheels/*.whl || exit 1
     export PYTHONPATH=/tmp/deepspeed-site${PYTHONPATH:+:$PYTHONPATH}
   fi
+  batch=$(batch_for "$config")
   PYTHONUNBUFFERED=1 timeout --kill-after=10 "${PART_SECONDS:-560}" python3 \
     bench/deepspeed_offload_train.py --config "$config" --zero-stage "$stage" --data "$shard" \
-    --steps "$steps" --warmup "$warmup" ${BATCH:+--batch "$BATCH"} \
+    --steps "$steps" --warmup "$warmup" ${batch:+--batch "$batch"} \
     2>"$out/$name.log" | tail -n 1 >"$out/$name.json"
   status=$?
   ;;
