@@ -77,6 +77,9 @@ TEST(BigModelPlans, EveryTierIsItsFormulaWithTheStateOnTheCpu) {
     ASSERT_TRUE(plan.gpu_assumed.has_value());
     EXPECT_GT(plan.prediction.host_seconds, 0.0);
     EXPECT_NE(plan.to_text().find("assumed (no GPU here): H100"), std::string::npos);
+    // The host-only device's rates beside this CPU say nothing of a GPU's DMA.
+    EXPECT_FALSE(plan.rates.shared.measured());
+    EXPECT_FALSE(plan.rates.shared_h2d.measured());
     // Every update on the CPU, then the last subgroup's bf16 working copy to the device.
     const double tail = plan.offload.subgroups.back().size() * 2.0 / plan.rates.h2d_bytes_per_s;
     EXPECT_NEAR(plan.prediction.host_seconds, P / 4e9 + tail, 1e-6 * P / 4e9);

@@ -223,6 +223,10 @@ TrainingMemoryPlan plan_training_without_gpu(const TrainConfig& config, ThreadPo
   rates.device_params_per_s = gpu.adamw_params_per_s;
   rates.h2d_bytes_per_s = gpu.h2d_bytes_per_s;
   rates.d2h_bytes_per_s = gpu.d2h_bytes_per_s;
+  // What this machine's host-only device measured beside its CPU says nothing of a GPU's
+  // DMA: the assumed GPU's plan is costed at the rates alone.
+  rates.shared = {};
+  rates.shared_h2d = {};
   finish_plan(plan, planned, DeviceKind::kCuda, state_range, rates);
   return plan;
 }
