@@ -283,5 +283,34 @@ TEST_F(CheckpointDirTest, AStartClearsWhatInterruptedSavesLeftAndRestoresAMovedC
   EXPECT_TRUE(clean_up_interrupted_saves(base_ / "nowhere").empty());
 }
 
+// Names that merely contain a save's markers are not a save's: a user's files and folders
+// stay, whatever cleaning up and pruning do; and nothing is removed through a root that is
+// a link out of the run directory.
+TEST_F(CheckpointDirTest, OnlyTheNamesASaveWritesAreEverRemoved) {
+  for (int64_t step : {1, 2, 3})
+    save_checkpoint_dir(root_, step, {text_file("model.safetensors", "w")});
+  const std::set<std::string> users = {"model.old-v1.pt",         "draft.tmp-notes",
+                                       "step_00000002.tmp-notes", "latest.old-x",
+                                       "notes.removing-7",        "step_1.tmp-"};
+  for (const std::string& name : users) write_file_atomic(root_ / name, std::string("mine"));
+  fs::create_directories(root_ / "dataset.tmp-copy" / "inside");
+  fs::create_directories(root_ / "step_00000004.tmp-12");  // a save's: goes
+  EXPECT_EQ(clean_up_interrupted_saves(root_),
+            std::vector<fs::path>{root_ / "step_00000004.tmp-12"});
+  prune_checkpoints(root_, 1);
+  std::set<std::string> expected = users;
+  expected.insert({"latest", "step_00000003", "dataset.tmp-copy"});
+  EXPECT_EQ(root_entries(), expected);
+  for (const std::string& name : users) EXPECT_EQ(read_file_text(root_ / name), "mine") << name;
+  EXPECT_TRUE(fs::exists(root_ / "dataset.tmp-copy" / "inside"));
+
+  const fs::path elsewhere = base_ / "elsewhere";
+  fs::create_directories(elsewhere / "step_00000007.tmp-5");
+  const fs::path linked = base_ / "linked_root";
+  fs::create_directory_symlink(elsewhere, linked);
+  EXPECT_TRUE(clean_up_interrupted_saves(linked).empty());
+  EXPECT_TRUE(fs::exists(elsewhere / "step_00000007.tmp-5")) << "removed through a link";
+}
+
 }  // namespace
 }  // namespace tandem

@@ -69,5 +69,37 @@ TEST(RunDirectoryLock, AKilledHolderLeavesNoStaleLock) {
   const RunDirectoryLock mine(dir / "run");  // the kernel released the child's lock
 }
 
+// The lock file is never a link or anything but a regular file: a link's target outside the
+// run directory is not truncated, and the run is refused saying what to remove.
+TEST(RunDirectoryLock, ALockFileThatIsALinkOrNotAFileIsRefusedAndLeftAlone) {
+  testing::ScratchDir dir("run_lock_link");
+  fs::create_directories(dir / "run");
+  write_file_atomic(dir / "outside.txt", std::string("precious\n"));
+  fs::create_symlink(dir / "outside.txt", dir / "run" / ".tandem.lock");
+  EXPECT_CONTAINS(testing::error_of([&] { RunDirectoryLock lock(dir / "run"); }),
+                  ".tandem.lock: is a symbolic link");
+  EXPECT_EQ(read_file_text(dir / "outside.txt"), "precious\n");
+  fs::create_directories(dir / "run2" / ".tandem.lock");
+  EXPECT_CONTAINS(testing::error_of([&] { RunDirectoryLock lock(dir / "run2"); }),
+                  ".tandem.lock: is not a regular file");
+}
+
+// A fresh run refused because the directory holds an earlier run's checkpoints touches
+// nothing there, not even what an interrupted save left.
+TEST(RunDirectoryLock, ARefusedRunCleansNothingUp) {
+  testing::ScratchDir dir("run_lock_refused");
+  testing::write_small_corpus(dir / "data.txt");
+  const TrainConfig config =
+      parse_train_config(testing::tiny_run_config(dir / "data.txt", dir / "run"));
+  TrainOptions quiet;
+  quiet.show_progress = false;
+  train(config, quiet);
+  const fs::path debris = dir / "run" / "checkpoints" / "step_00000099.tmp-4242";
+  fs::create_directories(debris);
+  EXPECT_CONTAINS(testing::error_of([&] { train(config, quiet); }),
+                  "already holds checkpoints of an earlier run");
+  EXPECT_TRUE(fs::exists(debris));
+}
+
 }  // namespace
 }  // namespace tandem

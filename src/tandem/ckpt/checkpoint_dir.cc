@@ -327,23 +327,33 @@ struct RootEntry {
   std::string base;   // the name without its suffix
 };
 
+bool all_digits(std::string_view text) {
+  return !text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+// Only the exact names a save writes: "step_<digits>", "latest", either followed by one of
+// the markers and a pid. Anything else under the root (a user's "model.old-v1.pt",
+// "draft.tmp-notes") is kOther, which nothing here renames or removes.
 RootEntry classify(const std::string& name) {
   RootEntry entry{.base = name};
   for (const auto& [marker, kind] :
-       {std::pair{".tmp-", EntryKind::kStaging}, std::pair{".old-", EntryKind::kMovedAside},
-        std::pair{".removing-", EntryKind::kRemoving}}) {
-    const size_t at = name.find(marker);
-    if (at == std::string::npos) continue;
+       {std::pair{std::string_view(".tmp-"), EntryKind::kStaging},
+        std::pair{std::string_view(".old-"), EntryKind::kMovedAside},
+        std::pair{std::string_view(".removing-"), EntryKind::kRemoving}}) {
+    const size_t at = name.rfind(marker);
+    if (at == std::string::npos || !all_digits(std::string_view(name).substr(at + marker.size())))
+      continue;
     entry.kind = kind;
     entry.base = name.substr(0, at);
     break;
   }
   constexpr std::string_view kPrefix = "step_";
   const std::string& base = entry.base;
-  if (base.rfind(kPrefix, 0) == 0 && base.size() > kPrefix.size() &&
-      base.find_first_not_of("0123456789", kPrefix.size()) == std::string::npos) {
+  if (base.rfind(kPrefix, 0) == 0 && all_digits(std::string_view(base).substr(kPrefix.size()))) {
     entry.step = std::stoll(base.substr(kPrefix.size()));
     if (entry.kind == EntryKind::kOther) entry.kind = EntryKind::kCheckpoint;
+  } else if (base != kLatestName) {
+    return {.base = name};  // not a name a save writes
   }
   return entry;
 }
@@ -444,6 +454,9 @@ std::vector<fs::path> clean_up_interrupted_saves(const fs::path& root) {
   std::vector<fs::path> touched;
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return touched;
+  // A root that is a link leads out of the run directory: nothing there is the run's to
+  // remove.
+  if (fs::is_symlink(root, ec)) return touched;
   std::vector<fs::path> entries;
   for (const fs::directory_entry& entry : fs::directory_iterator(root, ec))
     entries.push_back(entry.path());

@@ -115,7 +115,10 @@ std::vector<std::filesystem::path> prune_checkpoints(const std::filesystem::path
 // save can be under way: removes what interrupted saves left under the root (staging
 // directories, checkpoints caught mid-removal, temporary files), and puts back a
 // checkpoint that a crash left moved aside while it was being replaced (so that `latest`
-// names a complete checkpoint again). Returns what it removed or restored.
+// names a complete checkpoint again). Returns what it removed or restored. It touches only
+// the exact names a save writes ("step_<digits>" or "latest" with ".tmp-", ".old-" or
+// ".removing-" and a pid), and nothing when the root is a symbolic link (it would lead out
+// of the run directory).
 std::vector<std::filesystem::path> clean_up_interrupted_saves(
     const std::filesystem::path& checkpoints_root);
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,10 +21,24 @@ RunDirectoryLock::RunDirectoryLock(const fs::path& output_dir) {
     fail("train.output_dir '", output_dir.string(), "': cannot create it (", ec.message(),
          "); choose another with --set train.output_dir=DIR");
   const fs::path path = output_dir / ".tandem.lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Never through a link: writing the pid into whatever a link names would truncate a
+  // file outside the run directory.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd_ < 0 && errno == ELOOP)
+    fail(path.string(),
+         ": is a symbolic link; tandem follows no links when it writes in a "
+         "run directory: remove it (tandem makes its own lock file)");
+  if (fd_ < 0 && errno == EISDIR)
+    fail(path.string(), ": is not a regular file; remove it (tandem makes its own lock file)");
   if (fd_ < 0)
     fail(path.string(), ": cannot open (", std::strerror(errno),
          "); is train.output_dir writable?");
+  struct stat st = {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    fail(path.string(), ": is not a regular file; remove it (tandem makes its own lock file)");
+  }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;
     char holder[32] = {};

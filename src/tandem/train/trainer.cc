@@ -399,18 +399,6 @@ class Trainer {
         start_error = e.what();
       }
     }
-    // Holding the directory, rank 0 knows no save is under way: what one left is debris.
-    if (run_lock_) {
-      try {
-        const std::vector<fs::path> cleaned = clean_up_interrupted_saves(checkpoints_root());
-        if (!cleaned.empty())
-          progress_.note(cat("tandem: cleaned up ", cleaned.size(),
-                             " leftovers of interrupted checkpoint saves in ",
-                             checkpoints_root().string()));
-      } catch (const Error& e) {
-        start_error = e.what();
-      }
-    }
     // What the run will write must fit and be writable before the first step.
     if (comm_.rank() == 0 && start_error.empty()) {
       try {
@@ -427,6 +415,7 @@ class Trainer {
                  comm_.rank() == 0 ? start_error : "rank 0 refused to start (its error says why)");
     const fs::path checkpoints = checkpoints_root();
     if (!options_.resume.empty()) {
+      clean_up_leftovers();  // before choosing: a checkpoint moved aside comes back
       resume(options_.resume);
       return;
     }
@@ -440,6 +429,7 @@ class Trainer {
                  config_.train.output_dir,
                  ", or start afresh in another directory with --set train.output_dir=DIR");
     TANDEM_CHECK(all_fresh, "rank 0 refused to start (its error says why)");
+    clean_up_leftovers();
     // The engine holds the fp32 master weights and writes the model's working copy; the
     // optimizer's own state starts at zero. The seed's initialisation is made piece by
     // piece as the engine loads it (never the whole model in host memory: a 7B model's
@@ -474,6 +464,25 @@ class Trainer {
                          B_ * config_.gradient_accumulation_steps * comm_.world_size(),
                          " sequences (", B_, " x ", config_.gradient_accumulation_steps,
                          " micro-batches x ", comm_.world_size(), " ranks)"));
+  }
+
+  // Holding the directory, rank 0 knows no save is under way: what one left is debris
+  // (clean_up_interrupted_saves touches only the names a save writes). A collective.
+  void clean_up_leftovers() {
+    std::string error;
+    if (run_lock_) {
+      try {
+        const std::vector<fs::path> cleaned = clean_up_interrupted_saves(checkpoints_root());
+        if (!cleaned.empty())
+          progress_.note(cat("tandem: cleaned up ", cleaned.size(),
+                             " leftovers of interrupted checkpoint saves in ",
+                             checkpoints_root().string()));
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    }
+    TANDEM_CHECK(all_ranks_ok(comm_, error.empty()),
+                 comm_.rank() == 0 ? error : "rank 0 refused to start (its error says why)");
   }
 
   bool on_gpu() const { return config_.device.type == "cuda"; }
