@@ -239,9 +239,19 @@ CheckpointRecord Checkpointer::finished(const BackgroundCheckpointWriter::Outcom
                                         ec ? std::string()
                                            : cat(" and ", root_.string(), " has ",
                                                  format_bytes(space.available), " free")),
-                       "; the previous checkpoint is intact and 'latest' still names it");
+                       intact_checkpoint_text());
   }
   return record;
+}
+
+std::string Checkpointer::intact_checkpoint_text() const {
+  try {
+    const fs::path latest = resolve_checkpoint(root_);
+    return cat("; the previous checkpoint, ", latest.filename().string(),
+               ", is intact and 'latest' still names it");
+  } catch (const Error&) {
+    return "; no earlier checkpoint of this run is on disk";
+  }
 }
 
 uint64_t Checkpointer::checkpoint_bytes() const {

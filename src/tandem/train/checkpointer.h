@@ -106,6 +106,9 @@ class Checkpointer {
  private:
   bool several_ranks() const;
   CheckpointRecord finished(const BackgroundCheckpointWriter::Outcome& outcome);
+  // What a failed checkpoint leaves: "; the previous checkpoint, step_N, is intact and
+  // 'latest' still names it", or that none is on disk.
+  std::string intact_checkpoint_text() const;
   // Finishes the checkpoint in flight (several ranks: a collective) and keeps its record
   // for collect().
   void finish_in_flight();

@@ -349,6 +349,13 @@ class Trainer {
       }
     }
     progress_.finish();
+    // With train.checkpoint_failure "continue" a run goes on past failed checkpoints, but it
+    // does not end as though it had finished when its last state is nowhere on disk: a
+    // scheduler reads the exit status.
+    if (options_.save_checkpoints && !result.checkpoints.empty() &&
+        result.checkpoints.back().step == step_ && !result.checkpoints.back().error.empty())
+      fail("the run's last checkpoint (step ", step_, ") failed: ", lost_steps_text(),
+           ". Free space (or mend what the failure above names), then resume or rerun");
     if (!options_.trace_path.empty() && !trace_written)
       progress_.note(cat("tandem: no trace written: no step of --trace-steps ",
                          options_.trace_first_step, "-", options_.trace_last_step, " ran (steps ",
@@ -464,6 +471,18 @@ class Trainer {
                          B_ * config_.gradient_accumulation_steps * comm_.world_size(),
                          " sequences (", B_, " x ", config_.gradient_accumulation_steps,
                          " micro-batches x ", comm_.world_size(), " ranks)"));
+  }
+
+  // What a run that ends without its last checkpoint has on disk, and what it lost.
+  std::string lost_steps_text() const {
+    try {
+      const fs::path newest = resolve_checkpoint(checkpoints_root());
+      return cat("steps ", checkpoint_step(newest) + 1, "-", step_,
+                 " exist nowhere on disk; the newest checkpoint is ", newest.string(),
+                 " (--resume ", config_.train.output_dir, " continues from it)");
+    } catch (const Error&) {
+      return cat("no checkpoint of this run is on disk, so none of its ", step_, " steps is");
+    }
   }
 
   // Holding the directory, rank 0 knows no save is under way: what one left is debris
