@@ -96,8 +96,8 @@ def check_looks_complete_only_when_complete(run_dir):
                 sys.exit(f"FAIL: {directory} has a manifest but {name} is missing or has the wrong size")
 
 
-def command(binary, config, run_dir):
-    cmd = [binary, "train", "--config", config]
+def command(binary, config, run_dir, extra=()):
+    cmd = [binary, "train", "--config", config, *extra]
     if committed(run_dir):
         cmd += ["--resume", run_dir]
     return cmd
@@ -139,7 +139,10 @@ def signal_stops(args, work, want):
         signum = getattr(signal, name)
         before = committed(run_dir)
         target = (before[0] if before else 0) + 4
-        proc = subprocess.Popen(command(args.binary, config, run_dir),
+        # The options a resume must keep, which the printed command carries over.
+        metrics = os.path.join(work, "signals metrics.jsonl")
+        extra = ["--metrics", metrics, "--stop-at-step", str(STEPS)]
+        proc = subprocess.Popen(command(args.binary, config, run_dir, extra),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for_step(proc, run_dir, target)
         if proc.poll() is not None:
@@ -157,6 +160,9 @@ def signal_stops(args, work, want):
             m = re.search(r"stopped by (\w+) after step (\d+); checkpoint (\S+)", err)
             if not m or m.group(1) != name or "to continue: " not in err:
                 sys.exit(f"FAIL: after {name} the run did not say where it stopped and how to continue:\n{err}")
+            carried = [f"--metrics '{metrics}'", f"--stop-at-step {STEPS}", f"--resume {run_dir}"]
+            if not all(option in err for option in carried):
+                sys.exit(f"FAIL: after {name} the command to continue lacks one of {carried}:\n{err}")
             if not newest or newest[0] != int(m.group(2)):
                 sys.exit(f"FAIL: stopped after step {m.group(2)}, but the newest checkpoint is {newest[:1]}")
             print(f"{name}: stopped after step {m.group(2)} with a checkpoint, exit {proc.returncode}")

@@ -14,6 +14,20 @@
 #include "tandem/train/trainer.h"
 
 namespace tandem::cli {
+namespace {
+
+// A word as the shell reads it back: as it is when it holds nothing special, else in single
+// quotes.
+std::string shell_word(const std::string& word) {
+  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                              "0123456789_-+=.,/:@%") == std::string::npos)
+    return word;
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+}  // namespace
 
 void register_train(CLI::App& app) {
   struct Args {
@@ -91,9 +105,14 @@ void register_train(CLI::App& app) {
     }
     if (result.stopped_by_signal != 0) {
       if (comm->rank() == 0) {
-        std::string resume = "tandem train --config " + args->config;
-        for (const std::string& o : args->overrides) resume += " --set " + o;
-        resume += " --resume " + result.output_dir.string();
+        // The same command, resuming: every option that shapes the run carried over.
+        std::string resume = "tandem train --config " + shell_word(args->config);
+        for (const std::string& o : args->overrides) resume += " --set " + shell_word(o);
+        if (!args->metrics.empty()) resume += " --metrics " + shell_word(args->metrics);
+        if (args->stop_at_step > 0)
+          resume += " --stop-at-step " + std::to_string(args->stop_at_step);
+        if (args->allow_inexact_resume) resume += " --allow-inexact-resume";
+        resume += " --resume " + shell_word(result.output_dir.string());
         std::fprintf(stderr, "tandem: stopped by %s after step %ld; %s\ntandem: to continue: %s\n",
                      StopSignals::name(result.stopped_by_signal),
                      static_cast<long>(result.steps_done),
