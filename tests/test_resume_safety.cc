@@ -11,9 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/train/resume_check.h"
+#include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
 #include "train_on_ranks.h"
@@ -207,6 +209,60 @@ TEST(ResumeSafety, TheRunDirectoryOfEachFormOfCheckpoint) {
   EXPECT_EQ(run_directory_of(dir / "run" / "checkpoints" / "step_00000002"), run);
   fs::create_directories(dir / "loose" / "step_00000002");
   EXPECT_EQ(run_directory_of(dir / "loose" / "step_00000002"), std::nullopt);
+}
+
+// A rollback starts a timeline of its own: run to step 20 (checkpoints 5, 10, 15, 20),
+// resume from step 5 with another learning rate, stop at 13. `--resume RUN` then means what
+// `latest` names (step 13, of the new timeline), not the abandoned step 20 of a higher
+// number; and pruning counts only the new timeline's checkpoints, leaving the abandoned
+// ones alone.
+TEST(ResumeSafety, ARollbackKeepsItsTimelineForResumeAndPruning) {
+  testing::ScratchDir dir("resume_rollback");
+  testing::write_small_corpus(dir / "data.txt");
+  nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "run");
+  json["train"]["checkpoint_interval"] = 5;
+  train(parse_train_config(json), testing::quiet());
+  const fs::path root = dir / "run" / "checkpoints";
+  ASSERT_EQ(resolve_checkpoint(root), root / "step_00000020");
+  const CheckpointLineage abandoned = checkpoint_lineage(root / "step_00000020");
+  ASSERT_FALSE(abandoned.id.empty());
+  EXPECT_EQ(abandoned.ancestors.size(), 3u);  // 15, 10, 5
+
+  json["optimizer"]["params"]["lr"] = 1e-3;  // the rollback's change
+  json["train"]["keep_checkpoints"] = 2;
+  TrainOptions rollback = testing::quiet();
+  rollback.resume = root / "step_00000005";
+  rollback.allow_inexact_resume = true;
+  rollback.stop_at_step = 13;
+  train(parse_train_config(json), rollback);
+  EXPECT_EQ(resolve_checkpoint(root), root / "step_00000013");
+  // The new timeline: 13, 10 (the rollback's, which replaced the abandoned one); step 5,
+  // its third, pruned; the abandoned 15 and 20 left alone.
+  EXPECT_EQ(testing::entries(root),
+            (std::set<std::string>{"latest", "step_00000010", "step_00000013", "step_00000015",
+                                   "step_00000020"}));
+  EXPECT_EQ(checkpoint_lineage(root / "step_00000013").ancestors.front(),
+            checkpoint_lineage(root / "step_00000010").id);
+  EXPECT_EQ(newest_verified_checkpoint(dir / "run", checkpoint_lineage).dir,
+            root / "step_00000013");
+
+  // Resuming the run with the rollback's config continues the rollback, exactly: no
+  // difference to allow, and its first step is 14.
+  TrainOptions resume = testing::quiet();
+  resume.resume = dir / "run";
+  const TrainResult continued = train(parse_train_config(json), resume);
+  ASSERT_FALSE(continued.steps.empty());
+  EXPECT_EQ(continued.steps.front().step, 14);
+  EXPECT_EQ(continued.steps_done, 20);
+  EXPECT_EQ(resolve_checkpoint(root), root / "step_00000020");
+  EXPECT_EQ(checkpoint_lineage(root / "step_00000020").ancestors.front(),
+            checkpoint_lineage(root / "step_00000015").id)
+      << "20 and 15 are the continued timeline's now";
+
+  // `latest` deleted by hand: a checkpoints root still resumes from its newest committed
+  // checkpoint that verifies, rather than being "not a checkpoint".
+  fs::remove(root / "latest");
+  EXPECT_EQ(newest_verified_checkpoint(root, checkpoint_lineage).dir, root / "step_00000020");
 }
 
 }  // namespace

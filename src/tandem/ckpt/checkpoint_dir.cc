@@ -376,28 +376,64 @@ std::vector<std::pair<int64_t, fs::path>> committed_checkpoints(const fs::path& 
   return found;
 }
 
+// The committed checkpoints of latest's timeline, newest first: its descendants (newer
+// only after a crash between the publishing rename and the pointer), latest, its
+// ancestors. Empty when there is no latest or it has no lineage: then every committed one.
+std::vector<std::pair<int64_t, fs::path>> timeline_of_latest(
+    const fs::path& root, const std::vector<std::pair<int64_t, fs::path>>& committed,
+    const LineageOf& lineage_of) {
+  std::vector<std::pair<int64_t, fs::path>> timeline;
+  if (!lineage_of) return committed;
+  fs::path latest;
+  CheckpointLineage of_latest;
+  try {
+    latest = follow_latest(root);
+    of_latest = lineage_of(latest);
+  } catch (const Error&) {
+    return committed;  // no latest, or one that cannot say: the newest that verifies
+  }
+  if (of_latest.id.empty()) return committed;
+  const auto has = [](const std::vector<std::string>& ids, const std::string& id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  };
+  for (const auto& [step, dir] : committed) {
+    CheckpointLineage of;
+    try {
+      of = lineage_of(dir);
+    } catch (const Error&) {
+      continue;  // unreadable: not shown to be of the timeline
+    }
+    if (dir == latest || has(of.ancestors, of_latest.id) ||
+        (!of.id.empty() && has(of_latest.ancestors, of.id)))
+      timeline.emplace_back(step, dir);
+  }
+  return timeline;
+}
+
 }  // namespace
 
-ResumableCheckpoint newest_verified_checkpoint(const fs::path& path) {
+ResumableCheckpoint newest_verified_checkpoint(const fs::path& path, const LineageOf& lineage_of) {
   std::error_code ec;
   if (!fs::exists(path, ec)) fail(path.string(), ": no such file or directory");
   if (fs::is_regular_file(path / kManifestName, ec)) {
     verify_checkpoint(path);
     return {path, ""};
   }
-  fs::path root;
-  if (fs::is_regular_file(path / kLatestName, ec)) {
-    root = path;
-  } else if (fs::is_directory(path / "checkpoints", ec)) {
-    root = path / "checkpoints";
-  } else {
-    resolve_checkpoint(path);  // throws, saying what was looked for
-  }
+  // A run directory, or a checkpoints root (with or without its "latest": one deleted by
+  // hand still leaves the committed checkpoints to choose from).
+  const fs::path root =
+      !fs::is_regular_file(path / kLatestName, ec) && fs::is_directory(path / "checkpoints", ec)
+          ? path / "checkpoints"
+          : path;
   // Newest first. A step directory is committed once it has its manifest (written last,
   // before the rename that publishes it), so it counts even when a crash came before
   // `latest` was moved to it.
+  const std::vector<std::pair<int64_t, fs::path>> candidates =
+      timeline_of_latest(root, committed_checkpoints(root), lineage_of);
+  if (candidates.empty() && !fs::is_regular_file(root / kLatestName, ec))
+    resolve_checkpoint(path);  // throws, saying what was looked for
   std::string passed_over;
-  for (const auto& [step, dir] : committed_checkpoints(root)) {
+  for (const auto& [step, dir] : candidates) {
     try {
       verify_checkpoint(dir);
       return {dir, passed_over};
@@ -409,7 +445,8 @@ ResumableCheckpoint newest_verified_checkpoint(const fs::path& path) {
        passed_over.empty() ? "none found" : passed_over, "); start afresh in another directory");
 }
 
-std::vector<fs::path> prune_checkpoints(const fs::path& root, int64_t keep) {
+std::vector<fs::path> prune_checkpoints(const fs::path& root, int64_t keep,
+                                        const LineageOf& lineage_of) {
   std::vector<fs::path> removed;
   fs::path latest;
   try {
@@ -421,7 +458,8 @@ std::vector<fs::path> prune_checkpoints(const fs::path& root, int64_t keep) {
   std::error_code ec;
   if (keep > 0) {
     int64_t kept = 0;
-    for (const auto& [step, dir] : committed_checkpoints(root)) {
+    for (const auto& [step, dir] :
+         timeline_of_latest(root, committed_checkpoints(root), lineage_of)) {
       if (dir == latest || kept < keep) {
         kept++;
         continue;

@@ -92,24 +92,42 @@ void verify_checkpoint(const std::filesystem::path& checkpoint_dir,
 // The step recorded in the checkpoint's manifest.
 int64_t checkpoint_step(const std::filesystem::path& checkpoint_dir);
 
+// A checkpoint's place in its run's history, as its writer records it (this layer reads
+// no format but its own, so it is told): its id, and the ids of the checkpoints of its
+// timeline before it, newest first. A run resumed from an earlier checkpoint (a rollback)
+// starts a timeline of its own; the checkpoints it abandoned are on another. Empty for a
+// checkpoint written before lineages were recorded.
+struct CheckpointLineage {
+  std::string id;
+  std::vector<std::string> ancestors;
+};
+using LineageOf = std::function<CheckpointLineage(const std::filesystem::path& checkpoint_dir)>;
+
 // What --resume reads. A checkpoint directory is taken as named (a damaged one is
-// refused). A checkpoints root or a run directory means its newest committed checkpoint
-// (step_* with a manifest: usually the one "latest" names, newer only when a crash came
-// between the publishing rename and the pointer) that verifies in full; `passed_over`
-// says which newer ones were skipped and why. Throws when none verifies.
+// refused). A checkpoints root or a run directory means what "latest" names: with
+// `lineage_of` and a latest that has a lineage, the newest committed checkpoint of its
+// timeline that verifies in full (a descendant only when a crash came between the
+// publishing rename and the pointer; then latest; then its ancestors), never one of
+// another timeline, though its step be higher; without, the newest committed checkpoint
+// (step_* with a manifest) that verifies. `passed_over` says which were skipped and why.
+// Throws when none verifies.
 struct ResumableCheckpoint {
   std::filesystem::path dir;
   std::string passed_over;  // empty when the first choice verified
 };
-ResumableCheckpoint newest_verified_checkpoint(const std::filesystem::path& path);
+ResumableCheckpoint newest_verified_checkpoint(const std::filesystem::path& path,
+                                               const LineageOf& lineage_of = {});
 
-// After a checkpoint is committed: removes committed checkpoints under the root beyond
-// the newest `keep` (never the one "latest" names; keep 0 removes none), each renamed
-// out of the step_* names before its files go, and what crashes left: staging
-// directories of steps before the latest, checkpoints caught mid-removal. Returns what
-// it removed.
+// After a checkpoint is committed: removes committed checkpoints beyond the newest `keep`
+// (never the one "latest" names; keep 0 removes none), each renamed out of the step_*
+// names before its files go, and what crashes left: staging directories of steps before
+// the latest, checkpoints caught mid-removal. With `lineage_of` and a latest that has a
+// lineage, it counts and removes only checkpoints of latest's timeline (another
+// timeline's are left alone); without, every committed checkpoint. Returns what it
+// removed.
 std::vector<std::filesystem::path> prune_checkpoints(const std::filesystem::path& checkpoints_root,
-                                                     int64_t keep);
+                                                     int64_t keep,
+                                                     const LineageOf& lineage_of = {});
 
 // At the start of a run that holds the output directory (train/run_lock.h), so that no
 // save can be under way: removes what interrupted saves left under the root (staging

@@ -148,7 +148,8 @@ void Checkpointer::save_now(TrainingState state, const std::function<fs::path()>
     } else {
       outcome.path = save();
     }
-    if (comm_.rank() == 0) prune_checkpoints(root_, config_.train.keep_checkpoints);
+    if (comm_.rank() == 0)
+      prune_checkpoints(root_, config_.train.keep_checkpoints, checkpoint_lineage);
   } catch (const Error& e) {
     if (several_ranks()) throw;  // collective saves fail on every rank together
     outcome.error = e.what();
@@ -199,7 +200,7 @@ void Checkpointer::try_commit(bool wait) {
     outcome->path = commit_sharded_checkpoint(comm_, *staging_, report_, engine_.plan().num_params,
                                               layout_.shard_of(snapshot_));
     if (comm_.rank() == 0) {
-      prune_checkpoints(root_, config_.train.keep_checkpoints);
+      prune_checkpoints(root_, config_.train.keep_checkpoints, checkpoint_lineage);
     } else {
       outcome->path.clear();  // as synchronous saves: rank 0 names the checkpoint
     }
@@ -323,7 +324,7 @@ fs::path Checkpointer::write_streamed(const TrainingState& state) {
       checkpoint.write(range, arrays);
     });
     const fs::path path = checkpoint.publish();
-    prune_checkpoints(root_, config_.train.keep_checkpoints);
+    prune_checkpoints(root_, config_.train.keep_checkpoints, checkpoint_lineage);
     return path;
   } catch (...) {
     pool_->abandon();  // the capture ends without this writer
@@ -333,7 +334,7 @@ fs::path Checkpointer::write_streamed(const TrainingState& state) {
 
 fs::path Checkpointer::write(const TrainingState& state) const {
   const fs::path path = save_training_checkpoint(root_, state);
-  prune_checkpoints(root_, config_.train.keep_checkpoints);
+  prune_checkpoints(root_, config_.train.keep_checkpoints, checkpoint_lineage);
   return path;
 }
 

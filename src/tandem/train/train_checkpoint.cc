@@ -36,8 +36,18 @@ nlohmann::json state_json(const TrainingState& state) {
     json["run"] = {{"train_tokens", state.train_tokens},
                    {"train_tokens_xxh3", state.train_tokens_xxh3},
                    {"world_size", state.world_size}};
+  if (!state.lineage.id.empty())
+    json["lineage"] = {{"id", state.lineage.id}, {"ancestors", state.lineage.ancestors}};
   json["config"] = to_json(state.config);
   return json;
+}
+
+CheckpointLineage lineage_of_json(const nlohmann::json& json) {
+  CheckpointLineage lineage;
+  if (!json.contains("lineage")) return lineage;
+  lineage.id = json.at("lineage").at("id").get<std::string>();
+  lineage.ancestors = json.at("lineage").at("ancestors").get<std::vector<std::string>>();
+  return lineage;
 }
 
 void write_optimizer(const fs::path& path, const TrainingState& state, const ParamLayout& layout) {
@@ -95,6 +105,7 @@ TrainingState read_state(const fs::path& dir) {
       state.train_tokens_xxh3 = run.at("train_tokens_xxh3").get<std::string>();
       state.world_size = run.at("world_size").get<int>();
     }
+    state.lineage = lineage_of_json(json);
   } catch (const nlohmann::json::exception& e) {
     fail(path.string(), ": malformed trainer state (", e.what(), ")");
   } catch (const Error& e) {
@@ -203,7 +214,17 @@ TrainingState TrainingState::without_arrays() const {
   out.train_tokens_xxh3 = train_tokens_xxh3;
   out.train_tokens = train_tokens;
   out.world_size = world_size;
+  out.lineage = lineage;
   return out;
+}
+
+CheckpointLineage checkpoint_lineage(const fs::path& checkpoint_dir) {
+  const fs::path path = checkpoint_dir / "trainer_state.json";
+  try {
+    return lineage_of_json(nlohmann::json::parse(read_file_text(path)));
+  } catch (const nlohmann::json::exception& e) {
+    fail(path.string(), ": malformed trainer state (", e.what(), ")");
+  }
 }
 
 const std::vector<float>& TrainingState::optimizer_array(const std::string& name) const {

@@ -41,6 +41,10 @@ struct TrainingState {
   std::string train_tokens_xxh3;
   uint64_t train_tokens = 0;
   int world_size = 0;
+  // Its place in the run's history (ckpt/checkpoint_dir.h, CheckpointLineage): this
+  // checkpoint's id and its timeline's earlier ones, newest first; empty in checkpoints
+  // written before tandem recorded them.
+  CheckpointLineage lineage;
 
   // Everything but the arrays (what a streamed checkpoint's writer needs: the pieces bring
   // the arrays), without copying them. A field added above belongs in it.
@@ -92,6 +96,11 @@ SafetensorsWriter optimizer_file_writer(const TrainingState& state, const ParamL
 // (sharded_checkpoint.h); partitioned state whatever world size wrote it.
 TrainingState load_training_checkpoint(const std::filesystem::path& path,
                                        const OptimizerStateSlice& slice = {});
+
+// The lineage a checkpoint's trainer_state.json records (empty for older checkpoints);
+// throws naming the file when it cannot be read. What the checkpoint layer is told to
+// follow a run's timeline with (newest_verified_checkpoint, prune_checkpoints).
+CheckpointLineage checkpoint_lineage(const std::filesystem::path& checkpoint_dir);
 
 // Model weights and config only (what `tandem sample` needs); checksums verified.
 TrainingState load_checkpoint_weights(const std::filesystem::path& path);

@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <random>
 #include <vector>
 
 #include "tandem/ckpt/checkpoint_dir.h"
@@ -338,6 +339,7 @@ class Trainer {
           checkpointer_.begin_lazy(trainer_state());
         else
           checkpointer_.save_now(trainer_state(), [this] { return save(); });
+        checkpoint_steps_.push_back(step_);
       }
       record_checkpoints(checkpointer_.collect(finished), metrics, result);
       if (stop_signal != 0) {
@@ -385,6 +387,11 @@ class Trainer {
  private:
   void start() {
     check_ranks_agree(comm_, config_, data_, options_);
+    if (comm_.rank() == 0) {
+      std::random_device entropy;
+      run_token_ = (uint64_t{entropy()} << 32) ^ entropy();
+    }
+    comm_.broadcast(&run_token_, sizeof run_token_, 0);
     progress_.note(describe_plan());
     if (!plan_.host_fits())
       progress_.note(
@@ -628,7 +635,7 @@ class Trainer {
 
   void resume(const fs::path& requested) {
     // A run directory resumes from its newest checkpoint that verifies.
-    const ResumableCheckpoint chosen = newest_verified_checkpoint(requested);
+    const ResumableCheckpoint chosen = newest_verified_checkpoint(requested, checkpoint_lineage);
     const fs::path& path = chosen.dir;
     // New checkpoints go to train.output_dir: never among another run's.
     std::error_code ec;
@@ -678,6 +685,12 @@ class Trainer {
                          "): the learning-rate schedule now spans ", config_.train.steps,
                          " steps"));
     resumed_from_ = path;
+    // The checkpoints this run writes continue the resumed one's timeline.
+    if (!state.lineage.id.empty()) {
+      resumed_lineage_ = {state.lineage.id};
+      resumed_lineage_.insert(resumed_lineage_.end(), state.lineage.ancestors.begin(),
+                              state.lineage.ancestors.end());
+    }
     // Every rank reads the weights whole and its optimizer state (its partition, from the
     // shards that overlap it; or its own): any world size and stage resumes any other's
     // partitioned checkpoint.
@@ -916,7 +929,27 @@ class Trainer {
     state.train_tokens_xxh3 = train_tokens_xxh3_;
     state.train_tokens = data_.train.size();
     state.world_size = comm_.world_size();
+    state.lineage = lineage_at(step_);
     return state;
+  }
+
+  // The lineage of this run's checkpoint of `step`: an id from the run's token and the step
+  // (the same for every call at that step), and the ids of the checkpoints begun before it
+  // in this run, then those of the checkpoint it resumed from and its ancestors.
+  CheckpointLineage lineage_at(int64_t step) const {
+    const auto id_of = [this](int64_t s) {
+      const uint64_t words[2] = {run_token_, static_cast<uint64_t>(s)};
+      return checksum_hex(checksum64(words, sizeof words));
+    };
+    CheckpointLineage lineage;
+    lineage.id = id_of(step);
+    for (auto at = checkpoint_steps_.rbegin(); at != checkpoint_steps_.rend(); ++at)
+      if (*at != step) lineage.ancestors.push_back(id_of(*at));
+    lineage.ancestors.insert(lineage.ancestors.end(), resumed_lineage_.begin(),
+                             resumed_lineage_.end());
+    constexpr size_t kMaxAncestors = 1000;  // a long run's history, bounded
+    if (lineage.ancestors.size() > kMaxAncestors) lineage.ancestors.resize(kMaxAncestors);
+    return lineage;
   }
 
   // Committed (or failed, under checkpoint_failure "continue") checkpoints: metrics, a
@@ -972,7 +1005,13 @@ class Trainer {
   TokenSplit data_;
   std::string train_tokens_xxh3_;  // recorded in checkpoints for resume's checks
   fs::path resumed_from_;          // the checkpoint this invocation resumed
-  int64_t attempts_ = 0;           // train_step calls in this invocation
+  // The lineage of this run's checkpoints (lineage_at): a token of this invocation (rank
+  // 0's, drawn in start()), the steps its checkpoints were begun at, and the resumed
+  // checkpoint's id and ancestors.
+  uint64_t run_token_ = 0;
+  std::vector<int64_t> checkpoint_steps_;
+  std::vector<std::string> resumed_lineage_;
+  int64_t attempts_ = 0;  // train_step calls in this invocation
   DataLoader train_loader_;
   std::unique_ptr<DataLoader> val_loader_;
   // The device first: the backend's tensors and the engine's state live in it, and it
