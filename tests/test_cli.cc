@@ -13,6 +13,7 @@
 
 #include "tandem/core/file_io.h"
 #include "tandem/core/format.h"
+#include "tandem/data/byte_tokenizer.h"
 #include "tandem/data/token_shard.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "test_util.h"
@@ -163,6 +164,29 @@ TEST_F(CliTest, TokenizeWritesAShardThatTrains) {
   const auto result = tandem("train --config " + write_config().string() +
                              " --set train.steps=2 --set data.train_path=" + shard.string());
   EXPECT_EQ(result.exit_code, 0) << result.output;
+}
+
+// tokenize streams the text (a shard byte for byte that of the whole text's tokens), will
+// not write over its own input, and says when the input is not text.
+TEST_F(CliTest, TokenizeNeverReplacesItsInputAndSaysWhenItIsNotText) {
+  const std::string text = read_file_text(dir_ / "data.txt");
+  ASSERT_EQ(tandem("tokenize --input " + (dir_ / "data.txt").string() + " --output " +
+                   (dir_ / "data.bin").string())
+                .exit_code,
+            0);
+  EXPECT_EQ(read_token_shard(dir_ / "data.bin"), ByteTokenizer().encode(text));
+  // The same file under another name.
+  const auto same = tandem("tokenize --input " + (dir_ / "data.txt").string() + " --output " +
+                           (dir_ / "." / "data.txt").string());
+  EXPECT_NE(same.exit_code, 0);
+  EXPECT_CONTAINS(same.output, "is the --input file; writing the shard would replace the text");
+  EXPECT_EQ(read_file_text(dir_ / "data.txt"), text);
+  write_file_atomic(dir_ / "binary.dat", std::string("ab\0cd", 5));
+  const auto binary = tandem("tokenize --input " + (dir_ / "binary.dat").string() + " --output " +
+                             (dir_ / "binary.bin").string());
+  EXPECT_EQ(binary.exit_code, 0) << binary.output;
+  EXPECT_CONTAINS(binary.output, "holds a NUL byte (the first at byte 2): it is not text");
+  EXPECT_EQ(read_token_shard(dir_ / "binary.bin"), (std::vector<int32_t>{'a', 'b', 0, 'c', 'd'}));
 }
 
 TEST_F(CliTest, CorruptCheckpointIsRefusedAndKept) {

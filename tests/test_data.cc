@@ -470,5 +470,39 @@ TEST(DataLoader, RejectsWrongBufferSize) {
   EXPECT_EQ(loader.position(), DataLoader::Position{});  // nothing consumed
 }
 
+// A shard written in pieces is the shard written whole; a piece past the header's count,
+// a short write at commit and a bad token are refused, and leave no file.
+TEST_F(TokenShard, WrittenInPiecesItIsTheShardWrittenWhole) {
+  std::vector<int32_t> tokens(70000);
+  for (size_t i = 0; i < tokens.size(); i++) tokens[i] = static_cast<int32_t>((i * 7919) % 50257);
+  write_token_shard(path("whole.bin"), tokens, ShardTokenType::kUint16);
+  {
+    TokenShardWriter writer(path("pieces.bin"), ShardTokenType::kUint16, tokens.size());
+    writer.append(std::span<const int32_t>(tokens).first(3));
+    writer.append(std::span<const int32_t>(tokens).subspan(3, 65536));
+    writer.append(std::span<const int32_t>(tokens).subspan(3 + 65536));
+    writer.commit();
+  }
+  EXPECT_EQ(read_file_bytes(path("pieces.bin")), read_file_bytes(path("whole.bin")));
+  {
+    TokenShardWriter writer(path("short.bin"), ShardTokenType::kUint16, 4);
+    writer.append(std::vector<int32_t>{1, 2, 3});
+    EXPECT_CONTAINS(error_of([&] {
+                      writer.append(std::vector<int32_t>{4, 5});
+                    }),
+                    "more than the 4 tokens its header counts");
+    EXPECT_CONTAINS(error_of([&] { writer.commit(); }),
+                    "3 tokens written, but its header counts 4");
+  }
+  {
+    TokenShardWriter writer(path("bad.bin"), ShardTokenType::kUint16, 2);
+    writer.append(std::vector<int32_t>{1});
+    EXPECT_CONTAINS(error_of([&] { writer.append(std::vector<int32_t>{70000}); }),
+                    "token 70000 at position 1 does not fit a uint16 shard");
+  }
+  EXPECT_FALSE(fs::exists(path("short.bin")));
+  EXPECT_FALSE(fs::exists(path("bad.bin")));
+}
+
 }  // namespace
 }  // namespace tandem

@@ -96,15 +96,70 @@ std::vector<int32_t> read_token_shard(const std::filesystem::path& path) {
   return tokens;
 }
 
+struct TokenShardWriter::Impl {
+  Impl(const std::filesystem::path& path, bool uint16, uint64_t tokens)
+      : name(path.string()), is_uint16(uint16), count(tokens), file(path) {}
+  std::string name;
+  bool is_uint16;
+  uint64_t count, written = 0;
+  AtomicFileWriter file;
+  std::vector<uint8_t> buffer;
+};
+
+TokenShardWriter::TokenShardWriter(const std::filesystem::path& path, ShardTokenType type,
+                                   uint64_t count) {
+  const bool is_uint16 = type == ShardTokenType::kUint16;
+  TANDEM_CHECK(count <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max()), path.string(),
+               ": ", count, " tokens do not fit the int32 count of a shard header (at most ",
+               std::numeric_limits<int32_t>::max(), "); split the data into several shards");
+  impl_ = std::make_unique<Impl>(path, is_uint16, count);
+  std::array<uint8_t, kShardHeaderBytes> header{};
+  store_le32(&header[0], static_cast<uint32_t>(is_uint16 ? kShardMagicUint16 : kShardMagicUint32));
+  store_le32(&header[4],
+             static_cast<uint32_t>(is_uint16 ? kShardVersionUint16 : kShardVersionUint32));
+  store_le32(&header[8], static_cast<uint32_t>(count));
+  impl_->file.write(header.data(), header.size());
+}
+
+TokenShardWriter::~TokenShardWriter() = default;
+
+void TokenShardWriter::append(std::span<const int32_t> tokens) {
+  Impl& w = *impl_;
+  TANDEM_CHECK(w.written + tokens.size() <= w.count, w.name, ": more than the ", w.count,
+               " tokens its header counts");
+  const size_t token_bytes = w.is_uint16 ? 2 : 4;
+  for (size_t begin = 0; begin < tokens.size(); begin += kChunkTokens) {
+    const size_t n = std::min(kChunkTokens, tokens.size() - begin);
+    w.buffer.resize(n * token_bytes);
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t token = tokens[begin + i];
+      const uint64_t at = w.written + begin + i;
+      TANDEM_CHECK(token >= 0, w.name, ": cannot write negative token ", token, " at position ",
+                   at);
+      TANDEM_CHECK(!w.is_uint16 || token <= std::numeric_limits<uint16_t>::max(), w.name,
+                   ": token ", token, " at position ", at,
+                   " does not fit a uint16 shard (max 65535); write a uint32 shard instead");
+      if (w.is_uint16)
+        store_le16(&w.buffer[2 * i], static_cast<uint16_t>(token));
+      else
+        store_le32(&w.buffer[4 * i], static_cast<uint32_t>(token));
+    }
+    w.file.write(w.buffer.data(), n * token_bytes);
+  }
+  w.written += tokens.size();
+}
+
+void TokenShardWriter::commit() {
+  TANDEM_CHECK(impl_->written == impl_->count, impl_->name, ": ", impl_->written,
+               " tokens written, but its header counts ", impl_->count);
+  impl_->file.commit();
+}
+
 void write_token_shard(const std::filesystem::path& path, std::span<const int32_t> tokens,
                        ShardTokenType type) {
   const std::string name = path.string();
   const bool is_uint16 = type == ShardTokenType::kUint16;
   // Validated before the writer exists, so a bad token leaves no temporary file behind.
-  TANDEM_CHECK(tokens.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()), name,
-               ": ", tokens.size(),
-               " tokens do not fit the int32 count of a shard header (at most ",
-               std::numeric_limits<int32_t>::max(), "); split the data into several shards");
   for (size_t i = 0; i < tokens.size(); ++i) {
     TANDEM_CHECK(tokens[i] >= 0, name, ": cannot write negative token ", tokens[i], " at position ",
                  i);
@@ -112,29 +167,8 @@ void write_token_shard(const std::filesystem::path& path, std::span<const int32_
                  tokens[i], " at position ", i,
                  " does not fit a uint16 shard (max 65535); write a uint32 shard instead");
   }
-
-  std::array<uint8_t, kShardHeaderBytes> header{};
-  store_le32(&header[0], static_cast<uint32_t>(is_uint16 ? kShardMagicUint16 : kShardMagicUint32));
-  store_le32(&header[4],
-             static_cast<uint32_t>(is_uint16 ? kShardVersionUint16 : kShardVersionUint32));
-  store_le32(&header[8], static_cast<uint32_t>(tokens.size()));
-
-  AtomicFileWriter writer(path);
-  writer.write(header.data(), header.size());
-  const size_t token_bytes = is_uint16 ? 2 : 4;
-  std::vector<uint8_t> buffer(std::min(tokens.size(), kChunkTokens) * token_bytes);
-  for (size_t begin = 0; begin < tokens.size(); begin += kChunkTokens) {
-    const size_t n = std::min(kChunkTokens, tokens.size() - begin);
-    for (size_t i = 0; i < n; ++i) {
-      const auto token = static_cast<uint32_t>(tokens[begin + i]);
-      if (is_uint16) {
-        store_le16(&buffer[2 * i], static_cast<uint16_t>(token));
-      } else {
-        store_le32(&buffer[4 * i], token);
-      }
-    }
-    writer.write(buffer.data(), n * token_bytes);
-  }
+  TokenShardWriter writer(path, type, tokens.size());
+  writer.append(tokens);
   writer.commit();
 }
 

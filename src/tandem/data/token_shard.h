@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -31,5 +32,23 @@ std::vector<int32_t> read_token_shard(const std::filesystem::path& path);
 // writing anything if a token is negative or does not fit `type`.
 void write_token_shard(const std::filesystem::path& path, std::span<const int32_t> tokens,
                        ShardTokenType type);
+
+// A shard written in pieces, for data too large to hold whole: the token count is given up
+// front (the header comes first); the file appears, complete, only at commit(), which
+// checks that exactly that many tokens came. A bad token throws naming its position, and
+// the writer, destroyed uncommitted, leaves nothing behind.
+class TokenShardWriter {
+ public:
+  TokenShardWriter(const std::filesystem::path& path, ShardTokenType type, uint64_t count);
+  ~TokenShardWriter();
+  TokenShardWriter(const TokenShardWriter&) = delete;
+  TokenShardWriter& operator=(const TokenShardWriter&) = delete;
+  void append(std::span<const int32_t> tokens);
+  void commit();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace tandem
