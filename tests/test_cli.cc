@@ -239,6 +239,16 @@ TEST_F(CliTest, EveryBadCommandLineValueIsNamed) {
        "--output " + d + ": is a directory"},
       {"sample --checkpoint " + d + " --temperature 0", "--temperature: must be a number > 0"},
       {"plan --config " + config + " --world-size 0", "--world-size: must be a number > 0"},
+      // What plan shows, train does: a snapshot pool below its minimum is refused by both.
+      {"plan --config " + config + " --set train.checkpoint_memory_mb=0.01",
+       "a pool to stream it through needs at least 64.00 KiB; raise train.checkpoint_memory_mb"},
+      {"plan --config " + config + " --set device.memory_gb=1e30",
+       "device.memory_gb must be a number > 0 and at most 1048576, got 1e+30"},
+      // Every update already on the CPU: the advice does not offer to offload more.
+      {"plan --config " + config +
+           " --set device.memory_gb=0.00001 --set offload_optimizer.schedule=cpu",
+       "but device.memory_gb = 1e-05; raise device.memory_gb, lower "
+       "train_micro_batch_size_per_gpu"},
   };
   for (const auto& c : cases) {
     const testing::CommandResult result = tandem(c.args);

@@ -25,12 +25,7 @@ Checkpointer::Checkpointer(const TrainConfig& config, UpdateEngine& engine, Devi
       layout_(std::move(layout)) {
   if (!saves) return;
   if (snapshot.streamed) {
-    TANDEM_CHECK(
-        snapshot.budget >= CheckpointSnapshotPlan::kMinPoolBytes && snapshot.pool_slot_floats > 0,
-        "a full copy of the state for checkpoints (", format_bytes(snapshot.full_bytes),
-        ") does not fit the ", format_bytes(snapshot.budget),
-        " it may take, and a pool to stream it through needs at least ",
-        format_bytes(CheckpointSnapshotPlan::kMinPoolBytes), "; raise train.checkpoint_memory_mb");
+    check_snapshot_pool(snapshot);
     streamed_ = true;
     // A rank with nothing to write (ZeRO stage 0: the others write rank 0's copy) takes
     // no snapshot.

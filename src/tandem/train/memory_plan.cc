@@ -329,7 +329,18 @@ int fewest_ranks_at_zero_stage_3(const TrainConfig& config, DeviceKind kind, siz
   return ranks;
 }
 
+void check_snapshot_pool(const CheckpointSnapshotPlan& snapshot) {
+  TANDEM_CHECK(!snapshot.streamed || (snapshot.budget >= CheckpointSnapshotPlan::kMinPoolBytes &&
+                                      snapshot.pool_slot_floats > 0),
+               "a full copy of the state for checkpoints (", format_bytes(snapshot.full_bytes),
+               ") does not fit the ", format_bytes(snapshot.budget),
+               " it may take, and a pool to stream it through needs at least ",
+               format_bytes(CheckpointSnapshotPlan::kMinPoolBytes),
+               "; raise train.checkpoint_memory_mb");
+}
+
 void check_fits(const TrainingMemoryPlan& plan, const TrainConfig& config) {
+  check_snapshot_pool(plan.snapshot);
   if (plan.fits()) return;
   const int ranks = fewest_ranks_at_zero_stage_3(
       config, plan.device_is_host ? DeviceKind::kHostOnly : DeviceKind::kCuda,
@@ -346,10 +357,12 @@ void check_fits(const TrainingMemoryPlan& plan, const TrainConfig& config) {
        format_bytes(plan.model_bytes + plan.zero_buffer_bytes), ", optimizer state + staging ",
        format_bytes(plan.optimizer_device_bytes), ") and ", format_bytes(plan.total.pinned_host),
        " of pinned host memory, but device.memory_gb = ", config.device.memory_gb,
-       "; raise device.memory_gb, offload more optimizer state (offload_optimizer.schedule cpu, "
-       "interleave or auto, or a lower offload_optimizer.ratio), lower "
-       "train_micro_batch_size_per_gpu / train.seq_len (activations)",
-       shard);
+       "; raise device.memory_gb, ",
+       plan.offload.settings.schedule == UpdateSchedule::kCpu
+           ? std::string()  // every update already on the CPU: no state left to offload
+           : std::string("offload more optimizer state (offload_optimizer.schedule cpu, "
+                         "interleave or auto, or a lower offload_optimizer.ratio), "),
+       "lower train_micro_batch_size_per_gpu / train.seq_len (activations)", shard);
 }
 
 }  // namespace tandem

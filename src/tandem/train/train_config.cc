@@ -556,8 +556,9 @@ TrainConfig parse_train_config(const json& config_json) {
   TANDEM_CHECK(config.device.type == "cpu" || config.device.type == "cuda",
                "device.type must be one of ", join(kDeviceTypes), ", got \"", config.device.type,
                "\"");
-  device.read_real("memory_gb", config.device.memory_gb, "a number > 0",
-                   [](double v) { return v > 0; });
+  // Bounded so that the bytes fit a size_t with room (and no device has a petabyte).
+  device.read_real("memory_gb", config.device.memory_gb, "a number > 0 and at most 1048576",
+                   [](double v) { return v > 0 && v <= 1048576; });
 
   const Section bf16 = top.section("bf16");
   bf16.check_keys(kBf16Keys);
