@@ -296,6 +296,25 @@ TEST(ParseTrainConfig, UnknownKeysInEachSection) {
   EXPECT_NE(error_with("optimizer.lr=1e-3").find("did you mean 'optimizer.params.lr'?"),
             std::string::npos)
       << error_with("optimizer.lr=1e-3");
+  // Two neighbours swapped are one slip; a key cut short is the one key it begins.
+  EXPECT_NE(error_with("train.stpes=3").find("did you mean 'steps'?"), std::string::npos)
+      << error_with("train.stpes=3");
+  EXPECT_NE(
+      error_with("train_micro_batch_size=3").find("did you mean 'train_micro_batch_size_per_gpu'?"),
+      std::string::npos)
+      << error_with("train_micro_batch_size=3");
+}
+
+// Enumerated values are read without regard to case, every one of them.
+TEST(ParseTrainConfig, EnumeratedValuesIgnoreCase) {
+  json config = minimal_config();
+  config["device"] = {{"type", "CPU"}};
+  config["offload_optimizer"] = {{"schedule", "Interleave"}};
+  config["train"]["checkpoint_failure"] = "Continue";
+  const TrainConfig parsed = parse_train_config(config);
+  EXPECT_EQ(parsed.device.type, "cpu");
+  EXPECT_EQ(parsed.offload.schedule, UpdateSchedule::kInterleave);
+  EXPECT_EQ(parsed.train.checkpoint_failure, CheckpointFailure::kContinue);
 }
 
 TEST(ParseTrainConfig, CommentKeysIgnoredEverywhere) {

@@ -38,16 +38,28 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // A first word that is no command is named as such, with the commands there are.
-    std::string commands;
-    bool known = false;
-    for (const CLI::App* sub : app.get_subcommands({})) {
-      commands += (commands.empty() ? "" : ", ") + sub->get_name();
-      known = known || (argc > 1 && sub->get_name() == argv[1]);
+    // A word where a command is expected that is none is named as such, with the commands
+    // there are ("tandem foo", "tandem bench foo").
+    CLI::App* at = &app;
+    std::string words;  // the commands matched so far: "", "bench"
+    int word = 1;
+    for (; word < argc && argv[word][0] != '-'; word++) {
+      CLI::App* next = nullptr;
+      for (CLI::App* sub : at->get_subcommands({}))
+        if (sub->get_name() == argv[word]) next = sub;
+      if (next == nullptr) break;
+      at = next;
+      words += (words.empty() ? "" : " ") + std::string(argv[word]);
     }
-    if (argc > 1 && argv[1][0] != '-' && !known) {
-      const std::string what = std::string("unknown command '") + argv[1] + "'; the commands are " +
-                               commands + " (tandem --help says more)";
+    if (word < argc && argv[word][0] != '-' && !at->get_subcommands({}).empty()) {
+      std::string commands;
+      for (const CLI::App* sub : at->get_subcommands({}))
+        commands += (commands.empty() ? "" : ", ") + sub->get_name();
+      const std::string tandem = words.empty() ? "tandem" : "tandem " + words;
+      const std::string what = "unknown command '" + (words.empty() ? "" : words + " ") +
+                               argv[word] + "'; the commands " +
+                               (words.empty() ? "" : "of '" + tandem + "' ") + "are " + commands +
+                               " (" + tandem + " --help says more)";
       report("error", what.c_str());
       return 1;
     }

@@ -130,26 +130,27 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-// Levenshtein distance, case-insensitive: "LR" and "lrr" are both one slip from "lr".
+// Edit distance, case-insensitive, a swap of two neighbours one edit (optimal string
+// alignment): "LR" and "lrr" are both one slip from "lr", "stpes" one from "steps".
 size_t edit_distance(std::string_view a_in, std::string_view b_in) {
   const std::string a = lower(a_in), b = lower(b_in);
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
     for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
+      d[i][j] = std::min(
+          {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
-  }
-  return row[b.size()];
+  return d[a.size()][b.size()];
 }
 
 // The allowed key nearest to `key`, or "" when none is near enough to be a likely typo
 // (a third of the key's length, at least one edit: "lrr" -> "lr", "warmup_steps" ->
-// "warmup_num_steps").
+// "warmup_num_steps"), or the one allowed key it begins ("train_micro_batch_size" ->
+// "train_micro_batch_size_per_gpu").
 std::string closest_key(std::string_view key, Keys allowed) {
   const size_t limit = std::max<size_t>(1, key.size() / 3);
   std::string best;
@@ -158,7 +159,14 @@ std::string closest_key(std::string_view key, Keys allowed) {
     const size_t d = edit_distance(key, candidate);
     if (d < best_distance) best_distance = d, best = candidate;
   }
-  return best;
+  if (!best.empty() || key.size() < 4) return best;
+  std::string extended;
+  for (std::string_view candidate : allowed) {
+    if (!lower(candidate).starts_with(lower(key))) continue;
+    if (!extended.empty()) return "";  // more than one: no guess
+    extended = candidate;
+  }
+  return extended;
 }
 
 std::string join_path(std::string_view prefix, std::string_view key) {
@@ -552,7 +560,9 @@ TrainConfig parse_train_config(const json& config_json) {
 
   const Section device = top.section("device");
   device.check_keys(kDeviceKeys);
+  // Every enumerated value is read without regard to case, as the schedule and the types.
   device.read_string("type", config.device.type);
+  config.device.type = lower(config.device.type);
   TANDEM_CHECK(config.device.type == "cpu" || config.device.type == "cuda",
                "device.type must be one of ", join(kDeviceTypes), ", got \"", config.device.type,
                "\"");
@@ -588,6 +598,7 @@ TrainConfig parse_train_config(const json& config_json) {
                   [](double v) { return v >= 0; });
   std::string failure = "stop";
   train.read_string("checkpoint_failure", failure);
+  failure = lower(failure);
   TANDEM_CHECK(failure == "stop" || failure == "continue", "train.checkpoint_failure = \"", failure,
                "\": must be \"stop\" (the default) or \"continue\"");
   t.checkpoint_failure =
