@@ -227,8 +227,11 @@ TEST_F(CheckpointDirTest, ResumeFallsBackToTheNewestCheckpointThatVerifies) {
   const ResumableCheckpoint chosen = newest_verified_checkpoint(run_);
   EXPECT_EQ(chosen.dir, root_ / "step_00000020");
   EXPECT_CONTAINS(chosen.passed_over, (root_ / "step_00000030" / "model.safetensors").string());
-  EXPECT_CONTAINS(error_of([&] { newest_verified_checkpoint(root_ / "step_00000030"); }),
-                  "model.safetensors: size is 8 bytes");
+  const std::string named = error_of([&] { newest_verified_checkpoint(root_ / "step_00000030"); });
+  EXPECT_CONTAINS(named, "model.safetensors: size is 8 bytes");
+  // ... and the message names the intact one beside it.
+  EXPECT_CONTAINS(named, "; " + (root_ / "step_00000020").string() +
+                             " (step 20) verifies: resume from it, or from the run directory");
 
   // Staging directories and half-removed checkpoints are not candidates.
   fs::create_directories(root_ / "step_00000040.tmp-1");

@@ -416,7 +416,24 @@ ResumableCheckpoint newest_verified_checkpoint(const fs::path& path, const Linea
   std::error_code ec;
   if (!fs::exists(path, ec)) fail(path.string(), ": no such file or directory");
   if (fs::is_regular_file(path / kManifestName, ec)) {
-    verify_checkpoint(path);
+    try {
+      verify_checkpoint(path);
+    } catch (const Error& e) {
+      // Named on its own, it is never replaced by another; but the message names the one
+      // beside it that would do.
+      std::string instead;
+      for (const auto& [step, dir] : committed_checkpoints(path.parent_path())) {
+        if (dir == path) continue;
+        try {
+          verify_checkpoint(dir);
+          instead = cat("; ", dir.string(), " (step ", step,
+                        ") verifies: resume from it, or from the run directory");
+          break;
+        } catch (const Error&) {
+        }
+      }
+      fail(e.what(), instead);
+    }
     return {path, ""};
   }
   // A run directory, or a checkpoints root (with or without its "latest": one deleted by
