@@ -84,6 +84,21 @@ TEST(RunDirectoryLock, ALockFileThatIsALinkOrNotAFileIsRefusedAndLeftAlone) {
                   ".tandem.lock: is not a regular file");
 }
 
+// A live run's directory removed (and taken by another run) is noticed: the lock file at
+// its path is no longer the one held.
+TEST(RunDirectoryLock, ARemovedOrReplacedDirectoryIsNoticed) {
+  testing::ScratchDir dir("run_lock_removed");
+  const RunDirectoryLock held(dir / "run");
+  held.check_still_held();
+  fs::remove_all(dir / "run");
+  EXPECT_CONTAINS(testing::error_of([&] { held.check_still_held(); }),
+                  "' was removed or replaced while this run held it");
+  const RunDirectoryLock other(dir / "run");  // a second run takes the new directory
+  EXPECT_CONTAINS(testing::error_of([&] { held.check_still_held(); }),
+                  "another run may be writing there now");
+  other.check_still_held();
+}
+
 // A fresh run refused because the directory holds an earlier run's checkpoints touches
 // nothing there, not even what an interrupted save left.
 TEST(RunDirectoryLock, ARefusedRunCleansNothingUp) {

@@ -21,6 +21,7 @@ RunDirectoryLock::RunDirectoryLock(const fs::path& output_dir) {
     fail("train.output_dir '", output_dir.string(), "': cannot create it (", ec.message(),
          "); choose another with --set train.output_dir=DIR");
   const fs::path path = output_dir / ".tandem.lock";
+  path_ = path;
   // Never through a link: writing the pid into whatever a link names would truncate a
   // file outside the run directory.
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -62,6 +63,17 @@ RunDirectoryLock::RunDirectoryLock(const fs::path& output_dir) {
     fd_ = -1;
     fail(path.string(), ": cannot write (", std::strerror(error), "); is the disk full?");
   }
+}
+
+void RunDirectoryLock::check_still_held() const {
+  struct stat held = {}, now = {};
+  const bool same = ::fstat(fd_, &held) == 0 && ::lstat(path_.c_str(), &now) == 0 &&
+                    held.st_dev == now.st_dev && held.st_ino == now.st_ino;
+  TANDEM_CHECK(same, "train.output_dir '", path_.parent_path().string(),
+               "' was removed or replaced while this run held it (", path_.string(),
+               " is no longer its lock file), and another run may be writing there now; this "
+               "run stops rather than write beside it. Its earlier checkpoints went with the "
+               "directory; rerun, or resume from a copy, into a directory of its own");
 }
 
 RunDirectoryLock::~RunDirectoryLock() {

@@ -18,7 +18,14 @@ class RunDirectoryLock {
   RunDirectoryLock(const RunDirectoryLock&) = delete;
   RunDirectoryLock& operator=(const RunDirectoryLock&) = delete;
 
+  // Throws when the lock file at the directory's path is no longer the one held: the
+  // directory was removed (`rm -rf` of a live run) or replaced, and another run may have
+  // taken it since. The trainer asks before each checkpoint, so that two runs never write
+  // into one directory.
+  void check_still_held() const;
+
  private:
+  std::filesystem::path path_;
   int fd_ = -1;
 };
 

@@ -334,6 +334,7 @@ class Trainer {
       }
       const int64_t ckpt_every = config_.train.checkpoint_interval;
       if (options_.save_checkpoints && (finished || (ckpt_every > 0 && step_ % ckpt_every == 0))) {
+        if (run_lock_) run_lock_->check_still_held();
         // The last checkpoint has no next step to hide behind: it is written now.
         if (config_.train.lazy_checkpoints && !finished)
           checkpointer_.begin_lazy(trainer_state());
