@@ -13,6 +13,7 @@
 
 #include "tandem/core/file_io.h"
 #include "tandem/core/format.h"
+#include "tandem/core/host_memory.h"
 #include "tandem/data/byte_tokenizer.h"
 #include "tandem/data/token_shard.h"
 #include "tandem/device/cuda/cuda_device.h"
@@ -187,6 +188,21 @@ TEST_F(CliTest, TokenizeNeverReplacesItsInputAndSaysWhenItIsNotText) {
   EXPECT_EQ(binary.exit_code, 0) << binary.output;
   EXPECT_CONTAINS(binary.output, "holds a NUL byte (the first at byte 2): it is not text");
   EXPECT_EQ(read_token_shard(dir_ / "binary.bin"), (std::vector<int32_t>{'a', 'b', 0, 'c', 'd'}));
+}
+
+// A plan beyond the machine's memory is refused before anything is allocated, naming the
+// figures and the flag that allows it (a 1.5 B-parameter GPT-2 in fp32 on the cpu device
+// needs about 85 GiB; this machine has less).
+TEST_F(CliTest, APlanBeyondTheMachinesMemoryIsRefusedUnlessAllowed) {
+  if (host_memory_bytes() >= (size_t{80} << 30)) GTEST_SKIP() << "this machine has 80 GiB or more";
+  const auto result =
+      tandem("train --config " + (testing::source_dir() / "configs/gpt2-1.5b.json").string() +
+             " --set device.type=cpu --set device.memory_gb=200 --set bf16.enabled=false"
+             " --set train.checkpoint_memory_mb=256 --set train.output_dir=" +
+             (dir_ / "big").string());
+  expect_error(result, {"of host memory (pinned ", "more than the machine's",
+                        "pass --allow-host-overcommit to run anyway"});
+  EXPECT_FALSE(fs::exists(dir_ / "big" / "checkpoints"));
 }
 
 TEST_F(CliTest, CorruptCheckpointIsRefusedAndKept) {

@@ -39,6 +39,7 @@ void register_train(CLI::App& app) {
     std::string trace;
     std::string trace_steps = "2-3";
     bool allow_inexact_resume = false;
+    bool allow_host_overcommit = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("train", "Train a model from a JSON run configuration");
@@ -52,6 +53,8 @@ void register_train(CLI::App& app) {
   cmd->add_flag("--allow-inexact-resume", args->allow_inexact_resume,
                 "Resume although the config or data differ from the checkpoint's run in what the "
                 "numbers depend on (the continuation is then not bit-exact)");
+  cmd->add_flag("--allow-host-overcommit", args->allow_host_overcommit,
+                "Train although the plan takes more host memory than the machine has");
   cmd->add_option("--stop-at-step", args->stop_at_step,
                   "Stop (with a checkpoint) after this many steps; the schedule still spans "
                   "train.steps")
@@ -72,6 +75,7 @@ void register_train(CLI::App& app) {
     for (const std::string& o : args->overrides)
       if (o.rfind("train.output_dir=", 0) == 0) options.continue_in_resumed_run = false;
     options.allow_inexact_resume = args->allow_inexact_resume;
+    options.allow_host_overcommit = args->allow_host_overcommit;
     options.metrics_path = args->metrics;
     options.stop_at_step = args->stop_at_step;
     options.trace_path = args->trace;
@@ -112,6 +116,7 @@ void register_train(CLI::App& app) {
         if (args->stop_at_step > 0)
           resume += " --stop-at-step " + std::to_string(args->stop_at_step);
         if (args->allow_inexact_resume) resume += " --allow-inexact-resume";
+        if (args->allow_host_overcommit) resume += " --allow-host-overcommit";
         resume += " --resume " + shell_word(result.output_dir.string());
         std::fprintf(stderr, "tandem: stopped by %s after step %ld; %s\ntandem: to continue: %s\n",
                      StopSignals::name(result.stopped_by_signal),

@@ -147,7 +147,7 @@ class Trainer {
                      : overlap_buffer_comm_  ? *overlap_buffer_comm_
                                              : comm),
         optimizer_pool_(),
-        plan_(checked_plan(config, *device_, optimizer_pool_, comm)),
+        plan_(checked_plan(config, *device_, optimizer_pool_, comm, options)),
         backend_(on_gpu() ? make_cuda_backend(*device_) : make_cpu_backend(*device_)),
         model_owner_(make_model(config.model, *backend_, B_, T_, config.storage_dtype(),
                                 {.params = config.zero.stage < 3,
@@ -394,11 +394,11 @@ class Trainer {
     }
     comm_.broadcast(&run_token_, sizeof run_token_, 0);
     progress_.note(describe_plan());
-    if (!plan_.host_fits())
+    if (!plan_.host_fits())  // allowed (checked_plan refuses it otherwise)
       progress_.note(
           cat("tandem: warning: the plan takes ", format_bytes(plan_.host_bytes_needed()),
               " of host memory, more than the machine's ", format_bytes(plan_.machine_host_bytes),
-              "; expect swapping or the OOM killer"));
+              " (--allow-host-overcommit); expect swapping or the OOM killer"));
     if (reduces_gradients(config_) &&
         DataParallel::overlaps_communication(config_.zero, comm_.world_size()) &&
         !data_parallel_.overlaps_communication())
@@ -556,11 +556,29 @@ class Trainer {
   }
 
   static TrainingMemoryPlan checked_plan(const TrainConfig& config, Device& device,
-                                         ThreadPool& pool, const Communicator& comm) {
+                                         ThreadPool& pool, Communicator& comm,
+                                         const TrainOptions& options) {
     TrainingMemoryPlan plan =
         plan_training(config, device, pool,
                       zero_state_range(config, comm.world_size(), comm.rank()), comm.world_size());
     check_fits(plan, config);
+    // Before anything is allocated: a plan beyond the machine's memory ends in swapping or
+    // the OOM killer, hours in (every rank asks: each has a plan of its own).
+    const bool host_ok = plan.host_fits() || options.allow_host_overcommit;
+    TANDEM_CHECK(all_ranks_ok(comm, host_ok),
+                 host_ok ? std::string("another rank's plan does not fit its machine's host memory "
+                                       "(its error says why)")
+                         : cat("the plan takes ", format_bytes(plan.host_bytes_needed()),
+                               " of host memory (pinned ", format_bytes(plan.total.pinned_host),
+                               ", host ", format_bytes(plan.total.host),
+                               plan.device_is_host
+                                   ? cat(", the cpu device's ", format_bytes(plan.total.device))
+                                   : std::string(),
+                               "), more than the machine's ", format_bytes(plan.machine_host_bytes),
+                               "; offload less optimizer state, lower train.checkpoint_memory_mb, "
+                               "the micro-batch or the sequence length, use a machine with more "
+                               "memory, or pass --allow-host-overcommit to run anyway (expect "
+                               "swapping or the OOM killer)"));
     return plan;
   }
 

@@ -30,6 +30,10 @@ struct TrainOptions {
   // that changes the numbers (resume_mismatches), giving up bit-exact continuation; the
   // differences are printed. False: such a resume is refused, naming them.
   bool allow_inexact_resume = false;
+  // Train although the plan takes more host memory than the machine has (pinned state,
+  // snapshots, the cpu device's memory); false: such a run is refused before it allocates,
+  // naming the figures.
+  bool allow_host_overcommit = false;
   std::filesystem::path metrics_path;  // JSON Lines; empty for none
   // Stop (with a checkpoint) once this many steps are done, though the schedule spans
   // train.steps; 0 runs to train.steps. For time-sliced jobs and the resume test.
