@@ -164,6 +164,22 @@ TEST(ResumeSafety, WhatTheNumbersDependOnMustMatchOrTheUserGivesUpBitExactness) 
   EXPECT_NE(b.state_digest, straight.state_digest);
 }
 
+// How often DeMo's ranks prove their replicas agree changes no number: a resume may change
+// it without --allow-inexact-resume; the DeMo hyperparameters still may not change.
+TEST(ResumeSafety, DemosReplicaCheckIntervalIsNotAnInexactChange) {
+  nlohmann::json json = testing::tiny_run_config("data.txt", "run");
+  json["optimizer"] = {{"type", "DeMo"}, {"params", {{"lr", 1e-3}}}};
+  json["demo"] = {{"replica_check_interval", 10}};
+  TrainingState then;
+  then.config = parse_train_config(json);
+  json["demo"]["replica_check_interval"] = 50;
+  EXPECT_TRUE(resume_mismatches(then, parse_train_config(json), {}).empty());
+  json["optimizer"]["params"]["lr"] = 2e-3;
+  const std::vector<ResumeMismatch> lr = resume_mismatches(then, parse_train_config(json), {});
+  ASSERT_EQ(lr.size(), 1u);
+  EXPECT_EQ(lr[0].key, "optimizer.params.lr");
+}
+
 TEST(ResumeSafety, TwoRanksAreOneRankAccumulatingTwoButNotOneAccumulatingOne) {
   testing::ScratchDir dir("resume_ranks");
   testing::write_small_corpus(dir / "data.txt");

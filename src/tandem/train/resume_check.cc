@@ -43,7 +43,8 @@ bool changes_the_numbers(const std::string& key) {
       "model.",
       "optimizer.",
       "scheduler.",
-      "demo.",
+      // Not "demo.": its one key, replica_check_interval, says how often the ranks prove
+      // their replicas agree, which changes no number.
       "train_micro_batch_size_per_gpu",
       "gradient_clipping",
       "bf16.",
