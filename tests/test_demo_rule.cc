@@ -199,5 +199,19 @@ TEST(DemoRule, APlanThatSplitsATensorIsRefusedNamingIt) {
   EXPECT_CONTAINS(message, "subgroups must be cut at tensor boundaries");
 }
 
+// compression_topk is checked against every tensor at once: the message names each that it
+// does not fit and the largest value that fits them all.
+TEST(DemoRule, ATopkThatDoesNotFitNamesEveryTensorAndTheBound) {
+  const std::vector<DemoRuleTensor> tensors = {
+      {"w", {64, 64}, 0}, {"bias", {37}, 4096}, {"ln", {20}, 4096 + 37}};
+  run_local_ranks(1, [&](Communicator& comm) {
+    const std::string message = testing::error_of(
+        [&] { DemoRule rule(tensors, DemoHyper{.compression_topk = 40}, comm, nullptr); });
+    EXPECT_CONTAINS(message,
+                    "compression_topk = 40 does not fit the DCT blocks of 2 tensors: "
+                    "bias (1 x 37 = 37), ln (1 x 20 = 20); use a value from 1 to 20");
+  });
+}
+
 }  // namespace
 }  // namespace tandem

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "tandem/core/error.h"
@@ -100,6 +101,24 @@ struct DemoRule::CudaWorkspace {
 DemoRule::DemoRule(std::vector<DemoRuleTensor> tensors, const DemoHyper& hyper, Communicator& comm,
                    ThreadPool* pool, SimdTarget target)
     : layout_(std::move(tensors)), comm_(comm), pool_(pool) {
+  // compression_topk against every tensor's blocks at once: one message naming all that it
+  // does not fit, and the largest value that fits them all.
+  std::string too_small;
+  size_t count = 0;
+  int64_t smallest = std::numeric_limits<int64_t>::max();
+  for (const DemoRuleTensor& t : layout_) {
+    const DemoBlocks blocks(t.shape, hyper.compression_chunk, t.name.c_str(), target);
+    smallest = std::min(smallest, blocks.block_size());
+    if (hyper.compression_topk <= blocks.block_size()) continue;
+    if (count++ < 5)
+      too_small += cat(too_small.empty() ? "" : ", ", t.name, " (", blocks.block_rows(), " x ",
+                       blocks.block_cols(), " = ", blocks.block_size(), ")");
+  }
+  TANDEM_CHECK(count == 0, "optimizer.params.compression_topk = ", hyper.compression_topk,
+               " does not fit the DCT blocks of ", count,
+               count == 1 ? " tensor: " : " tensors: ", too_small,
+               count > 5 ? cat(" and ", count - 5, " more") : std::string(),
+               "; use a value from 1 to ", smallest, " (the smallest block's coefficients)");
   size_t next = 0;
   for (const DemoRuleTensor& t : layout_) {
     TANDEM_CHECK(t.begin == next, "DeMo: tensor ", t.name, " starts at ", t.begin,
