@@ -305,6 +305,23 @@ TEST(ParseTrainConfig, UnknownKeysInEachSection) {
       << error_with("train_micro_batch_size=3");
 }
 
+// An integer out of range says its bound once, whether it came as a signed, an unsigned
+// or a float JSON number, and one beyond int64 is refused, not clamped.
+TEST(ParseTrainConfig, AnIntegerOutOfRangeSaysItsBoundOnce) {
+  const std::string seq = error_with("train.seq_len=99999");
+  EXPECT_NE(seq.find("train.seq_len must be an integer in [0, 256] (at most model.context_length "
+                     "= 256; 0 means model.context_length), got 99999"),
+            std::string::npos)
+      << seq;
+  const std::string steps = error_with("train.steps=1e19");
+  EXPECT_NE(steps.find("train.steps must be a positive integer (at most 9223372036854775807), "
+                       "got 1e+19"),
+            std::string::npos)
+      << steps;
+  EXPECT_NE(error_with("train.steps=18446744073709551615").find("(at most 9223372036854775807)"),
+            std::string::npos);
+}
+
 // Enumerated values are read without regard to case, every one of them.
 TEST(ParseTrainConfig, EnumeratedValuesIgnoreCase) {
   json config = minimal_config();

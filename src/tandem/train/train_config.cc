@@ -236,30 +236,31 @@ class Section {
     const std::string wanted =
         description.empty() ? int_description(min, max) : std::string(description);
     int64_t v = 0;
+    bool beyond_int64 = false;  // above any max: said by the range check below, once
     if (value->is_number_integer() && !value->is_number_unsigned()) {
       v = value->get<int64_t>();
     } else if (value->is_number_unsigned()) {
+      // Beyond int64: above any max, which the range check below says (once).
       const uint64_t u = value->get<uint64_t>();
-      if (u > static_cast<uint64_t>(max))
-        fail(path(key), " must be ", wanted, " (at most ", max, "), got ", u);
-      v = static_cast<int64_t>(u);
+      beyond_int64 = u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+      v = beyond_int64 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(u);
     } else if (value->is_number_float()) {
       const double d = value->get<double>();
       if (std::trunc(d) != d) fail(path(key), " must be ", wanted, ", got ", value->dump());
-      // 2^63 is exactly representable; anything at or beyond it cannot be an int64 (and the
-      // conversion would be undefined), so it is refused here rather than by the range check.
-      if (d >= 9223372036854775808.0)
-        fail(path(key), " must be ", wanted, " (at most ", max, "), got ", value->dump());
+      // 2^63 is exactly representable; anything at or beyond it cannot be an int64 (the
+      // conversion would be undefined): it is above any max, which the range check says.
       if (d < -9223372036854775808.0) fail(path(key), " must be ", wanted, ", got ", value->dump());
-      v = static_cast<int64_t>(d);
+      beyond_int64 = d >= 9223372036854775808.0;
+      v = beyond_int64 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(d);
     } else {
       fail(path(key), " must be ", wanted, ", got ", describe(*value));
     }
-    if (v < min || v > max) {
+    if (beyond_int64 || v < min || v > max) {
       // "a positive integer" does not say why 3000000000 is refused for an int field.
       const bool max_unsaid = wanted.find(std::to_string(max)) == std::string::npos;
-      fail(path(key), " must be ", wanted, max_unsaid && v > max ? cat(" (at most ", max, ")") : "",
-           ", got ", value->dump());
+      fail(path(key), " must be ", wanted,
+           max_unsaid && (beyond_int64 || v > max) ? cat(" (at most ", max, ")") : "", ", got ",
+           value->dump());
     }
     out = static_cast<Int>(v);
   }
