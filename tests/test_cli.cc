@@ -198,8 +198,8 @@ TEST_F(CliTest, APlanBeyondTheMachinesMemoryIsRefusedUnlessAllowed) {
   const auto result =
       tandem("train --config " + (testing::source_dir() / "configs/gpt2-1.5b.json").string() +
              " --set device.type=cpu --set device.memory_gb=200 --set bf16.enabled=false"
-             " --set train.checkpoint_memory_mb=256 --set train.output_dir=" +
-             (dir_ / "big").string());
+             " --set train.checkpoint_memory_mb=256 --set data.train_path=" +
+             (dir_ / "data.txt").string() + " --set train.output_dir=" + (dir_ / "big").string());
   expect_error(result, {"of host memory (pinned ", "more than the machine's",
                         "pass --allow-host-overcommit to run anyway"});
   EXPECT_FALSE(fs::exists(dir_ / "big" / "checkpoints"));
