@@ -178,6 +178,7 @@ summary) ;;
 esac
 
 # The summary: every result in the given directories (or this part's), tandem beside DeepSpeed.
-[[ $part == summary ]] && { dirs=("$@"); ((${#dirs[@]})) || dirs=("$out"); } || dirs=("$out")
+dirs=("$out")
+if [[ $part == summary && $# -gt 0 ]]; then dirs=("$@"); fi
 python3 bench/offload_sweep_summary.py "${dirs[@]}" || status=1
 exit "${status:-0}"

@@ -20,30 +20,31 @@ class Stopwatch {
 };
 
 // Runs `work` once to warm up (caches, page faults, lazy initialisation), then
-// `repetitions` more times, and returns the fastest of those in seconds: the figure
-// least disturbed by other load on a shared machine.
+// `repetitions` more times, and returns the seconds of each of those.
 template <typename Work>
-double best_seconds(int repetitions, Work&& work) {
-  double best = 0;
-  for (int pass = 0; pass <= repetitions; pass++) {
-    Stopwatch watch;
-    work();
-    const double seconds = watch.seconds();
-    if (pass == 1 || (pass > 1 && seconds < best)) best = seconds;
-  }
-  return best;
-}
-
-// The same, returning the median of the `repetitions` timed runs: what the work typically
-// takes on a shared machine, the figure a prediction of real runs wants.
-template <typename Work>
-double median_seconds(int repetitions, Work&& work) {
+std::vector<double> timed_passes(int repetitions, Work&& work) {
   std::vector<double> seconds;
   for (int pass = 0; pass <= repetitions; pass++) {
     Stopwatch watch;
     work();
     if (pass > 0) seconds.push_back(watch.seconds());
   }
+  return seconds;
+}
+
+// The fastest of the timed passes: the figure least disturbed by other load on a shared
+// machine.
+template <typename Work>
+double best_seconds(int repetitions, Work&& work) {
+  const std::vector<double> seconds = timed_passes(repetitions, work);
+  return *std::min_element(seconds.begin(), seconds.end());
+}
+
+// Their median: what the work typically takes on a shared machine, the figure a
+// prediction of real runs wants.
+template <typename Work>
+double median_seconds(int repetitions, Work&& work) {
+  std::vector<double> seconds = timed_passes(repetitions, work);
   std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
   return seconds[seconds.size() / 2];
 }

@@ -126,6 +126,7 @@ void Model::initial_params(uint64_t seed, ParamRange range, float* out) const {
   // The chunks of normals that overlap the range, as (tensor, chunk) pairs.
   struct Chunk {
     size_t tensor, index;
+    float std;
   };
   const std::vector<ParamView>& views = layout().views();
   std::vector<Chunk> chunks;
@@ -141,19 +142,18 @@ void Model::initial_params(uint64_t seed, ParamRange range, float* out) const {
       continue;
     }
     for (size_t c = (begin - view.offset) / kInitChunk; c * kInitChunk < end - view.offset; c++)
-      chunks.push_back({t, c});
+      chunks.push_back({t, c, init.std});
   }
   // A chunk's stream: SplitMix64 expands (seed, tensor, chunk) into unrelated states.
   const uint64_t seed_key = Rng(seed).next_u64();
 #pragma omp parallel for schedule(dynamic)
   for (size_t i = 0; i < chunks.size(); i++) {
     const ParamView& view = views[chunks[i].tensor];
-    const float std = tensor_init(view).std;
     Rng rng(seed_key ^ (static_cast<uint64_t>(chunks[i].tensor) << 40) ^ chunks[i].index);
     const size_t first = view.offset + chunks[i].index * kInitChunk;
     const size_t last = std::min(first + kInitChunk, view.offset + view.numel);
     for (size_t at = first; at < std::min(last, range.end); at++) {
-      const float value = std * rng.normal();
+      const float value = chunks[i].std * rng.normal();
       if (at >= range.begin) out[at - range.begin] = value;
     }
   }

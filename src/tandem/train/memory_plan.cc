@@ -351,18 +351,19 @@ void check_fits(const TrainingMemoryPlan& plan, const TrainConfig& config) {
                                       "rank 0 fits: `tandem plan --world-size ",
                                       ranks, " --set zero_optimization.stage=3` shows it)")
                                 : std::string();
-  fail("device memory too small: the '", update_schedule_name(plan.offload.settings.schedule),
-       "' schedule needs ", format_bytes(plan.total.device), " on the device (activations ",
-       format_bytes(plan.activation_bytes), ", working params + gradients ",
-       format_bytes(plan.model_bytes + plan.zero_buffer_bytes), ", optimizer state + staging ",
-       format_bytes(plan.optimizer_device_bytes), ") and ", format_bytes(plan.total.pinned_host),
-       " of pinned host memory, but device.memory_gb = ", config.device.memory_gb,
-       "; raise device.memory_gb, ",
-       plan.offload.settings.schedule == UpdateSchedule::kCpu
-           ? std::string()  // every update already on the CPU: no state left to offload
-           : std::string("offload more optimizer state (offload_optimizer.schedule cpu, "
-                         "interleave or auto, or a lower offload_optimizer.ratio), "),
-       "lower train_micro_batch_size_per_gpu / train.seq_len (activations)", shard);
+  throw DeviceOutOfMemory(
+      cat("device memory too small: the '", update_schedule_name(plan.offload.settings.schedule),
+          "' schedule needs ", format_bytes(plan.total.device), " on the device (activations ",
+          format_bytes(plan.activation_bytes), ", working params + gradients ",
+          format_bytes(plan.model_bytes + plan.zero_buffer_bytes), ", optimizer state + staging ",
+          format_bytes(plan.optimizer_device_bytes), ") and ", format_bytes(plan.total.pinned_host),
+          " of pinned host memory, but device.memory_gb = ", config.device.memory_gb,
+          "; raise device.memory_gb, ",
+          plan.offload.settings.schedule == UpdateSchedule::kCpu
+              ? std::string()  // every update already on the CPU: no state left to offload
+              : std::string("offload more optimizer state (offload_optimizer.schedule cpu, "
+                            "interleave or auto, or a lower offload_optimizer.ratio), "),
+          "lower train_micro_batch_size_per_gpu / train.seq_len (activations)", shard));
 }
 
 }  // namespace tandem

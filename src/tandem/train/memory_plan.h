@@ -135,9 +135,9 @@ ParamRange zero_state_range(const TrainConfig& config, int world_size, int rank)
 int fewest_ranks_at_zero_stage_3(const TrainConfig& config, DeviceKind kind, size_t capacity,
                                  int max_ranks = 4096);
 
-// Throws tandem::Error when the plan does not fit in device memory, with the bytes
-// per tier and what to change (the fewest ranks at ZeRO stage 3 among them), or when its
-// checkpoint snapshot cannot be taken (check_snapshot_pool).
+// Throws DeviceOutOfMemory when the plan does not fit in device memory, with the bytes
+// per tier and what to change (the fewest ranks at ZeRO stage 3 among them), or
+// tandem::Error when its checkpoint snapshot cannot be taken (check_snapshot_pool).
 void check_fits(const TrainingMemoryPlan& plan, const TrainConfig& config);
 // Throws when a streamed snapshot's pool would be below CheckpointSnapshotPlan::kMinPoolBytes.
 void check_snapshot_pool(const CheckpointSnapshotPlan& snapshot);
