@@ -111,7 +111,7 @@ TEST_F(DemoCudaTest, EveryStepIsTheCpusBitsOnThreeRanks) {
                                       .delta = static_cast<float*>(gpu_delta[r].data()),
                                       .grads = g.data(),
                                       .grad_dtype = bf16 ? GradDType::kBF16 : GradDType::kF32,
-                                      .decay = 1.0f - lr * hyper.weight_decay,
+                                      .decay = tensor.decay_factor(lr),
                                       .beta = hyper.compression_decay,
                                       .lr = lr,
                                       .grad_scale = 0.5f,

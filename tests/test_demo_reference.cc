@@ -62,14 +62,15 @@ TEST(DemoReference, MatchesTheIndependentNumpyImplementation) {
                                                         "fixtures" / "demo_reference.safetensors");
   const std::map<std::string, std::string>& meta = fixture.metadata();
   const int ranks = std::stoi(meta.at("ranks")), steps = std::stoi(meta.at("steps"));
-  std::vector<float> lrs;
-  for (const std::string& lr : split(meta.at("lrs"), ',')) lrs.push_back(std::stof(lr));
+  // The learning rates and the weight decay as the reference holds them: doubles.
+  std::vector<double> lrs;
+  for (const std::string& lr : split(meta.at("lrs"), ',')) lrs.push_back(std::stod(lr));
   ASSERT_EQ(static_cast<int>(lrs.size()), steps);
   DemoHyper hyper;
   hyper.compression_decay = std::stof(meta.at("compression_decay"));
   hyper.compression_topk = std::stoll(meta.at("compression_topk"));
   hyper.compression_chunk = std::stoll(meta.at("compression_chunk"));
-  hyper.weight_decay = std::stof(meta.at("weight_decay"));
+  hyper.weight_decay = std::stod(meta.at("weight_decay"));
   std::vector<FixtureTensor> tensors;
   for (const std::string& entry : split(meta.at("tensors"), ',')) {
     const std::vector<std::string> name_shape = split(entry, ':');
@@ -150,6 +151,22 @@ TEST(DemoReference, MatchesTheIndependentNumpyImplementation) {
       }
     }
   }
+}
+
+// Step 1's factor is the double 1 - lr * weight_decay rounded once, from the double lr the
+// schedule gives: at lr 0.0485 and weight decay 0.1 float arithmetic gives another float.
+TEST(DemoReference, TheDecayFactorIsRoundedOnceFromDoubles) {
+  DemoHyper hyper;
+  hyper.weight_decay = 0.1;
+  const DemoTensor tensor("w", {64, 64}, hyper);
+  for (const double lr : {0.0485, 0.0406, 0.02, 1e-4}) {
+    SCOPED_TRACE(lr);
+    EXPECT_EQ(tensor.decay_factor(lr), static_cast<float>(1.0 - lr * 0.1));
+  }
+  const float in_float = 1.0f - static_cast<float>(0.0485) * static_cast<float>(0.1);
+  EXPECT_NE(tensor.decay_factor(0.0485), in_float) << "the case no longer tells the two apart";
+  hyper.weight_decay = 0.0;
+  EXPECT_EQ(DemoTensor("w", {64, 64}, hyper).decay_factor(0.0485), 1.0f);
 }
 
 TEST(DemoTransform, ChunksAreTheLargestDivisorsUpToTheChunk) {

@@ -42,7 +42,7 @@ std::vector<DemoRuleTensor> demo_tensors(const ParamLayout& layout) {
 
 DemoHyper hyper() {
   DemoHyper h;
-  h.weight_decay = 0.1f;
+  h.weight_decay = 0.1;
   return h;
 }
 

@@ -307,7 +307,7 @@ TEST_F(DemoTraining, BadConfigsAreOneLineErrorsNamingTheKey) {
   defaults["optimizer"] = {{"type", "demo"}};
   const TrainConfig config = parse_train_config(defaults);
   EXPECT_EQ(config.optimizer.type, OptimizerType::kDeMo);
-  EXPECT_EQ(config.optimizer.weight_decay, 0.0f);
+  EXPECT_EQ(config.optimizer.weight_decay, 0.0);
   EXPECT_EQ(config.optimizer.compression_decay, 0.999f);
   EXPECT_EQ(config.optimizer.compression_topk, 32);
   EXPECT_EQ(config.optimizer.compression_chunk, 64);

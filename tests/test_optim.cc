@@ -84,13 +84,14 @@ TEST(GradClip, ScaleFollowsTorchClipGradNorm) {
 
 TEST(LrSchedule, WarmupThenCosineToTheFloor) {
   const WarmupCosineSchedule s{
-      .base_lr = 1e-3f, .warmup_steps = 10, .total_steps = 110, .min_ratio = 0.1f};
-  EXPECT_FLOAT_EQ(s.lr_at(0), 1e-4f);
-  EXPECT_FLOAT_EQ(s.lr_at(4), 5e-4f);
-  EXPECT_FLOAT_EQ(s.lr_at(9), 1e-3f);
-  EXPECT_FLOAT_EQ(s.lr_at(10), 1e-3f);
-  EXPECT_FLOAT_EQ(s.lr_at(60), 0.55e-3f);  // halfway down the cosine
-  EXPECT_FLOAT_EQ(s.lr_at(110), 1e-4f);
+      .base_lr = 1e-3, .warmup_steps = 10, .total_steps = 110, .min_ratio = 0.1};
+  // In double from the values as written (DeMo's decay factor is rounded from these).
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 1e-4);
+  EXPECT_DOUBLE_EQ(s.lr_at(4), 5e-4);
+  EXPECT_DOUBLE_EQ(s.lr_at(9), 1e-3);
+  EXPECT_DOUBLE_EQ(s.lr_at(10), 1e-3);
+  EXPECT_DOUBLE_EQ(s.lr_at(60), 0.55e-3);  // halfway down the cosine
+  EXPECT_DOUBLE_EQ(s.lr_at(110), 1e-4);
   for (int64_t step = 10; step < 110; step++) EXPECT_LE(s.lr_at(step + 1), s.lr_at(step));
 }
 

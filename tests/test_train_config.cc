@@ -197,13 +197,13 @@ TEST(ParseTrainConfig, FullConfig) {
   EXPECT_EQ(c.micro_batch_size, 16);
   EXPECT_EQ(c.gradient_accumulation_steps, 2);
   EXPECT_EQ(c.gradient_clipping, 0.5f);
-  EXPECT_EQ(c.optimizer.lr, 3e-4f);
+  EXPECT_EQ(c.optimizer.lr, 3e-4);  // as written: a double
   EXPECT_EQ(c.optimizer.beta1, 0.9f);
   EXPECT_EQ(c.optimizer.beta2, 0.99f);
   EXPECT_EQ(c.optimizer.eps, 1e-8f);
-  EXPECT_EQ(c.optimizer.weight_decay, 0.05f);
+  EXPECT_EQ(c.optimizer.weight_decay, 0.05);
   EXPECT_EQ(c.scheduler.warmup_num_steps, 100);
-  EXPECT_EQ(c.scheduler.cos_min_ratio, 0.2f);
+  EXPECT_EQ(c.scheduler.cos_min_ratio, 0.2);
   EXPECT_EQ(c.train.steps, 2000);
   EXPECT_EQ(c.train.seed, 42u);
   EXPECT_EQ(c.train.seq_len, 64);
@@ -244,9 +244,9 @@ TEST(ParseTrainConfig, IntegralFloatsAndBigSeed) {
 TEST(ParseTrainConfig, RoundTripThroughJson) {
   TrainConfig c = parse_train_config(full_config());
   // Values with no short decimal form, to check that no bit is lost.
-  c.optimizer.lr = 1.0f / 3.0f;
+  c.optimizer.lr = 1.0 / 3.0;
   c.optimizer.eps = 1.17549435e-38f;
-  c.scheduler.cos_min_ratio = 0.1f;
+  c.scheduler.cos_min_ratio = 0.1;
   c.train.seed = UINT64_MAX - 1;
   c.data.val_path = "data/val.txt";
   c.data.val_fraction = 0.0;
@@ -476,7 +476,7 @@ TEST(ConfigOverride, NumberStringArrayBoolean) {
   apply_config_override(config, "train.steps=10");
   EXPECT_TRUE(config["train"]["steps"].is_number_integer());
   const TrainConfig c = parse_train_config(config);
-  EXPECT_EQ(c.optimizer.lr, 3e-5f);
+  EXPECT_EQ(c.optimizer.lr, 3e-5);
   EXPECT_EQ(c.train.output_dir, "runs/y");
   EXPECT_EQ(c.optimizer.beta1, 0.8f);
   EXPECT_EQ(c.optimizer.beta2, 0.9f);
@@ -529,7 +529,7 @@ TEST(LoadTrainConfig, LoadsAndAppliesOverrides) {
   const TrainConfig c =
       load_train_config(file.path(), {"train.steps=5", "optimizer.params.lr=1e-2"});
   EXPECT_EQ(c.train.steps, 5);
-  EXPECT_EQ(c.optimizer.lr, 1e-2f);
+  EXPECT_EQ(c.optimizer.lr, 1e-2);
   EXPECT_EQ(c.model.n_embd, 128);
 }
 

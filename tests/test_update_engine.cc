@@ -510,8 +510,8 @@ class MomentumSgdRule final : public UpdateRule {
  public:
   std::string_view name() const override { return "momentum-sgd"; }
   const std::vector<std::string>& state_arrays() const override { return arrays_; }
-  void begin_step(int64_t, float lr, float grad_scale) override {
-    lr_ = lr;
+  void begin_step(int64_t, double lr, float grad_scale) override {
+    lr_ = static_cast<float>(lr);
     scale_ = grad_scale;
   }
   // b = 0.9 b + scale g; p = p - lr b (each one rounding, no fma).

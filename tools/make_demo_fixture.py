@@ -8,7 +8,9 @@ tiling from the chunk rule, top-k by a stable sort.
 
 Per tensor, in order, on each of R simulated ranks, at step t with learning rate lr:
 
-    p     *= 1 - lr*wd                  decoupled weight decay (fp32)
+    p     *= 1 - lr*wd                  decoupled weight decay: the factor in float64,
+                                        rounded to float32 once (the reference's
+                                        p.mul_(1 - lr * wd) with Python floats)
     delta  = beta*delta + lr*grad       lr inside the momentum, the rank's own gradient
     Z      = DCT(delta) per block       orthonormal DCT-II, separable on 2-D blocks
     S      = top-k of |Z| per block     ties to the lower coefficient index
@@ -55,7 +57,10 @@ BETA = 0.999
 TOPK = 32
 CHUNK = 64
 WEIGHT_DECAY = 0.1
-LRS = [0.02, 0.015, 0.01]  # a changing learning rate, one per step
+# A changing learning rate, one per step. 0.0485 and 0.0406 are learning rates whose decay
+# factor 1 - lr*wd rounds to another float32 when computed in float32 (tandem before issue
+# 26 item 12): the fixture tells the two apart.
+LRS = [0.0485, 0.0406, 0.01]
 SEED = 2411
 # Shapes: chunks that are not 64 (96 -> 48, 80 -> 40), several 64 x 64 blocks, a prime
 # length below the chunk (one block of 37), and a 1-D tensor cut into two chunks of 50.
@@ -141,7 +146,9 @@ def demo_step(p, deltas, grads, blocks, lr, out, name, t):
     """One DeMo step of one tensor on every rank; p is shared, deltas per rank (float32)."""
     f32 = np.float32
     lr32, beta32 = f32(lr), f32(BETA)
-    p = p * f32(f32(1.0) - lr32 * f32(WEIGHT_DECAY))  # every op float32
+    decay = f32(1.0 - lr * WEIGHT_DECAY)  # Python floats: one rounding, to float32
+    assert lr not in (0.0485, 0.0406) or decay != f32(f32(1.0) - lr32 * f32(WEIGHT_DECAY))
+    p = p * decay  # float32
     sent = []
     for r in range(RANKS):
         d = beta32 * deltas[r] + lr32 * grads[r]  # float32: product, product, sum

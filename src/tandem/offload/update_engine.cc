@@ -560,7 +560,7 @@ void UpdateEngine::skip_step() {
   pending_ = UpdateStepStats{};
 }
 
-UpdateStepStats UpdateEngine::step(float lr, float grad_scale) {
+UpdateStepStats UpdateEngine::step(double lr, float grad_scale) {
   TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
   Stopwatch watch;
   const int64_t step = step_ + 1;

@@ -146,7 +146,7 @@ class UpdateEngine {
   // One step of the rule with learning rate lr and gradient scale grad_scale (clipping), the
   // gradients in DeviceBuffers::grads being complete. On failure throws tandem::Error
   // saying that training cannot continue; the engine then refuses further steps.
-  UpdateStepStats step(float lr, float grad_scale);
+  UpdateStepStats step(double lr, float grad_scale);
 
   // Drops the coming step instead of taking it (its gradients are not finite): the state
   // and the step count stay as they are, gradient copies already started are waited for

@@ -53,8 +53,10 @@ class UpdateRule {
   virtual const std::vector<std::string>& state_arrays() const = 0;
   size_t state_floats() const { return state_arrays().size(); }
 
-  // Before a step's updates: its number (1-based), learning rate and gradient scale.
-  virtual void begin_step(int64_t step, float lr, float grad_scale) = 0;
+  // Before a step's updates: its number (1-based), learning rate and gradient scale. lr
+  // is the schedule's double: a rule rounds each factor it derives from lr to float once
+  // (DeMo's 1 - lr * weight_decay, as the reference computes it).
+  virtual void begin_step(int64_t step, double lr, float grad_scale) = 0;
   // A subgroup in host memory, updated now on the CPU.
   virtual void update_on_host(const RuleArrays& arrays,
                               std::span<const UpdateSegment> segments) = 0;

@@ -8,10 +8,10 @@ namespace tandem {
 AdamWRule::AdamWRule(const AdamWHyper& hyper, ThreadPool& pool, SimdTarget target)
     : hyper_(hyper), cpu_(pool, target), target_(target) {}
 
-void AdamWRule::begin_step(int64_t step, float lr, float grad_scale) {
+void AdamWRule::begin_step(int64_t step, double lr, float grad_scale) {
   TANDEM_CHECK(step >= 1, "AdamW: step ", step, " (steps count from 1)");
   AdamWHyper hyper = hyper_;
-  hyper.lr = lr;
+  hyper.lr = static_cast<float>(lr);  // AdamW's scalars come from its float hyper-parameters
   with_decay_ = adamw_step_scalars(hyper, step, true, grad_scale);
   without_decay_ = adamw_step_scalars(hyper, step, false, grad_scale);
 }

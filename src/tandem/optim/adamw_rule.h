@@ -20,7 +20,7 @@ class AdamWRule final : public UpdateRule {
 
   std::string_view name() const override { return "adamw"; }
   const std::vector<std::string>& state_arrays() const override { return arrays_; }
-  void begin_step(int64_t step, float lr, float grad_scale) override;
+  void begin_step(int64_t step, double lr, float grad_scale) override;
   void update_on_host(const RuleArrays& arrays, std::span<const UpdateSegment> segments) override;
   DeviceKernel device_update(const RuleArrays& arrays,
                              std::span<const UpdateSegment> segments) const override;

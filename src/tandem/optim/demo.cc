@@ -52,10 +52,10 @@ void split_work(ThreadPool* pool, int64_t n, Fn&& fn) {
 
 }  // namespace
 
-void DemoTensor::compress(const DemoArrays& arrays, float lr, DemoMessage& sent, ThreadPool* pool,
-                          float grad_scale) const {
+void DemoTensor::compress(const DemoArrays& arrays, double step_lr, DemoMessage& sent,
+                          ThreadPool* pool, float grad_scale) const {
   const int64_t n = blocks_.num_elements(), bs = blocks_.block_size(), count = blocks_.count();
-  const float decay = 1.0f - lr * weight_decay_;
+  const float decay = decay_factor(step_lr), lr = static_cast<float>(step_lr);
   sent.indices.resize(static_cast<size_t>(count * topk_));
   sent.values.resize(static_cast<size_t>(count * topk_));
   split_work(pool, n, [&](int64_t begin, int64_t end) {
@@ -89,8 +89,9 @@ void DemoTensor::compress(const DemoArrays& arrays, float lr, DemoMessage& sent,
   });
 }
 
-void DemoTensor::apply(const std::vector<const DemoMessage*>& by_rank, float lr, float* params,
-                       float* u, ThreadPool* pool) const {
+void DemoTensor::apply(const std::vector<const DemoMessage*>& by_rank, double step_lr,
+                       float* params, float* u, ThreadPool* pool) const {
+  const auto lr = static_cast<float>(step_lr);
   const int64_t bs = blocks_.block_size(), count = blocks_.count();
   std::vector<float> decoded(u == nullptr ? blocks_.num_elements() : 0);
   float* out = u != nullptr ? u : decoded.data();
@@ -151,7 +152,7 @@ std::vector<std::vector<DemoMessage>> demo_exchange(const std::vector<const Demo
 }
 
 void demo_step(const std::vector<const DemoTensor*>& tensors, const std::vector<DemoArrays>& arrays,
-               float lr, Communicator& comm, std::vector<DemoMessage>* sent,
+               double lr, Communicator& comm, std::vector<DemoMessage>* sent,
                const std::vector<float*>* u, ThreadPool* pool) {
   TANDEM_CHECK(arrays.size() == tensors.size(), "demo_step: ", arrays.size(), " arrays for ",
                tensors.size(), " tensors");

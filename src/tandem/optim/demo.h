@@ -3,8 +3,10 @@
 // time, with the ranks' exchange over a Communicator. (The update engine's DeMo rule, on
 // CPU and GPU subgroups, is built on these pieces; issue 11.)
 //
-// Per tensor, on each rank, with beta = compression_decay and lr the step's learning rate:
-//   1. p     = p * (1 - lr * weight_decay)          (the factor rounded to float once)
+// Per tensor, on each rank, with beta = compression_decay and lr the step's learning rate
+// (a double, as the schedule computes it; rounded to float where it multiplies an array):
+//   1. p     = p * (1 - lr * weight_decay)          (the factor in double, rounded to
+//                                                    float once, as the reference)
 //   2. delta = fma(beta, delta, lr * grad)           lr inside the momentum, local gradient
 //                                                    (times the clipping scale, if any)
 //   3. Z     = DCT(delta) per block (demo_transform.h)
@@ -41,7 +43,7 @@ struct DemoHyper {
   float compression_decay = 0.999f;  // beta
   int64_t compression_topk = 32;     // coefficients sent per block
   int64_t compression_chunk = 64;    // most rows or columns of a block
-  float weight_decay = 0.0f;
+  double weight_decay = 0.0;         // as the config gives it (see decay_factor)
   DemoValueFormat compression_values = DemoValueFormat::kFp32;  // demo_wire.h
 };
 
@@ -70,18 +72,21 @@ class DemoTensor {
   const DemoBlocks& blocks() const { return blocks_; }
   int64_t topk() const { return topk_; }
   float compression_decay() const { return beta_; }
-  float weight_decay() const { return weight_decay_; }
+  double weight_decay() const { return weight_decay_; }
+  // Step 1's factor, 1 - lr * weight_decay: the double product rounded to float once, as
+  // the reference's p.mul_(1 - lr * weight_decay) does (the CUDA kernels get the same).
+  float decay_factor(double lr) const { return static_cast<float>(1.0 - lr * weight_decay_); }
   // How this tensor's messages are packed (the same size on every rank).
   const DemoWire& wire() const { return wire_; }
 
   // Steps 1 to 4 on this rank: updates params (decay) and delta, and fills `sent`. With a
   // pool, its workers share the elements and the blocks (the same bits for any number).
   // `grad_scale` multiplies the gradient first (clipping; 1 leaves it exact).
-  void compress(const DemoArrays& arrays, float lr, DemoMessage& sent, ThreadPool* pool = nullptr,
+  void compress(const DemoArrays& arrays, double lr, DemoMessage& sent, ThreadPool* pool = nullptr,
                 float grad_scale = 1.0f) const;
   // Step 5 from every rank's message, in rank order: u (if not null, [num_elements]) and
   // the sign step on params.
-  void apply(const std::vector<const DemoMessage*>& by_rank, float lr, float* params,
+  void apply(const std::vector<const DemoMessage*>& by_rank, double lr, float* params,
              float* u = nullptr, ThreadPool* pool = nullptr) const;
 
  private:
@@ -89,7 +94,8 @@ class DemoTensor {
   DemoBlocks blocks_;
   int64_t topk_;
   DemoWire wire_;
-  float beta_, weight_decay_;
+  float beta_;
+  double weight_decay_;
 };
 
 // Every rank's messages for `tensors` ([rank][tensor], as the wire format carries them),
@@ -105,7 +111,7 @@ std::vector<std::vector<DemoMessage>> demo_exchange(const std::vector<const Demo
 // reference does). `sent` (optional) receives this rank's messages as computed; `u`
 // (optional, one array per tensor) the decoded updates.
 void demo_step(const std::vector<const DemoTensor*>& tensors, const std::vector<DemoArrays>& arrays,
-               float lr, Communicator& comm, std::vector<DemoMessage>* sent = nullptr,
+               double lr, Communicator& comm, std::vector<DemoMessage>* sent = nullptr,
                const std::vector<float*>* u = nullptr, ThreadPool* pool = nullptr);
 
 }  // namespace tandem

@@ -189,7 +189,7 @@ std::vector<size_t> DemoRule::tensor_ends() const {
   return ends;
 }
 
-void DemoRule::begin_step(int64_t, float lr, float grad_scale) {
+void DemoRule::begin_step(int64_t, double lr, float grad_scale) {
   lr_ = lr;
   grad_scale_ = grad_scale;
   std::fill(prepared_.begin(), prepared_.end(), 0);
@@ -254,9 +254,9 @@ DeviceKernel DemoRule::device_prepare(const RuleArrays& arrays) const {
                       .delta = arrays.array(1) + offset,
                       .grads = static_cast<const char*>(arrays.grads) + offset * grad_bytes,
                       .grad_dtype = arrays.grad_dtype,
-                      .decay = 1.0f - lr_ * tensor.weight_decay(),
+                      .decay = tensor.decay_factor(lr_),
                       .beta = tensor.compression_decay(),
-                      .lr = lr_,
+                      .lr = static_cast<float>(lr_),
                       .grad_scale = grad_scale_,
                       .topk = tensor.topk(),
                       .scratch = w.scratch.as<float>(),
@@ -357,7 +357,7 @@ DeviceKernel DemoRule::device_update(const RuleArrays& arrays,
          .host_values = w.received_values(w.received_host) + at,
          .world = static_cast<int>(w.world),
          .topk = tensors_[t].topk(),
-         .lr = lr_,
+         .lr = static_cast<float>(lr_),
          .params = arrays.array(0) + offset,
          .params16 = arrays.params16 == nullptr
                          ? nullptr

@@ -56,7 +56,7 @@ class DemoRule final : public UpdateRule {
   std::string_view name() const override { return "demo"; }
   void attach_device(Device& device, const OffloadPlan& plan) override;
   const std::vector<std::string>& state_arrays() const override { return arrays_; }
-  void begin_step(int64_t step, float lr, float grad_scale) override;
+  void begin_step(int64_t step, double lr, float grad_scale) override;
   bool has_exchange() const override { return true; }
   void prepare_on_host(const RuleArrays& arrays) override { prepare(arrays, pool_); }
   DeviceKernel device_prepare(const RuleArrays& arrays) const override;
@@ -79,7 +79,8 @@ class DemoRule final : public UpdateRule {
   Communicator& comm_;
   ThreadPool* pool_;
   std::vector<std::string> arrays_{"param", "delta"};
-  float lr_ = 0.0f, grad_scale_ = 1.0f;
+  double lr_ = 0.0;
+  float grad_scale_ = 1.0f;
   // Written by prepare (each tensor's by one subgroup, possibly on a stream's thread).
   mutable std::vector<DemoMessage> sent_;
   mutable std::vector<char> prepared_;

@@ -30,12 +30,13 @@ std::unique_ptr<UpdateRule> make_update_rule(const OptimizerConfig& config,
                                              const ParamLayout& layout, Communicator& comm,
                                              ThreadPool& pool) {
   if (!is_demo(config))
-    return std::make_unique<AdamWRule>(AdamWHyper{.lr = config.lr,
-                                                  .beta1 = config.beta1,
-                                                  .beta2 = config.beta2,
-                                                  .eps = config.eps,
-                                                  .weight_decay = config.weight_decay},
-                                       pool);
+    return std::make_unique<AdamWRule>(
+        AdamWHyper{.lr = static_cast<float>(config.lr),
+                   .beta1 = config.beta1,
+                   .beta2 = config.beta2,
+                   .eps = config.eps,
+                   .weight_decay = static_cast<float>(config.weight_decay)},
+        pool);
   return std::make_unique<DemoRule>(demo_tensors(layout), demo_hyper(config), comm, &pool);
 }
 

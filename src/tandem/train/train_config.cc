@@ -370,18 +370,18 @@ json optimizer_json(const OptimizerConfig& o) {
   if (o.type == OptimizerType::kDeMo)
     return {{"type", "DeMo"},
             {"params",
-             {{"lr", float_json(o.lr)},
+             {{"lr", o.lr},
               {"compression_decay", float_json(o.compression_decay)},
               {"compression_topk", o.compression_topk},
               {"compression_chunk", o.compression_chunk},
               {"compression_values", std::string(demo_value_format_name(o.compression_values))},
-              {"weight_decay", float_json(o.weight_decay)}}}};
+              {"weight_decay", o.weight_decay}}}};
   return {{"type", "AdamW"},
           {"params",
-           {{"lr", float_json(o.lr)},
+           {{"lr", o.lr},
             {"betas", json::array({float_json(o.beta1), float_json(o.beta2)})},
             {"eps", float_json(o.eps)},
-            {"weight_decay", float_json(o.weight_decay)}}}};
+            {"weight_decay", o.weight_decay}}}};
 }
 
 }  // namespace
@@ -464,7 +464,7 @@ TrainConfig parse_train_config(const json& config_json) {
     }
   }
   const bool demo = o.type == OptimizerType::kDeMo;
-  if (demo) o.weight_decay = 0.0f;
+  if (demo) o.weight_decay = 0.0;
   const Section opt = optimizer.section("params");
   const Keys own = demo ? Keys(kDemoParamKeys) : Keys(kAdamWParamKeys);
   const Keys other = demo ? Keys(kAdamWParamKeys) : Keys(kDemoParamKeys);
@@ -474,8 +474,15 @@ TrainConfig parse_train_config(const json& config_json) {
            ", not of ", optimizer_type_name(o.type), "; remove it or set optimizer.type to ",
            demo ? "AdamW" : "DeMo");
   opt.check_keys(own);
-  opt.read_real("lr", o.lr, "a number > 0", [](double v) { return v > 0; });
-  opt.read_real("weight_decay", o.weight_decay, "a number >= 0", [](double v) { return v >= 0; });
+  // Kept as doubles, but AdamW rounds them to float: both must be floats too (1e39 is inf,
+  // 1e-50 is 0 as a float).
+  const auto float_range = [](double v) {
+    return std::fabs(v) <= std::numeric_limits<float>::max() &&
+           (v == 0 || static_cast<float>(v) != 0);
+  };
+  opt.read_real("lr", o.lr, "a number > 0", [&](double v) { return v > 0 && float_range(v); });
+  opt.read_real("weight_decay", o.weight_decay, "a number >= 0",
+                [&](double v) { return v >= 0 && float_range(v); });
   if (!demo) {
     if (const json* betas = opt.find("betas")) {
       const std::string where = opt.path("betas");
@@ -781,7 +788,7 @@ json to_json(const TrainConfig& config) {
        {{"type", std::string(kSchedulerType)},
         {"params",
          {{"warmup_num_steps", config.scheduler.warmup_num_steps},
-          {"cos_min_ratio", float_json(config.scheduler.cos_min_ratio)}}}}},
+          {"cos_min_ratio", config.scheduler.cos_min_ratio}}}}},
       {"zero_optimization",
        {{"stage", config.zero.stage},
         {"sub_group_size", config.offload.sub_group_size},

@@ -34,14 +34,16 @@ std::string_view optimizer_type_name(OptimizerType type);  // "AdamW", "DeMo"
 // params (the other type's keys are refused, naming the type they belong to).
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;
-  float lr = 1e-3f;
+  // lr and weight_decay are kept as written (doubles): DeMo derives its decay factor from
+  // them in double, as the reference does; AdamW rounds them to float (optim/adamw_rule.h).
+  double lr = 1e-3;
   // AdamW
   float beta1 = 0.9f;  // "betas": [beta1, beta2]
   float beta2 = 0.95f;
   float eps = 1e-8f;
   // Decoupled. AdamW: applied to 2-D weights only, default 0.1. DeMo: to every tensor, as
   // the reference does, default 0.
-  float weight_decay = 0.1f;
+  double weight_decay = 0.1;
   // DeMo (optim/demo.h)
   float compression_decay = 0.999f;
   int64_t compression_topk = 32;
@@ -58,7 +60,7 @@ struct DemoConfig {  // JSON: "demo": {...}, read with optimizer.type DeMo only
 
 struct SchedulerConfig {         // JSON: "scheduler": {"type": "WarmupCosineLR", "params": {...}}
   int64_t warmup_num_steps = 0;  // linear warm-up from 0 to lr
-  float cos_min_ratio = 0.1f;    // cosine decay to lr * cos_min_ratio at the last step
+  double cos_min_ratio = 0.1;    // cosine decay to lr * cos_min_ratio at the last step
 };
 
 enum class CheckpointFailure { kStop, kContinue };

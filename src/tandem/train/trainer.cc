@@ -244,7 +244,7 @@ class Trainer {
       tracer_.set_enabled(!options_.trace_path.empty() && number >= options_.trace_first_step &&
                           number <= options_.trace_last_step);
       Stopwatch watch;
-      const float lr = schedule_.lr_at(step_);
+      const double lr = schedule_.lr_at(step_);
       const StepTimes times = train_step(lr);
       // A lazy checkpoint begun after the last step has its snapshot now.
       checkpointer_.after_step(times.update);
@@ -793,7 +793,7 @@ class Trainer {
   // releases its blocks, and the owners sum the reduced micro-batches as a tree. Either
   // way any split of the global batch over ranks and micro-batches gives the same bits
   // (powers of two; or one rank; see zero/partitioned_gradients.h).
-  StepTimes train_step(float lr) {
+  StepTimes train_step(double lr) {
     StepTimes times;
     const CommunicatorTraffic traffic_before = traffic();
     const double collective_before = data_parallel_.collective_seconds();
