@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "tandem/compute/compute_backend.h"
-#include "tandem/optim/grad_clip.h"
+#include "tandem/compute/cpu/sum_of_squares.h"
 #include "test_util.h"
 
 namespace tandem::testing {

@@ -1,4 +1,4 @@
-// The Communicator contract (dist/communicator.h) as checks that run on one rank of any
+// The Communicator contract (comm/communicator.h) as checks that run on one rank of any
 // backend: each rank calls the same check with its communicator, as the collectives need.
 // test_dist.cc runs them on in-process ranks, test_dist_mpi.cc on real MPI ranks.
 #pragma once
@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "tandem/comm/communicator.h"
 #include "tandem/core/rng.h"
-#include "tandem/dist/communicator.h"
 #include "test_util.h"
 
 namespace tandem::testing {
@@ -26,7 +26,7 @@ inline std::vector<float> rank_data(int rank, size_t n) {
   return x;
 }
 
-// The contract's tree (dist/tree_sum.h) over x[first, first + count), written here
+// The contract's tree (comm/tree_sum.h) over x[first, first + count), written here
 // independently of tree_sum as its recursive form: the left subtree is the complete tree
 // over the largest power of two below count, the right one the tree over the rest.
 // (Level by level, the first 2^k values pair up among themselves k times before anything

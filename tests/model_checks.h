@@ -17,6 +17,7 @@
 #include "tandem/device/device.h"
 #include "tandem/model/model.h"
 #include "tandem/offload/update_engine.h"
+#include "tandem/optim/adamw_rule.h"
 #include "tandem/optim/grad_clip.h"
 #include "test_util.h"
 
@@ -120,10 +121,10 @@ inline std::vector<float> three_clipped_adamw_steps(Model& model, const Safetens
   ThreadPool pool(2);
   auto device = make_cpu_device({});
   UpdateEngine engine(
-      *device, pool, model.layout(),
+      *device, model.layout(),
       make_offload_plan(
           {.schedule = UpdateSchedule::kInterleave, .sub_group_size = 4096, .stride = 2}, P),
-      hyper, {model.params(), model.grads()});
+      std::make_unique<AdamWRule>(hyper, pool), {model.params(), model.grads()});
   const std::vector<float> zeros(P, 0.0f);
   engine.load_state(model.params_to_host().data(), zeros.data(), zeros.data(), 0);
   for (int step = 1; step <= 3; step++) {

@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <memory>
 
+#include "tandem/comm/communicator.h"
 #include "tandem/device/device.h"
-#include "tandem/dist/communicator.h"
 
 namespace tandem::testing {
 

@@ -96,7 +96,7 @@ TEST_P(AdamWSimd, BitIdenticalToReferenceForEveryDtypeLengthAndThreadCount) {
                          size_t{63}, size_t{1000}, size_t{4099}}) {
           State want(n, n + 1), got(n, n + 1);
           // Segments alternating decay and no decay, as a model layout has.
-          const std::vector<AdamWSegment> segments = {
+          const std::vector<UpdateSegment> segments = {
               {0, n / 3, true}, {n / 3, n / 2, false}, {n / 2, n, true}};
           for (int64_t step = 1; step <= 3; step++) {
             want.new_gradients(step * 1000 + n);
@@ -104,7 +104,7 @@ TEST_P(AdamWSimd, BitIdenticalToReferenceForEveryDtypeLengthAndThreadCount) {
             const float clip = step == 2 ? 0.25f : 1.0f;
             const auto decay = adamw_step_scalars(kHyper, step, true, clip);
             const auto no_decay = adamw_step_scalars(kHyper, step, false, clip);
-            for (const AdamWSegment& s : segments)
+            for (const UpdateSegment& s : segments)
               adamw_reference(want.arrays(g, w).slice(s.begin), s.end - s.begin,
                               s.weight_decay ? decay : no_decay);
             kernel.update(got.arrays(g, w), segments, decay, no_decay);

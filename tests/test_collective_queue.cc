@@ -1,4 +1,4 @@
-// CollectiveQueue (dist/collective_queue.h): tasks run one at a time on a thread of their
+// CollectiveQueue (comm/collective_queue.h): tasks run one at a time on a thread of their
 // own, in submission order; wait() returns once a task and everything before it ran; the
 // first failure is rethrown by every later wait and nothing after it runs; destroying the
 // queue drops the tasks not started; without a queue, run_collective runs the work at once.
@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "tandem/comm/collective_queue.h"
 #include "tandem/core/error.h"
-#include "tandem/dist/collective_queue.h"
 #include "test_util.h"
 
 namespace tandem {

@@ -109,7 +109,7 @@ TEST_F(CudaDeviceTest, AdamWOverSegmentsInOneLaunchIsBitIdenticalToTheReference)
   const size_t n = 20011;
   // Segments of random lengths, alternating decay, with [700, 750) left out.
   Rng lengths(42);
-  std::vector<AdamWSegment> segments;
+  std::vector<UpdateSegment> segments;
   for (size_t begin = 0; begin < n;) {
     const size_t end = std::min(n, begin + 1 + lengths.next_u64() % 150);
     if (!(begin >= 700 && end <= 750)) segments.push_back({begin, end, segments.size() % 2 == 0});
@@ -157,7 +157,7 @@ TEST_F(CudaDeviceTest, AdamWOverSegmentsInOneLaunchIsBitIdenticalToTheReference)
               .params16_dtype = w};
           const AdamWStepScalars decay = adamw_step_scalars(hyper, 3, true, 0.75f);
           const AdamWStepScalars no_decay = adamw_step_scalars(hyper, 3, false, 0.75f);
-          for (const AdamWSegment& seg : segments)
+          for (const UpdateSegment& seg : segments)
             adamw_reference(host.slice(seg.begin), seg.end - seg.begin,
                             seg.weight_decay ? decay : no_decay);
           device_->launch_async(adamw_device_kernel(dev, segments, decay, no_decay), *stream_);

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "tandem/comm/local_group.h"
+#include "tandem/comm/nccl_communicator.h"
 #include "tandem/core/error.h"
 #include "tandem/device/cuda/cuda_device.h"
-#include "tandem/dist/local_group.h"
-#include "tandem/dist/nccl_communicator.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
 

@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "tandem/ckpt/safetensors.h"
+#include "tandem/comm/local_group.h"
 #include "tandem/core/error.h"
 #include "tandem/core/half.h"
 #include "tandem/core/thread_pool.h"
-#include "tandem/dist/local_group.h"
 #include "tandem/optim/demo.h"
 #include "test_util.h"
 

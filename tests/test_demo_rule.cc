@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "tandem/comm/local_group.h"
 #include "tandem/core/half.h"
 #include "tandem/core/rng.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/device/device.h"
-#include "tandem/dist/local_group.h"
 #include "tandem/model/model_config.h"
 #include "tandem/model/model_family.h"
 #include "tandem/model/param_layout.h"

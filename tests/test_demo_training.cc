@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "tandem/ckpt/checkpoint_dir.h"
+#include "tandem/comm/agreement.h"
+#include "tandem/comm/local_group.h"
 #include "tandem/core/error.h"
 #include "tandem/core/thread_pool.h"
-#include "tandem/dist/agreement.h"
-#include "tandem/dist/local_group.h"
 #include "tandem/model/model_family.h"
 #include "tandem/model/param_layout.h"
 #include "tandem/train/memory_plan.h"

@@ -429,11 +429,11 @@ TEST(Device, AdamWIsBitIdenticalToTheReference) {
       device->launch_async(adamw_device_kernel(dev, n, scalars), *stream);
     }
     // Then segments in one call: with and without decay, [n/2, n/2 + 5) left alone.
-    const std::vector<AdamWSegment> segments{
+    const std::vector<UpdateSegment> segments{
         {0, 3, true}, {3, n / 2, false}, {n / 2 + 5, n - 1, true}, {n - 1, n, false}};
     const AdamWStepScalars decay = adamw_step_scalars(hyper, 4, true, 1.0f);
     const AdamWStepScalars no_decay = adamw_step_scalars(hyper, 4, false, 1.0f);
-    for (const AdamWSegment& seg : segments)
+    for (const UpdateSegment& seg : segments)
       adamw_reference(host.slice(seg.begin), seg.end - seg.begin,
                       seg.weight_decay ? decay : no_decay);
     device->launch_async(adamw_device_kernel(dev, segments, decay, no_decay), *stream);
@@ -460,7 +460,7 @@ TEST(Device, AdamWOverSegmentsFromMisalignedStartsIsBitIdenticalToTheReference) 
   auto stream = device->create_stream("optimizer");
   const size_t n = 4099;
   Rng lengths(42);
-  std::vector<AdamWSegment> segments;
+  std::vector<UpdateSegment> segments;
   for (size_t begin = 0; begin < n;) {
     const size_t end = std::min(n, begin + 1 + lengths.next_u64() % 300);
     if (!(begin >= 700 && end <= 1000)) segments.push_back({begin, end, segments.size() % 3 != 1});
@@ -513,7 +513,7 @@ TEST(Device, AdamWOverSegmentsFromMisalignedStartsIsBitIdenticalToTheReference) 
                         .grad_dtype = g,
                         .params16 = working ? dp16.as<uint16_t>() + offset : nullptr,
                         .params16_dtype = w};
-        for (const AdamWSegment& seg : segments)
+        for (const UpdateSegment& seg : segments)
           adamw_reference(host.slice(seg.begin), seg.end - seg.begin,
                           seg.weight_decay ? decay : no_decay);
         device->launch_async(adamw_device_kernel(dev, segments, decay, no_decay), *stream);

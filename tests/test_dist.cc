@@ -1,4 +1,4 @@
-// The summation tree (dist/tree_sum.h) against hand-written expressions and the streaming
+// The summation tree (comm/tree_sum.h) against hand-written expressions and the streaming
 // stack form; the communicator contract (tests/communicator_contract.h) on the in-process
 // backend, for world sizes 1 to 5 and lengths that do not divide by them; a failing rank
 // that does not hang the others, and one that stops taking part named after the timeout
@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "communicator_contract.h"
-#include "tandem/dist/local_group.h"
-#include "tandem/dist/mpi_communicator.h"
-#include "tandem/dist/tree_sum.h"
+#include "tandem/comm/local_group.h"
+#include "tandem/comm/mpi_communicator.h"
+#include "tandem/comm/tree_sum.h"
 
 namespace tandem {
 namespace {

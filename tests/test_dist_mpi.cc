@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "communicator_contract.h"
-#include "tandem/dist/mpi_communicator.h"
+#include "tandem/comm/mpi_communicator.h"
 
 namespace tandem {
 namespace {

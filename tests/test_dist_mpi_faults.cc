@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "tandem/dist/mpi_communicator.h"
+#include "tandem/comm/mpi_communicator.h"
 #include "test_util.h"
 
 extern char** environ;

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "tandem/ckpt/checkpoint_dir.h"
+#include "tandem/comm/local_group.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
-#include "tandem/dist/local_group.h"
 #include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"

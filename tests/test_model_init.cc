@@ -19,6 +19,7 @@
 #include "tandem/device/device.h"
 #include "tandem/model/model_family.h"
 #include "tandem/offload/update_engine.h"
+#include "tandem/optim/adamw_rule.h"
 #include "tandem/train/train_config.h"
 #include "test_util.h"
 
@@ -135,8 +136,10 @@ TEST(UpdateEngineStreaming, LoadAndReadInPiecesGiveTheWholeArraysBits) {
       return UpdateEngine::DeviceBuffers{
           .working_params = w.data(), .grads = grads.data(), .working_dtype = working};
     };
-    UpdateEngine whole(*device, pool, layout, plan, AdamWHyper{}, buffers(working_a));
-    UpdateEngine pieces(*device, pool, layout, plan, AdamWHyper{}, buffers(working_b));
+    UpdateEngine whole(*device, layout, plan, std::make_unique<AdamWRule>(AdamWHyper{}, pool),
+                       buffers(working_a));
+    UpdateEngine pieces(*device, layout, plan, std::make_unique<AdamWRule>(AdamWHyper{}, pool),
+                        buffers(working_b));
     whole.load_state(params.data(), m.data(), v.data(), 4);
     const std::vector<const float*> arrays = {params.data(), m.data(), v.data()};
     size_t asked = 0;

@@ -1,4 +1,4 @@
-// The NCCL communicator (dist/nccl_communicator.h).
+// The NCCL communicator (comm/nccl_communicator.h).
 //
 // Everywhere (CI has no GPU): NcclWithoutGpu (asking for NCCL is a one-line error, on
 // every rank of a larger world too) and NcclPlacement (which GPU each rank takes, and the
@@ -23,11 +23,11 @@
 
 #include "communicator_contract.h"
 #include "over_device_memory.h"
+#include "tandem/comm/local_group.h"
+#include "tandem/comm/nccl_communicator.h"
+#include "tandem/comm/tree_sum.h"
 #include "tandem/core/rng.h"
 #include "tandem/device/cuda/cuda_device.h"
-#include "tandem/dist/local_group.h"
-#include "tandem/dist/nccl_communicator.h"
-#include "tandem/dist/tree_sum.h"
 #include "test_util.h"
 
 #if TANDEM_HAVE_CUDA

@@ -1,4 +1,4 @@
-// The one-rank device communicator (dist/one_rank_device_communicator.h): the communicator
+// The one-rank device communicator (comm/one_rank_device_communicator.h): the communicator
 // contract (communicator_contract.h) over device memory, on every device this machine has
 // (the cpu device always; the cuda device on a GPU, and in the emulated-GPU build), and
 // the copies going through the device's stream, not the host.
@@ -12,9 +12,9 @@
 
 #include "communicator_contract.h"
 #include "over_device_memory.h"
+#include "tandem/comm/one_rank_device_communicator.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/device/device.h"
-#include "tandem/dist/one_rank_device_communicator.h"
 #include "test_util.h"
 
 namespace tandem {

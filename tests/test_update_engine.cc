@@ -31,6 +31,8 @@
 #include "tandem/offload/snapshot_pool.h"
 #include "tandem/offload/update_engine.h"
 #include "tandem/offload/update_rule.h"
+#include "tandem/optim/adamw_rule.h"
+#include "tandem/optim/adamw_timing.h"
 #include "tandem/optim/cpu_adamw.h"
 #include "test_util.h"
 
@@ -77,7 +79,7 @@ struct Problem {
       AdamWHyper hyper = kHyper;
       hyper.lr = lr(s);
       const std::vector<float> g = rounded(grads[s], grad_dtype);
-      for (const AdamWSegment& seg : adamw_segments(layout))
+      for (const UpdateSegment& seg : decay_segments(layout))
         adamw_reference(
             AdamWArrays{.params = p.data(), .m = mm.data(), .v = vv.data(), .grads = g.data()}
                 .slice(seg.begin),
@@ -107,7 +109,8 @@ struct EngineRun {
     working = device->allocate(MemorySpace::kDevice, problem.P * sizeof(float));
     grads = device->allocate(MemorySpace::kDevice, problem.P * sizeof(float));
     engine = std::make_unique<UpdateEngine>(
-        *device, pool, problem.layout, make_offload_plan(settings, problem.P), kHyper,
+        *device, problem.layout, make_offload_plan(settings, problem.P),
+        std::make_unique<AdamWRule>(kHyper, pool),
         UpdateEngine::DeviceBuffers{working.data(), grads.data(), working_dtype, grad_dtype});
     engine->load_state(problem.params.data(), problem.m.data(), problem.v.data(), 0);
   }
@@ -436,9 +439,9 @@ TEST(UpdateEngine, WaitsForTheProducerStreamWithoutTheHostWaiting) {
     const std::unique_ptr<Stream> producer = device->create_stream("model");
     ThreadPool pool{2};
     UpdateEngine engine(
-        *device, pool, problem.layout,
+        *device, problem.layout,
         make_offload_plan({.schedule = schedule, .sub_group_size = 1000, .stride = 2}, problem.P),
-        kHyper,
+        std::make_unique<AdamWRule>(kHyper, pool),
         {.working_params = working.data(), .grads = grads.data(), .producer = producer.get()});
     engine.load_state(problem.params.data(), problem.m.data(), problem.v.data(), 0);
     std::vector<float> stale(problem.P, 123.0f);
@@ -594,17 +597,17 @@ TEST(UpdateEngine, ADeviceTooSmallIsRefusedWithTheBytesAndTheSettings) {
   DeviceAllocation grads = device->allocate(MemorySpace::kDevice, P * sizeof(float));
   const std::string message = testing::error_of([&] {
     UpdateEngine engine(
-        *device, pool, problem.layout,
-        make_offload_plan({.schedule = UpdateSchedule::kDevice, .sub_group_size = 4096}, P), kHyper,
-        {working.data(), grads.as<const float>()});
+        *device, problem.layout,
+        make_offload_plan({.schedule = UpdateSchedule::kDevice, .sub_group_size = 4096}, P),
+        std::make_unique<AdamWRule>(kHyper, pool), {working.data(), grads.as<const float>()});
   });
   EXPECT_CONTAINS(message, "device.memory_gb");
   EXPECT_CONTAINS(message, "'device' schedule needs");
   // The CPU schedule fits: its state lives in pinned host memory.
   UpdateEngine engine(
-      *device, pool, problem.layout,
-      make_offload_plan({.schedule = UpdateSchedule::kCpu, .sub_group_size = 4096}, P), kHyper,
-      {working.data(), grads.as<const float>()});
+      *device, problem.layout,
+      make_offload_plan({.schedule = UpdateSchedule::kCpu, .sub_group_size = 4096}, P),
+      std::make_unique<AdamWRule>(kHyper, pool), {working.data(), grads.as<const float>()});
   EXPECT_EQ(engine.plan().count(UpdateSite::kHost), engine.plan().subgroups.size());
 }
 
@@ -664,7 +667,7 @@ TEST(PerfModel, MeasuresAndMovesTheRulesOwnState) {
   EXPECT_GT(measured.cpu_params_per_s, 0.0);
   EXPECT_GT(measured.device_params_per_s, 0.0);
   ThreadPool pool(1);
-  EXPECT_EQ(calibrate_update_rates(*device, pool, 1 << 14).state_bytes_per_param, 12u);
+  EXPECT_EQ(calibrate_adamw_rates(*device, pool, 1 << 14).state_bytes_per_param, 12u);
 
   UpdateRates rates{.cpu_params_per_s = 1e9,
                     .device_params_per_s = 1e10,
@@ -767,7 +770,7 @@ TEST(PerfModel, AutoLeavesStateOnTheHostWhenTheDeviceIsSlower) {
 TEST(PerfModel, CalibrationMeasuresTheRatesSharedAsWell) {
   auto device = make_cpu_device({});
   ThreadPool pool(1);
-  const UpdateRates rates = calibrate_update_rates(*device, pool, 1 << 14);
+  const UpdateRates rates = calibrate_adamw_rates(*device, pool, 1 << 14);
   EXPECT_TRUE(rates.shared.measured());
   for (double rate : {rates.shared.cpu_params_per_s, rates.shared.device_params_per_s,
                       rates.shared.h2d_bytes_per_s, rates.shared.d2h_bytes_per_s})
@@ -775,7 +778,7 @@ TEST(PerfModel, CalibrationMeasuresTheRatesSharedAsWell) {
   EXPECT_NE(rates.to_text().find("all at once"), std::string::npos) << rates.to_text();
   EXPECT_EQ(rates.working_bytes_per_param, 4u);
   // Mixed precision: bf16 gradients read, the bf16 working copy written in the same pass.
-  const UpdateRates bf16 = calibrate_update_rates(
+  const UpdateRates bf16 = calibrate_adamw_rates(
       *device, pool, 1 << 14, {.grads = GradDType::kBF16, .working = WorkingDType::kBF16});
   EXPECT_EQ(bf16.working_bytes_per_param, 2u);
   EXPECT_GT(bf16.cpu_params_per_s, 0.0);

@@ -12,11 +12,11 @@
 #include <mutex>
 #include <vector>
 
+#include "tandem/comm/collective_queue.h"
+#include "tandem/comm/local_group.h"
+#include "tandem/comm/tree_sum.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/error.h"
-#include "tandem/dist/collective_queue.h"
-#include "tandem/dist/local_group.h"
-#include "tandem/dist/tree_sum.h"
 #include "tandem/zero/partitioned_gradients.h"
 #include "tandem/zero/partitioned_parameters.h"
 
@@ -43,7 +43,7 @@ float gradient(int rank, int micro, size_t i) {
   return 1.0f / static_cast<float>(3 + rank * 7 + micro * 13) + static_cast<float>(i % 97) * 1e-3f;
 }
 
-// The tree sum (dist/tree_sum.h) over `count` parts of n values, part k's value i being
+// The tree sum (comm/tree_sum.h) over `count` parts of n values, part k's value i being
 // value(k, i).
 template <typename Value>
 std::vector<float> tree_of(int count, size_t n, Value value) {

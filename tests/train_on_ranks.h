@@ -1,4 +1,4 @@
-// Training runs on in-process ranks (dist/local_group.h) for the data-parallel and DeMo
+// Training runs on in-process ranks (comm/local_group.h) for the data-parallel and DeMo
 // tests: every rank's result or error, and the check that all ranks agree.
 #pragma once
 
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "tandem/comm/local_group.h"
 #include "tandem/core/error.h"
-#include "tandem/dist/local_group.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::testing {

@@ -8,11 +8,11 @@
 #include <cstdio>
 #include <memory>
 
+#include "tandem/comm/local_group.h"
 #include "tandem/core/error.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/core/timer.h"
 #include "tandem/device/cuda/cuda_device.h"
-#include "tandem/dist/local_group.h"
 #include "tandem/optim/demo_device_kernel.h"
 
 namespace tandem {

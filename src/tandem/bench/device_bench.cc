@@ -8,6 +8,7 @@
 #include "tandem/core/timer.h"
 #include "tandem/offload/perf_model.h"
 #include "tandem/optim/adamw_device_kernel.h"
+#include "tandem/optim/adamw_timing.h"
 
 namespace tandem {
 PcieBenchResult run_pcie_bench(Device& device, size_t bytes, int repetitions) {

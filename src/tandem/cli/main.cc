@@ -1,8 +1,5 @@
-// The `tandem` command.
-//   tandem train    --config FILE [--set key=value ...] [--metrics FILE] [--resume DIR]
-//   tandem sample   --checkpoint DIR [--prompt TEXT] [--bytes N] [--temperature T] [--seed S]
-//   tandem tokenize --input TEXT_FILE --output SHARD.bin
-//   tandem logits   --checkpoint DIR --tokens IDS --output FILE.safetensors
+// The `tandem` command: one subcommand per file of cli/ (train, plan, sample, tokenize,
+// logits, bench), registered below; `tandem COMMAND --help` lists each one's options.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>

@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "tandem/cli/commands.h"
+#include "tandem/comm/communicator.h"
+#include "tandem/comm/mpi_communicator.h"
 #include "tandem/core/error.h"
 #include "tandem/core/stop_signals.h"
-#include "tandem/dist/communicator.h"
-#include "tandem/dist/mpi_communicator.h"
 #include "tandem/train/train_config.h"
 #include "tandem/train/trainer.h"
 

@@ -63,7 +63,7 @@ class StorageKernels {
   virtual double sum_of_squares(const Elem* x, size_t n) = 0;
   // Its first stage alone: partials[k] (host memory, ceil(n / 16384) doubles) = the sum of
   // the squares of x[16384 k, 16384 (k + 1)), summed in the backend's order within a block;
-  // sum_of_squares(x, n) is sum_in_order (optim/grad_clip.h) of all of them, on every
+  // sum_of_squares(x, n) is sum_in_order (compute/cpu/sum_of_squares.h) of all of them, on every
   // backend. So a piece of a buffer that starts on a block boundary (a ZeRO partition)
   // gets the buffer's own block sums, and gathered in order they give its norm's bits.
   virtual void sum_of_squares_blocks(const Elem* x, size_t n, double* partials) = 0;

@@ -1,6 +1,6 @@
 // Where a model reads its working parameters and writes its gradients, one block at a time
 // (a block: a contiguous range of the flat parameter space, such as one transformer layer;
-// Gpt::blocks()). Without one, a model uses flat buffers of all its parameters and
+// Model::blocks()). Without one, a model uses flat buffers of all its parameters and
 // gradients; ZeRO stages 2 and 3 (zero/) give one whose gradients are reduced to their
 // owners as soon as a block's are complete, and whose parameters are gathered from the
 // ranks that own them just before a block is used.

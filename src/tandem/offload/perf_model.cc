@@ -11,7 +11,6 @@
 
 #include "tandem/core/half.h"
 #include "tandem/core/timer.h"
-#include "tandem/optim/adamw_rule.h"
 
 namespace tandem {
 namespace {
@@ -34,20 +33,6 @@ std::string UpdateRates::to_text() const {
     text += cat("; beside host-to-device copies alone: CPU ", shared_h2d.cpu_params_per_s / 1e9,
                 " G params/s, host-to-device ", shared_h2d.h2d_bytes_per_s / 1e9, " GB/s");
   return text;
-}
-
-AdamWArrays fill_adamw_timing_state(Device& device, Stream& stream, float* state, size_t n) {
-  std::vector<float> init(4 * n, 0.0f);
-  std::fill(init.begin(), init.begin() + n, 1.0f);
-  std::fill(init.begin() + 3 * n, init.end(), 1e-3f);
-  device.copy_async(state, init.data(), init.size() * sizeof(float), stream);
-  stream.synchronize();
-  AdamWArrays arrays;
-  arrays.params = state;
-  arrays.m = state + n;
-  arrays.v = state + 2 * n;
-  arrays.grads = state + 3 * n;
-  return arrays;
 }
 
 namespace {
@@ -256,12 +241,6 @@ UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t samp
                       .h2d_bytes_per_s = copies[1] > 0 ? copies[1] : rates.h2d_bytes_per_s,
                       .d2h_bytes_per_s = rates.d2h_bytes_per_s};
   return rates;
-}
-
-UpdateRates calibrate_update_rates(Device& device, ThreadPool& pool, size_t sample_params,
-                                   const UpdateDTypes& types, size_t pass_params) {
-  AdamWRule adamw(AdamWHyper{.lr = 1e-4f, .weight_decay = 0.01f}, pool);
-  return calibrate_update_rates(device, adamw, sample_params, types, pass_params);
 }
 
 UpdateRates UpdateRates::while_shared(bool device_lane_copies_only) const {

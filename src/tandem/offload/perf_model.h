@@ -28,7 +28,6 @@
 #include "tandem/device/device.h"
 #include "tandem/offload/offload_plan.h"
 #include "tandem/offload/update_rule.h"
-#include "tandem/optim/adamw_reference.h"
 
 namespace tandem {
 
@@ -75,14 +74,7 @@ struct UpdateDTypes {
 // (SharedRates: the copies and device updates repeating on threads of their own).
 UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t sample_params,
                                    const UpdateDTypes& types = {}, size_t pass_params = 0);
-// The same for AdamW, its CPU kernel on `pool`.
-UpdateRates calibrate_update_rates(Device& device, ThreadPool& pool, size_t sample_params,
-                                   const UpdateDTypes& types = {}, size_t pass_params = 0);
-
-// Fills [params | m | v | grads] (4 x n floats at `state`, in any memory space of
-// `device`) with values that time AdamW fairly: params 1, m and v 0, gradients 1e-3
-// (no denormals, no overflow). Returns the arrays over them.
-AdamWArrays fill_adamw_timing_state(Device& device, Stream& stream, float* state, size_t n);
+// (AdamW's: optim/adamw_timing.h.)
 
 struct UpdatePrediction {
   double seconds = 0;

@@ -8,8 +8,6 @@
 #include "tandem/core/half.h"
 #include "tandem/core/timer.h"
 #include "tandem/offload/snapshot_pool.h"
-#include "tandem/optim/adamw_rule.h"
-#include "tandem/optim/cpu_adamw.h"
 
 namespace tandem {
 
@@ -58,11 +56,6 @@ std::string gib(size_t bytes) { return cat(static_cast<double>(bytes) / (1 << 30
 
 }  // namespace
 
-UpdateEngine::UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& layout,
-                           OffloadPlan plan, const AdamWHyper& hyper, DeviceBuffers buffers)
-    : UpdateEngine(device, layout, std::move(plan), std::make_unique<AdamWRule>(hyper, pool),
-                   buffers) {}
-
 UpdateEngine::UpdateEngine(Device& device, const ParamLayout& layout, OffloadPlan plan,
                            std::unique_ptr<UpdateRule> rule, DeviceBuffers buffers)
     : device_(device),
@@ -81,7 +74,7 @@ UpdateEngine::UpdateEngine(Device& device, const ParamLayout& layout, OffloadPla
                ") must cover the plan's partition [", part.begin, ", ", part.end, ")");
   TANDEM_CHECK(buffers_.grads_begin <= part.begin, "the gradients start at ", buffers_.grads_begin,
                ", after the plan's partition [", part.begin, ", ", part.end, ")");
-  const std::vector<UpdateSegment> decay_segments = adamw_segments(layout);
+  const std::vector<UpdateSegment> layout_segments = decay_segments(layout);
 
   size_t host_state_floats = 0, host_grad_floats = 0, device_state_floats = 0;
   for (const Subgroup& s : plan_.subgroups) {
@@ -133,7 +126,7 @@ UpdateEngine::UpdateEngine(Device& device, const ParamLayout& layout, OffloadPla
     auto sg = std::make_unique<SubgroupState>();
     sg->index = subgroups_.size();
     sg->range = s;
-    sg->segments = segments_within(decay_segments, s.begin, s.end);
+    sg->segments = segments_within(layout_segments, s.begin, s.end);
     if (s.site == UpdateSite::kDeviceResident) {
       sg->state = device_state;
       device_state += state_floats_ * s.size();

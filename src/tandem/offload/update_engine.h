@@ -30,7 +30,6 @@
 #include "tandem/model/param_layout.h"
 #include "tandem/offload/offload_plan.h"
 #include "tandem/offload/update_rule.h"
-#include "tandem/optim/adamw_reference.h"
 
 namespace tandem {
 
@@ -79,9 +78,6 @@ class UpdateEngine {
   // change when the device is too small.
   UpdateEngine(Device& device, const ParamLayout& layout, OffloadPlan plan,
                std::unique_ptr<UpdateRule> rule, DeviceBuffers buffers);
-  // With AdamW (optim/adamw_rule.h) updating host subgroups on `pool`.
-  UpdateEngine(Device& device, ThreadPool& pool, const ParamLayout& layout, OffloadPlan plan,
-               const AdamWHyper& hyper, DeviceBuffers buffers);
   ~UpdateEngine();
   UpdateEngine(const UpdateEngine&) = delete;
   UpdateEngine& operator=(const UpdateEngine&) = delete;
@@ -154,7 +150,7 @@ class UpdateEngine {
   void skip_step();
 
   // Tells the engine that gradients [begin, end) of the coming step are final (called
-  // from backward, see Gpt::GradientsReady; with a producer stream, final once the work
+  // from backward, see Model::GradientsReady; with a producer stream, final once the work
   // queued on it so far is done): CPU-updated subgroups whose gradients are all final
   // start copying them to pinned host memory now, overlapped with the rest of
   // backward. Ranges of one step must not overlap.

@@ -21,12 +21,9 @@
 
 #include "tandem/device/device.h"
 #include "tandem/offload/offload_plan.h"
-#include "tandem/optim/adamw_reference.h"
+#include "tandem/offload/update_types.h"
 
 namespace tandem {
-
-// A range of a subgroup updated with or without weight decay (its tensors' flags merged).
-using UpdateSegment = AdamWSegment;
 
 // One subgroup's arrays as a rule sees them.
 struct RuleArrays {

@@ -167,9 +167,9 @@ void launch_for_working(WorkingDType working, const Arrays& a, const SegmentTabl
 
 }  // namespace
 
-void launch_adamw_cuda(const AdamWArrays& arrays, const AdamWSegment* segments, size_t num_segments,
-                       const AdamWStepScalars& with_decay, const AdamWStepScalars& without_decay,
-                       void* stream) {
+void launch_adamw_cuda(const AdamWArrays& arrays, const UpdateSegment* segments,
+                       size_t num_segments, const AdamWStepScalars& with_decay,
+                       const AdamWStepScalars& without_decay, void* stream) {
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   const Arrays a{arrays.params, arrays.m, arrays.v, arrays.grads,
                  static_cast<uint16_t*>(arrays.params16)};

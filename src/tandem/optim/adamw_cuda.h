@@ -13,8 +13,8 @@ namespace tandem {
 // or without weight decay) on `stream`, a cudaStream_t: one launch for up to
 // kAdamWSegmentsPerLaunch segments. Throws tandem::Error if a launch fails.
 inline constexpr size_t kAdamWSegmentsPerLaunch = 128;
-void launch_adamw_cuda(const AdamWArrays& arrays, const AdamWSegment* segments, size_t num_segments,
-                       const AdamWStepScalars& with_decay, const AdamWStepScalars& without_decay,
-                       void* stream);
+void launch_adamw_cuda(const AdamWArrays& arrays, const UpdateSegment* segments,
+                       size_t num_segments, const AdamWStepScalars& with_decay,
+                       const AdamWStepScalars& without_decay, void* stream);
 
 }  // namespace tandem

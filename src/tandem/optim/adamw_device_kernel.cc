@@ -8,15 +8,15 @@
 
 namespace tandem {
 
-DeviceKernel adamw_device_kernel(const AdamWArrays& arrays, std::span<const AdamWSegment> segments,
+DeviceKernel adamw_device_kernel(const AdamWArrays& arrays, std::span<const UpdateSegment> segments,
                                  const AdamWStepScalars& with_decay,
                                  const AdamWStepScalars& without_decay, SimdTarget target) {
-  std::vector<AdamWSegment> ranges(segments.begin(), segments.end());
+  std::vector<UpdateSegment> ranges(segments.begin(), segments.end());
   DeviceKernel kernel;
   kernel.name = "adamw";
-  for (const AdamWSegment& s : ranges) kernel.work_items += s.end - s.begin;
+  for (const UpdateSegment& s : ranges) kernel.work_items += s.end - s.begin;
   kernel.on_host = [arrays, ranges, with_decay, without_decay, target] {
-    for (const AdamWSegment& s : ranges)
+    for (const UpdateSegment& s : ranges)
       adamw_kernel(target, arrays.slice(s.begin), s.end - s.begin,
                    s.weight_decay ? with_decay : without_decay);
   };
@@ -31,8 +31,8 @@ DeviceKernel adamw_device_kernel(const AdamWArrays& arrays, std::span<const Adam
 
 DeviceKernel adamw_device_kernel(const AdamWArrays& arrays, size_t n,
                                  const AdamWStepScalars& scalars, SimdTarget target) {
-  const AdamWSegment all{0, n, true};
-  return adamw_device_kernel(arrays, std::span<const AdamWSegment>(&all, 1), scalars, scalars,
+  const UpdateSegment all{0, n, true};
+  return adamw_device_kernel(arrays, std::span<const UpdateSegment>(&all, 1), scalars, scalars,
                              target);
 }
 

@@ -13,7 +13,7 @@
 
 namespace tandem {
 
-DeviceKernel adamw_device_kernel(const AdamWArrays& arrays, std::span<const AdamWSegment> segments,
+DeviceKernel adamw_device_kernel(const AdamWArrays& arrays, std::span<const UpdateSegment> segments,
                                  const AdamWStepScalars& with_decay,
                                  const AdamWStepScalars& without_decay,
                                  SimdTarget target = best_simd_target());

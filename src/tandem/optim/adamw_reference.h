@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tandem/offload/update_types.h"
+
 namespace tandem {
 
 struct AdamWHyper {
@@ -32,19 +34,6 @@ struct AdamWStepScalars {
 // step is 1-based (the bias corrections use beta^step).
 AdamWStepScalars adamw_step_scalars(const AdamWHyper& hyper, int64_t step, bool weight_decay,
                                     float grad_scale);
-
-enum class GradDType { kF32, kBF16 };
-// The working copy of the parameters (what forward and backward read), written in the
-// same pass as the update: 16-bit for mixed precision. (kF32: the copy is the fp32
-// params themselves; the kernels write no extra copy, the update engine copies them.)
-enum class WorkingDType { kNone, kBF16, kF16, kF32 };
-
-// A range of the flat parameter space (or of AdamWArrays) updated with or without weight
-// decay.
-struct AdamWSegment {
-  size_t begin = 0, end = 0;
-  bool weight_decay = false;
-};
 
 // The arrays one AdamW update touches; element i of each belongs to parameter i.
 struct AdamWArrays {

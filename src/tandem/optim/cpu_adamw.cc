@@ -7,25 +7,12 @@
 
 namespace tandem {
 
-std::vector<AdamWSegment> adamw_segments(const ParamLayout& layout) {
-  std::vector<AdamWSegment> segments;
-  for (const ParamView& view : layout.views()) {
-    if (!segments.empty() && segments.back().weight_decay == view.weight_decay &&
-        segments.back().end == view.offset) {
-      segments.back().end = view.offset + view.numel;
-    } else {
-      segments.push_back({view.offset, view.offset + view.numel, view.weight_decay});
-    }
-  }
-  return segments;
-}
-
 CpuAdamW::CpuAdamW(ThreadPool& pool, SimdTarget target) : pool_(pool), target_(target) {
   TANDEM_CHECK(cpu_supports(target), "this CPU does not support the ", simd_target_name(target),
                " AdamW kernel; use ", simd_target_name(best_simd_target()), " or scalar");
 }
 
-void CpuAdamW::update(const AdamWArrays& arrays, std::span<const AdamWSegment> segments,
+void CpuAdamW::update(const AdamWArrays& arrays, std::span<const UpdateSegment> segments,
                       const AdamWStepScalars& with_decay, const AdamWStepScalars& without_decay) {
   if (segments.empty()) return;
   const size_t total = segments.back().end;
@@ -33,7 +20,7 @@ void CpuAdamW::update(const AdamWArrays& arrays, std::span<const AdamWSegment> s
     // 64 elements: a 256-byte boundary keeps every thread's first vector and cache line
     // its own.
     const Range mine = split_range(total, pool_.size(), worker, 64);
-    for (const AdamWSegment& segment : segments) {
+    for (const UpdateSegment& segment : segments) {
       const size_t begin = std::max(segment.begin, mine.begin);
       const size_t end = std::min(segment.end, mine.end);
       if (begin >= end) continue;
@@ -44,8 +31,8 @@ void CpuAdamW::update(const AdamWArrays& arrays, std::span<const AdamWSegment> s
 }
 
 void CpuAdamW::update(const AdamWArrays& arrays, size_t n, const AdamWStepScalars& scalars) {
-  const AdamWSegment all{0, n, false};
-  update(arrays, std::span<const AdamWSegment>(&all, 1), scalars, scalars);
+  const UpdateSegment all{0, n, false};
+  update(arrays, std::span<const UpdateSegment>(&all, 1), scalars, scalars);
 }
 
 }  // namespace tandem

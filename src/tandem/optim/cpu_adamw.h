@@ -10,13 +10,9 @@
 
 #include "tandem/core/cpu_features.h"
 #include "tandem/core/thread_pool.h"
-#include "tandem/model/param_layout.h"
 #include "tandem/optim/adamw_reference.h"
 
 namespace tandem {
-
-// The layout's tensors as segments, neighbours with the same decay flag merged.
-std::vector<AdamWSegment> adamw_segments(const ParamLayout& layout);
 
 class CpuAdamW {
  public:
@@ -26,7 +22,7 @@ class CpuAdamW {
   int threads() const { return pool_.size(); }
 
   // Updates every segment (element indices relative to `arrays`), one pool dispatch.
-  void update(const AdamWArrays& arrays, std::span<const AdamWSegment> segments,
+  void update(const AdamWArrays& arrays, std::span<const UpdateSegment> segments,
               const AdamWStepScalars& with_decay, const AdamWStepScalars& without_decay);
   // Updates elements [0, n) with one set of scalars.
   void update(const AdamWArrays& arrays, size_t n, const AdamWStepScalars& scalars);

@@ -1,7 +1,7 @@
 // DeMo, decoupled momentum (Peng, Quesnelle, Kingma; arXiv 2411.19870), as a library on
-// plain host arrays: the update rule of ../shared/BRIEF.md section 1.3, one tensor at a
-// time, with the ranks' exchange over a Communicator. (The update engine's DeMo rule, on
-// CPU and GPU subgroups, is built on these pieces; issue 11.)
+// plain host arrays: the paper's update rule, one tensor at a time, with the ranks'
+// exchange over a Communicator. (The update engine's DeMo rule, on CPU and GPU subgroups,
+// is built on these pieces: demo_rule.h.)
 //
 // Per tensor, on each rank, with beta = compression_decay and lr the step's learning rate
 // (a double, as the schedule computes it; rounded to float where it multiplies an array):
@@ -21,7 +21,7 @@
 // parameters, bit for bit (the reference implementation leaves top-k ties and the order of
 // the decode's sum to the hardware, and its replicas can drift).
 //
-// Usage, on each rank (in-process ranks: dist/local_group.h):
+// Usage, on each rank (in-process ranks: comm/local_group.h):
 //   DemoTensor w("h.0.attn.c_attn.weight", {2304, 768}, hyper);
 //   DemoArrays arrays{params, delta, grad};                 // fp32 host arrays
 //   demo_step({&w}, {arrays}, lr, comm);                    // a collective
@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "tandem/dist/communicator.h"
+#include "tandem/comm/communicator.h"
 #include "tandem/optim/demo_transform.h"
 #include "tandem/optim/demo_wire.h"
 

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "tandem/comm/communicator.h"
 #include "tandem/core/cpu_features.h"
 #include "tandem/device/device.h"
-#include "tandem/dist/communicator.h"
 #include "tandem/offload/update_rule.h"
 #include "tandem/optim/demo.h"
 

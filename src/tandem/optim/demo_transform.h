@@ -1,4 +1,4 @@
-// The DCT side of DeMo (arXiv 2411.19870; ../shared/BRIEF.md section 1.3): how a tensor is
+// The DCT side of DeMo (arXiv 2411.19870): how a tensor is
 // tiled into blocks, and each block's orthonormal DCT-II and its inverse, in float32 with a
 // fixed order of explicit FMAs so that a CUDA kernel can reproduce every bit.
 //

@@ -1,37 +1,11 @@
 #include "tandem/optim/grad_clip.h"
 
 #include <cmath>
-#include <vector>
 
 namespace tandem {
 
 double global_grad_norm(const float* grads, size_t n) {
   return std::sqrt(sum_of_squares(grads, n));
-}
-
-double sum_of_squares(const float* grads, size_t n) {
-  std::vector<double> partial((n + kSumOfSquaresBlock - 1) / kSumOfSquaresBlock);
-  sum_of_squares_blocks(grads, n, partial.data());
-  return sum_in_order(partial.data(), partial.size());
-}
-
-void sum_of_squares_blocks(const float* x, size_t n, double* partial) {
-  constexpr size_t kBlock = kSumOfSquaresBlock;
-  const size_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
-  for (size_t blk = 0; blk < blocks; blk++) {
-    const size_t begin = blk * kBlock;
-    const size_t end = begin + kBlock < n ? begin + kBlock : n;
-    double sum = 0.0;
-    for (size_t i = begin; i < end; i++) sum += static_cast<double>(x[i]) * x[i];
-    partial[blk] = sum;
-  }
-}
-
-double sum_in_order(const double* partial, size_t count) {
-  double total = 0.0;
-  for (size_t i = 0; i < count; i++) total += partial[i];
-  return total;
 }
 
 float clip_scale(double norm, float max_norm) {

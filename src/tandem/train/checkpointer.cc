@@ -4,11 +4,11 @@
 #include <system_error>
 #include <utility>
 
+#include "tandem/comm/agreement.h"
+#include "tandem/comm/communicator.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/timer.h"
-#include "tandem/dist/agreement.h"
-#include "tandem/dist/communicator.h"
 #include "tandem/offload/update_engine.h"
 #include "tandem/train/streamed_checkpoint.h"
 

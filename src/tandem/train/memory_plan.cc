@@ -8,6 +8,7 @@
 #include "tandem/core/host_memory.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/model/model_family.h"
+#include "tandem/optim/adamw_timing.h"
 #include "tandem/train/optimizer_setup.h"
 #include "tandem/zero/data_parallel.h"
 #include "tandem/zero/partition.h"
@@ -190,8 +191,8 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   const size_t sample = timing_sample(plan, device.device_free());
   if (sample < 1024) return plan;
   finish_plan(plan, config, device.kind(), state_range,
-              calibrate_update_rates(device, pool, sample, update_dtypes(config),
-                                     plan.offload.max_subgroup_size));
+              calibrate_adamw_rates(device, pool, sample, update_dtypes(config),
+                                    plan.offload.max_subgroup_size));
   return plan;
 }
 
@@ -217,8 +218,8 @@ TrainingMemoryPlan plan_training_without_gpu(const TrainConfig& config, ThreadPo
     // This machine's, measured on a host-only device of the sample's size.
     const size_t sample = timing_sample(plan, std::numeric_limits<size_t>::max());
     auto host = make_cpu_device({.memory_bytes = 2 * 4 * sizeof(float) * sample});
-    rates = calibrate_update_rates(*host, pool, sample, update_dtypes(config),
-                                   plan.offload.max_subgroup_size);
+    rates = calibrate_adamw_rates(*host, pool, sample, update_dtypes(config),
+                                  plan.offload.max_subgroup_size);
   }
   rates.device_params_per_s = gpu.adamw_params_per_s;
   rates.h2d_bytes_per_s = gpu.h2d_bytes_per_s;

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "tandem/comm/communicator.h"
 #include "tandem/core/thread_pool.h"
-#include "tandem/dist/communicator.h"
 #include "tandem/model/param_layout.h"
 #include "tandem/offload/update_rule.h"
 #include "tandem/train/train_config.h"

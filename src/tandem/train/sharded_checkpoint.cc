@@ -6,10 +6,10 @@
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/ckpt/hf_weights.h"
 #include "tandem/ckpt/safetensors.h"
+#include "tandem/comm/agreement.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/format.h"
-#include "tandem/dist/agreement.h"
 #include "tandem/model/model_family.h"
 #include "tandem/train/streamed_checkpoint.h"
 

@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "tandem/dist/communicator.h"
+#include "tandem/comm/communicator.h"
 #include "tandem/offload/offload_plan.h"
 #include "tandem/train/train_checkpoint.h"
 

@@ -9,6 +9,11 @@
 #include <vector>
 
 #include "tandem/ckpt/checkpoint_dir.h"
+#include "tandem/comm/agreement.h"
+#include "tandem/comm/communicator.h"
+#include "tandem/comm/local_group.h"
+#include "tandem/comm/nccl_communicator.h"
+#include "tandem/comm/one_rank_device_communicator.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/checksum.h"
 #include "tandem/core/error.h"
@@ -22,12 +27,6 @@
 #include "tandem/data/loader.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/device/device.h"
-#include "tandem/dist/agreement.h"
-#include "tandem/dist/communicator.h"
-#include "tandem/dist/gradient_accumulator.h"
-#include "tandem/dist/local_group.h"
-#include "tandem/dist/nccl_communicator.h"
-#include "tandem/dist/one_rank_device_communicator.h"
 #include "tandem/model/model_family.h"
 #include "tandem/offload/update_engine.h"
 #include "tandem/optim/grad_clip.h"
@@ -46,6 +45,7 @@
 #include "tandem/train/step_hooks.h"
 #include "tandem/train/train_checkpoint.h"
 #include "tandem/zero/data_parallel.h"
+#include "tandem/zero/gradient_accumulator.h"
 
 namespace tandem {
 namespace fs = std::filesystem;
@@ -788,7 +788,7 @@ class Trainer {
   // One optimizer step over a global batch of accum x world micro-batches. At stages 0
   // and 1 rank r takes the micro-batches [r accum, (r + 1) accum) of it: each micro-batch's
   // gradients are computed into zeroed buffers and summed as a tree
-  // (dist/gradient_accumulator.h), then over the ranks in the same tree order. From stage 2
+  // (zero/gradient_accumulator.h), then over the ranks in the same tree order. From stage 2
   // rank r takes the micro-batches a world + r: each is reduced over the ranks as backward
   // releases its blocks, and the owners sum the reduced micro-batches as a tree. Either
   // way any split of the global batch over ranks and micro-batches gives the same bits

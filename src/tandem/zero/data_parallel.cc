@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tandem/compute/cpu/sum_of_squares.h"
 #include "tandem/core/error.h"
 #include "tandem/core/half.h"
-#include "tandem/optim/grad_clip.h"
 
 namespace tandem {
 

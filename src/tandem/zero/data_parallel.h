@@ -20,13 +20,13 @@
 // that moves about 2P elements at stages 0-2 (ring all-reduce; reduce-scatter + all-gather)
 // and about 3P at stage 3 (a reduce and two gathers: forward and backward), counted in
 // Communicator::traffic(). The sums run in the communicator's fixed tree order
-// (dist/tree_sum.h), so every stage gives the same bits (with several micro-batches per
+// (comm/tree_sum.h), so every stage gives the same bits (with several micro-batches per
 // step: when their number and the world size are powers of two; see
 // partitioned_gradients.h), and so do N ranks and one rank accumulating N micro-batches.
 //
 // overlap_comm (with world size > 1 and a buffer communicator that is not the host one,
 // such as Communicator::duplicate's): the collectives on the model's buffers run on a
-// CollectiveQueue's thread while the training thread computes (dist/collective_queue.h):
+// CollectiveQueue's thread while the training thread computes (comm/collective_queue.h):
 // stages 0 and 1 reduce gradient buckets as soon as they are final during backward, stages
 // 2 and 3 reduce each block while backward computes the next, and stage 3 gathers the next
 // block's parameters while the model uses the current one. The training thread waits only
@@ -47,9 +47,9 @@
 #include <memory>
 #include <vector>
 
+#include "tandem/comm/collective_queue.h"
+#include "tandem/comm/communicator.h"
 #include "tandem/compute/compute_backend.h"
-#include "tandem/dist/collective_queue.h"
-#include "tandem/dist/communicator.h"
 #include "tandem/model/block_memory.h"
 #include "tandem/offload/offload_plan.h"
 #include "tandem/zero/partition.h"

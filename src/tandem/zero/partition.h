@@ -3,7 +3,7 @@
 // rank cuts its own partition into offload subgroups (offload/offload_plan.h).
 //
 // S is a multiple of kPartitionAlignment, the block of the gradient-norm sum
-// (optim/grad_clip.h): a partition then holds whole blocks, its blocks' partial sums are
+// (compute/cpu/sum_of_squares.h): a partition then holds whole blocks, its blocks' partial sums are
 // the full buffer's, and the norm over partitioned gradients is bit-identical to the norm
 // over all of them.
 #pragma once

@@ -5,7 +5,7 @@
 // its owner's buffer of S elements (zero/partition.h), and the slot is free again. With
 // several micro-batches per step, every micro-batch is reduced this way (the slots cannot
 // hold a rank's sum of its micro-batches), and each owner adds the step's reduced
-// micro-batches in the communicators' tree order (dist/gradient_accumulator.h over the
+// micro-batches in the communicators' tree order (zero/gradient_accumulator.h over the
 // partition).
 //
 // The sum this gives: for each micro-batch a, the tree over the ranks, then the tree over
@@ -33,18 +33,18 @@
 #include <functional>
 #include <vector>
 
+#include "tandem/comm/collective_queue.h"
+#include "tandem/comm/communicator.h"
 #include "tandem/compute/compute_backend.h"
-#include "tandem/dist/collective_queue.h"
-#include "tandem/dist/communicator.h"
-#include "tandem/dist/gradient_accumulator.h"
 #include "tandem/model/param_range.h"
+#include "tandem/zero/gradient_accumulator.h"
 #include "tandem/zero/partition.h"
 
 namespace tandem {
 
 class PartitionedGradients {
  public:
-  // blocks: the model's blocks (Gpt::blocks()); pieces of at most reduce_bucket_size
+  // blocks: the model's blocks (Model::blocks()); pieces of at most reduce_bucket_size
   // elements are reduced at a time.
   // With `queue`, the reductions run there (on `comm`, which only the queue's thread then
   // uses); without, in release().

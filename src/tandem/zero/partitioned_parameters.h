@@ -30,9 +30,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "tandem/comm/collective_queue.h"
+#include "tandem/comm/communicator.h"
 #include "tandem/compute/compute_backend.h"
-#include "tandem/dist/collective_queue.h"
-#include "tandem/dist/communicator.h"
 #include "tandem/model/param_range.h"
 #include "tandem/zero/partition.h"
 #include "tandem/zero/zero_config.h"

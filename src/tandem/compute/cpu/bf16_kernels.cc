@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "tandem/compute/cpu/cpu_kernels.h"
-#include "tandem/optim/grad_clip.h"
+#include "tandem/compute/cpu/sum_of_squares.h"
 
 namespace tandem::cpu {
 namespace {

@@ -12,7 +12,7 @@ namespace tandem::cpu {
 // threads never share a line of the output.
 inline constexpr int kColumnBlock = 16;
 
-// sum of x[i]^2 in double, and its 16384-element block sums: optim/grad_clip.h's, whose
+// sum of x[i]^2 in double, and its 16384-element block sums: compute/cpu/sum_of_squares.h's, whose
 // order every backend keeps.
 double sum_of_squares(const float* x, size_t n);
 void sum_of_squares_blocks(const float* x, size_t n, double* partials);

@@ -7,8 +7,8 @@
 
 #include "tandem/compute/cpu/cpu_kernels.h"
 #include "tandem/compute/cpu/fast_math.h"
+#include "tandem/compute/cpu/sum_of_squares.h"
 #include "tandem/compute/embedding_backward_order.h"
-#include "tandem/optim/grad_clip.h"
 
 namespace tandem::cpu {
 

@@ -125,7 +125,7 @@ class Communicator {
   // The other ranks' recv is left untouched and may be null. Every rank passes n and root.
   virtual void reduce_sum(const float* send, float* recv, size_t n, int root) = 0;
   // all_reduce_sum and reduce_sum over bf16 values (half the bytes of fp32), each addition
-  // of the tree done in fp32 and rounded to bf16 (dist/tree_sum.h), as one rank's bf16
+  // of the tree done in fp32 and rounded to bf16 (comm/tree_sum.h), as one rank's bf16
   // micro-batch gradients are added: bf16 gradients then give the same bits whether their
   // micro-batches ran on one rank or on several.
   virtual void all_reduce_sum_bf16(Bf16* data, size_t n) = 0;

@@ -1,4 +1,4 @@
-#include "tandem/dist/collective_queue.h"
+#include "tandem/comm/collective_queue.h"
 
 #include <chrono>
 #include <utility>

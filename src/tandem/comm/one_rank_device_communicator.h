@@ -3,7 +3,7 @@
 // on the cuda device go through it.
 //
 // Over one rank every collective is its own data: a sum over one rank is the value itself
-// (the tree of dist/tree_sum.h over one value), a gather or a reduce-scatter is a copy, a
+// (the tree of comm/tree_sum.h over one value), a gather or a reduce-scatter is a copy, a
 // broadcast or an in-place reduce is nothing. The in-process and MPI backends would do the
 // same with memcpy and tree_sum on the host, which reads device memory: on a real GPU that
 // is a segmentation fault (found by the first GPU run; the emulated GPU of CI keeps device
@@ -18,7 +18,7 @@
 
 #include <memory>
 
-#include "tandem/dist/communicator.h"
+#include "tandem/comm/communicator.h"
 
 namespace tandem {
 

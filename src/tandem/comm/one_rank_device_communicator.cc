@@ -1,4 +1,4 @@
-#include "tandem/dist/one_rank_device_communicator.h"
+#include "tandem/comm/one_rank_device_communicator.h"
 
 #include "tandem/core/error.h"
 #include "tandem/device/device.h"

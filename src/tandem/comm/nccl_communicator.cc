@@ -1,4 +1,4 @@
-#include "tandem/dist/nccl_communicator.h"
+#include "tandem/comm/nccl_communicator.h"
 
 #include <unistd.h>
 
@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/comm/polling_backoff.h"
 #include "tandem/core/error.h"
-#include "tandem/dist/polling_backoff.h"
 
 #if TANDEM_HAVE_NCCL
 #include <cublas_v2.h>

@@ -12,7 +12,7 @@
 #include <functional>
 #include <memory>
 
-#include "tandem/dist/communicator.h"
+#include "tandem/comm/communicator.h"
 
 namespace tandem {
 

@@ -1,4 +1,4 @@
-#include "tandem/dist/gradient_accumulator.h"
+#include "tandem/zero/gradient_accumulator.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,4 +1,4 @@
-#include "tandem/dist/agreement.h"
+#include "tandem/comm/agreement.h"
 
 #include <cstdint>
 #include <vector>

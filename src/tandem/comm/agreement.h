@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "tandem/dist/communicator.h"
+#include "tandem/comm/communicator.h"
 
 namespace tandem {
 

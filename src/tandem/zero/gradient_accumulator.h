@@ -1,5 +1,5 @@
 // Sums the gradients of a step's micro-batches in the pairwise-tree order of
-// dist/tree_sum.h, the order the communicators sum ranks in. Each micro-batch's backward
+// comm/tree_sum.h, the order the communicators sum ranks in. Each micro-batch's backward
 // writes its gradients into zeroed buffers; they are then added as a tree, so that
 // N ranks x A micro-batches and N' x A' with the same global batch give the same bits
 // (A, A' powers of two, or one rank).
@@ -8,7 +8,7 @@
 // top of a stack of partial sums while the top has the same level, then pushed; the
 // last micro-batch's gradients are then added to the stack from the top down. That last
 // part works on any range of the buffer, so it runs during the last backward as blocks
-// finish (Gpt::GradientsReady), letting reduction and offload start early.
+// finish (Model::GradientsReady), letting reduction and offload start early.
 //
 // A = 1 needs no memory and does nothing; A > 1 keeps up to ceil(log2 A) buffers of
 // the gradient size in the backend's memory.

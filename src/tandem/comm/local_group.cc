@@ -1,4 +1,4 @@
-#include "tandem/dist/local_group.h"
+#include "tandem/comm/local_group.h"
 
 #include <algorithm>
 #include <chrono>
@@ -15,8 +15,8 @@
 #include <tuple>
 #include <vector>
 
+#include "tandem/comm/tree_sum.h"
 #include "tandem/core/error.h"
-#include "tandem/dist/tree_sum.h"
 
 namespace tandem {
 

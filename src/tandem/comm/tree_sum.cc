@@ -1,4 +1,4 @@
-#include "tandem/dist/tree_sum.h"
+#include "tandem/comm/tree_sum.h"
 
 #include <algorithm>
 #include <cstring>

@@ -52,8 +52,8 @@
 #include <string>
 #include <vector>
 
+#include "tandem/comm/communicator.h"
 #include "tandem/core/half.h"
-#include "tandem/dist/communicator.h"
 
 namespace tandem {
 

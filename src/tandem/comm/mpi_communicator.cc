@@ -1,4 +1,4 @@
-#include "tandem/dist/mpi_communicator.h"
+#include "tandem/comm/mpi_communicator.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/comm/local_group.h"
+#include "tandem/comm/polling_backoff.h"
+#include "tandem/comm/tree_sum.h"
 #include "tandem/core/error.h"
-#include "tandem/dist/local_group.h"
-#include "tandem/dist/polling_backoff.h"
-#include "tandem/dist/tree_sum.h"
 
 #if TANDEM_HAVE_MPI
 #include <mpi.h>

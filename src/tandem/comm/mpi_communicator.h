@@ -29,7 +29,7 @@
 
 #include <memory>
 
-#include "tandem/dist/communicator.h"
+#include "tandem/comm/communicator.h"
 
 namespace tandem {
 

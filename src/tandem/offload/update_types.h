@@ -1,0 +1,30 @@
+// What an update reads and writes, as the update engine and every rule (update_rule.h)
+// see it: the gradients' element type, the working copy's, and a subgroup's ranges with
+// and without weight decay. The rules (optim/) build on these; nothing here knows a rule.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace tandem {
+
+// Declared only: CUDA sources (C++17) include this header, model/ headers need C++20.
+class ParamLayout;
+
+enum class GradDType { kF32, kBF16 };
+// The working copy of the parameters (what forward and backward read), written in the
+// same pass as the update: 16-bit for mixed precision. (kF32: the copy is the fp32
+// params themselves; the kernels write no extra copy, the update engine copies them.)
+enum class WorkingDType { kNone, kBF16, kF16, kF32 };
+
+// A range of the flat parameter space (or of a subgroup's arrays) updated with or without
+// weight decay.
+struct UpdateSegment {
+  size_t begin = 0, end = 0;
+  bool weight_decay = false;
+};
+
+// The layout's tensors as segments, neighbours with the same decay flag merged.
+std::vector<UpdateSegment> decay_segments(const ParamLayout& layout);
+
+}  // namespace tandem
