@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "tandem/core/file_io.h"
 #include "tandem/train/metrics_log.h"
+#include "tandem/train/step_record.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
 
@@ -74,6 +76,50 @@ TEST(MetricsLog, AResumedRunHasOneRecordPerStep) {
   EXPECT_EQ(resumed, 1);
   ASSERT_EQ(losses.size(), 10u);
   for (const auto& [step, count] : losses) EXPECT_EQ(count, 1) << "step " << step;
+}
+
+// A step's figures are declared once (step_figures): the metrics record and the per-rank
+// figures are made from that table, with the types --metrics has always written.
+TEST(StepRecord, TheMetricsRecordAndThePerRankFiguresComeFromOneTable) {
+  StepRecord r{.step = 7,
+               .loss = 2.5f,
+               .lr = 3e-4,
+               .grad_norm = 1.25,
+               .tokens_per_s = 1000,
+               .ms = 12.5,
+               .forward_ms = 4,
+               .backward_ms = 6,
+               .update_ms = 2,
+               .h2d_bytes = 10,
+               .d2h_bytes = 20,
+               .early_gradient_subgroups = 3,
+               .comm_bytes_sent = 40,
+               .comm_bytes_received = 50,
+               .collective_ms = 1.5,
+               .collective_wait_ms = 0.5};
+  std::set<std::string> keys;
+  for (const StepFigure& f : step_figures())
+    EXPECT_TRUE(keys.insert(std::string(f.key)).second) << f.key;
+  const nlohmann::json plain = step_metrics(r, false), overlapped = step_metrics(r, true);
+  EXPECT_EQ(plain.size() + 2, overlapped.size());
+  EXPECT_FALSE(plain.contains("collective_ms"));
+  EXPECT_EQ(overlapped.at("collective_wait_ms").get<double>(), 0.5);
+  EXPECT_EQ(plain.at("step").get<int64_t>(), 7);
+  EXPECT_TRUE(plain.at("h2d_bytes").is_number_unsigned()) << "byte counts stay integers";
+  EXPECT_EQ(plain.at("loss").get<double>(), 2.5);
+  EXPECT_EQ(plain.at("lr").get<double>(), 3e-4);
+  // Two ranks that differ in ms and in bytes sent only.
+  const std::vector<double> mine = per_rank_values(r);
+  StepRecord other = r;
+  other.ms = 13;
+  other.comm_bytes_sent = 41;
+  std::vector<double> all = mine;
+  const std::vector<double> theirs = per_rank_values(other);
+  all.insert(all.end(), theirs.begin(), theirs.end());
+  const nlohmann::json differ = differing_figures(all, 2);
+  EXPECT_EQ(differ.size(), 2u) << differ.dump();
+  EXPECT_EQ(differ.at("ms"), nlohmann::json::array({12.5, 13.0}));
+  EXPECT_EQ(differ.at("comm_bytes_sent"), nlohmann::json::array({40.0, 41.0}));
 }
 
 }  // namespace

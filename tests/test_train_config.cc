@@ -329,7 +329,7 @@ TEST(ParseTrainConfig, EnumeratedValuesIgnoreCase) {
   config["offload_optimizer"] = {{"schedule", "Interleave"}};
   config["train"]["checkpoint_failure"] = "Continue";
   const TrainConfig parsed = parse_train_config(config);
-  EXPECT_EQ(parsed.device.type, "cpu");
+  EXPECT_EQ(parsed.device.type, DeviceKind::kHostOnly);
   EXPECT_EQ(parsed.offload.schedule, UpdateSchedule::kInterleave);
   EXPECT_EQ(parsed.train.checkpoint_failure, CheckpointFailure::kContinue);
 }

@@ -31,7 +31,7 @@ OffloadBenchResult run_offload_bench(const OffloadBenchOptions& options) {
   result.batch = options.config.micro_batch_size;
   result.seq_len = options.config.seq_len();
   result.timed_steps = options.steps;
-  result.device = options.config.device.type;
+  result.device = device_kind_name(options.config.device.type);
   for (size_t i = 0; i < options.schedules.size(); i++) {
     const UpdateSchedule schedule = options.schedules[i];
     if (options.progress)

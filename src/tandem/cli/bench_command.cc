@@ -226,7 +226,7 @@ void register_bench(CLI::App& app) {
         {"seq_len", config.seq_len()},
         {"gradient_accumulation_steps", config.gradient_accumulation_steps},
         {"schedule", std::string(update_schedule_name(config.offload.schedule))},
-        {"device", config.device.type},
+        {"device", std::string(device_kind_name(config.device.type))},
         {"device_bytes", result.plan.total.device},
         {"pinned_host_bytes", result.plan.total.pinned_host},
         {"timed_steps", step_args->steps},
@@ -247,10 +247,10 @@ void register_bench(CLI::App& app) {
         static_cast<long>(config.model.num_parameters()), config.micro_batch_size, config.seq_len(),
         config.gradient_accumulation_steps,
         std::string(update_schedule_name(config.offload.schedule)).c_str(),
-        config.device.type.c_str(), report["tokens_per_s"].get<double>(),
-        report["ms"].get<double>(), report["forward_ms"].get<double>(),
-        report["backward_ms"].get<double>(), report["update_ms"].get<double>(), step_args->steps,
-        step_args->warmup);
+        std::string(device_kind_name(config.device.type)).c_str(),
+        report["tokens_per_s"].get<double>(), report["ms"].get<double>(),
+        report["forward_ms"].get<double>(), report["backward_ms"].get<double>(),
+        report["update_ms"].get<double>(), step_args->steps, step_args->warmup);
   });
 
   struct OffloadArgs {

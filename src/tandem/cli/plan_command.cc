@@ -45,7 +45,7 @@ void register_plan(CLI::App& app) {
     // A plan for a GPU machine made where there is none: the GPU is modelled (its rates
     // assumed, and said so), not refused.
     std::string why_no_gpu;
-    if (config.device.type == "cuda" && cuda_device_count(&why_no_gpu) == 0) {
+    if (config.device.type == DeviceKind::kCuda && cuda_device_count(&why_no_gpu) == 0) {
       const TrainingMemoryPlan plan =
           plan_training_without_gpu(config, pool, state_range, args->world_size);
       std::printf("tandem plan for %s on a cuda device of %g GiB%s (modelled: %s)\n%s",

@@ -20,6 +20,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/trace.h"
+#include "tandem/device/device_kind.h"
 
 namespace tandem {
 
@@ -100,13 +101,6 @@ struct DeviceKernel {
   // A CUDA device: launches on the stream (a cudaStream_t, as void* so that this header
   // needs no CUDA headers). Empty where the kernel has no GPU version.
   std::function<void(void* cuda_stream)> on_cuda;
-};
-
-// Which variant of a DeviceKernel a device runs (and so which memory a kernel's own
-// workspace must live in).
-enum class DeviceKind {
-  kHostOnly,  // device/cpu: DeviceKernel::on_host
-  kCuda,      // DeviceKernel::on_cuda
 };
 
 class Device {

@@ -81,7 +81,7 @@ void add_up(TrainingMemoryPlan& plan, const TrainConfig& config, DeviceKind devi
 
 std::unique_ptr<Device> make_training_device(const TrainConfig& config, int cuda_device_index) {
   const auto budget = static_cast<size_t>(config.device.memory_gb * (1ull << 30));
-  if (config.device.type == "cuda")
+  if (config.device.type == DeviceKind::kCuda)
     return make_cuda_device({.device_index = cuda_device_index, .memory_bytes = budget});
   return make_cpu_device({.memory_bytes = budget});
 }

@@ -569,11 +569,12 @@ TrainConfig parse_train_config(const json& config_json) {
   const Section device = top.section("device");
   device.check_keys(kDeviceKeys);
   // Every enumerated value is read without regard to case, as the schedule and the types.
-  device.read_string("type", config.device.type);
-  config.device.type = lower(config.device.type);
-  TANDEM_CHECK(config.device.type == "cpu" || config.device.type == "cuda",
-               "device.type must be one of ", join(kDeviceTypes), ", got \"", config.device.type,
-               "\"");
+  std::string device_type(device_kind_name(config.device.type));
+  device.read_string("type", device_type);
+  device_type = lower(device_type);
+  TANDEM_CHECK(device_type == "cpu" || device_type == "cuda", "device.type must be one of ",
+               join(kDeviceTypes), ", got \"", device_type, "\"");
+  config.device.type = device_type == "cuda" ? DeviceKind::kCuda : DeviceKind::kHostOnly;
   // Bounded so that the bytes fit a size_t with room (and no device has a petabyte).
   device.read_real("memory_gb", config.device.memory_gb, "a number > 0 and at most 1048576",
                    [](double v) { return v > 0 && v <= 1048576; });
@@ -804,7 +805,9 @@ json to_json(const TrainConfig& config) {
         {"ratio", config.offload.ratio},
         {"stride", config.offload.stride},
         {"staging_buffers", config.offload.staging_buffers}}},
-      {"device", {{"type", config.device.type}, {"memory_gb", config.device.memory_gb}}},
+      {"device",
+       {{"type", std::string(device_kind_name(config.device.type))},
+        {"memory_gb", config.device.memory_gb}}},
       {"bf16", {{"enabled", config.bf16}}},
       {"train",
        {{"steps", t.steps},

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tandem/compute/compute_backend.h"
+#include "tandem/device/device_kind.h"
 #include "tandem/model/model_config.h"
 #include "tandem/offload/offload_plan.h"
 #include "tandem/optim/demo_wire.h"
@@ -104,9 +105,9 @@ struct TrainLoopConfig {  // JSON: "train": {...}
 };
 
 struct DeviceConfig {  // JSON: "device": {...}
-  // "cpu": model and optimizer on the host (the host-only device backend, see
+  // "cpu" (kHostOnly): model and optimizer on the host (the host-only device backend, see
   // device/device.h); "cuda": the model on the GPU, the optimizer state per schedule.
-  std::string type = "cpu";
+  DeviceKind type = DeviceKind::kHostOnly;
   double memory_gb = 16.0;  // capacity of the device memory the update engine may use
 };
 

@@ -13,7 +13,6 @@
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/local_group.h"
 #include "tandem/comm/nccl_communicator.h"
-#include "tandem/comm/one_rank_device_communicator.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/checksum.h"
 #include "tandem/core/error.h"
@@ -44,6 +43,7 @@
 #include "tandem/train/sharded_checkpoint.h"
 #include "tandem/train/step_hooks.h"
 #include "tandem/train/train_checkpoint.h"
+#include "tandem/zero/buffer_communicator.h"
 #include "tandem/zero/data_parallel.h"
 #include "tandem/zero/gradient_accumulator.h"
 
@@ -121,8 +121,7 @@ class Trainer {
       : config_(config),
         options_(options_for_rank(options, comm.rank())),
         comm_(comm),
-        nccl_buffer_comm_(buffer_comm != nullptr ? nullptr
-                                                 : make_nccl_buffer_communicator(config, comm)),
+        nccl_buffer_comm_(make_nccl_buffer_communicator(comm, buffer_comm, buffer_choice(config))),
         B_(config.micro_batch_size),
         T_(config.seq_len()),
         data_(load_dataset(config.data.train_path, config.data.val_path, config.data.val_fraction,
@@ -133,19 +132,8 @@ class Trainer {
         // On the GPU NCCL picked for this rank, with several ranks on the cuda device.
         device_(make_training_device(
             config, nccl_buffer_comm_ ? nccl_communicator_device(*nccl_buffer_comm_) : 0)),
-        one_rank_buffer_comm_(buffer_comm == nullptr && comm.world_size() == 1 && on_gpu()
-                                  ? make_one_rank_device_communicator(*device_)
-                                  : nullptr),
-        overlap_buffer_comm_(buffer_comm == nullptr && !nccl_buffer_comm_ &&
-                                     comm.world_size() > 1 && config.zero.overlap_comm &&
-                                     reduces_gradients(config)
-                                 ? comm.duplicate()
-                                 : nullptr),
-        buffer_comm_(buffer_comm != nullptr  ? *buffer_comm
-                     : nccl_buffer_comm_     ? *nccl_buffer_comm_
-                     : one_rank_buffer_comm_ ? *one_rank_buffer_comm_
-                     : overlap_buffer_comm_  ? *overlap_buffer_comm_
-                                             : comm),
+        buffer_comms_(comm, buffer_comm, nccl_buffer_comm_.get(), buffer_choice(config), *device_),
+        buffer_comm_(buffer_comms_.get()),
         optimizer_pool_(),
         plan_(checked_plan(config, *device_, optimizer_pool_, comm, options)),
         backend_(on_gpu() ? make_cuda_backend(*device_) : make_cpu_backend(*device_)),
@@ -245,26 +233,27 @@ class Trainer {
                           number <= options_.trace_last_step);
       Stopwatch watch;
       const double lr = schedule_.lr_at(step_);
-      const StepTimes times = train_step(lr);
+      StepTimes times = train_step(lr);
       // A lazy checkpoint begun after the last step has its snapshot now.
       checkpointer_.after_step(times.update);
-      const float loss = times.loss;
+      const float loss = times.figures.loss;
       if (times.skipped) {
         skipped_in_a_row++;
         result.skipped_steps++;
         metrics.write({{"step", step_ + 1},
                        {"skipped", true},
                        {"loss", loss},
-                       {"grad_norm", times.grad_norm},
+                       {"grad_norm", times.figures.grad_norm},
                        {"skipped_in_a_row", skipped_in_a_row}});
         progress_.note(cat("step ", step_ + 1, ": skipped (loss ", loss, ", gradient norm ",
-                           times.grad_norm, "), ", skipped_in_a_row, " in a row"));
+                           times.figures.grad_norm, "), ", skipped_in_a_row, " in a row"));
         if (skipped_in_a_row > config_.train.max_skipped_steps) {
           // The checkpoint in flight is finished first: the message names what is intact.
           record_checkpoints(checkpointer_.collect(true), metrics, result);
           fail("step ", step_ + 1, ": the loss or gradient norm was not finite in ",
                skipped_in_a_row, " attempts in a row (loss ", loss, ", gradient norm ",
-               times.grad_norm, "; train.max_skipped_steps = ", config_.train.max_skipped_steps,
+               times.figures.grad_norm,
+               "; train.max_skipped_steps = ", config_.train.max_skipped_steps,
                "), so training stops. The optimizer state is that of step ", step_,
                ", untouched by them; ", last_intact_checkpoint(result), ". Gradient clipping was ",
                config_.gradient_clipping > 0 ? cat("on (max norm ", config_.gradient_clipping,
@@ -276,44 +265,22 @@ class Trainer {
       }
       skipped_in_a_row = 0;
       step_++;
-      const double ms = watch.millis();
-      const double tokens_per_s = tokens_per_step / (ms / 1e3);
-      nlohmann::json record = {{"step", step_},
-                               {"loss", loss},
-                               {"lr", lr},
-                               {"grad_norm", times.grad_norm},
-                               {"tokens_per_s", tokens_per_s},
-                               {"ms", ms},
-                               {"forward_ms", times.forward_ms},
-                               {"backward_ms", times.backward_ms},
-                               {"update_ms", times.update.ms},
-                               {"h2d_bytes", times.update.h2d_bytes},
-                               {"d2h_bytes", times.update.d2h_bytes},
-                               {"early_gradient_subgroups", times.update.early_gradient_subgroups},
-                               {"comm_bytes_sent", times.comm_bytes_sent},
-                               {"comm_bytes_received", times.comm_bytes_received}};
-      if (data_parallel_.overlaps_communication()) {
-        record["collective_ms"] = times.collective_ms;
-        record["collective_wait_ms"] = times.collective_wait_ms;
-      }
-      if (comm_.world_size() > 1) record["ring_allreduce_bytes"] = ring_allreduce_bytes();
-      if (times.replicas_checked) record["replicas_identical"] = true;
-      if (comm_.world_size() > 1) record["ranks"] = per_rank_figures(ms, times);
-      metrics.write(record);
-      result.steps.push_back({.step = step_,
-                              .loss = loss,
-                              .ms = ms,
-                              .forward_ms = times.forward_ms,
-                              .backward_ms = times.backward_ms,
-                              .update_ms = times.update.ms,
-                              .tokens_per_s = tokens_per_s,
-                              .h2d_bytes = times.update.h2d_bytes,
-                              .d2h_bytes = times.update.d2h_bytes,
-                              .comm_bytes_sent = times.comm_bytes_sent,
-                              .comm_bytes_received = times.comm_bytes_received,
-                              .collective_ms = times.collective_ms,
-                              .collective_wait_ms = times.collective_wait_ms});
-      progress_.update(step_, loss, tokens_per_s, ms);
+      StepRecord& record = times.figures;
+      record.step = step_;
+      record.lr = lr;
+      record.ms = watch.millis();
+      record.tokens_per_s = tokens_per_step / (record.ms / 1e3);
+      record.update_ms = times.update.ms;
+      record.h2d_bytes = times.update.h2d_bytes;
+      record.d2h_bytes = times.update.d2h_bytes;
+      record.early_gradient_subgroups = times.update.early_gradient_subgroups;
+      nlohmann::json line = step_metrics(record, data_parallel_.overlaps_communication());
+      if (comm_.world_size() > 1) line["ring_allreduce_bytes"] = ring_allreduce_bytes();
+      if (times.replicas_checked) line["replicas_identical"] = true;
+      if (comm_.world_size() > 1) line["ranks"] = per_rank_figures(record);
+      metrics.write(line);
+      result.steps.push_back(record);
+      progress_.update(step_, loss, record.tokens_per_s, record.ms);
       if (tracer_.enabled() && (step_ == options_.trace_last_step || step_ == last_step)) {
         tracer_.set_enabled(false);
         tracer_.write(options_.trace_path);
@@ -512,7 +479,7 @@ class Trainer {
                  comm_.rank() == 0 ? error : "rank 0 refused to start (its error says why)");
   }
 
-  bool on_gpu() const { return config_.device.type == "cuda"; }
+  bool on_gpu() const { return config_.device.type == DeviceKind::kCuda; }
   // What each rank would send (and receive) per step in a ring all-reduce of the fp32
   // gradients at this world size, 2 (N - 1) / N x 4 bytes per parameter: the yardstick
   // next to comm_bytes_sent.
@@ -545,14 +512,9 @@ class Trainer {
             .producer = &model.backend().stream()};
   }
 
-  // The communicator of the model's gradient and parameter buffers with several ranks on
-  // the cuda device: NCCL over `comm` (its GPU is then the one the device must use). One
-  // rank on the cuda device has the one-rank device communicator; the cpu device has `comm`
-  // itself (host memory).
-  static std::unique_ptr<Communicator> make_nccl_buffer_communicator(const TrainConfig& config,
-                                                                     Communicator& comm) {
-    if (comm.world_size() == 1 || config.device.type != "cuda") return nullptr;
-    return make_nccl_communicator(comm);
+  static BufferCommunicatorChoice buffer_choice(const TrainConfig& config) {
+    return {.cuda_device = config.device.type == DeviceKind::kCuda,
+            .overlapped_reduction = config.zero.overlap_comm && reduces_gradients(config)};
   }
 
   static TrainingMemoryPlan checked_plan(const TrainConfig& config, Device& device,
@@ -725,12 +687,8 @@ class Trainer {
   }
 
   struct StepTimes {
-    float loss = 0;
-    double grad_norm = 0;
-    double forward_ms = 0, backward_ms = 0;
+    StepRecord figures;  // train_step fills the loss, norm, times and traffic; run() the rest
     UpdateStepStats update;
-    size_t comm_bytes_sent = 0, comm_bytes_received = 0;
-    double collective_ms = 0, collective_wait_ms = 0;
     bool replicas_checked = false;  // DeMo's replica check ran (and passed) after the update
     bool skipped = false;           // the loss or gradient norm was not finite: no update
   };
@@ -747,42 +705,11 @@ class Trainer {
 
   // The figures of a step that may differ between ranks, one array per figure indexed by
   // rank, holding only the figures that do differ (a collective: every rank calls it).
-  nlohmann::json per_rank_figures(double ms, const StepTimes& times) {
-    static constexpr const char* kNames[] = {"ms",
-                                             "forward_ms",
-                                             "backward_ms",
-                                             "update_ms",
-                                             "h2d_bytes",
-                                             "d2h_bytes",
-                                             "comm_bytes_sent",
-                                             "comm_bytes_received",
-                                             "collective_ms",
-                                             "collective_wait_ms"};
-    constexpr size_t kFigures = std::size(kNames);
-    const double mine[kFigures] = {ms,
-                                   times.forward_ms,
-                                   times.backward_ms,
-                                   times.update.ms,
-                                   static_cast<double>(times.update.h2d_bytes),
-                                   static_cast<double>(times.update.d2h_bytes),
-                                   static_cast<double>(times.comm_bytes_sent),
-                                   static_cast<double>(times.comm_bytes_received),
-                                   times.collective_ms,
-                                   times.collective_wait_ms};
-    std::vector<double> all(kFigures * comm_.world_size());
-    comm_.all_gather(mine, all.data(), sizeof mine);
-    nlohmann::json ranks = nlohmann::json::object();
-    for (size_t f = 0; f < kFigures; f++) {
-      nlohmann::json values = nlohmann::json::array();
-      bool differ = false;
-      for (int r = 0; r < comm_.world_size(); r++) {
-        const double v = all[r * kFigures + f];
-        differ = differ || v != all[f];
-        values.push_back(v);
-      }
-      if (differ) ranks[kNames[f]] = values;
-    }
-    return ranks;
+  nlohmann::json per_rank_figures(const StepRecord& record) {
+    const std::vector<double> mine = per_rank_values(record);
+    std::vector<double> all(mine.size() * comm_.world_size());
+    comm_.all_gather(mine.data(), all.data(), mine.size() * sizeof(double));
+    return differing_figures(all, comm_.world_size());
   }
 
   // One optimizer step over a global batch of accum x world micro-batches. At stages 0
@@ -819,7 +746,7 @@ class Trainer {
         TraceScope scope(&tracer_, "compute", cat("forward ", micro));
         micro_losses.push_back(model_.forward(inputs_.data(), targets_.data(), B_, T_));
       }
-      times.forward_ms += watch.millis();
+      times.figures.forward_ms += watch.millis();
       watch.reset();
       {
         TraceScope scope(&tracer_, "compute", cat("backward ", micro));
@@ -842,7 +769,7 @@ class Trainer {
         // their time rather than the launches' (the gradient norm below waits anyway).
         model_.backend().stream().synchronize();
       }
-      times.backward_ms += watch.millis();
+      times.figures.backward_ms += watch.millis();
     }
     if (!micro_major()) train_loader_.skip_batches((world - 1 - rank) * accum);
     {
@@ -850,19 +777,19 @@ class Trainer {
       for (StepHooks* hooks : hooks_) hooks->before_update(step_ + 1);
     }
     const float loss = data_parallel_.global_mean_loss(micro_losses, micro_major());
-    times.loss = loss;
-    times.grad_norm = std::sqrt(
+    times.figures.loss = loss;
+    times.figures.grad_norm = std::sqrt(
         data_parallel_.grad_sum_of_squares([this] { return model_.grad_sum_of_squares(); }));
     // A non-finite loss or gradient never reaches the optimizer state: the step is skipped,
     // on every rank alike (without a reduction, DeMo's norms are each rank's own).
-    const bool finite = std::isfinite(loss) && std::isfinite(times.grad_norm);
+    const bool finite = std::isfinite(loss) && std::isfinite(times.figures.grad_norm);
     times.skipped = comm_.world_size() > 1 && !reduces_gradients(config_)
                         ? !all_ranks_ok(comm_, finite)
                         : !finite;
     if (times.skipped) {
       engine_.skip_step();
     } else {
-      const float scale = clip_scale(times.grad_norm, config_.gradient_clipping);
+      const float scale = clip_scale(times.figures.grad_norm, config_.gradient_clipping);
       TraceScope scope(&tracer_, "update", cat("optimizer step ", step_ + 1));
       times.update = engine_.step(lr, scale);
     }
@@ -877,10 +804,11 @@ class Trainer {
       for (StepHooks* hooks : hooks_) hooks->after_update(step_ + 1);
     }
     const CommunicatorTraffic traffic_after = traffic();
-    times.comm_bytes_sent = traffic_after.bytes_sent - traffic_before.bytes_sent;
-    times.comm_bytes_received = traffic_after.bytes_received - traffic_before.bytes_received;
-    times.collective_ms = 1e3 * (data_parallel_.collective_seconds() - collective_before);
-    times.collective_wait_ms =
+    times.figures.comm_bytes_sent = traffic_after.bytes_sent - traffic_before.bytes_sent;
+    times.figures.comm_bytes_received =
+        traffic_after.bytes_received - traffic_before.bytes_received;
+    times.figures.collective_ms = 1e3 * (data_parallel_.collective_seconds() - collective_before);
+    times.figures.collective_wait_ms =
         1e3 * (data_parallel_.collective_wait_seconds() - collective_wait_before);
     return times;
   }
@@ -1018,7 +946,7 @@ class Trainer {
   // Rank 0's hold on train.output_dir (taken in start()); released after everything that
   // writes there, the checkpointer's background writer included.
   std::unique_ptr<RunDirectoryLock> run_lock_;
-  std::unique_ptr<Communicator> nccl_buffer_comm_;  // when this trainer made one
+  std::unique_ptr<Communicator> nccl_buffer_comm_;  // made before the device: it picks the GPU
   TraceRecorder tracer_;  // before the engine and device that may write to it
   int B_, T_;
   TokenSplit data_;
@@ -1036,13 +964,10 @@ class Trainer {
   // The device first: the backend's tensors and the engine's state live in it, and it
   // must outlive them.
   std::unique_ptr<Device> device_;
-  std::unique_ptr<Communicator> one_rank_buffer_comm_;  // one rank on the cuda device
-  // A duplicate of comm_ for the collectives that overlap compute (overlap_comm on the cpu
-  // device): the training thread keeps comm_ for its own exchanges.
-  std::unique_ptr<Communicator> overlap_buffer_comm_;
-  Communicator& buffer_comm_;  // the model's buffers
-  ThreadPool optimizer_pool_;  // pinned threads for the CPU AdamW, one per CPU
-  TrainingMemoryPlan plan_;    // made before anything is allocated on the device
+  BufferCommunicator buffer_comms_;  // after the device: it may hold a stream of it
+  Communicator& buffer_comm_;        // the model's buffers (buffer_comms_.get())
+  ThreadPool optimizer_pool_;        // pinned threads for the CPU AdamW, one per CPU
+  TrainingMemoryPlan plan_;          // made before anything is allocated on the device
   std::unique_ptr<ComputeBackend> backend_;
   std::unique_ptr<Model> model_owner_;
   Model& model_;

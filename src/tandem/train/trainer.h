@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tandem/train/memory_plan.h"
+#include "tandem/train/step_record.h"
 #include "tandem/train/train_config.h"
 
 namespace tandem {
@@ -56,22 +57,6 @@ struct TrainOptions {
   // Called at the named points of every step (step_hooks.h), after data parallelism's
   // own; not owned, must outlive train().
   std::vector<StepHooks*> hooks;
-};
-
-// What one training step took (also what --metrics records).
-struct StepRecord {
-  int64_t step = 0;
-  float loss = 0;
-  double ms = 0, forward_ms = 0, backward_ms = 0, update_ms = 0;
-  double tokens_per_s = 0;
-  size_t h2d_bytes = 0, d2h_bytes = 0;
-  // Bytes this rank sent and received through the communicator in the step (data
-  // parallelism: gradient reduction and parameter gathers).
-  size_t comm_bytes_sent = 0, comm_bytes_received = 0;
-  // Milliseconds the collectives on the model's buffers ran on their own thread
-  // (overlap_comm), and of them those the training thread waited for: the rest overlapped
-  // compute. Both 0 without overlap.
-  double collective_ms = 0, collective_wait_ms = 0;
 };
 
 // One checkpoint of a run (also what --metrics records when it is committed).

@@ -100,8 +100,8 @@ class CpuBackend final : public ComputeBackend {
  public:
   // On `device` (a cpu device: its "device" memory is host memory the kernels can use).
   explicit CpuBackend(Device& device) : device_(device), stream_(device.create_stream("compute")) {
-    TANDEM_CHECK(device.name() == "cpu", "the cpu compute backend needs the cpu device, not '",
-                 device.name(), "'");
+    TANDEM_CHECK(device.kind() == DeviceKind::kHostOnly,
+                 "the cpu compute backend needs the cpu device, not '", device.name(), "'");
   }
   // On a device of its own.
   explicit CpuBackend(std::unique_ptr<Device> own_device)

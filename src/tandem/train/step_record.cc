@@ -1,0 +1,69 @@
+#include "tandem/train/step_record.h"
+
+#include <vector>
+
+namespace tandem {
+
+namespace {
+
+using R = const StepRecord&;
+using json = nlohmann::json;
+
+constexpr StepFigure kFigures[] = {
+    {"step", [](R r) -> json { return r.step; }, false, false},
+    {"loss", [](R r) -> json { return r.loss; }, false, false},
+    {"lr", [](R r) -> json { return r.lr; }, false, false},
+    {"grad_norm", [](R r) -> json { return r.grad_norm; }, false, false},
+    {"tokens_per_s", [](R r) -> json { return r.tokens_per_s; }, false, false},
+    {"ms", [](R r) -> json { return r.ms; }, true, false},
+    {"forward_ms", [](R r) -> json { return r.forward_ms; }, true, false},
+    {"backward_ms", [](R r) -> json { return r.backward_ms; }, true, false},
+    {"update_ms", [](R r) -> json { return r.update_ms; }, true, false},
+    {"h2d_bytes", [](R r) -> json { return r.h2d_bytes; }, true, false},
+    {"d2h_bytes", [](R r) -> json { return r.d2h_bytes; }, true, false},
+    {"early_gradient_subgroups", [](R r) -> json { return r.early_gradient_subgroups; }, false,
+     false},
+    {"comm_bytes_sent", [](R r) -> json { return r.comm_bytes_sent; }, true, false},
+    {"comm_bytes_received", [](R r) -> json { return r.comm_bytes_received; }, true, false},
+    {"collective_ms", [](R r) -> json { return r.collective_ms; }, true, true},
+    {"collective_wait_ms", [](R r) -> json { return r.collective_wait_ms; }, true, true},
+};
+
+}  // namespace
+
+std::span<const StepFigure> step_figures() { return kFigures; }
+
+json step_metrics(const StepRecord& record, bool overlapped_collectives) {
+  json out = json::object();
+  for (const StepFigure& f : kFigures)
+    if (!f.overlap_only || overlapped_collectives) out[std::string(f.key)] = f.value(record);
+  return out;
+}
+
+std::vector<double> per_rank_values(const StepRecord& record) {
+  std::vector<double> values;
+  for (const StepFigure& f : kFigures)
+    if (f.per_rank) values.push_back(f.value(record).get<double>());
+  return values;
+}
+
+json differing_figures(std::span<const double> all, int world_size) {
+  std::vector<std::string_view> keys;
+  for (const StepFigure& f : kFigures)
+    if (f.per_rank) keys.push_back(f.key);
+  const size_t count = keys.size();
+  json ranks = json::object();
+  for (size_t k = 0; k < count; k++) {
+    json values = json::array();
+    bool differ = false;
+    for (int r = 0; r < world_size; r++) {
+      const double v = all[r * count + k];
+      differ = differ || v != all[k];
+      values.push_back(v);
+    }
+    if (differ) ranks[std::string(keys[k])] = values;
+  }
+  return ranks;
+}
+
+}  // namespace tandem

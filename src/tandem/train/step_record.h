@@ -1,0 +1,52 @@
+// What one training step took: the record the trainer fills, --metrics writes and
+// TrainResult keeps. Each figure is declared once, in step_figures(): its metrics key, its
+// value, and whether ranks may differ in it; the metrics record and the per-rank figures
+// are both made from that table.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string_view>
+
+namespace tandem {
+
+struct StepRecord {
+  int64_t step = 0;
+  float loss = 0;
+  double lr = 0;
+  double grad_norm = 0;  // before clipping
+  double tokens_per_s = 0;
+  double ms = 0, forward_ms = 0, backward_ms = 0, update_ms = 0;
+  size_t h2d_bytes = 0, d2h_bytes = 0;
+  // Subgroups whose gradients started moving to the host during backward.
+  size_t early_gradient_subgroups = 0;
+  // Bytes this rank sent and received through the communicator in the step (data
+  // parallelism: gradient reduction and parameter gathers).
+  size_t comm_bytes_sent = 0, comm_bytes_received = 0;
+  // Milliseconds the collectives on the model's buffers ran on their own thread
+  // (overlap_comm), and of them those the training thread waited for: the rest overlapped
+  // compute. Both 0 without overlap.
+  double collective_ms = 0, collective_wait_ms = 0;
+};
+
+struct StepFigure {
+  std::string_view key;                        // in --metrics
+  nlohmann::json (*value)(const StepRecord&);  // as --metrics writes it
+  bool per_rank;      // may differ between ranks (times, bytes): gathered per rank
+  bool overlap_only;  // written only when collectives overlap compute (overlap_comm)
+};
+std::span<const StepFigure> step_figures();
+
+// The --metrics record of a step: every figure (those of overlap only with
+// `overlapped_collectives`).
+nlohmann::json step_metrics(const StepRecord& record, bool overlapped_collectives);
+
+// This rank's per-rank figures, in step_figures() order, as numbers to gather.
+std::vector<double> per_rank_values(const StepRecord& record);
+// From every rank's per_rank_values (rank-major), the figures that differ between ranks:
+// key -> one value per rank.
+nlohmann::json differing_figures(std::span<const double> all, int world_size);
+
+}  // namespace tandem
