@@ -15,6 +15,7 @@
 #include "tandem/model/gpt.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
+#include "tiny_run.h"
 
 namespace tandem {
 namespace {

@@ -18,6 +18,7 @@
 #include "tandem/data/token_shard.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "test_util.h"
+#include "tiny_run.h"
 
 namespace tandem {
 namespace {

@@ -26,6 +26,7 @@
 #include "tandem/train/memory_plan.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
+#include "tiny_run.h"
 
 namespace tandem {
 namespace {

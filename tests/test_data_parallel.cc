@@ -27,6 +27,7 @@
 #include "tandem/zero/gradient_accumulator.h"
 #include "tandem/zero/partition.h"
 #include "test_util.h"
+#include "tiny_run.h"
 #include "train_on_ranks.h"
 
 namespace tandem {

@@ -21,6 +21,7 @@
 #include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
+#include "tiny_run.h"
 #include "train_on_ranks.h"
 
 namespace tandem {

@@ -22,6 +22,7 @@
 #include "tandem/train/train_config.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
+#include "tiny_run.h"
 #include "train_on_ranks.h"
 
 namespace tandem {

@@ -13,6 +13,7 @@
 #include "tandem/train/step_record.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
+#include "tiny_run.h"
 
 namespace tandem {
 namespace {

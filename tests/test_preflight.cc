@@ -14,6 +14,7 @@
 #include "tandem/train/preflight.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
+#include "tiny_run.h"
 
 namespace tandem {
 namespace {

@@ -13,6 +13,7 @@
 #include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
+#include "tiny_run.h"
 
 namespace tandem {
 namespace {

@@ -20,6 +20,7 @@
 #include "tandem/model/gpt.h"
 #include "tandem/train/sampler.h"
 #include "test_util.h"
+#include "tiny_run.h"
 
 namespace tandem {
 namespace {

@@ -9,6 +9,7 @@
 #include "tandem/core/file_io.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
+#include "tiny_run.h"
 
 namespace tandem {
 namespace {

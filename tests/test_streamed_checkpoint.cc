@@ -18,6 +18,7 @@
 #include "tandem/train/streamed_checkpoint.h"
 #include "tandem/train/train_checkpoint.h"
 #include "test_util.h"
+#include "tiny_run.h"
 
 namespace tandem {
 namespace {

@@ -21,7 +21,6 @@
 #include "tandem/core/file_io.h"
 #include "tandem/core/half.h"
 #include "tandem/core/rng.h"
-#include "tandem/train/trainer.h"
 
 // Where the build put the repository and the tandem binary (CMakeLists.txt); only the
 // last resort of source_dir() and tandem_binary() below.
@@ -163,41 +162,6 @@ inline float nasty_value(Rng& rng, bool allow_nonfinite) {
   }
 }
 
-// The first `bytes` of the bundled Tiny Shakespeare, as a small training text.
-inline void write_small_corpus(const std::filesystem::path& path, size_t bytes = 20000) {
-  const std::string text = read_file_text((source_dir() / "data" / "tinyshakespeare.txt").string());
-  write_file_atomic(path, text.substr(0, bytes));
-}
-
-// A byte-level model small enough to train a few steps in milliseconds.
-inline nlohmann::json tiny_run_config(const std::filesystem::path& data,
-                                      const std::filesystem::path& output_dir) {
-  return {
-      {"model",
-       {{"vocab_size", 256},
-        {"context_length", 16},
-        {"n_layer", 2},
-        {"n_head", 2},
-        {"n_embd", 16}}},
-      {"data", {{"train_path", data.string()}, {"val_fraction", 0.2}}},
-      {"train_micro_batch_size_per_gpu", 4},
-      {"gradient_accumulation_steps", 2},
-      {"gradient_clipping", 1.0},
-      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"weight_decay", 0.1}}}}},
-      {"scheduler",
-       {{"type", "WarmupCosineLR"}, {"params", {{"warmup_num_steps", 3}, {"cos_min_ratio", 0.1}}}}},
-      {"train",
-       {{"steps", 20},
-        {"seed", 7},
-        {"seq_len", 16},
-        {"eval_interval", 5},
-        {"eval_batches", 2},
-        {"checkpoint_interval", 0},
-        {"output_dir", output_dir.string()},
-        {"sample_bytes", 0}}},
-  };
-}
-
 // Writes past `bytes` fail with EFBIG (SIGXFSZ ignored) while an instance lives: a full
 // disk without mounting one.
 class FileSizeLimit {
@@ -220,13 +184,6 @@ class FileSizeLimit {
   rlimit previous_{};
   void (*previous_handler_)(int) = nullptr;
 };
-
-// Training options that print nothing (tests look at the result, not the progress).
-inline TrainOptions quiet() {
-  TrainOptions options;
-  options.show_progress = false;
-  return options;
-}
 
 // The names in a directory (not recursive).
 inline std::set<std::string> entries(const std::filesystem::path& dir) {
