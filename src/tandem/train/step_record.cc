@@ -48,12 +48,11 @@ std::vector<double> per_rank_values(const StepRecord& record) {
 }
 
 json differing_figures(std::span<const double> all, int world_size) {
-  std::vector<std::string_view> keys;
-  for (const StepFigure& f : kFigures)
-    if (f.per_rank) keys.push_back(f.key);
-  const size_t count = keys.size();
+  const size_t count = all.size() / static_cast<size_t>(world_size);  // figures per rank
   json ranks = json::object();
-  for (size_t k = 0; k < count; k++) {
+  size_t k = 0;  // the figure's place among the per-rank ones
+  for (const StepFigure& f : kFigures) {
+    if (!f.per_rank) continue;
     json values = json::array();
     bool differ = false;
     for (int r = 0; r < world_size; r++) {
@@ -61,7 +60,8 @@ json differing_figures(std::span<const double> all, int world_size) {
       differ = differ || v != all[k];
       values.push_back(v);
     }
-    if (differ) ranks[std::string(keys[k])] = values;
+    if (differ) ranks[std::string(f.key)] = values;
+    k++;
   }
   return ranks;
 }

@@ -14,22 +14,17 @@ std::unique_ptr<Communicator> make_nccl_buffer_communicator(Communicator& host,
 
 BufferCommunicator::BufferCommunicator(Communicator& host, Communicator* given, Communicator* nccl,
                                        BufferCommunicatorChoice choice, Device& device)
-    : chosen_(choose(host, given, nccl, choice, device, owned_)) {}
-
-Communicator& BufferCommunicator::choose(Communicator& host, Communicator* given,
-                                         Communicator* nccl, BufferCommunicatorChoice choice,
-                                         Device& device, std::unique_ptr<Communicator>& owned) {
-  if (given != nullptr) return *given;
-  if (nccl != nullptr) return *nccl;
-  if (choice.cuda_device && host.world_size() == 1) {
-    owned = make_one_rank_device_communicator(device);
-    return *owned;
+    : chosen_(&host) {
+  if (given != nullptr) {
+    chosen_ = given;
+  } else if (nccl != nullptr) {
+    chosen_ = nccl;
+  } else if (choice.cuda_device && host.world_size() == 1) {
+    owned_ = make_one_rank_device_communicator(device);
+  } else if (host.world_size() > 1 && choice.overlapped_reduction) {
+    owned_ = host.duplicate();
   }
-  if (host.world_size() > 1 && choice.overlapped_reduction) {
-    owned = host.duplicate();
-    return *owned;
-  }
-  return host;
+  if (owned_) chosen_ = owned_.get();
 }
 
 }  // namespace tandem

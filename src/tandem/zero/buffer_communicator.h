@@ -42,15 +42,11 @@ class BufferCommunicator {
   BufferCommunicator(const BufferCommunicator&) = delete;
   BufferCommunicator& operator=(const BufferCommunicator&) = delete;
 
-  Communicator& get() const { return chosen_; }
+  Communicator& get() const { return *chosen_; }
 
  private:
-  static Communicator& choose(Communicator& host, Communicator* given, Communicator* nccl,
-                              BufferCommunicatorChoice choice, Device& device,
-                              std::unique_ptr<Communicator>& owned);
-
   std::unique_ptr<Communicator> owned_;  // the one-rank device communicator or a duplicate
-  Communicator& chosen_;
+  Communicator* chosen_;
 };
 
 }  // namespace tandem
