@@ -9,11 +9,11 @@
 
 #include <string>
 
+#include "tandem/config/memory_plan.h"
+#include "tandem/config/train_config.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/model/model_family.h"
-#include "tandem/train/memory_plan.h"
-#include "tandem/train/train_config.h"
 #include "test_util.h"
 
 namespace tandem {

@@ -16,6 +16,7 @@
 
 #include "block_sums_check.h"
 #include "tandem/compute/compute_backend.h"
+#include "tandem/config/memory_plan.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/format.h"
 #include "tandem/core/rng.h"
@@ -23,7 +24,6 @@
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/model/gpt.h"
 #include "tandem/model/llama.h"
-#include "tandem/train/memory_plan.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
 #include "tiny_run.h"

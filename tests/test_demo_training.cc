@@ -11,14 +11,14 @@
 #include <vector>
 
 #include "tandem/ckpt/checkpoint_dir.h"
+#include "tandem/ckpt/train_checkpoint.h"
 #include "tandem/comm/agreement.h"
 #include "tandem/comm/local_group.h"
+#include "tandem/config/memory_plan.h"
 #include "tandem/core/error.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/model/model_family.h"
 #include "tandem/model/param_layout.h"
-#include "tandem/train/memory_plan.h"
-#include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
 #include "tiny_run.h"

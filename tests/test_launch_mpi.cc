@@ -9,10 +9,10 @@
 #include <string>
 
 #include "tandem/ckpt/checkpoint_dir.h"
+#include "tandem/ckpt/train_checkpoint.h"
 #include "tandem/comm/local_group.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
-#include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
 #include "tiny_run.h"

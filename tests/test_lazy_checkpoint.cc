@@ -1,4 +1,4 @@
-// Lazy checkpoints (train/checkpointer.h): the snapshot taken while the next step runs
+// Lazy checkpoints (ckpt/checkpointer.h): the snapshot taken while the next step runs
 // holds the same bits as a synchronous save, under every schedule; resuming from one is
 // bit-exact; train.keep_checkpoints removes only older committed checkpoints; a write that
 // fails (the file-size limit standing in for a full disk) names the path and the bytes,
@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "tandem/ckpt/checkpoint_dir.h"
+#include "tandem/ckpt/train_checkpoint.h"
+#include "tandem/config/memory_plan.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/thread_pool.h"
-#include "tandem/train/memory_plan.h"
-#include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
 #include "tiny_run.h"
@@ -272,7 +272,7 @@ TEST(LazyCheckpoints, ARunWithNoCheckpointOnDiskEndsInAnErrorSayingSo) {
 
 // When a full copy of the state does not fit the host memory a snapshot may take
 // (train.checkpoint_memory_mb), checkpoints stream through a bounded pool of pinned slots
-// (offload/snapshot_pool.h, train/streamed_checkpoint.h): lazy ones and the synchronous last
+// (offload/snapshot_pool.h, ckpt/streamed_checkpoint.h): lazy ones and the synchronous last
 // one hold the bits of full-copy checkpoints under each schedule, and the run's own bits
 // are unchanged. A full disk fails the streamed checkpoint with the file named and leaves
 // the previous one as `latest`.

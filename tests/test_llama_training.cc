@@ -11,15 +11,15 @@
 #include <vector>
 
 #include "tandem/ckpt/hf_weights.h"
+#include "tandem/ckpt/init_from.h"
 #include "tandem/ckpt/safetensors.h"
+#include "tandem/ckpt/train_checkpoint.h"
+#include "tandem/config/train_config.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/format.h"
 #include "tandem/core/half.h"
 #include "tandem/core/rng.h"
 #include "tandem/model/model_family.h"
-#include "tandem/train/init_from.h"
-#include "tandem/train/train_checkpoint.h"
-#include "tandem/train/train_config.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
 #include "tiny_run.h"

@@ -14,13 +14,13 @@
 #include <vector>
 
 #include "tandem/compute/compute_backend.h"
+#include "tandem/config/train_config.h"
 #include "tandem/core/checksum.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/device.h"
 #include "tandem/model/model_family.h"
 #include "tandem/offload/update_engine.h"
 #include "tandem/optim/adamw_rule.h"
-#include "tandem/train/train_config.h"
 #include "test_util.h"
 
 namespace tandem {

@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "tandem/ckpt/checkpoint_dir.h"
+#include "tandem/ckpt/streamed_checkpoint.h"
+#include "tandem/ckpt/train_checkpoint.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/model/model_family.h"
 #include "tandem/model/param_layout.h"
-#include "tandem/train/streamed_checkpoint.h"
-#include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
 #include "tiny_run.h"

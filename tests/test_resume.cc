@@ -6,11 +6,11 @@
 #include <string>
 
 #include "tandem/ckpt/safetensors.h"
+#include "tandem/ckpt/train_checkpoint.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/model/model_family.h"
 #include "tandem/model/param_layout.h"
-#include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
 #include "tiny_run.h"

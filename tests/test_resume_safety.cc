@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "tandem/ckpt/checkpoint_dir.h"
+#include "tandem/ckpt/resume_check.h"
+#include "tandem/ckpt/train_checkpoint.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
-#include "tandem/train/resume_check.h"
-#include "tandem/train/train_checkpoint.h"
 #include "tandem/train/trainer.h"
 #include "test_util.h"
 #include "tiny_run.h"

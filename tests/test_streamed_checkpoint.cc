@@ -1,4 +1,4 @@
-// A checkpoint streamed in pieces (train/streamed_checkpoint.h) is the synchronous save,
+// A checkpoint streamed in pieces (ckpt/streamed_checkpoint.h) is the synchronous save,
 // byte for byte, whatever the pieces and their order: pieces that cut a transposed
 // Conv1D weight mid-row, single floats, sharded weights, DeMo's arrays.
 #include <gtest/gtest.h>
@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "tandem/ckpt/streamed_checkpoint.h"
+#include "tandem/ckpt/train_checkpoint.h"
+#include "tandem/config/optimizer_family.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/rng.h"
 #include "tandem/model/model_family.h"
 #include "tandem/model/param_layout.h"
-#include "tandem/train/optimizer_setup.h"
-#include "tandem/train/streamed_checkpoint.h"
-#include "tandem/train/train_checkpoint.h"
 #include "test_util.h"
 #include "tiny_run.h"
 
@@ -32,7 +32,7 @@ TrainingState random_state(const nlohmann::json& json, uint64_t seed) {
   state.sample_rng = {1, 2, 3, 0xfedcba9876543210ull};
   const size_t P = model_layout(state.config.model).num_elements();
   state.params = testing::randn(P, seed);
-  for (size_t k = 0; k < optimizer_state_names(state.config.optimizer).size(); k++)
+  for (size_t k = 0; k < optimizer_family(state.config.optimizer.type).state_names().size(); k++)
     state.optimizer_state.push_back(testing::randn(P, seed + 1 + k));
   return state;
 }

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "tandem/config/train_config.h"
 #include "tandem/core/error.h"
 #include "tandem/model/model_config.h"
-#include "tandem/train/train_config.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -620,9 +620,9 @@ TEST(ParseTrainConfig, OffloadSettings) {
 
   config["offload_optimizer"] = {{"schedule", "sometimes"}};
   std::string msg = parse_error(config);
-  EXPECT_NE(
-      msg.find("offload_optimizer.schedule must be one of device, cpu, ratio, interleave, auto"),
-      std::string::npos)
+  EXPECT_NE(msg.find("offload_optimizer.schedule must be one of: \"device\", \"cpu\", \"ratio\", "
+                     "\"interleave\", \"auto\"; got \"sometimes\""),
+            std::string::npos)
       << msg;
   config["offload_optimizer"] = {{"schedule", "ratio"}, {"ratio", 1.5}};
   msg = parse_error(config);

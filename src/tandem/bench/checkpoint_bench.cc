@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "tandem/config/optimizer_family.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
-#include "tandem/train/optimizer_setup.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem {
@@ -48,8 +48,10 @@ CheckpointModeResult measure(const CheckpointBenchOptions& options, const std::s
   config.train.steps = options.steps;
   config.train.checkpoint_interval = options.interval;
   config.train.lazy_checkpoints = lazy;
-  const int64_t state_mb = static_cast<int64_t>(
-      config.model.num_parameters() * optimizer_state_bytes_per_param(config.optimizer) >> 20);
+  const int64_t state_mb =
+      static_cast<int64_t>(config.model.num_parameters() *
+                               optimizer_family(config.optimizer.type).state_bytes_per_param() >>
+                           20);
   config.train.checkpoint_memory_mb = static_cast<double>(pool_mb > 0 ? pool_mb : 2 * state_mb + 1);
   config.train.eval_interval = 0;
   config.train.sample_bytes = 0;
@@ -109,8 +111,9 @@ CheckpointBenchResult run_checkpoint_bench(const CheckpointBenchOptions& options
   result.params = options.config.model.num_parameters();
   result.steps = options.steps;
   result.interval = options.interval;
-  const uint64_t state_bytes = static_cast<uint64_t>(options.config.model.num_parameters()) *
-                               optimizer_state_bytes_per_param(options.config.optimizer);
+  const uint64_t state_bytes =
+      static_cast<uint64_t>(options.config.model.num_parameters()) *
+      optimizer_family(options.config.optimizer.type).state_bytes_per_param();
   const int64_t pool_mb = options.pool_mb > 0
                               ? options.pool_mb
                               : std::max<int64_t>(1, static_cast<int64_t>(state_bytes / 8 >> 20));

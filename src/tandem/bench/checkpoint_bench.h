@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "tandem/train/train_config.h"
+#include "tandem/config/train_config.h"
 
 namespace tandem {
 

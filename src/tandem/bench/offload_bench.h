@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "tandem/config/train_config.h"
 #include "tandem/offload/offload_plan.h"
-#include "tandem/train/train_config.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem {

@@ -13,9 +13,9 @@
 #include "tandem/bench/offload_bench.h"
 #include "tandem/bench/zero_bench.h"
 #include "tandem/cli/commands.h"
+#include "tandem/config/train_config.h"
 #include "tandem/core/error.h"
 #include "tandem/device/cuda/cuda_device.h"
-#include "tandem/train/train_config.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::cli {

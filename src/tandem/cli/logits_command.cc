@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "tandem/ckpt/hf_weights.h"
+#include "tandem/ckpt/init_from.h"
 #include "tandem/ckpt/safetensors.h"
+#include "tandem/ckpt/train_checkpoint.h"
 #include "tandem/cli/commands.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/error.h"
 #include "tandem/model/model_family.h"
-#include "tandem/train/init_from.h"
-#include "tandem/train/train_checkpoint.h"
 
 namespace tandem::cli {
 namespace {

@@ -4,12 +4,12 @@
 #include <vector>
 
 #include "tandem/cli/commands.h"
+#include "tandem/config/memory_plan.h"
+#include "tandem/config/train_config.h"
 #include "tandem/core/error.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/device/device.h"
-#include "tandem/train/memory_plan.h"
-#include "tandem/train/train_config.h"
 
 namespace tandem::cli {
 

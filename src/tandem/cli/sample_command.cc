@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tandem/ckpt/train_checkpoint.h"
 #include "tandem/cli/commands.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/error.h"
@@ -13,7 +14,6 @@
 #include "tandem/data/byte_tokenizer.h"
 #include "tandem/model/model_family.h"
 #include "tandem/train/sampler.h"
-#include "tandem/train/train_checkpoint.h"
 
 namespace tandem::cli {
 namespace {

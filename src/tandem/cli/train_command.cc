@@ -8,9 +8,9 @@
 #include "tandem/cli/commands.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/mpi_communicator.h"
+#include "tandem/config/train_config.h"
 #include "tandem/core/error.h"
 #include "tandem/core/stop_signals.h"
-#include "tandem/train/train_config.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::cli {

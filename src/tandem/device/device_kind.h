@@ -4,6 +4,8 @@
 
 #include <string_view>
 
+#include "tandem/core/enum_names.h"
+
 namespace tandem {
 
 // Which variant of a DeviceKernel a device runs (and so which memory a kernel's own
@@ -14,8 +16,10 @@ enum class DeviceKind {
 };
 
 // The config's word for it: "cpu" (the host-only device), "cuda".
+inline constexpr EnumName<DeviceKind> kDeviceKindNames[] = {{DeviceKind::kHostOnly, "cpu"},
+                                                            {DeviceKind::kCuda, "cuda"}};
 constexpr std::string_view device_kind_name(DeviceKind kind) {
-  return kind == DeviceKind::kCuda ? "cuda" : "cpu";
+  return enum_name(kDeviceKindNames, kind);
 }
 
 }  // namespace tandem

@@ -7,34 +7,6 @@
 
 namespace tandem {
 
-std::string_view update_schedule_name(UpdateSchedule schedule) {
-  switch (schedule) {
-    case UpdateSchedule::kDevice:
-      return "device";
-    case UpdateSchedule::kCpu:
-      return "cpu";
-    case UpdateSchedule::kRatio:
-      return "ratio";
-    case UpdateSchedule::kInterleave:
-      return "interleave";
-    case UpdateSchedule::kAuto:
-      return "auto";
-  }
-  return "?";
-}
-
-std::string_view update_site_name(UpdateSite site) {
-  switch (site) {
-    case UpdateSite::kHost:
-      return "host";
-    case UpdateSite::kDeviceResident:
-      return "device-resident";
-    case UpdateSite::kDeviceStaged:
-      return "device-staged";
-  }
-  return "?";
-}
-
 size_t OffloadPlan::count(UpdateSite site) const {
   return static_cast<size_t>(std::count_if(subgroups.begin(), subgroups.end(),
                                            [&](const Subgroup& s) { return s.site == site; }));

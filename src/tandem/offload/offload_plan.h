@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tandem/core/enum_names.h"
 #include "tandem/model/param_range.h"
 
 namespace tandem {
@@ -30,10 +31,24 @@ enum class UpdateSchedule {
   kInterleave,  // one subgroup in offload_optimizer.stride staged through the device
   kAuto,        // chosen by the performance model (perf_model.h) from measured rates
 };
-std::string_view update_schedule_name(UpdateSchedule schedule);
+inline constexpr EnumName<UpdateSchedule> kUpdateScheduleNames[] = {
+    {UpdateSchedule::kDevice, "device"},
+    {UpdateSchedule::kCpu, "cpu"},
+    {UpdateSchedule::kRatio, "ratio"},
+    {UpdateSchedule::kInterleave, "interleave"},
+    {UpdateSchedule::kAuto, "auto"}};
+constexpr std::string_view update_schedule_name(UpdateSchedule schedule) {
+  return enum_name(kUpdateScheduleNames, schedule);
+}
 
 enum class UpdateSite { kHost, kDeviceResident, kDeviceStaged };
-std::string_view update_site_name(UpdateSite site);
+inline constexpr EnumName<UpdateSite> kUpdateSiteNames[] = {
+    {UpdateSite::kHost, "host"},
+    {UpdateSite::kDeviceResident, "device-resident"},
+    {UpdateSite::kDeviceStaged, "device-staged"}};
+constexpr std::string_view update_site_name(UpdateSite site) {
+  return enum_name(kUpdateSiteNames, site);
+}
 
 struct OffloadSettings {
   UpdateSchedule schedule = UpdateSchedule::kCpu;

@@ -3,6 +3,7 @@
 // device, both adamw_reference's operations.
 #pragma once
 
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,9 @@ class AdamWRule final : public UpdateRule {
  public:
   AdamWRule(const AdamWHyper& hyper, ThreadPool& pool, SimdTarget target = best_simd_target());
 
+  // The state arrays, the fp32 params first (a checkpoint's names; config/optimizer_family.h).
+  static constexpr std::string_view kStateArrays[] = {"param", "exp_avg", "exp_avg_sq"};
+
   std::string_view name() const override { return "adamw"; }
   const std::vector<std::string>& state_arrays() const override { return arrays_; }
   void begin_step(int64_t step, double lr, float grad_scale) override;
@@ -31,7 +35,7 @@ class AdamWRule final : public UpdateRule {
   AdamWHyper hyper_;
   CpuAdamW cpu_;
   SimdTarget target_;
-  std::vector<std::string> arrays_{"param", "exp_avg", "exp_avg_sq"};
+  std::vector<std::string> arrays_{std::begin(kStateArrays), std::end(kStateArrays)};
   AdamWStepScalars with_decay_{}, without_decay_{};
 };
 

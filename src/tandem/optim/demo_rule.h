@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,9 @@ class DemoRule final : public UpdateRule {
                                        const DemoHyper& hyper, int world_size,
                                        const OffloadPlan& plan, DeviceKind kind);
 
+  // The state arrays, the fp32 params first (a checkpoint's names; config/optimizer_family.h).
+  static constexpr std::string_view kStateArrays[] = {"param", "delta"};
+
   std::string_view name() const override { return "demo"; }
   void attach_device(Device& device, const OffloadPlan& plan) override;
   const std::vector<std::string>& state_arrays() const override { return arrays_; }
@@ -78,7 +82,7 @@ class DemoRule final : public UpdateRule {
   std::vector<DemoTensor> tensors_;
   Communicator& comm_;
   ThreadPool* pool_;
-  std::vector<std::string> arrays_{"param", "delta"};
+  std::vector<std::string> arrays_{std::begin(kStateArrays), std::end(kStateArrays)};
   double lr_ = 0.0;
   float grad_scale_ = 1.0f;
   // Written by prepare (each tensor's by one subgroup, possibly on a stream's thread).

@@ -44,27 +44,6 @@ size_t bytes_of_bits(size_t bits) { return (bits + 7) / 8; }
 
 }  // namespace
 
-DemoValueFormat parse_demo_value_format(std::string_view text) {
-  if (text == "fp32") return DemoValueFormat::kFp32;
-  if (text == "bf16") return DemoValueFormat::kBf16;
-  if (text == "sign") return DemoValueFormat::kSign;
-  fail("optimizer.params.compression_values = \"", text,
-       "\" is not a value format; use \"fp32\" (lossless, the default), \"bf16\" or \"sign\" "
-       "(1 bit per value)");
-}
-
-std::string_view demo_value_format_name(DemoValueFormat format) {
-  switch (format) {
-    case DemoValueFormat::kFp32:
-      return "fp32";
-    case DemoValueFormat::kBf16:
-      return "bf16";
-    case DemoValueFormat::kSign:
-      return "sign";
-  }
-  return "?";
-}
-
 int demo_index_bits(int64_t block_size) {
   TANDEM_CHECK(block_size >= 1 && block_size <= (int64_t{1} << 31), "DeMo: a block of ", block_size,
                " coefficients");

@@ -18,15 +18,22 @@
 #include <cstdint>
 #include <string_view>
 
+#include "tandem/core/enum_names.h"
+
 namespace tandem {
 
 struct DemoMessage;
 
 enum class DemoValueFormat { kFp32, kBf16, kSign };
 
-// "fp32", "bf16", "sign"; anything else is a tandem::Error naming the key and the choices.
-DemoValueFormat parse_demo_value_format(std::string_view text);
-std::string_view demo_value_format_name(DemoValueFormat format);
+// optimizer.params.compression_values: fp32 is lossless (the default), sign 1 bit per value.
+inline constexpr EnumName<DemoValueFormat> kDemoValueFormatNames[] = {
+    {DemoValueFormat::kFp32, "fp32"},
+    {DemoValueFormat::kBf16, "bf16"},
+    {DemoValueFormat::kSign, "sign"}};
+constexpr std::string_view demo_value_format_name(DemoValueFormat format) {
+  return enum_name(kDemoValueFormatNames, format);
+}
 
 // Bits of one packed index for blocks of `block_size` coefficients.
 int demo_index_bits(int64_t block_size);

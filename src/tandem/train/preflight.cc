@@ -7,8 +7,14 @@
 #include <cstring>
 #include <system_error>
 
+#include "tandem/comm/agreement.h"
+#include "tandem/comm/communicator.h"
+#include "tandem/config/memory_plan.h"
+#include "tandem/core/checksum.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
+#include "tandem/data/dataset.h"
+#include "tandem/train/trainer.h"
 
 namespace tandem {
 namespace fs = std::filesystem;
@@ -35,6 +41,41 @@ void check_writable_file(const fs::path& path, const std::string& option) {
   if (fd < 0) fail(option, " ", path.string(), ": cannot write (", std::strerror(errno), ")");
   ::close(fd);
   if (!existed) fs::remove(path, ec);
+}
+
+void check_ranks_agree(Communicator& comm, const TrainConfig& config, const TokenSplit& data,
+                       const TrainOptions& options) {
+  nlohmann::json mine = to_json(config);
+  // Ranks stopping at different steps would leave one waiting for the others.
+  mine["options"] = {{"resume", options.resume.string()},
+                     {"stop_at_step", options.stop_at_step},
+                     {"stop_on_signals", static_cast<bool>(options.stop_requested)}};
+  mine["data"]["train_tokens_xxh3"] =
+      checksum_hex(checksum64(data.train.data(), data.train.size() * sizeof(int32_t)));
+  mine["data"]["val_tokens_xxh3"] =
+      checksum_hex(checksum64(data.val.data(), data.val.size() * sizeof(int32_t)));
+  require_same_on_every_rank(comm, mine, "configuration or data",
+                             "start every rank with the same --config, --set, --resume, "
+                             "--stop-at-step and data files");
+}
+
+void check_plan_fits_host(const TrainingMemoryPlan& plan, bool allow_overcommit,
+                          Communicator& comm) {
+  const bool host_ok = plan.host_fits() || allow_overcommit;
+  TANDEM_CHECK(all_ranks_ok(comm, host_ok),
+               host_ok ? std::string("another rank's plan does not fit its machine's host memory "
+                                     "(its error says why)")
+                       : cat("the plan takes ", format_bytes(plan.host_bytes_needed()),
+                             " of host memory (pinned ", format_bytes(plan.total.pinned_host),
+                             ", host ", format_bytes(plan.total.host),
+                             plan.device_is_host
+                                 ? cat(", the cpu device's ", format_bytes(plan.total.device))
+                                 : std::string(),
+                             "), more than the machine's ", format_bytes(plan.machine_host_bytes),
+                             "; offload less optimizer state, lower train.checkpoint_memory_mb, "
+                             "the micro-batch or the sequence length, use a machine with more "
+                             "memory, or pass --allow-host-overcommit to run anyway (expect "
+                             "swapping or the OOM killer)"));
 }
 
 }  // namespace tandem

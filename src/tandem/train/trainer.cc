@@ -5,15 +5,23 @@
 #include <limits>
 #include <memory>
 #include <optional>
-#include <random>
 #include <vector>
 
 #include "tandem/ckpt/checkpoint_dir.h"
+#include "tandem/ckpt/checkpointer.h"
+#include "tandem/ckpt/init_from.h"
+#include "tandem/ckpt/resume_check.h"
+#include "tandem/ckpt/run_lineage.h"
+#include "tandem/ckpt/sharded_checkpoint.h"
+#include "tandem/ckpt/state_digest.h"
+#include "tandem/ckpt/train_checkpoint.h"
 #include "tandem/comm/agreement.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/local_group.h"
 #include "tandem/comm/nccl_communicator.h"
 #include "tandem/compute/compute_backend.h"
+#include "tandem/config/memory_plan.h"
+#include "tandem/config/optimizer_family.h"
 #include "tandem/core/checksum.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
@@ -30,19 +38,13 @@
 #include "tandem/offload/update_engine.h"
 #include "tandem/optim/grad_clip.h"
 #include "tandem/optim/lr_schedule.h"
-#include "tandem/train/checkpointer.h"
-#include "tandem/train/init_from.h"
-#include "tandem/train/memory_plan.h"
+#include "tandem/train/gradient_hooks.h"
 #include "tandem/train/metrics_log.h"
-#include "tandem/train/optimizer_setup.h"
 #include "tandem/train/preflight.h"
 #include "tandem/train/progress.h"
-#include "tandem/train/resume_check.h"
-#include "tandem/train/run_lock.h"
+#include "tandem/train/run_directory.h"
 #include "tandem/train/sampler.h"
-#include "tandem/train/sharded_checkpoint.h"
 #include "tandem/train/step_hooks.h"
-#include "tandem/train/train_checkpoint.h"
 #include "tandem/zero/buffer_communicator.h"
 #include "tandem/zero/data_parallel.h"
 #include "tandem/zero/gradient_accumulator.h"
@@ -64,54 +66,77 @@ TrainOptions options_for_rank(TrainOptions options, int rank) {
   return options;
 }
 
-// Refuses to start when the ranks were given different configs or data: every rank
-// compares its own with rank 0's, and all fail together naming the first difference.
-void check_ranks_agree(Communicator& comm, const TrainConfig& config, const TokenSplit& data,
-                       const TrainOptions& options) {
-  nlohmann::json mine = to_json(config);
-  // Ranks stopping at different steps would leave one waiting for the others.
-  mine["options"] = {{"resume", options.resume.string()},
-                     {"stop_at_step", options.stop_at_step},
-                     {"stop_on_signals", static_cast<bool>(options.stop_requested)}};
-  mine["data"]["train_tokens_xxh3"] =
-      checksum_hex(checksum64(data.train.data(), data.train.size() * sizeof(int32_t)));
-  mine["data"]["val_tokens_xxh3"] =
-      checksum_hex(checksum64(data.val.data(), data.val.size() * sizeof(int32_t)));
-  require_same_on_every_rank(comm, mine, "configuration or data",
-                             "start every rank with the same --config, --set, --resume, "
-                             "--stop-at-step and data files");
+bool reduces_gradients(const TrainConfig& config) {
+  return optimizer_family(config.optimizer.type).reduces_gradients;
 }
 
-// Data parallelism at the step's named points: gradients reduced as they become final
-// (and handed to the update engine, which starts offloading them), the rest before the
-// update, the working parameters gathered after it.
-class DataParallelHooks final : public StepHooks {
- public:
-  DataParallelHooks(DataParallel& data_parallel, UpdateEngine& engine)
-      : data_parallel_(data_parallel), engine_(engine) {}
-  void gradients_final(size_t begin, size_t end) override {
-    data_parallel_.gradients_final(begin, end, offload());
-  }
-  void before_update(int64_t) override { data_parallel_.finish_reduction(offload()); }
-  void after_update(int64_t) override { data_parallel_.gather_working_params(); }
+BufferCommunicatorChoice buffer_choice(const TrainConfig& config) {
+  return {.cuda_device = config.device.type == DeviceKind::kCuda,
+          .overlapped_reduction = config.zero.overlap_comm && reduces_gradients(config)};
+}
 
- private:
-  DataParallel::Reduced offload() {
-    return [this](size_t b, size_t e) { engine_.gradients_ready(b, e); };
-  }
-  DataParallel& data_parallel_;
-  UpdateEngine& engine_;
-};
+// The buffers the model allocates itself: its working parameters below stage 3, its
+// gradients below stage 2 (zero/data_parallel.h holds the rest).
+ModelOwnBuffers model_buffers(const TrainConfig& config, int world_size) {
+  const int stage = config.zero.stage;
+  return {.params = stage < 3,
+          .params_capacity = DataParallel::working_params_capacity(
+              static_cast<size_t>(config.model.num_parameters()), world_size, stage),
+          .grads = DataParallel::model_holds_gradients(stage)};
+}
 
-// An optimizer that never reduces gradients (DeMo): each rank's own gradients go to the
-// update engine as they become final; the rule exchanges with the other ranks itself.
-class LocalGradientHooks final : public StepHooks {
- public:
-  explicit LocalGradientHooks(UpdateEngine& engine) : engine_(engine) {}
-  void gradients_final(size_t begin, size_t end) override { engine_.gradients_ready(begin, end); }
+DataParallel::ModelBuffers data_parallel_buffers(Model& model, const TrainConfig& config) {
+  return {.backend = &model.backend(),
+          .grads = model.grads(),
+          .grad_dtype = model.dtype(),
+          .working_params = model.params(),
+          .working_dtype = model.dtype(),
+          .num_params = model.layout().num_elements(),
+          .blocks = model.blocks(),
+          .micro_batches = config.gradient_accumulation_steps};
+}
 
- private:
-  UpdateEngine& engine_;
+// The working parameters and gradients as the engine reads and writes them: the model's,
+// or this rank's partitions of them (zero/data_parallel.h).
+UpdateEngine::DeviceBuffers engine_buffers(Model& model, DataParallel& data_parallel) {
+  const bool bf16 = model.dtype() == StorageDType::kBF16;
+  return {.working_params = data_parallel.engine_working_params(),
+          .grads = data_parallel.engine_grads(),
+          .working_dtype = bf16 ? WorkingDType::kBF16 : WorkingDType::kF32,
+          .grad_dtype = bf16 ? GradDType::kBF16 : GradDType::kF32,
+          .grads_begin = data_parallel.engine_grads_begin(),
+          .working_range = data_parallel.engine_working_range(),
+          .producer = &model.backend().stream()};
+}
+
+TrainingMemoryPlan checked_plan(const TrainConfig& config, Device& device, ThreadPool& pool,
+                                Communicator& comm, const TrainOptions& options) {
+  TrainingMemoryPlan plan =
+      plan_training(config, device, pool, zero_state_range(config, comm.world_size(), comm.rank()),
+                    comm.world_size());
+  check_fits(plan, config);
+  check_plan_fits_host(plan, options.allow_host_overcommit, comm);
+  return plan;
+}
+
+// What this rank (rank 0) holds per tier, allocated up front: the peak of the run.
+nlohmann::json plan_record(const TrainingMemoryPlan& plan, int world_size, int zero_stage) {
+  return {{"world_size", world_size},
+          {"zero_stage", zero_stage},
+          {"schedule", std::string(update_schedule_name(plan.offload.settings.schedule))},
+          {"partition_params", plan.offload.partition.size()},
+          {"model_state_bytes", plan.model_state_bytes()},
+          {"zero_buffer_bytes", plan.zero_buffer_bytes},
+          {"device_bytes", plan.total.device},
+          {"pinned_host_bytes", plan.total.pinned_host},
+          {"host_bytes", plan.total.host}};
+}
+
+struct StepTimes {
+  StepRecord figures;  // train_step fills the loss, norm, times and traffic; run() the rest
+  UpdateStepStats update;
+  bool replicas_checked = false;  // DeMo's replica check ran (and passed) after the update
+  bool skipped = false;           // the loss or gradient norm was not finite: no update
 };
 
 class Trainer {
@@ -121,6 +146,7 @@ class Trainer {
       : config_(config),
         options_(options_for_rank(options, comm.rank())),
         comm_(comm),
+        run_dir_(config_.train.output_dir, options_.save_checkpoints),
         nccl_buffer_comm_(make_nccl_buffer_communicator(comm, buffer_comm, buffer_choice(config))),
         B_(config.micro_batch_size),
         T_(config.seq_len()),
@@ -134,34 +160,20 @@ class Trainer {
             config, nccl_buffer_comm_ ? nccl_communicator_device(*nccl_buffer_comm_) : 0)),
         buffer_comms_(comm, buffer_comm, nccl_buffer_comm_.get(), buffer_choice(config), *device_),
         buffer_comm_(buffer_comms_.get()),
-        optimizer_pool_(),
         plan_(checked_plan(config, *device_, optimizer_pool_, comm, options)),
         backend_(on_gpu() ? make_cuda_backend(*device_) : make_cpu_backend(*device_)),
         model_owner_(make_model(config.model, *backend_, B_, T_, config.storage_dtype(),
-                                {.params = config.zero.stage < 3,
-                                 .params_capacity = DataParallel::working_params_capacity(
-                                     static_cast<size_t>(config.model.num_parameters()),
-                                     comm.world_size(), config.zero.stage),
-                                 .grads = DataParallel::model_holds_gradients(config.zero.stage)})),
+                                model_buffers(config, comm.world_size()))),
         model_(*model_owner_),
-        data_parallel_(comm, buffer_comm_, config.zero,
-                       {.backend = backend_.get(),
-                        .grads = model_.grads(),
-                        .grad_dtype = model_.dtype(),
-                        .working_params = model_.params(),
-                        .working_dtype = model_.dtype(),
-                        .num_params = model_.layout().num_elements(),
-                        .blocks = model_.blocks(),
-                        .micro_batches = config.gradient_accumulation_steps}),
+        data_parallel_(comm, buffer_comm_, config.zero, data_parallel_buffers(model_, config)),
         engine_(*device_, model_.layout(), plan_.offload,
-                make_update_rule(config.optimizer, model_.layout(), comm, optimizer_pool_),
-                device_buffers(model_, data_parallel_)),
+                optimizer_family(config.optimizer.type)
+                    .make_rule(config.optimizer, model_.layout(), comm, optimizer_pool_),
+                engine_buffers(model_, data_parallel_)),
         // Stages 0 and 1 sum a rank's micro-batches in the model's gradient buffer; from
         // stage 2 the owners sum them in their partitions (zero/partitioned_gradients.h).
         accumulator_(*backend_, model_.dtype(), model_.layout().num_elements(),
-                     DataParallel::model_holds_gradients(config.zero.stage)
-                         ? config.gradient_accumulation_steps
-                         : 1),
+                     micro_major() ? 1 : config.gradient_accumulation_steps),
         checkpointer_(config_, engine_, *device_, comm, checkpoints_root(),
                       rank_checkpoint_layout(), plan_.snapshot, options_.save_checkpoints),
         data_parallel_hooks_(data_parallel_, engine_),
@@ -188,45 +200,14 @@ class Trainer {
   TrainResult run() {
     start();
     start_step_ = step_;
+    result_.output_dir = config_.train.output_dir;
+    if (!resumed_from_.empty() && step_ >= config_.train.steps) return nothing_to_train();
+    result_.last_val_loss = std::numeric_limits<float>::quiet_NaN();
+    open_metrics();
+    if (!options_.trace_path.empty()) engine_.set_tracer(&tracer_);
     const int64_t last_step = options_.stop_at_step > 0
                                   ? std::min(options_.stop_at_step, config_.train.steps)
                                   : config_.train.steps;
-    TrainResult result;
-    result.output_dir = config_.train.output_dir;
-    if (!resumed_from_.empty() && step_ >= config_.train.steps) {
-      // Nothing to train: say so, rather than write the same checkpoint again.
-      progress_.note(cat("tandem: the run is finished: its checkpoint ", resumed_from_.string(),
-                         " is at step ", step_, " of train.steps = ", config_.train.steps,
-                         "; raise train.steps (--set train.steps=N) to train on"));
-      result.steps_done = step_;
-      result.last_checkpoint = resumed_from_;
-      result.state_digest = state_digest();
-      return result;
-    }
-    result.last_val_loss = std::numeric_limits<float>::quiet_NaN();
-    // A resumed run redoes the steps after its checkpoint: their old records go.
-    MetricsLog metrics(options_.metrics_path,
-                       resumed_from_.empty() ? std::nullopt : std::optional<int64_t>(step_));
-    if (!resumed_from_.empty())
-      metrics.write({{"step", step_}, {"resumed_from", resumed_from_.string()}});
-    // What this rank (rank 0) holds per tier, allocated up front: the peak of the run.
-    metrics.write(
-        {{"step", step_},
-         {"plan",
-          {{"world_size", comm_.world_size()},
-           {"zero_stage", config_.zero.stage},
-           {"schedule", std::string(update_schedule_name(plan_.offload.settings.schedule))},
-           {"partition_params", plan_.offload.partition.size()},
-           {"model_state_bytes", plan_.model_state_bytes()},
-           {"zero_buffer_bytes", plan_.zero_buffer_bytes},
-           {"device_bytes", plan_.total.device},
-           {"pinned_host_bytes", plan_.total.pinned_host},
-           {"host_bytes", plan_.total.host}}}});
-    const double tokens_per_step =
-        static_cast<double>(B_) * T_ * config_.gradient_accumulation_steps * comm_.world_size();
-    if (!options_.trace_path.empty()) engine_.set_tracer(&tracer_);
-    bool trace_written = false;
-    int64_t skipped_in_a_row = 0;
     while (step_ < last_step) {
       const int64_t number = step_ + 1;
       tracer_.set_enabled(!options_.trace_path.empty() && number >= options_.trace_first_step &&
@@ -236,130 +217,37 @@ class Trainer {
       StepTimes times = train_step(lr);
       // A lazy checkpoint begun after the last step has its snapshot now.
       checkpointer_.after_step(times.update);
-      const float loss = times.figures.loss;
       if (times.skipped) {
-        skipped_in_a_row++;
-        result.skipped_steps++;
-        metrics.write({{"step", step_ + 1},
-                       {"skipped", true},
-                       {"loss", loss},
-                       {"grad_norm", times.figures.grad_norm},
-                       {"skipped_in_a_row", skipped_in_a_row}});
-        progress_.note(cat("step ", step_ + 1, ": skipped (loss ", loss, ", gradient norm ",
-                           times.figures.grad_norm, "), ", skipped_in_a_row, " in a row"));
-        if (skipped_in_a_row > config_.train.max_skipped_steps) {
-          // The checkpoint in flight is finished first: the message names what is intact.
-          record_checkpoints(checkpointer_.collect(true), metrics, result);
-          fail("step ", step_ + 1, ": the loss or gradient norm was not finite in ",
-               skipped_in_a_row, " attempts in a row (loss ", loss, ", gradient norm ",
-               times.figures.grad_norm,
-               "; train.max_skipped_steps = ", config_.train.max_skipped_steps,
-               "), so training stops. The optimizer state is that of step ", step_,
-               ", untouched by them; ", last_intact_checkpoint(result), ". Gradient clipping was ",
-               config_.gradient_clipping > 0 ? cat("on (max norm ", config_.gradient_clipping,
-                                                   "), which cannot mend a non-finite gradient")
-                                             : std::string("off"),
-               "; lower optimizer.params.lr or check the data, then resume");
-        }
+        note_skipped_step(times.figures);
         continue;
       }
-      skipped_in_a_row = 0;
+      skipped_in_a_row_ = 0;
       step_++;
-      StepRecord& record = times.figures;
-      record.step = step_;
-      record.lr = lr;
-      record.ms = watch.millis();
-      record.tokens_per_s = tokens_per_step / (record.ms / 1e3);
-      record.update_ms = times.update.ms;
-      record.h2d_bytes = times.update.h2d_bytes;
-      record.d2h_bytes = times.update.d2h_bytes;
-      record.early_gradient_subgroups = times.update.early_gradient_subgroups;
-      nlohmann::json line = step_metrics(record, data_parallel_.overlaps_communication());
-      if (comm_.world_size() > 1) line["ring_allreduce_bytes"] = ring_allreduce_bytes();
-      if (times.replicas_checked) line["replicas_identical"] = true;
-      if (comm_.world_size() > 1) line["ranks"] = per_rank_figures(record);
-      metrics.write(line);
-      result.steps.push_back(record);
-      progress_.update(step_, loss, record.tokens_per_s, record.ms);
-      if (tracer_.enabled() && (step_ == options_.trace_last_step || step_ == last_step)) {
-        tracer_.set_enabled(false);
-        tracer_.write(options_.trace_path);
-        trace_written = true;
-        progress_.note(cat("step ", step_, ": wrote the trace of steps ", options_.trace_first_step,
-                           "-", step_, " to ", options_.trace_path.string()));
-      }
-      result.last_train_loss = loss;
-
-      // A stop request ends the run here, with a checkpoint, as if this were its last step.
-      const int stop_signal = agreed_stop_signal();
-      const bool finished = step_ == last_step || stop_signal != 0;
-      const int64_t eval_every = config_.train.eval_interval;
-      if (val_loader_ && stop_signal == 0 && (step_ % eval_every == 0 || finished)) {
-        result.last_val_loss = evaluate();
-        metrics.write({{"step", step_}, {"val_loss", result.last_val_loss}});
-        progress_.note(cat("step ", step_, ": val_loss ", result.last_val_loss));
-      }
-      const int64_t ckpt_every = config_.train.checkpoint_interval;
-      if (options_.save_checkpoints && (finished || (ckpt_every > 0 && step_ % ckpt_every == 0))) {
-        if (run_lock_) run_lock_->check_still_held();
-        // The last checkpoint has no next step to hide behind: it is written now.
-        if (config_.train.lazy_checkpoints && !finished)
-          checkpointer_.begin_lazy(trainer_state());
-        else
-          checkpointer_.save_now(trainer_state(), [this] { return save(); });
-        checkpoint_steps_.push_back(step_);
-      }
-      record_checkpoints(checkpointer_.collect(finished), metrics, result);
-      if (stop_signal != 0) {
-        result.stopped_by_signal = stop_signal;
-        progress_.note(cat("tandem: ", StopSignals::name(stop_signal), ": stopped after step ",
-                           step_, " of ", config_.train.steps,
-                           options_.save_checkpoints ? " with a checkpoint" : ""));
-        break;
-      }
+      record_step(times, lr, watch.millis(), last_step);
+      if (evaluate_checkpoint_or_stop(last_step)) break;
     }
-    progress_.finish();
-    // With train.checkpoint_failure "continue" a run goes on past failed checkpoints, but it
-    // does not end as though it had finished when its last state is nowhere on disk: a
-    // scheduler reads the exit status.
-    if (options_.save_checkpoints && !result.checkpoints.empty() &&
-        result.checkpoints.back().step == step_ && !result.checkpoints.back().error.empty())
-      fail("the run's last checkpoint (step ", step_, ") failed: ", lost_steps_text(),
-           ". Free space (or mend what the failure above names), then resume or rerun");
-    if (!options_.trace_path.empty() && !trace_written)
-      progress_.note(cat("tandem: no trace written: no step of --trace-steps ",
-                         options_.trace_first_step, "-", options_.trace_last_step, " ran (steps ",
-                         start_step_ + 1, "-", step_, " did)"));
-    result.steps_done = step_;
-    result.state_digest = state_digest();
-    result.peak_live_parameters = data_parallel_.peak_live_parameters();
-    result.plan = plan_;
-    result.device_bytes_in_use = device_->device_in_use();
-    metrics.write({{"step", step_},
-                   {"state_digest", result.state_digest},
-                   {"peak_live_parameters", result.peak_live_parameters},
-                   {"schedule", std::string(update_schedule_name(config_.offload.schedule))}});
-    // A model of another vocabulary (BPE shards) samples token ids, not bytes: that is
-    // `tandem sample --tokenizer`'s job, and failing here would end a finished run in an error.
-    const bool byte_level = config_.model.vocab_size == ByteTokenizer::kVocabSize;
-    if (config_.train.sample_bytes > 0 && result.stopped_by_signal == 0 && byte_level &&
-        (comm_.rank() == 0 || every_rank_runs_the_model()))
-      result.sample = sample_bytes(model_, "\n", config_.train.sample_bytes, sample_rng_);
-    if (config_.train.sample_bytes > 0 && !byte_level && comm_.rank() == 0)
-      progress_.note(cat("tandem: no sample at the end: the model's ", config_.model.vocab_size,
-                         " tokens are not bytes; `tandem sample --checkpoint DIR --tokenizer "
-                         "tokenizer.json` decodes its tokens (train.sample_bytes=0 skips this)"));
-    return result;
+    return finish();
   }
 
  private:
   void start() {
     check_ranks_agree(comm_, config_, data_, options_);
-    if (comm_.rank() == 0) {
-      std::random_device entropy;
-      run_token_ = (uint64_t{entropy()} << 32) ^ entropy();
+    lineage_.agree_on_token(comm_);
+    note_plan();
+    run_dir_.take(comm_, static_cast<uint64_t>(plan_.num_params) * plan_.state_bytes_per_param,
+                  options_.trace_path);
+    if (!options_.resume.empty()) {
+      clean_up_leftovers();  // before choosing: a checkpoint moved aside comes back
+      resume(options_.resume);
+      return;
     }
-    comm_.broadcast(&run_token_, sizeof run_token_, 0);
+    run_dir_.refuse_an_earlier_run(comm_);
+    clean_up_leftovers();
+    load_initial_state();
+    announce_run();
+  }
+
+  void note_plan() {
     progress_.note(describe_plan());
     if (!plan_.host_fits())  // allowed (checked_plan refuses it otherwise)
       progress_.note(
@@ -372,50 +260,13 @@ class Trainer {
       progress_.note(cat("zero_optimization.overlap_comm: the ", comm_.backend(),
                          " communicator cannot run collectives on a second thread (MPI without "
                          "MPI_THREAD_MULTIPLE); they run where they are called"));
-    // One run per output directory (rank 0 writes there; all ranks stop if it cannot).
-    std::string start_error;
-    if (comm_.rank() == 0 && options_.save_checkpoints) {
-      try {
-        run_lock_ = std::make_unique<RunDirectoryLock>(config_.train.output_dir);
-      } catch (const Error& e) {
-        start_error = e.what();
-      }
-    }
-    // What the run will write must fit and be writable before the first step.
-    if (comm_.rank() == 0 && start_error.empty()) {
-      try {
-        if (options_.save_checkpoints)
-          check_free_space(config_.train.output_dir,
-                           static_cast<uint64_t>(plan_.num_params) * plan_.state_bytes_per_param,
-                           "one checkpoint of this model");
-        if (!options_.trace_path.empty()) check_writable_file(options_.trace_path, "--trace");
-      } catch (const Error& e) {
-        start_error = e.what();
-      }
-    }
-    TANDEM_CHECK(all_ranks_ok(comm_, start_error.empty()),
-                 comm_.rank() == 0 ? start_error : "rank 0 refused to start (its error says why)");
-    const fs::path checkpoints = checkpoints_root();
-    if (!options_.resume.empty()) {
-      clean_up_leftovers();  // before choosing: a checkpoint moved aside comes back
-      resume(options_.resume);
-      return;
-    }
-    // Rank 0 writes the checkpoints; it alone decides, and all ranks stop if it refuses.
-    const bool fresh =
-        comm_.rank() != 0 || !options_.save_checkpoints || !fs::exists(checkpoints / "latest");
-    const bool all_fresh = all_ranks_ok(comm_, fresh);
-    TANDEM_CHECK(fresh, "train.output_dir '", config_.train.output_dir,
-                 "' already holds checkpoints of an earlier run; resume it "
-                 "with --resume ",
-                 config_.train.output_dir,
-                 ", or start afresh in another directory with --set train.output_dir=DIR");
-    TANDEM_CHECK(all_fresh, "rank 0 refused to start (its error says why)");
-    clean_up_leftovers();
-    // The engine holds the fp32 master weights and writes the model's working copy; the
-    // optimizer's own state starts at zero. The seed's initialisation is made piece by
-    // piece as the engine loads it (never the whole model in host memory: a 7B model's
-    // would be 27 GB beside its pinned state); a Hugging Face model's weights are read whole.
+  }
+
+  // The engine holds the fp32 master weights and writes the model's working copy; the
+  // optimizer's own state starts at zero. The seed's initialisation is made piece by piece
+  // as the engine loads it (never the whole model in host memory: a 7B model's would be
+  // 27 GB beside its pinned state); a Hugging Face model's weights are read whole.
+  void load_initial_state() {
     const std::vector<float> weights =
         config_.train.init_from.empty()
             ? std::vector<float>()
@@ -432,6 +283,9 @@ class Trainer {
         },
         0);
     data_parallel_.parameters_loaded();
+  }
+
+  void announce_run() {
     progress_.note(
         cat("tandem: training ", model_family(config_.model.type).hf_architecture, " (",
             config_.model.n_layer, " layers, ", config_.model.n_embd, " channels, ",
@@ -448,170 +302,12 @@ class Trainer {
                          " micro-batches x ", comm_.world_size(), " ranks)"));
   }
 
-  // What a run that ends without its last checkpoint has on disk, and what it lost.
-  std::string lost_steps_text() const {
-    try {
-      const fs::path newest = resolve_checkpoint(checkpoints_root());
-      return cat("steps ", checkpoint_step(newest) + 1, "-", step_,
-                 " exist nowhere on disk; the newest checkpoint is ", newest.string(),
-                 " (--resume ", config_.train.output_dir, " continues from it)");
-    } catch (const Error&) {
-      return cat("no checkpoint of this run is on disk, so none of its ", step_, " steps is");
-    }
-  }
-
-  // Holding the directory, rank 0 knows no save is under way: what one left is debris
-  // (clean_up_interrupted_saves touches only the names a save writes). A collective.
   void clean_up_leftovers() {
-    std::string error;
-    if (run_lock_) {
-      try {
-        const std::vector<fs::path> cleaned = clean_up_interrupted_saves(checkpoints_root());
-        if (!cleaned.empty())
-          progress_.note(cat("tandem: cleaned up ", cleaned.size(),
-                             " leftovers of interrupted checkpoint saves in ",
-                             checkpoints_root().string()));
-      } catch (const Error& e) {
-        error = e.what();
-      }
-    }
-    TANDEM_CHECK(all_ranks_ok(comm_, error.empty()),
-                 comm_.rank() == 0 ? error : "rank 0 refused to start (its error says why)");
-  }
-
-  bool on_gpu() const { return config_.device.type == DeviceKind::kCuda; }
-  // What each rank would send (and receive) per step in a ring all-reduce of the fp32
-  // gradients at this world size, 2 (N - 1) / N x 4 bytes per parameter: the yardstick
-  // next to comm_bytes_sent.
-  size_t ring_allreduce_bytes() const {
-    const size_t N = static_cast<size_t>(comm_.world_size());
-    return 2 * (N - 1) * (model_.layout().num_elements() * sizeof(float)) / N;
-  }
-  static bool reduces_gradients(const TrainConfig& config) {
-    return optimizer_reduces_gradients(config.optimizer);
-  }
-  // At ZeRO stage 3 a forward pass gathers parameters from every rank: evaluation and
-  // sampling run on every rank (rank 0 alone reports them).
-  bool every_rank_runs_the_model() const {
-    return config_.zero.stage == 3 && comm_.world_size() > 1;
-  }
-  // From stage 2 a rank takes the micro-batches a N + r of the global batch, reducing each
-  // as it goes (micro-major); below, r A + a, summing its own first (rank-major).
-  bool micro_major() const { return !DataParallel::model_holds_gradients(config_.zero.stage); }
-
-  // The working parameters and gradients as the engine reads and writes them: the
-  // model's, or this rank's partitions of them (zero/data_parallel.h).
-  static UpdateEngine::DeviceBuffers device_buffers(Model& model, DataParallel& data_parallel) {
-    const bool bf16 = model.dtype() == StorageDType::kBF16;
-    return {.working_params = data_parallel.engine_working_params(),
-            .grads = data_parallel.engine_grads(),
-            .working_dtype = bf16 ? WorkingDType::kBF16 : WorkingDType::kF32,
-            .grad_dtype = bf16 ? GradDType::kBF16 : GradDType::kF32,
-            .grads_begin = data_parallel.engine_grads_begin(),
-            .working_range = data_parallel.engine_working_range(),
-            .producer = &model.backend().stream()};
-  }
-
-  static BufferCommunicatorChoice buffer_choice(const TrainConfig& config) {
-    return {.cuda_device = config.device.type == DeviceKind::kCuda,
-            .overlapped_reduction = config.zero.overlap_comm && reduces_gradients(config)};
-  }
-
-  static TrainingMemoryPlan checked_plan(const TrainConfig& config, Device& device,
-                                         ThreadPool& pool, Communicator& comm,
-                                         const TrainOptions& options) {
-    TrainingMemoryPlan plan =
-        plan_training(config, device, pool,
-                      zero_state_range(config, comm.world_size(), comm.rank()), comm.world_size());
-    check_fits(plan, config);
-    // Before anything is allocated: a plan beyond the machine's memory ends in swapping or
-    // the OOM killer, hours in (every rank asks: each has a plan of its own).
-    const bool host_ok = plan.host_fits() || options.allow_host_overcommit;
-    TANDEM_CHECK(all_ranks_ok(comm, host_ok),
-                 host_ok ? std::string("another rank's plan does not fit its machine's host memory "
-                                       "(its error says why)")
-                         : cat("the plan takes ", format_bytes(plan.host_bytes_needed()),
-                               " of host memory (pinned ", format_bytes(plan.total.pinned_host),
-                               ", host ", format_bytes(plan.total.host),
-                               plan.device_is_host
-                                   ? cat(", the cpu device's ", format_bytes(plan.total.device))
-                                   : std::string(),
-                               "), more than the machine's ", format_bytes(plan.machine_host_bytes),
-                               "; offload less optimizer state, lower train.checkpoint_memory_mb, "
-                               "the micro-batch or the sequence length, use a machine with more "
-                               "memory, or pass --allow-host-overcommit to run anyway (expect "
-                               "swapping or the OOM killer)"));
-    return plan;
-  }
-
-  std::string describe_plan() const {
-    std::string text = plan_.to_text();
-    while (!text.empty() && text.back() == '\n') text.pop_back();
-    std::string indented =
-        "tandem: optimizer update plan on the " + std::string(device_->name()) + " device:\n  ";
-    for (char c : text) indented += c == '\n' ? std::string("\n  ") : std::string(1, c);
-    return indented;
-  }
-
-  // XXH3-64 over the fp32 params and the optimizer's state (all ranks' partitions; state
-  // each rank keeps of its own, every rank's in rank order): equal digests mean
-  // bit-identical optimizer state. A collective.
-  std::string state_digest() {
-    if (comm_.world_size() == 1) {
-      // The engine holds every parameter's state: hashed piece by piece as it is read, the
-      // same digest without a host copy of the state (81 GB for a 7B model).
-      Checksum64Stream digest;
-      engine_.read_state([&](size_t, ParamRange range, const float* values) {
-        digest.update(values, range.size() * sizeof(float));
-      });
-      return checksum_hex(digest.digest());
-    }
-    const std::vector<std::vector<float>> state = read_full_state();
-    const size_t P = model_.layout().num_elements();
-    const bool per_rank = optimizer_state_per_rank(config_.optimizer);
-    const size_t world = static_cast<size_t>(comm_.world_size());
-    std::vector<float> all(P);
-    std::copy(state[0].begin(), state[0].end(), all.begin());
-    for (size_t k = 1; k < state.size(); k++) {
-      const size_t at = all.size();
-      all.resize(at + (per_rank ? world : 1) * P);
-      if (per_rank)
-        comm_.all_gather(state[k].data(), all.data() + at, P * sizeof(float));
-      else
-        std::copy(state[k].begin(), state[k].end(), all.begin() + static_cast<ptrdiff_t>(at));
-    }
-    return checksum_hex(checksum64(all.data(), all.size() * sizeof(float)));
-  }
-
-  // The engine's state arrays (the fp32 params first, then optimizer_state_names), flat
-  // over all parameters, each rank's partition from its owner (a collective).
-  std::vector<std::vector<float>> read_full_state() {
-    std::vector<std::vector<float>> state = read_engine_state();
-    for (std::vector<float>& array : state)
-      data_parallel_.gather_partitions(array.data(), sizeof(float));
-    return state;
-  }
-
-  // DeMo's replicas hold the same parameters bit for bit by construction; every
-  // demo.replica_check_interval steps the ranks prove it (a collective).
-  void check_replicas(int64_t step) {
-    const std::vector<float> params = std::move(read_engine_state()[0]);
-    require_same_bits_on_every_rank(
-        comm_, params.data(), params.size() * sizeof(float),
-        cat("DeMo: the parameters at step ", step),
-        "the replicas diverged, which DeMo's fixed order of operations should make impossible: "
-        "please report it, and resume from the last checkpoint");
-  }
-
-  // This rank's state arrays as the engine holds them (the fp32 params first, then
-  // optimizer_state_names), flat; partitions not held are left zero.
-  std::vector<std::vector<float>> read_engine_state() {
-    const size_t P = model_.layout().num_elements();
-    std::vector<std::vector<float>> state(engine_.rule().state_floats(), std::vector<float>(P));
-    std::vector<float*> arrays;
-    for (std::vector<float>& array : state) arrays.push_back(array.data());
-    engine_.read_state(arrays);
-    return state;
+    const std::vector<fs::path> cleaned = run_dir_.clean_up_leftovers(comm_);
+    if (!cleaned.empty())
+      progress_.note(cat("tandem: cleaned up ", cleaned.size(),
+                         " leftovers of interrupted checkpoint saves in ",
+                         checkpoints_root().string()));
   }
 
   void resume(const fs::path& requested) {
@@ -619,59 +315,21 @@ class Trainer {
     const ResumableCheckpoint chosen = newest_verified_checkpoint(requested, checkpoint_lineage);
     const fs::path& path = chosen.dir;
     // New checkpoints go to train.output_dir: never among another run's.
-    std::error_code ec;
-    const fs::path root = fs::weakly_canonical(checkpoints_root(), ec);
-    TANDEM_CHECK(!options_.save_checkpoints || !fs::exists(root / "latest", ec) ||
-                     fs::weakly_canonical(path, ec).parent_path() == root,
-                 "train.output_dir '", config_.train.output_dir,
-                 "' holds the checkpoints of another run than ", path.string(),
-                 "; resuming into it would mix the two (and train.keep_checkpoints could remove "
-                 "the other's); resume into the checkpoint's own run directory (leave out --set "
-                 "train.output_dir) or into an empty one");
+    run_dir_.refuse_another_run(path);
     if (!chosen.passed_over.empty())
       progress_.note(cat("tandem: passed over checkpoints that do not verify (", chosen.passed_over,
                          "); resuming from ", path.string()));
     TrainingState state = load_training_checkpoint(path, {.keep = data_parallel_.state_range(),
                                                           .rank = comm_.rank(),
                                                           .world_size = comm_.world_size()});
-    const std::string diff = describe_model_difference(state.config.model, config_.model);
-    TANDEM_CHECK(diff.empty(), path.string(), ": the checkpoint's model differs from the config (",
-                 diff, "); resume with the config the run started with");
-    TANDEM_CHECK(state.config.optimizer.type == config_.optimizer.type, path.string(),
-                 ": optimizer.type: the checkpoint was written with ",
-                 optimizer_type_name(state.config.optimizer.type), ", the config says ",
-                 optimizer_type_name(config_.optimizer.type),
-                 "; resume with the optimizer the run started with, or start a new run");
-    TANDEM_CHECK(state.step <= config_.train.steps, path.string(), ": the checkpoint is at step ",
-                 state.step, ", beyond train.steps = ", config_.train.steps,
-                 "; raise train.steps to continue");
-    // Everything bit-exact continuation depends on, or the user's word that it may differ.
-    const std::vector<ResumeMismatch> mismatches =
-        resume_mismatches(state, config_,
-                          {.train_tokens_xxh3 = train_tokens_xxh3_,
-                           .train_tokens = data_.train.size(),
-                           .world_size = comm_.world_size()});
-    if (!mismatches.empty()) {
-      TANDEM_CHECK(options_.allow_inexact_resume, path.string(),
-                   ": this run differs from the checkpoint's in what the numbers depend on (",
-                   describe(mismatches),
-                   "); resume with the run's own config and data, or pass --allow-inexact-resume "
-                   "to go on anyway without bit-exact continuation");
-      progress_.note(
-          cat("tandem: resuming without bit-exact continuation (", describe(mismatches), ")"));
-    }
-    if (state.config.train.steps != config_.train.steps)
-      progress_.note(cat("tandem: train.steps is ", config_.train.steps,
-                         " (the checkpoint's run had ", state.config.train.steps,
-                         "): the learning-rate schedule now spans ", config_.train.steps,
-                         " steps"));
+    for (const std::string& note : check_resumable(path, state, config_,
+                                                   {.train_tokens_xxh3 = train_tokens_xxh3_,
+                                                   .train_tokens = data_.train.size(),
+                                                   .world_size = comm_.world_size()},
+                                                   options_.allow_inexact_resume))
+      progress_.note(note);
     resumed_from_ = path;
-    // The checkpoints this run writes continue the resumed one's timeline.
-    if (!state.lineage.id.empty()) {
-      resumed_lineage_ = {state.lineage.id};
-      resumed_lineage_.insert(resumed_lineage_.end(), state.lineage.ancestors.begin(),
-                              state.lineage.ancestors.end());
-    }
+    lineage_.continue_from(state.lineage);
     // Every rank reads the weights whole and its optimizer state (its partition, from the
     // shards that overlap it; or its own): any world size and stage resumes any other's
     // partitioned checkpoint.
@@ -686,12 +344,218 @@ class Trainer {
         cat("tandem: resumed ", path.string(), " at step ", step_, " of ", config_.train.steps));
   }
 
-  struct StepTimes {
-    StepRecord figures;  // train_step fills the loss, norm, times and traffic; run() the rest
-    UpdateStepStats update;
-    bool replicas_checked = false;  // DeMo's replica check ran (and passed) after the update
-    bool skipped = false;           // the loss or gradient norm was not finite: no update
-  };
+  // A resumed run already at train.steps: say so, rather than write the same checkpoint
+  // again.
+  TrainResult nothing_to_train() {
+    progress_.note(cat("tandem: the run is finished: its checkpoint ", resumed_from_.string(),
+                       " is at step ", step_, " of train.steps = ", config_.train.steps,
+                       "; raise train.steps (--set train.steps=N) to train on"));
+    result_.steps_done = step_;
+    result_.last_checkpoint = resumed_from_;
+    result_.state_digest = state_digest();
+    return std::move(result_);
+  }
+
+  void open_metrics() {
+    // A resumed run redoes the steps after its checkpoint: their old records go.
+    metrics_.emplace(options_.metrics_path,
+                     resumed_from_.empty() ? std::nullopt : std::optional<int64_t>(step_));
+    if (!resumed_from_.empty())
+      metrics_->write({{"step", step_}, {"resumed_from", resumed_from_.string()}});
+    metrics_->write(
+        {{"step", step_}, {"plan", plan_record(plan_, comm_.world_size(), config_.zero.stage)}});
+  }
+
+  // A step whose loss or gradient norm was not finite: noted, and after
+  // train.max_skipped_steps in a row, the end of training.
+  void note_skipped_step(const StepRecord& figures) {
+    skipped_in_a_row_++;
+    result_.skipped_steps++;
+    metrics_->write({{"step", step_ + 1},
+                     {"skipped", true},
+                     {"loss", figures.loss},
+                     {"grad_norm", figures.grad_norm},
+                     {"skipped_in_a_row", skipped_in_a_row_}});
+    progress_.note(cat("step ", step_ + 1, ": skipped (loss ", figures.loss, ", gradient norm ",
+                       figures.grad_norm, "), ", skipped_in_a_row_, " in a row"));
+    if (skipped_in_a_row_ <= config_.train.max_skipped_steps) return;
+    // The checkpoint in flight is finished first: the message names what is intact.
+    record_checkpoints(checkpointer_.collect(true));
+    fail("step ", step_ + 1, ": the loss or gradient norm was not finite in ", skipped_in_a_row_,
+         " attempts in a row (loss ", figures.loss, ", gradient norm ", figures.grad_norm,
+         "; train.max_skipped_steps = ", config_.train.max_skipped_steps,
+         "), so training stops. The optimizer state is that of step ", step_,
+         ", untouched by them; ", last_intact_checkpoint(), ". Gradient clipping was ",
+         config_.gradient_clipping > 0 ? cat("on (max norm ", config_.gradient_clipping,
+                                             "), which cannot mend a non-finite gradient")
+                                       : std::string("off"),
+         "; lower optimizer.params.lr or check the data, then resume");
+  }
+
+  // The figures of step `step_`, just done in `ms`: metrics, result, progress, the trace.
+  void record_step(StepTimes& times, double lr, double ms, int64_t last_step) {
+    StepRecord& record = times.figures;
+    record.step = step_;
+    record.lr = lr;
+    record.ms = ms;
+    record.tokens_per_s = static_cast<double>(B_) * T_ * config_.gradient_accumulation_steps *
+                          comm_.world_size() / (record.ms / 1e3);
+    record.update_ms = times.update.ms;
+    record.h2d_bytes = times.update.h2d_bytes;
+    record.d2h_bytes = times.update.d2h_bytes;
+    record.early_gradient_subgroups = times.update.early_gradient_subgroups;
+    nlohmann::json line = step_metrics(record, data_parallel_.overlaps_communication());
+    if (comm_.world_size() > 1) line["ring_allreduce_bytes"] = ring_allreduce_bytes();
+    if (times.replicas_checked) line["replicas_identical"] = true;
+    if (comm_.world_size() > 1) line["ranks"] = per_rank_figures(record);
+    metrics_->write(line);
+    result_.steps.push_back(record);
+    progress_.update(step_, record.loss, record.tokens_per_s, record.ms);
+    if (tracer_.enabled() && (step_ == options_.trace_last_step || step_ == last_step)) {
+      tracer_.set_enabled(false);
+      tracer_.write(options_.trace_path);
+      trace_written_ = true;
+      progress_.note(cat("step ", step_, ": wrote the trace of steps ", options_.trace_first_step,
+                         "-", step_, " to ", options_.trace_path.string()));
+    }
+    result_.last_train_loss = record.loss;
+  }
+
+  // After step `step_`: evaluation and a checkpoint when due, then whether a stop request
+  // ends the run here (with a checkpoint, as if this were its last step).
+  bool evaluate_checkpoint_or_stop(int64_t last_step) {
+    const int stop_signal = agreed_stop_signal();
+    const bool finished = step_ == last_step || stop_signal != 0;
+    if (val_loader_ && stop_signal == 0 && (step_ % config_.train.eval_interval == 0 || finished)) {
+      result_.last_val_loss = evaluate();
+      metrics_->write({{"step", step_}, {"val_loss", result_.last_val_loss}});
+      progress_.note(cat("step ", step_, ": val_loss ", result_.last_val_loss));
+    }
+    const int64_t every = config_.train.checkpoint_interval;
+    if (options_.save_checkpoints && (finished || (every > 0 && step_ % every == 0))) {
+      run_dir_.check_still_held();
+      // The last checkpoint has no next step to hide behind: it is written now.
+      if (config_.train.lazy_checkpoints && !finished)
+        checkpointer_.begin_lazy(trainer_state());
+      else
+        checkpointer_.save_now(trainer_state(), [this] { return save(); });
+      lineage_.begun_at(step_);
+    }
+    record_checkpoints(checkpointer_.collect(finished));
+    if (stop_signal == 0) return false;
+    result_.stopped_by_signal = stop_signal;
+    progress_.note(cat("tandem: ", StopSignals::name(stop_signal), ": stopped after step ", step_,
+                       " of ", config_.train.steps,
+                       options_.save_checkpoints ? " with a checkpoint" : ""));
+    return true;
+  }
+
+  TrainResult finish() {
+    progress_.finish();
+    // With train.checkpoint_failure "continue" a run goes on past failed checkpoints, but it
+    // does not end as though it had finished when its last state is nowhere on disk: a
+    // scheduler reads the exit status.
+    if (options_.save_checkpoints && !result_.checkpoints.empty() &&
+        result_.checkpoints.back().step == step_ && !result_.checkpoints.back().error.empty())
+      fail("the run's last checkpoint (step ", step_, ") failed: ", run_dir_.lost_steps_text(step_),
+           ". Free space (or mend what the failure above names), then resume or rerun");
+    if (!options_.trace_path.empty() && !trace_written_)
+      progress_.note(cat("tandem: no trace written: no step of --trace-steps ",
+                         options_.trace_first_step, "-", options_.trace_last_step, " ran (steps ",
+                         start_step_ + 1, "-", step_, " did)"));
+    result_.steps_done = step_;
+    result_.state_digest = state_digest();
+    result_.peak_live_parameters = data_parallel_.peak_live_parameters();
+    result_.plan = plan_;
+    result_.device_bytes_in_use = device_->device_in_use();
+    metrics_->write({{"step", step_},
+                     {"state_digest", result_.state_digest},
+                     {"peak_live_parameters", result_.peak_live_parameters},
+                     {"schedule", std::string(update_schedule_name(config_.offload.schedule))}});
+    sample_at_the_end();
+    return std::move(result_);
+  }
+
+  // A model of another vocabulary (BPE shards) samples token ids, not bytes: that is
+  // `tandem sample --tokenizer`'s job, and failing here would end a finished run in an error.
+  void sample_at_the_end() {
+    const bool byte_level = config_.model.vocab_size == ByteTokenizer::kVocabSize;
+    if (config_.train.sample_bytes > 0 && result_.stopped_by_signal == 0 && byte_level &&
+        (comm_.rank() == 0 || every_rank_runs_the_model()))
+      result_.sample = sample_bytes(model_, "\n", config_.train.sample_bytes, sample_rng_);
+    if (config_.train.sample_bytes > 0 && !byte_level && comm_.rank() == 0)
+      progress_.note(cat("tandem: no sample at the end: the model's ", config_.model.vocab_size,
+                         " tokens are not bytes; `tandem sample --checkpoint DIR --tokenizer "
+                         "tokenizer.json` decodes its tokens (train.sample_bytes=0 skips this)"));
+  }
+
+  // Which checkpoint a run that stops now leaves to resume from, in words.
+  std::string last_intact_checkpoint() const {
+    if (!result_.last_checkpoint.empty())
+      return cat("the last checkpoint, ", result_.last_checkpoint.string(), ", is intact");
+    if (!resumed_from_.empty())
+      return cat("the checkpoint it resumed from, ", resumed_from_.string(), ", is intact");
+    return "no checkpoint was written yet";
+  }
+
+  bool on_gpu() const { return config_.device.type == DeviceKind::kCuda; }
+  // What each rank would send (and receive) per step in a ring all-reduce of the fp32
+  // gradients at this world size, 2 (N - 1) / N x 4 bytes per parameter: the yardstick
+  // next to comm_bytes_sent.
+  size_t ring_allreduce_bytes() const {
+    const size_t N = static_cast<size_t>(comm_.world_size());
+    return 2 * (N - 1) * (model_.layout().num_elements() * sizeof(float)) / N;
+  }
+  // At ZeRO stage 3 a forward pass gathers parameters from every rank: evaluation and
+  // sampling run on every rank (rank 0 alone reports them).
+  bool every_rank_runs_the_model() const {
+    return config_.zero.stage == 3 && comm_.world_size() > 1;
+  }
+  // From stage 2 a rank takes the micro-batches a N + r of the global batch, reducing each
+  // as it goes (micro-major); below, r A + a, summing its own first (rank-major).
+  bool micro_major() const { return !DataParallel::model_holds_gradients(config_.zero.stage); }
+  // The global batch's micro-batches that other ranks take, right before and right after
+  // this rank's micro-batch `micro` (of A, in a step).
+  uint64_t others_before(int micro) const {
+    const uint64_t rank = comm_.rank(), A = config_.gradient_accumulation_steps;
+    if (micro_major()) return rank;
+    return micro == 0 ? rank * A : 0;
+  }
+  uint64_t others_after(int micro) const {
+    const uint64_t later_ranks = comm_.world_size() - 1 - comm_.rank();
+    const int A = config_.gradient_accumulation_steps;
+    if (micro_major()) return later_ranks;
+    return micro + 1 == A ? later_ranks * A : 0;
+  }
+
+  std::string describe_plan() const {
+    std::string text = plan_.to_text();
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    std::string indented =
+        "tandem: optimizer update plan on the " + std::string(device_->name()) + " device:\n  ";
+    for (char c : text) indented += c == '\n' ? std::string("\n  ") : std::string(1, c);
+    return indented;
+  }
+
+  // A collective (ckpt/state_digest.h).
+  std::string state_digest() {
+    return tandem::state_digest(
+        engine_, comm_, model_.layout().num_elements(),
+        optimizer_family(config_.optimizer.type).state_per_rank,
+        [this](float* array) { data_parallel_.gather_partitions(array, sizeof(float)); });
+  }
+
+  // DeMo's replicas hold the same parameters bit for bit by construction; every
+  // demo.replica_check_interval steps the ranks prove it (a collective).
+  void check_replicas(int64_t step) {
+    const std::vector<float> params =
+        std::move(read_engine_state(engine_, model_.layout().num_elements())[0]);
+    require_same_bits_on_every_rank(
+        comm_, params.data(), params.size() * sizeof(float),
+        cat("DeMo: the parameters at step ", step),
+        "the replicas diverged, which DeMo's fixed order of operations should make impossible: "
+        "please report it, and resume from the last checkpoint");
+  }
 
   // What this rank moved so far through both communicators (one object on the cpu device).
   CommunicatorTraffic traffic() const {
@@ -725,80 +589,15 @@ class Trainer {
     const CommunicatorTraffic traffic_before = traffic();
     const double collective_before = data_parallel_.collective_seconds();
     const double collective_wait_before = data_parallel_.collective_wait_seconds();
-    const int accum = config_.gradient_accumulation_steps;
-    const int world = comm_.world_size();
-    const uint64_t rank = comm_.rank();
-    // The mean over the global batch; without a reduction, over this rank's micro-batches.
-    attempts_++;
-    const float loss_scale =
-        options_.nan_gradient_attempts.count(attempts_) != 0
-            ? std::numeric_limits<float>::quiet_NaN()
-            : 1.0f / static_cast<float>(reduces_gradients(config_) ? accum * world : accum);
-    std::vector<float> micro_losses;
-    if (!micro_major()) train_loader_.skip_batches(rank * accum);
-    accumulator_.start_step();
-    for (int micro = 0; micro < accum; micro++) {
-      if (micro_major()) train_loader_.skip_batches(rank);
-      train_loader_.next_batch(inputs_, targets_);
-      if (micro_major()) train_loader_.skip_batches(world - 1 - rank);
-      Stopwatch watch;
-      {
-        TraceScope scope(&tracer_, "compute", cat("forward ", micro));
-        micro_losses.push_back(model_.forward(inputs_.data(), targets_.data(), B_, T_));
-      }
-      times.figures.forward_ms += watch.millis();
-      watch.reset();
-      {
-        TraceScope scope(&tracer_, "compute", cat("backward ", micro));
-        model_.zero_grads();
-        data_parallel_.start_micro_batch(micro);
-        if (micro + 1 == accum) {
-          // The last micro-batch makes the gradients final block by block: each block is
-          // summed with the earlier micro-batches, reduced over the ranks, and the engine
-          // starts offloading it, while backward goes on with the blocks below.
-          model_.backward(loss_scale, [this](size_t begin, size_t end) {
-            if (!micro_major()) accumulator_.finish(model_.grads(), begin, end);
-            for (StepHooks* hooks : hooks_) hooks->gradients_final(begin, end);
-          });
-        } else {
-          model_.backward(loss_scale);
-          if (!micro_major()) accumulator_.add(model_.grads());
-        }
-        data_parallel_.finish_micro_batch();
-        // On a GPU backward only queues kernels: wait for them, so that backward_ms is
-        // their time rather than the launches' (the gradient norm below waits anyway).
-        model_.backend().stream().synchronize();
-      }
-      times.figures.backward_ms += watch.millis();
-    }
-    if (!micro_major()) train_loader_.skip_batches((world - 1 - rank) * accum);
+    const std::vector<float> micro_losses = forward_backward(times.figures);
     {
       TraceScope scope(&tracer_, "compute", "before update (gradient reduction)");
       for (StepHooks* hooks : hooks_) hooks->before_update(step_ + 1);
     }
-    const float loss = data_parallel_.global_mean_loss(micro_losses, micro_major());
-    times.figures.loss = loss;
+    times.figures.loss = data_parallel_.global_mean_loss(micro_losses, micro_major());
     times.figures.grad_norm = std::sqrt(
         data_parallel_.grad_sum_of_squares([this] { return model_.grad_sum_of_squares(); }));
-    // A non-finite loss or gradient never reaches the optimizer state: the step is skipped,
-    // on every rank alike (without a reduction, DeMo's norms are each rank's own).
-    const bool finite = std::isfinite(loss) && std::isfinite(times.figures.grad_norm);
-    times.skipped = comm_.world_size() > 1 && !reduces_gradients(config_)
-                        ? !all_ranks_ok(comm_, finite)
-                        : !finite;
-    if (times.skipped) {
-      engine_.skip_step();
-    } else {
-      const float scale = clip_scale(times.figures.grad_norm, config_.gradient_clipping);
-      TraceScope scope(&tracer_, "update", cat("optimizer step ", step_ + 1));
-      times.update = engine_.step(lr, scale);
-    }
-    const int64_t check_every = config_.demo.replica_check_interval;
-    if (!times.skipped && !reduces_gradients(config_) && check_every > 0 &&
-        (step_ + 1) % check_every == 0) {
-      check_replicas(step_ + 1);
-      times.replicas_checked = true;
-    }
+    update(lr, times);
     {
       TraceScope scope(&tracer_, "compute", "after update (parameter gather)");
       for (StepHooks* hooks : hooks_) hooks->after_update(step_ + 1);
@@ -813,6 +612,80 @@ class Trainer {
     return times;
   }
 
+  // This rank's micro-batches of the step, forward and backward; returns their losses.
+  std::vector<float> forward_backward(StepRecord& figures) {
+    const int accum = config_.gradient_accumulation_steps;
+    // The mean over the global batch; without a reduction, over this rank's micro-batches.
+    attempts_++;
+    const float loss_scale =
+        options_.nan_gradient_attempts.count(attempts_) != 0
+            ? std::numeric_limits<float>::quiet_NaN()
+            : 1.0f / static_cast<float>(reduces_gradients(config_) ? accum * comm_.world_size()
+                                                                   : accum);
+    std::vector<float> micro_losses;
+    accumulator_.start_step();
+    for (int micro = 0; micro < accum; micro++) {
+      train_loader_.skip_batches(others_before(micro));
+      train_loader_.next_batch(inputs_, targets_);
+      train_loader_.skip_batches(others_after(micro));
+      Stopwatch watch;
+      {
+        TraceScope scope(&tracer_, "compute", cat("forward ", micro));
+        micro_losses.push_back(model_.forward(inputs_.data(), targets_.data(), B_, T_));
+      }
+      figures.forward_ms += watch.millis();
+      watch.reset();
+      backward(micro, loss_scale);
+      figures.backward_ms += watch.millis();
+    }
+    return micro_losses;
+  }
+
+  void backward(int micro, float loss_scale) {
+    TraceScope scope(&tracer_, "compute", cat("backward ", micro));
+    model_.zero_grads();
+    data_parallel_.start_micro_batch(micro);
+    if (micro + 1 == config_.gradient_accumulation_steps) {
+      // The last micro-batch makes the gradients final block by block: each block is
+      // summed with the earlier micro-batches, reduced over the ranks, and the engine
+      // starts offloading it, while backward goes on with the blocks below.
+      model_.backward(loss_scale, [this](size_t begin, size_t end) {
+        if (!micro_major()) accumulator_.finish(model_.grads(), begin, end);
+        for (StepHooks* hooks : hooks_) hooks->gradients_final(begin, end);
+      });
+    } else {
+      model_.backward(loss_scale);
+      if (!micro_major()) accumulator_.add(model_.grads());
+    }
+    data_parallel_.finish_micro_batch();
+    // On a GPU backward only queues kernels: wait for them, so that backward_ms is their
+    // time rather than the launches' (the gradient norm after them waits anyway).
+    model_.backend().stream().synchronize();
+  }
+
+  // The optimizer step, or none: a non-finite loss or gradient never reaches the optimizer
+  // state, on every rank alike (without a reduction, DeMo's norms are each rank's own).
+  void update(double lr, StepTimes& times) {
+    const bool finite = std::isfinite(times.figures.loss) && std::isfinite(times.figures.grad_norm);
+    times.skipped = comm_.world_size() > 1 && !reduces_gradients(config_)
+                        ? !all_ranks_ok(comm_, finite)
+                        : !finite;
+    if (times.skipped) {
+      engine_.skip_step();
+      return;
+    }
+    {
+      const float scale = clip_scale(times.figures.grad_norm, config_.gradient_clipping);
+      TraceScope scope(&tracer_, "update", cat("optimizer step ", step_ + 1));
+      times.update = engine_.step(lr, scale);
+    }
+    const int64_t check_every = config_.demo.replica_check_interval;
+    if (!reduces_gradients(config_) && check_every > 0 && (step_ + 1) % check_every == 0) {
+      check_replicas(step_ + 1);
+      times.replicas_checked = true;
+    }
+  }
+
   float evaluate() {
     val_loader_->reset();
     const int64_t batches =
@@ -825,16 +698,7 @@ class Trainer {
     return static_cast<float>(sum / batches);
   }
 
-  // Which checkpoint a run that stops now leaves to resume from, in words.
-  std::string last_intact_checkpoint(const TrainResult& result) const {
-    if (!result.last_checkpoint.empty())
-      return cat("the last checkpoint, ", result.last_checkpoint.string(), ", is intact");
-    if (!resumed_from_.empty())
-      return cat("the checkpoint it resumed from, ", resumed_from_.string(), ", is intact");
-    return "no checkpoint was written yet";
-  }
-
-  fs::path checkpoints_root() const { return fs::path(config_.train.output_dir) / "checkpoints"; }
+  fs::path checkpoints_root() const { return run_dir_.checkpoints(); }
 
   // The signal that asks this run to stop after the current step, or 0; with several ranks
   // the same on every rank (the highest any rank received; a collective each step).
@@ -852,13 +716,14 @@ class Trainer {
   // or, for state every rank keeps of its own (DeMo), all of it; and how rank 0 gets the
   // fp32 params whole.
   RankCheckpointLayout rank_checkpoint_layout() {
+    const OptimizerFamily& family = optimizer_family(config_.optimizer.type);
     RankCheckpointLayout layout;
     layout.zero_stage = config_.zero.stage;
-    layout.per_rank = optimizer_state_per_rank(config_.optimizer);
+    layout.per_rank = family.state_per_rank;
     layout.range = layout.per_rank || config_.zero.stage > 0 || comm_.rank() == 0
                        ? data_parallel_.state_range()
                        : ParamRange{};
-    layout.names = optimizer_state_names(config_.optimizer);
+    layout.names = family.state_names();
     if (config_.zero.stage > 0)
       layout.gather_params = [this](float* params) {
         data_parallel_.gather_partitions(params, sizeof(float));
@@ -876,50 +741,30 @@ class Trainer {
     state.train_tokens_xxh3 = train_tokens_xxh3_;
     state.train_tokens = data_.train.size();
     state.world_size = comm_.world_size();
-    state.lineage = lineage_at(step_);
+    state.lineage = lineage_.at(step_);
     return state;
-  }
-
-  // The lineage of this run's checkpoint of `step`: an id from the run's token and the step
-  // (the same for every call at that step), and the ids of the checkpoints begun before it
-  // in this run, then those of the checkpoint it resumed from and its ancestors.
-  CheckpointLineage lineage_at(int64_t step) const {
-    const auto id_of = [this](int64_t s) {
-      const uint64_t words[2] = {run_token_, static_cast<uint64_t>(s)};
-      return checksum_hex(checksum64(words, sizeof words));
-    };
-    CheckpointLineage lineage;
-    lineage.id = id_of(step);
-    for (auto at = checkpoint_steps_.rbegin(); at != checkpoint_steps_.rend(); ++at)
-      if (*at != step) lineage.ancestors.push_back(id_of(*at));
-    lineage.ancestors.insert(lineage.ancestors.end(), resumed_lineage_.begin(),
-                             resumed_lineage_.end());
-    constexpr size_t kMaxAncestors = 1000;  // a long run's history, bounded
-    if (lineage.ancestors.size() > kMaxAncestors) lineage.ancestors.resize(kMaxAncestors);
-    return lineage;
   }
 
   // Committed (or failed, under checkpoint_failure "continue") checkpoints: metrics, a
   // note, the result.
-  void record_checkpoints(std::vector<CheckpointRecord> records, MetricsLog& metrics,
-                          TrainResult& result) {
+  void record_checkpoints(std::vector<CheckpointRecord> records) {
     for (CheckpointRecord& record : records) {
       if (!record.error.empty()) {
         progress_.note(cat("tandem: ", record.error, "; training goes on"));
-        metrics.write({{"step", record.step}, {"checkpoint_error", record.error}});
+        metrics_->write({{"step", record.step}, {"checkpoint_error", record.error}});
       } else if (!record.path.empty()) {
         progress_.note(cat("step ", record.step, ": saved ", record.path.string(), " (",
                            record.lazy ? "lazy" : "synchronous", ": training waited ",
                            format_fixed(record.stall_ms, 1), " ms, written in ",
                            format_fixed(record.flush_ms, 1), " ms)"));
-        metrics.write({{"step", record.step},
-                       {"checkpoint", record.path.string()},
-                       {"checkpoint_lazy", record.lazy},
-                       {"checkpoint_stall_ms", record.stall_ms},
-                       {"checkpoint_flush_ms", record.flush_ms}});
-        result.last_checkpoint = record.path;
+        metrics_->write({{"step", record.step},
+                         {"checkpoint", record.path.string()},
+                         {"checkpoint_lazy", record.lazy},
+                         {"checkpoint_stall_ms", record.stall_ms},
+                         {"checkpoint_flush_ms", record.flush_ms}});
+        result_.last_checkpoint = record.path;
       }
-      result.checkpoints.push_back(std::move(record));
+      result_.checkpoints.push_back(std::move(record));
     }
   }
 
@@ -927,7 +772,8 @@ class Trainer {
   // writes the checkpoint (the others return an empty path).
   fs::path save() {
     TrainingState state = trainer_state();
-    std::vector<std::vector<float>> arrays = read_engine_state();
+    std::vector<std::vector<float>> arrays =
+        read_engine_state(engine_, model_.layout().num_elements());
     state.params = std::move(arrays[0]);
     state.optimizer_state.assign(std::make_move_iterator(arrays.begin() + 1),
                                  std::make_move_iterator(arrays.end()));
@@ -945,20 +791,15 @@ class Trainer {
   Communicator& comm_;  // host exchanges
   // Rank 0's hold on train.output_dir (taken in start()); released after everything that
   // writes there, the checkpointer's background writer included.
-  std::unique_ptr<RunDirectoryLock> run_lock_;
+  RunDirectory run_dir_;
   std::unique_ptr<Communicator> nccl_buffer_comm_;  // made before the device: it picks the GPU
   TraceRecorder tracer_;  // before the engine and device that may write to it
   int B_, T_;
   TokenSplit data_;
   std::string train_tokens_xxh3_;  // recorded in checkpoints for resume's checks
   fs::path resumed_from_;          // the checkpoint this invocation resumed
-  // The lineage of this run's checkpoints (lineage_at): a token of this invocation (rank
-  // 0's, drawn in start()), the steps its checkpoints were begun at, and the resumed
-  // checkpoint's id and ancestors.
-  uint64_t run_token_ = 0;
-  std::vector<int64_t> checkpoint_steps_;
-  std::vector<std::string> resumed_lineage_;
-  int64_t attempts_ = 0;  // train_step calls in this invocation
+  RunLineage lineage_;             // of this run's checkpoints
+  int64_t attempts_ = 0;           // train_step calls in this invocation
   DataLoader train_loader_;
   std::unique_ptr<DataLoader> val_loader_;
   // The device first: the backend's tensors and the engine's state live in it, and it
@@ -985,6 +826,12 @@ class Trainer {
   std::vector<int32_t> inputs_, targets_;
   int64_t step_ = 0;
   int64_t start_step_ = 0;  // where this invocation began (after a resume: the checkpoint's)
+  // What run() builds: the metrics file (opened once the run starts training), the result,
+  // the non-finite attempts in a row, whether the trace was written.
+  std::optional<MetricsLog> metrics_;
+  TrainResult result_;
+  int64_t skipped_in_a_row_ = 0;
+  bool trace_written_ = false;
 };
 
 }  // namespace

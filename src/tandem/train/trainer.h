@@ -9,9 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "tandem/train/memory_plan.h"
+#include "tandem/ckpt/checkpoint_record.h"
+#include "tandem/config/memory_plan.h"
+#include "tandem/config/train_config.h"
 #include "tandem/train/step_record.h"
-#include "tandem/train/train_config.h"
 
 namespace tandem {
 class Communicator;
@@ -23,7 +24,7 @@ namespace tandem {
 struct TrainOptions {
   std::filesystem::path resume;  // a checkpoint (any form resolve_checkpoint takes)
   // With `resume`: write into the run directory the checkpoint belongs to
-  // (train/resume_check.h, run_directory_of) instead of train.output_dir, as `tandem train
+  // (ckpt/resume_check.h, run_directory_of) instead of train.output_dir, as `tandem train
   // --resume` does unless --set train.output_dir is given. Either way a resumed run refuses
   // an output directory that holds another run's checkpoints.
   bool continue_in_resumed_run = false;
@@ -57,19 +58,6 @@ struct TrainOptions {
   // Called at the named points of every step (step_hooks.h), after data parallelism's
   // own; not owned, must outlive train().
   std::vector<StepHooks*> hooks;
-};
-
-// One checkpoint of a run (also what --metrics records when it is committed).
-struct CheckpointRecord {
-  int64_t step = 0;
-  std::filesystem::path path = {};  // empty when the write failed (error says why)
-  bool lazy = false;
-  // Milliseconds the training loop was blocked by this checkpoint: waiting for the
-  // previous write, the snapshot's copies the next update waited for, or (synchronous)
-  // the whole save.
-  double stall_ms = 0;
-  double flush_ms = 0;  // writing it, from the snapshot to the committed directory
-  std::string error = {};
 };
 
 struct TrainResult {

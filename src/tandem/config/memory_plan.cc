@@ -1,15 +1,14 @@
-#include "tandem/train/memory_plan.h"
+#include "tandem/config/memory_plan.h"
 
 #include <algorithm>
 #include <cstdio>
 
+#include "tandem/config/optimizer_family.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/host_memory.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/model/model_family.h"
-#include "tandem/optim/adamw_timing.h"
-#include "tandem/train/optimizer_setup.h"
 #include "tandem/zero/data_parallel.h"
 #include "tandem/zero/partition.h"
 
@@ -134,16 +133,17 @@ TrainingMemoryPlan plan_memory(const TrainConfig& config, DeviceKind kind, size_
   // Until the rates are known, `auto` is costed as its least demanding choice (all CPU).
   OffloadSettings fixed = config.offload;
   if (automatic) fixed.schedule = UpdateSchedule::kCpu;
-  plan.state_bytes_per_param = optimizer_state_bytes_per_param(config.optimizer);
+  const OptimizerFamily& family = optimizer_family(config.optimizer.type);
+  plan.state_bytes_per_param = family.state_bytes_per_param();
   plan.machine_host_bytes = host_memory_bytes();
   plan.device_is_host = kind == DeviceKind::kHostOnly;
   plan.pinned_snapshot = config.train.lazy_checkpoints && kind == DeviceKind::kCuda;
-  if (config.optimizer.type == OptimizerType::kDeMo) plan.state_names = "fp32 params, delta";
-  const std::vector<size_t> cuts =
-      subgroup_cut_points(config.optimizer, model_layout(config.model));
-  plan.offload = make_offload_plan(fixed, plan.num_params, state_range, cuts);
-  plan.rule_workspace_bytes = optimizer_device_workspace_bytes(
-      config.optimizer, model_layout(config.model), plan.offload, world_size, kind);
+  plan.state_names = family.state_label;
+  const ParamLayout layout = model_layout(config.model);
+  plan.offload =
+      make_offload_plan(fixed, plan.num_params, state_range, family.subgroup_cut_points(layout));
+  plan.rule_workspace_bytes =
+      family.workspace_bytes(config.optimizer, layout, plan.offload, world_size, kind);
   add_up(plan, config, kind);
   return plan;
 }
@@ -186,13 +186,14 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
   TrainingMemoryPlan plan =
       plan_memory(config, device.kind(), device.device_capacity(), state_range, world_size);
   if (!plan.fits()) return plan;  // nothing to measure: the run cannot start
-  // The performance model times AdamW's kernels; DeMo's plans are fixed (no `auto`).
-  if (config.optimizer.type != OptimizerType::kAdamW) return plan;
+  // A rule the performance model cannot time has a fixed plan (no `auto`).
+  const OptimizerFamily& family = optimizer_family(config.optimizer.type);
+  if (family.calibrate_rates == nullptr) return plan;
   const size_t sample = timing_sample(plan, device.device_free());
   if (sample < 1024) return plan;
   finish_plan(plan, config, device.kind(), state_range,
-              calibrate_adamw_rates(device, pool, sample, update_dtypes(config),
-                                    plan.offload.max_subgroup_size));
+              family.calibrate_rates(device, pool, sample, update_dtypes(config),
+                                     plan.offload.max_subgroup_size));
   return plan;
 }
 
@@ -210,7 +211,8 @@ TrainingMemoryPlan plan_training_without_gpu(const TrainConfig& config, ThreadPo
       plan_memory(planned, DeviceKind::kCuda, capacity, state_range, world_size);
   plan.gpu_assumed = gpu;
   plan.machine_host_bytes = 0;  // the GPU machine's, unknown here
-  if (!plan.fits() || config.optimizer.type != OptimizerType::kAdamW) return plan;
+  const OptimizerFamily& family = optimizer_family(config.optimizer.type);
+  if (!plan.fits() || family.calibrate_rates == nullptr) return plan;
   UpdateRates rates;
   rates.state_bytes_per_param = plan.state_bytes_per_param;
   rates.cpu_params_per_s = gpu.cpu_params_per_s;
@@ -218,8 +220,8 @@ TrainingMemoryPlan plan_training_without_gpu(const TrainConfig& config, ThreadPo
     // This machine's, measured on a host-only device of the sample's size.
     const size_t sample = timing_sample(plan, std::numeric_limits<size_t>::max());
     auto host = make_cpu_device({.memory_bytes = 2 * 4 * sizeof(float) * sample});
-    rates = calibrate_adamw_rates(*host, pool, sample, update_dtypes(config),
-                                  plan.offload.max_subgroup_size);
+    rates = family.calibrate_rates(*host, pool, sample, update_dtypes(config),
+                                   plan.offload.max_subgroup_size);
   }
   rates.device_params_per_s = gpu.adamw_params_per_s;
   rates.h2d_bytes_per_s = gpu.h2d_bytes_per_s;
@@ -311,7 +313,8 @@ std::string AssumedGpu::to_text() const {
 
 int fewest_ranks_at_zero_stage_3(const TrainConfig& config, DeviceKind kind, size_t capacity,
                                  int max_ranks) {
-  if (config.optimizer.type != OptimizerType::kAdamW) return 0;  // DeMo runs at stage 0 only
+  // Only an optimizer whose gradients are reduced may run at stage 3.
+  if (!optimizer_family(config.optimizer.type).reduces_gradients) return 0;
   TrainConfig sharded = config;
   sharded.zero.stage = 3;
   const auto fits_on = [&](int ranks) {

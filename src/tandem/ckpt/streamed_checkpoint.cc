@@ -1,4 +1,4 @@
-#include "tandem/train/streamed_checkpoint.h"
+#include "tandem/ckpt/streamed_checkpoint.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,11 +9,11 @@
 #include <utility>
 
 #include "tandem/ckpt/hf_weights.h"
+#include "tandem/config/optimizer_family.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/format.h"
 #include "tandem/model/model_family.h"
-#include "tandem/train/optimizer_setup.h"
 
 namespace tandem {
 namespace fs = std::filesystem;
@@ -156,7 +156,7 @@ std::vector<std::string> place_streamed_weights(StreamedFiles& files, const fs::
 StreamedTrainingCheckpoint::StreamedTrainingCheckpoint(const fs::path& checkpoints_root,
                                                        const TrainingState& state)
     : state_(state.without_arrays()),
-      num_arrays_(1 + optimizer_state_names(state_.config.optimizer).size()),
+      num_arrays_(1 + optimizer_family(state_.config.optimizer.type).state_names().size()),
       staged_(checkpoints_root, state_.step) {
   files_.set_step(state_.step);
   weight_files_ = place_streamed_weights(files_, staged_.dir(), state_.config, true);
@@ -165,7 +165,8 @@ StreamedTrainingCheckpoint::StreamedTrainingCheckpoint(const fs::path& checkpoin
   const SafetensorsWriter::Placement placement =
       optimizer_file_writer(state_, layout).placement("optimizer.safetensors");
   const size_t file = files_.create(staged_.dir() / "optimizer.safetensors", placement);
-  const std::vector<std::string> names = optimizer_state_names(state_.config.optimizer);
+  const std::vector<std::string> names =
+      optimizer_family(state_.config.optimizer.type).state_names();
   size_t tensor = 0;
   for (const ParamView& view : layout.views())
     for (size_t k = 1; k < num_arrays_; k++)

@@ -1,4 +1,4 @@
-#include "tandem/train/init_from.h"
+#include "tandem/ckpt/init_from.h"
 
 #include <nlohmann/json.hpp>
 #include <string>

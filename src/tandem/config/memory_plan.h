@@ -9,15 +9,15 @@
 #include <optional>
 #include <string>
 
+#include "tandem/config/train_config.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/device.h"
 #include "tandem/offload/offload_plan.h"
 #include "tandem/offload/perf_model.h"
-#include "tandem/train/train_config.h"
 
 namespace tandem {
 
-// How a run's checkpoints capture the optimizer state (train/checkpointer.h): a full copy
+// How a run's checkpoints capture the optimizer state (ckpt/checkpointer.h): a full copy
 // (on a GPU two, the pinned capture target and the host copy the writer reads) when it fits
 // in the host memory a snapshot may take (train.checkpoint_memory_mb, else what the
 // machine has left after the plan's other tiers); else a bounded pool of pinned slots the

@@ -25,18 +25,18 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/ckpt/train_checkpoint.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/offload/offload_plan.h"
-#include "tandem/train/train_checkpoint.h"
 
 namespace tandem {
 
 struct ShardedOptimizerState {
   int zero_stage = 0;
-  bool per_rank = false;  // every rank writes state of its own (optimizer_state_per_rank)
+  bool per_rank = false;  // every rank writes state of its own (OptimizerFamily::state_per_rank)
   ParamRange range;       // what this rank writes: its partition, or all parameters
   // Flat arrays over all parameters, valid on `range`, with their names
-  // (optimizer_state_names).
+  // (OptimizerFamily::state_names).
   std::vector<std::pair<std::string, const float*>> arrays = {};
 };
 
@@ -47,7 +47,7 @@ std::filesystem::path save_sharded_training_checkpoint(
     Communicator& comm, const std::filesystem::path& checkpoints_root, const TrainingState& state,
     const ShardedOptimizerState& shard);
 
-// The phases apart, for lazy checkpoints (train/checkpointer.h), whose files are written
+// The phases apart, for lazy checkpoints (ckpt/checkpointer.h), whose files are written
 // by a background thread while training goes on:
 //
 // 1. open_sharded_checkpoint (a collective): rank 0 creates the staging directory and
@@ -81,7 +81,7 @@ struct ShardReport {
 ShardedStaging open_sharded_checkpoint(Communicator& comm,
                                        const std::filesystem::path& checkpoints_root, int64_t step);
 
-// Streamed through a bounded pool (train/checkpointer.h), when a full copy of the state does
+// Streamed through a bounded pool (ckpt/checkpointer.h), when a full copy of the state does
 // not fit in host memory: phase 1 (open_streamed_sharded_checkpoint) also lays out the
 // weight files at their full size on rank 0; in phase 2 every rank fills its
 // RankStreamedFiles with the pieces of its capture: its optimizer shard and, where it

@@ -8,7 +8,7 @@
 // on: atomically, checksummed, `latest` moved last, as a synchronous save does. With one
 // rank the write starts as soon as the copies land; with several, after the next update
 // (at ZeRO stages 1-3 the fp32 params are gathered first, a collective), each rank writing
-// its own files into rank 0's staging directory (train/sharded_checkpoint.h), and the
+// its own files into rank 0's staging directory (ckpt/sharded_checkpoint.h), and the
 // ranks learn at the end of each step whether all are durable (a small collective while a
 // checkpoint is in flight); then rank 0 commits. At most one checkpoint is in flight: the
 // next checkpoint step waits for the last, and that wait is part of its stall.
@@ -20,7 +20,7 @@
 // the host memory a snapshot may take): lazy and synchronous checkpoints alike pass
 // through a bounded pool of pinned slots (offload/snapshot_pool.h) that the engine's
 // capture thread fills and the writer drains into files laid out in advance
-// (train/streamed_checkpoint.h); with several ranks, each rank its own pool and files,
+// (ckpt/streamed_checkpoint.h); with several ranks, each rank its own pool and files,
 // without a gather. A full pool makes the next update wait for the disk (back-pressure),
 // counted in the stall.
 //
@@ -41,12 +41,12 @@
 #include <vector>
 
 #include "tandem/ckpt/background_writer.h"
+#include "tandem/ckpt/checkpoint_record.h"
+#include "tandem/ckpt/sharded_checkpoint.h"
+#include "tandem/ckpt/train_checkpoint.h"
+#include "tandem/config/memory_plan.h"
 #include "tandem/device/device.h"
 #include "tandem/offload/snapshot_pool.h"
-#include "tandem/train/memory_plan.h"
-#include "tandem/train/sharded_checkpoint.h"
-#include "tandem/train/train_checkpoint.h"
-#include "tandem/train/trainer.h"
 
 namespace tandem {
 
@@ -59,7 +59,7 @@ struct RankCheckpointLayout {
   int zero_stage = 0;
   bool per_rank = false;           // every rank writes all of its own optimizer state (DeMo)
   ParamRange range;                // the optimizer state this rank writes
-  std::vector<std::string> names;  // optimizer_state_names
+  std::vector<std::string> names;  // OptimizerFamily::state_names
   // Fills the fp32 params outside this rank's partition from their owners (a collective);
   // empty where every rank holds them all.
   std::function<void(float* params)> gather_params;

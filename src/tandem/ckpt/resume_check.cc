@@ -1,10 +1,11 @@
-#include "tandem/train/resume_check.h"
+#include "tandem/ckpt/resume_check.h"
 
 #include <cstdio>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "tandem/core/error.h"
 #include "tandem/core/format.h"
 
 namespace tandem {
@@ -119,6 +120,39 @@ std::optional<fs::path> run_directory_of(const fs::path& resume) {
   for (fs::path dir : {path, path.parent_path()})
     if (dir.filename() == "checkpoints") return dir.parent_path();
   return std::nullopt;
+}
+
+std::vector<std::string> check_resumable(const fs::path& path, const TrainingState& state,
+                                         const TrainConfig& now, const RunData& data,
+                                         bool allow_inexact) {
+  const std::string diff = describe_model_difference(state.config.model, now.model);
+  TANDEM_CHECK(diff.empty(), path.string(), ": the checkpoint's model differs from the config (",
+               diff, "); resume with the config the run started with");
+  TANDEM_CHECK(state.config.optimizer.type == now.optimizer.type, path.string(),
+               ": optimizer.type: the checkpoint was written with ",
+               optimizer_type_name(state.config.optimizer.type), ", the config says ",
+               optimizer_type_name(now.optimizer.type),
+               "; resume with the optimizer the run started with, or start a new run");
+  TANDEM_CHECK(state.step <= now.train.steps, path.string(), ": the checkpoint is at step ",
+               state.step, ", beyond train.steps = ", now.train.steps,
+               "; raise train.steps to continue");
+  std::vector<std::string> notes;
+  // Everything bit-exact continuation depends on, or the user's word that it may differ.
+  const std::vector<ResumeMismatch> mismatches = resume_mismatches(state, now, data);
+  if (!mismatches.empty()) {
+    TANDEM_CHECK(allow_inexact, path.string(),
+                 ": this run differs from the checkpoint's in what the numbers depend on (",
+                 describe(mismatches),
+                 "); resume with the run's own config and data, or pass --allow-inexact-resume "
+                 "to go on anyway without bit-exact continuation");
+    notes.push_back(
+        cat("tandem: resuming without bit-exact continuation (", describe(mismatches), ")"));
+  }
+  if (state.config.train.steps != now.train.steps)
+    notes.push_back(cat("tandem: train.steps is ", now.train.steps, " (the checkpoint's run had ",
+                        state.config.train.steps, "): the learning-rate schedule now spans ",
+                        now.train.steps, " steps"));
+  return notes;
 }
 
 }  // namespace tandem

@@ -1,5 +1,6 @@
 // The run configuration: a JSON file with DeepSpeed's key names where the concept is
-// the same, plus `--set key=value` overrides from the command line.
+// the same, plus `--set key=value` overrides from the command line. Every key is declared
+// once, in config/train_config.cc's schema, which reads, checks and writes it.
 #pragma once
 
 #include <cstdint>
@@ -9,10 +10,11 @@
 #include <vector>
 
 #include "tandem/compute/compute_backend.h"
+#include "tandem/config/optimizer_family.h"
+#include "tandem/core/enum_names.h"
 #include "tandem/device/device_kind.h"
 #include "tandem/model/model_config.h"
 #include "tandem/offload/offload_plan.h"
-#include "tandem/optim/demo_wire.h"
 #include "tandem/zero/zero_config.h"
 
 namespace tandem {
@@ -23,33 +25,6 @@ struct DataConfig {
   // Optional; if empty, the last `val_fraction` of the training tokens is held out.
   std::string val_path;
   double val_fraction = 0.1;
-};
-
-enum class OptimizerType {
-  kAdamW,  // optim/adamw_rule.h; gradients reduced over the ranks
-  kDeMo,   // optim/demo_rule.h; gradients never reduced, momentum compressed and exchanged
-};
-std::string_view optimizer_type_name(OptimizerType type);  // "AdamW", "DeMo"
-
-// JSON: "optimizer": {"type": "AdamW" or "DeMo", "params": {...}}; each type reads its own
-// params (the other type's keys are refused, naming the type they belong to).
-struct OptimizerConfig {
-  OptimizerType type = OptimizerType::kAdamW;
-  // lr and weight_decay are kept as written (doubles): DeMo derives its decay factor from
-  // them in double, as the reference does; AdamW rounds them to float (optim/adamw_rule.h).
-  double lr = 1e-3;
-  // AdamW
-  float beta1 = 0.9f;  // "betas": [beta1, beta2]
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  // Decoupled. AdamW: applied to 2-D weights only, default 0.1. DeMo: to every tensor, as
-  // the reference does, default 0.
-  double weight_decay = 0.1;
-  // DeMo (optim/demo.h)
-  float compression_decay = 0.999f;
-  int64_t compression_topk = 32;
-  int64_t compression_chunk = 64;
-  DemoValueFormat compression_values = DemoValueFormat::kFp32;  // "fp32", "bf16", "sign"
 };
 
 struct DemoConfig {  // JSON: "demo": {...}, read with optimizer.type DeMo only
@@ -65,6 +40,8 @@ struct SchedulerConfig {         // JSON: "scheduler": {"type": "WarmupCosineLR"
 };
 
 enum class CheckpointFailure { kStop, kContinue };
+inline constexpr EnumName<CheckpointFailure> kCheckpointFailureNames[] = {
+    {CheckpointFailure::kStop, "stop"}, {CheckpointFailure::kContinue, "continue"}};
 
 struct TrainLoopConfig {  // JSON: "train": {...}
   int64_t steps = 1000;
@@ -77,7 +54,7 @@ struct TrainLoopConfig {  // JSON: "train": {...}
   std::string output_dir = "runs/default";
   int sample_bytes = 300;  // bytes sampled and printed at the end; 0 disables
   // A Hugging Face model directory (config.json + safetensors weights) whose weights start
-  // the run instead of the seed's initialisation (fine-tuning; train/init_from.h). Empty:
+  // the run instead of the seed's initialisation (fine-tuning; ckpt/init_from.h). Empty:
   // initialise from train.seed.
   std::string init_from;
   // Bytes of weights per file: beyond it model.safetensors is split into
@@ -91,7 +68,7 @@ struct TrainLoopConfig {  // JSON: "train": {...}
   // keeps all.
   int64_t keep_checkpoints = 0;
   // Host memory a checkpoint's snapshot may take, in MiB: a full copy of the state when it
-  // fits, else a pool of this size that the snapshot streams through (train/memory_plan.h,
+  // fits, else a pool of this size that the snapshot streams through (config/memory_plan.h,
   // CheckpointSnapshotPlan). 0: what the machine has left after the plan's other tiers,
   // with a pool of at most 256 MiB.
   double checkpoint_memory_mb = 0;

@@ -1,16 +1,16 @@
-#include "tandem/train/checkpointer.h"
+#include "tandem/ckpt/checkpointer.h"
 
 #include <algorithm>
 #include <system_error>
 #include <utility>
 
+#include "tandem/ckpt/streamed_checkpoint.h"
 #include "tandem/comm/agreement.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/timer.h"
 #include "tandem/offload/update_engine.h"
-#include "tandem/train/streamed_checkpoint.h"
 
 namespace tandem {
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "tandem/train/train_checkpoint.h"
+#include "tandem/ckpt/train_checkpoint.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,10 +8,10 @@
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/ckpt/hf_weights.h"
 #include "tandem/ckpt/safetensors.h"
+#include "tandem/config/optimizer_family.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/model/model_family.h"
-#include "tandem/train/optimizer_setup.h"
 
 namespace tandem {
 namespace fs = std::filesystem;
@@ -124,7 +124,8 @@ void check_finite_tensor(const std::string& tensor, const float* data, size_t n,
 }
 
 SafetensorsWriter optimizer_file_writer(const TrainingState& state, const ParamLayout& layout) {
-  const std::vector<std::string> names = optimizer_state_names(state.config.optimizer);
+  const std::vector<std::string> names =
+      optimizer_family(state.config.optimizer.type).state_names();
   SafetensorsWriter writer;
   for (const ParamView& view : layout.views())
     for (size_t k = 0; k < names.size(); k++)
@@ -155,13 +156,15 @@ std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState&
   const size_t P = layout->num_elements();
   bool sizes_match = state.params.size() == P;
   if (with_optimizer) {
-    sizes_match = sizes_match && state.optimizer_state.size() ==
-                                     optimizer_state_names(state.config.optimizer).size();
+    sizes_match =
+        sizes_match && state.optimizer_state.size() ==
+                           optimizer_family(state.config.optimizer.type).state_names().size();
     for (const std::vector<float>& array : state.optimizer_state)
       sizes_match = sizes_match && array.size() == P;
   }
   TANDEM_CHECK(sizes_match, "checkpoint state does not match the model's ", P, " parameters");
-  const std::vector<std::string> names = optimizer_state_names(state.config.optimizer);
+  const std::vector<std::string> names =
+      optimizer_family(state.config.optimizer.type).state_names();
   for (const ParamView& view : layout->views()) {
     check_finite_tensor(view.name, state.params.data() + view.offset, view.numel, state.step);
     if (with_optimizer)
@@ -228,7 +231,7 @@ CheckpointLineage checkpoint_lineage(const fs::path& checkpoint_dir) {
 }
 
 const std::vector<float>& TrainingState::optimizer_array(const std::string& name) const {
-  const std::vector<std::string> names = optimizer_state_names(config.optimizer);
+  const std::vector<std::string> names = optimizer_family(config.optimizer.type).state_names();
   for (size_t k = 0; k < names.size() && k < optimizer_state.size(); k++)
     if (names[k] == name) return optimizer_state[k];
   fail("the ", optimizer_type_name(config.optimizer.type), " optimizer keeps no state array '",
@@ -240,11 +243,12 @@ TrainingState load_training_checkpoint(const fs::path& path, const OptimizerStat
   const fs::path dir = resolve_checkpoint(path);
   const ParamLayout layout = model_layout(state.config.model);
   const size_t P = layout.num_elements();
-  const std::vector<std::string> names = optimizer_state_names(state.config.optimizer);
+  const std::vector<std::string> names =
+      optimizer_family(state.config.optimizer.type).state_names();
   const ParamRange keep{slice.keep.begin, std::min(slice.keep.end, P)};
   state.optimizer_state.assign(names.size(), std::vector<float>(P, 0.0f));
   const nlohmann::json manifest = checkpoint_manifest(dir);
-  const bool per_rank = optimizer_state_per_rank(state.config.optimizer);
+  const bool per_rank = optimizer_family(state.config.optimizer.type).state_per_rank;
   if (manifest.contains("optimizer_shards")) {
     // Written by the ranks of a data-parallel run: read the shards overlapping `keep`, or
     // this rank's own.

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "tandem/train/train_checkpoint.h"
-#include "tandem/train/train_config.h"
+#include "tandem/ckpt/train_checkpoint.h"
+#include "tandem/config/train_config.h"
 
 namespace tandem {
 
@@ -41,6 +41,14 @@ std::vector<ResumeMismatch> resume_mismatches(const TrainingState& then, const T
                                               const RunData& data);
 // "optimizer.params.lr: the checkpoint has 0.003, the config 0.001; ..."
 std::string describe(const std::vector<ResumeMismatch>& mismatches);
+
+// Whether the checkpoint `state`, read from `path`, may resume as the run `now` on `data`:
+// throws for another model or optimizer, a step beyond train.steps, or (unless
+// `allow_inexact`) a difference the numbers depend on, each naming the fix. Returns notes
+// for the user: an inexact resume allowed, a changed train.steps.
+std::vector<std::string> check_resumable(const std::filesystem::path& path,
+                                         const TrainingState& state, const TrainConfig& now,
+                                         const RunData& data, bool allow_inexact);
 
 // The run directory a checkpoint given to --resume belongs to: a run directory itself,
 // the parent of its checkpoints/ directory, or the run of a step_* directory inside one;

@@ -17,11 +17,11 @@
 
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/ckpt/safetensors.h"
+#include "tandem/config/train_config.h"
 #include "tandem/core/rng.h"
 #include "tandem/data/loader.h"
 #include "tandem/model/param_layout.h"
 #include "tandem/offload/offload_plan.h"
-#include "tandem/train/train_config.h"
 
 namespace tandem {
 
@@ -32,10 +32,10 @@ struct TrainingState {
   Rng::State sample_rng{};
   std::vector<float> params;  // flat, tandem layout
   // The optimizer's state beside the params, flat, one array per name of
-  // optimizer_state_names(config.optimizer) (train/optimizer_setup.h), in that order: AdamW
-  // exp_avg, exp_avg_sq; DeMo delta (this rank's: each rank keeps its own).
+  // optimizer_family(config.optimizer.type).state_names() (config/optimizer_family.h), in that
+  // order: AdamW exp_avg, exp_avg_sq; DeMo delta (this rank's: each rank keeps its own).
   std::vector<std::vector<float>> optimizer_state;
-  // What the run trained on, for resume's checks (train/resume_check.h): the training
+  // What the run trained on, for resume's checks (ckpt/resume_check.h): the training
   // tokens' XXH3-64 (hex) and count, and the world size; empty and 0 in checkpoints
   // written before tandem recorded them.
   std::string train_tokens_xxh3;

@@ -1,5 +1,5 @@
 // Checkpoints whose state arrives in pieces, in any order: what a lazy snapshot streamed
-// through a bounded buffer pool hands the writer (train/checkpointer.h) when a full second
+// through a bounded buffer pool hands the writer (ckpt/checkpointer.h) when a full second
 // copy of the state does not fit in host memory.
 //
 // The files are those a synchronous save writes, byte for byte (the tests compare them).
@@ -19,9 +19,9 @@
 
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/ckpt/safetensors.h"
+#include "tandem/ckpt/train_checkpoint.h"
 #include "tandem/model/param_layout.h"
 #include "tandem/model/param_range.h"
-#include "tandem/train/train_checkpoint.h"
 
 namespace tandem {
 
@@ -94,7 +94,7 @@ class StreamedTrainingCheckpoint {
   StreamedTrainingCheckpoint& operator=(const StreamedTrainingCheckpoint&) = delete;
 
   // The state arrays of the flat parameters [range.begin, range.end): arrays[0] the fp32
-  // params, arrays[1 + k] optimizer array k (optimizer_state_names order), range.size()
+  // params, arrays[1 + k] optimizer array k (OptimizerFamily::state_names order), range.size()
   // floats each. Pieces must not overlap; together they cover every parameter once.
   void write(ParamRange range, std::span<const float* const> arrays);
   // Every parameter written: syncs and checksums the files, adds the small ones and the

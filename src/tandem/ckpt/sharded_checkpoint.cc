@@ -1,4 +1,4 @@
-#include "tandem/train/sharded_checkpoint.h"
+#include "tandem/ckpt/sharded_checkpoint.h"
 
 #include <cstdio>
 #include <memory>
@@ -6,12 +6,12 @@
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/ckpt/hf_weights.h"
 #include "tandem/ckpt/safetensors.h"
+#include "tandem/ckpt/streamed_checkpoint.h"
 #include "tandem/comm/agreement.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/format.h"
 #include "tandem/model/model_family.h"
-#include "tandem/train/streamed_checkpoint.h"
 
 namespace tandem {
 namespace fs = std::filesystem;

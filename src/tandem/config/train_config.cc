@@ -1,0 +1,368 @@
+// The run configuration's schema: every key declared once, in one table, from which
+// parse_train_config's checks and messages and to_json's output both come. A config file
+// is the one input every user writes by hand, so every mistake in it is reported here,
+// once, before any data is loaded (the reader's messages: core/json_reader.h).
+//
+// Sections read in the table's order, so a key may be checked against one read before it
+// (train.seq_len against the model's context length). Optimizer parameters are their
+// family's (config/optimizer_family.h).
+
+#include "tandem/config/train_config.h"
+
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tandem/core/error.h"
+#include "tandem/core/json_keys.h"
+
+namespace tandem {
+
+using json = nlohmann::json;
+
+namespace {
+
+using Keys = JsonKeys<TrainConfig>;
+using Key = Keys::Key;
+using ModelKeys = JsonKeys<ModelConfig>;
+
+constexpr std::string_view kTypedKeys[] = {"type", "params"};
+constexpr std::string_view kSchedulerType = "WarmupCosineLR";
+
+// "type": read before the rest of the section, since it decides which keys the rest are.
+ModelKeys::Key model_type_key() {
+  return {"type", [](const JsonSection&, ModelConfig&) {},
+          [](const ModelConfig& m) { return json(std::string(model_type_name(m.type))); }};
+}
+
+// GPT-2's names (llm.c's); Llama's are Hugging Face LlamaConfig's.
+const std::vector<ModelKeys::Key>& model_keys(ModelType type) {
+  static const std::vector<ModelKeys::Key> gpt2 = {
+      model_type_key(),
+      ModelKeys::integer("vocab_size", TANDEM_FIELD(vocab_size), 1),
+      ModelKeys::integer("context_length", TANDEM_FIELD(context_length), 1),
+      ModelKeys::integer("n_layer", TANDEM_FIELD(n_layer), 1),
+      ModelKeys::integer("n_head", TANDEM_FIELD(n_head), 1),
+      ModelKeys::integer("n_embd", TANDEM_FIELD(n_embd), 1)};
+  static const std::vector<ModelKeys::Key> llama = [] {
+    // Absent (0), these follow the others; written as what they came to.
+    ModelKeys::Key kv_heads = ModelKeys::integer("num_key_value_heads", TANDEM_FIELD(n_kv_head), 1);
+    kv_heads.write = [](const ModelConfig& m) { return json(m.kv_heads()); };
+    ModelKeys::Key mlp =
+        ModelKeys::integer("intermediate_size", TANDEM_FIELD(intermediate_size), 1);
+    mlp.write = [](const ModelConfig& m) { return json(m.mlp_width()); };
+    return std::vector<ModelKeys::Key>{
+        model_type_key(),
+        ModelKeys::integer("vocab_size", TANDEM_FIELD(vocab_size), 1),
+        ModelKeys::integer("max_position_embeddings", TANDEM_FIELD(context_length), 1),
+        ModelKeys::integer("hidden_size", TANDEM_FIELD(n_embd), 1),
+        ModelKeys::integer("num_hidden_layers", TANDEM_FIELD(n_layer), 1),
+        ModelKeys::integer("num_attention_heads", TANDEM_FIELD(n_head), 1),
+        kv_heads,
+        mlp,
+        ModelKeys::real("rms_norm_eps", TANDEM_FIELD(rms_norm_eps), "a number > 0",
+                        [](double v) { return v > 0; }),
+        ModelKeys::real("rope_theta", TANDEM_FIELD(rope_theta), "a number > 1",
+                        [](double v) { return v > 1; }),
+        ModelKeys::boolean("tie_word_embeddings", TANDEM_FIELD(tie_word_embeddings))};
+  }();
+  return type == ModelType::kGpt2 ? gpt2 : llama;
+}
+
+Key model_key() {
+  return {"model",
+          [](const JsonSection& top, TrainConfig& config) {
+            const JsonSection model = top.section("model");
+            ModelConfig& m = config.model;
+            std::string type = "gpt2";
+            m.type = parse_model_type(ascii_lower(model.read_string("type", type)));
+            if (m.type == ModelType::kLlama) {
+              m.tie_word_embeddings = false;  // Hugging Face LlamaConfig's defaults
+              m.rms_norm_eps = 1e-6;
+            }
+            read_json_keys<ModelConfig>(model, model_keys(m.type), m);
+            if (m.type == ModelType::kLlama) {
+              if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
+              if (m.intermediate_size == 0) m.intermediate_size = 4 * m.n_embd;
+            }
+            m.validate();
+          },
+          [](const TrainConfig& config) {
+            return write_json_keys<ModelConfig>(model_keys(config.model.type), config.model);
+          }};
+}
+
+std::vector<Key> data_keys() {
+  Key train_path = Keys::text("train_path", TANDEM_FIELD(data.train_path), false);
+  const auto read_text = train_path.read;
+  train_path.read = [read_text](const JsonSection& data, TrainConfig& config) {
+    TANDEM_CHECK(data.find("train_path") != nullptr, data.path("train_path"),
+                 " is required (a text file or an llm.c token shard *.bin), e.g. \"data\": "
+                 "{\"train_path\": \"data/tinyshakespeare.txt\"}");
+    read_text(data, config);
+  };
+  Key val_fraction =
+      Keys::real("val_fraction", TANDEM_FIELD(data.val_fraction), "", [](double) { return true; });
+  val_fraction.read = [](const JsonSection& data, TrainConfig& config) {
+    if (config.data.val_path.empty())
+      data.read_real("val_fraction", config.data.val_fraction,
+                     "a number in (0, 1) when data.val_path is empty",
+                     [](double v) { return v > 0 && v < 1; });
+    else  // unused with a separate validation file, but still held to a sane range
+      data.read_real("val_fraction", config.data.val_fraction, "a number in [0, 1)",
+                     [](double v) { return v >= 0 && v < 1; });
+  };
+  return {train_path, Keys::text("val_path", TANDEM_FIELD(data.val_path)), val_fraction};
+}
+
+std::vector<std::string_view> every_optimizer_param() {
+  std::vector<std::string_view> names;
+  for (const OptimizerFamily& family : optimizer_families())
+    for (const JsonKey<OptimizerConfig>& key : family.params)
+      if (std::find(names.begin(), names.end(), key.name) == names.end()) names.push_back(key.name);
+  return names;
+}
+
+// A parameter of another optimizer than the one chosen: named with the type it belongs to.
+void refuse_other_families_params(const JsonSection& params, const OptimizerFamily& chosen) {
+  const auto own = json_key_names<OptimizerConfig>(chosen.params);
+  for (const OptimizerFamily& other : optimizer_families())
+    for (const JsonKey<OptimizerConfig>& key : other.params)
+      if (std::find(own.begin(), own.end(), key.name) == own.end() &&
+          params.find(key.name) != nullptr)
+        fail(params.path(key.name), " is a parameter of optimizer.type ", other.name, ", not of ",
+             chosen.name, "; remove it or set optimizer.type to ", other.name);
+}
+
+// "optimizer": {"type": <a family's name>, "params": {<that family's keys>}}.
+Key optimizer_key() {
+  return {"optimizer",
+          [](const JsonSection& top, TrainConfig& config) {
+            const JsonSection optimizer = top.section("optimizer");
+            optimizer.check_keys(kTypedKeys, "params", every_optimizer_param());
+            if (const json* type = optimizer.find("type")) {
+              const OptimizerFamily* family =
+                  type->is_string() ? find_optimizer_family(type->get<std::string>()) : nullptr;
+              if (family == nullptr) {
+                std::string names;
+                for (const OptimizerFamily& f : optimizer_families())
+                  names += cat(names.empty() ? "" : ", ", '"', f.name, '"');
+                fail("optimizer.type must be one of: ", names, "; got ", describe_json(*type));
+              }
+              config.optimizer = family->defaults;
+            }
+            const OptimizerFamily& family = optimizer_family(config.optimizer.type);
+            const JsonSection params = optimizer.section("params");
+            refuse_other_families_params(params, family);
+            read_json_keys<OptimizerConfig>(params, family.params, config.optimizer);
+          },
+          [](const TrainConfig& config) {
+            const OptimizerFamily& family = optimizer_family(config.optimizer.type);
+            return json{
+                {"type", std::string(family.name)},
+                {"params", write_json_keys<OptimizerConfig>(family.params, config.optimizer)}};
+          }};
+}
+
+// A section that only the optimizer `type` reads ("demo" for DeMo): refused, naming the
+// type, with any other, and not written.
+Key section_of_optimizer(OptimizerType type, std::string_view name, std::vector<Key> keys) {
+  Key section = Keys::section(name, keys);
+  const auto read_section = section.read;
+  const auto write_section = section.write;
+  section.read = [=](const JsonSection& top, TrainConfig& config) {
+    const std::string_view owner = optimizer_type_name(type);
+    const JsonSection own = top.section(name);
+    for (const Key& key : keys)
+      TANDEM_CHECK(config.optimizer.type == type || own.find(key.name) == nullptr,
+                   own.path(key.name), " applies to optimizer.type ", owner,
+                   " only; remove it or set optimizer.type to ", owner);
+    read_section(top, config);
+  };
+  section.write = [=](const TrainConfig& config) {
+    return config.optimizer.type == type ? write_section(config) : json();
+  };
+  return section;
+}
+
+// "scheduler": {"type": "WarmupCosineLR", "params": {...}}, the one schedule there is.
+Key scheduler_key() {
+  static const std::vector<Key> params = {
+      Keys::integer("warmup_num_steps", TANDEM_FIELD(scheduler.warmup_num_steps), 0),
+      Keys::real("cos_min_ratio", TANDEM_FIELD(scheduler.cos_min_ratio), "a number in [0, 1]",
+                 [](double v) { return v >= 0 && v <= 1; })};
+  return {"scheduler",
+          [](const JsonSection& top, TrainConfig& config) {
+            const JsonSection scheduler = top.section("scheduler");
+            scheduler.check_keys(kTypedKeys, "params", json_key_names<TrainConfig>(params));
+            scheduler.read_type(kSchedulerType);
+            read_json_keys<TrainConfig>(scheduler.section("params"), params, config);
+          },
+          [](const TrainConfig& config) {
+            return json{{"type", std::string(kSchedulerType)},
+                        {"params", write_json_keys<TrainConfig>(params, config)}};
+          }};
+}
+
+std::vector<Key> zero_keys() {
+  return {Keys::integer("stage", TANDEM_FIELD(zero.stage), 0, 3, "0, 1, 2 or 3"),
+          Keys::integer("sub_group_size", TANDEM_FIELD(offload.sub_group_size), 1),
+          Keys::boolean("overlap_comm", TANDEM_FIELD(zero.overlap_comm)),
+          Keys::boolean("contiguous_gradients", TANDEM_FIELD(zero.contiguous_gradients)),
+          Keys::integer("reduce_bucket_size", TANDEM_FIELD(zero.reduce_bucket_size), 1),
+          Keys::integer("allgather_bucket_size", TANDEM_FIELD(zero.allgather_bucket_size), 1),
+          // 0: no prefetch; no block kept whole.
+          Keys::integer("stage3_prefetch_bucket_size",
+                        TANDEM_FIELD(zero.stage3_prefetch_bucket_size), 0),
+          Keys::integer("stage3_param_persistence_threshold",
+                        TANDEM_FIELD(zero.stage3_param_persistence_threshold), 0),
+          Keys::integer("stage3_max_live_parameters", TANDEM_FIELD(zero.stage3_max_live_parameters),
+                        1)};
+}
+
+std::vector<Key> train_loop_keys() {
+  Key seq_len = Keys::integer("seq_len", TANDEM_FIELD(train.seq_len), 0);
+  seq_len.read = [](const JsonSection& train, TrainConfig& config) {
+    const int most = config.model.context_length;
+    train.read_int("seq_len", config.train.seq_len, 0, most,
+                   cat("an integer in [0, ", most, "] (at most model.context_length = ", most,
+                       "; 0 means model.context_length)"));
+  };
+  return {Keys::integer("steps", TANDEM_FIELD(train.steps), 1),
+          Keys::uint64("seed", TANDEM_FIELD(train.seed)),
+          seq_len,
+          Keys::integer("eval_interval", TANDEM_FIELD(train.eval_interval), 0),
+          Keys::integer("eval_batches", TANDEM_FIELD(train.eval_batches), 1),
+          Keys::integer("checkpoint_interval", TANDEM_FIELD(train.checkpoint_interval), 0),
+          Keys::integer("log_interval", TANDEM_FIELD(train.log_interval), 0),
+          Keys::text("output_dir", TANDEM_FIELD(train.output_dir), false),
+          Keys::integer("sample_bytes", TANDEM_FIELD(train.sample_bytes), 0),
+          Keys::text("init_from", TANDEM_FIELD(train.init_from)),
+          Keys::integer("max_shard_size", TANDEM_FIELD(train.max_shard_size), 1),
+          Keys::boolean("lazy_checkpoints", TANDEM_FIELD(train.lazy_checkpoints)),
+          Keys::integer("keep_checkpoints", TANDEM_FIELD(train.keep_checkpoints), 0),
+          Keys::real("checkpoint_memory_mb", TANDEM_FIELD(train.checkpoint_memory_mb),
+                     "a number >= 0 (0: automatic)", [](double v) { return v >= 0; }),
+          Keys::integer("max_skipped_steps", TANDEM_FIELD(train.max_skipped_steps), 0),
+          Keys::choice("checkpoint_failure", TANDEM_FIELD(train.checkpoint_failure),
+                       kCheckpointFailureNames)};
+}
+
+// The whole file, top-level keys in the order messages list them and sections are read.
+const std::vector<Key>& schema() {
+  static const std::vector<Key> keys = {
+      model_key(),
+      Keys::section("data", data_keys()),
+      Keys::integer("train_micro_batch_size_per_gpu", TANDEM_FIELD(micro_batch_size), 1),
+      Keys::integer("gradient_accumulation_steps", TANDEM_FIELD(gradient_accumulation_steps), 1),
+      Keys::real("gradient_clipping", TANDEM_FIELD(gradient_clipping), "a number >= 0 (0 disables)",
+                 [](double v) { return v >= 0; }),
+      optimizer_key(),
+      section_of_optimizer(
+          OptimizerType::kDeMo, "demo",
+          {Keys::integer("replica_check_interval", TANDEM_FIELD(demo.replica_check_interval), 0)}),
+      scheduler_key(),
+      Keys::section("zero_optimization", zero_keys()),
+      Keys::section("offload_optimizer",
+                    {Keys::choice("schedule", TANDEM_FIELD(offload.schedule), kUpdateScheduleNames),
+                     Keys::real("ratio", TANDEM_FIELD(offload.ratio), "a number in [0, 1]",
+                                [](double v) { return v >= 0 && v <= 1; }),
+                     Keys::integer("stride", TANDEM_FIELD(offload.stride), 1),
+                     Keys::integer("staging_buffers", TANDEM_FIELD(offload.staging_buffers), 1)}),
+      Keys::section(
+          "device",
+          {Keys::choice("type", TANDEM_FIELD(device.type), kDeviceKindNames),
+           // Bounded so that the bytes fit a size_t with room (and no device has a petabyte).
+           Keys::real("memory_gb", TANDEM_FIELD(device.memory_gb),
+                      "a number > 0 and at most 1048576",
+                      [](double v) { return v > 0 && v <= 1048576; })}),
+      Keys::section("bf16", {Keys::boolean("enabled", TANDEM_FIELD(bf16))}),
+      Keys::section("train", train_loop_keys()),
+  };
+  return keys;
+}
+
+// What an optimizer family cannot run with, said once the whole file is read.
+void check_optimizer_fits(const TrainConfig& config) {
+  const OptimizerFamily& family = optimizer_family(config.optimizer.type);
+  if (!family.reduces_gradients)
+    TANDEM_CHECK(config.zero.stage == 0, "optimizer.type ", family.name,
+                 " needs zero_optimization.stage 0, got ", config.zero.stage, ": ", family.name,
+                 " never reduces gradients and every rank keeps its own whole state; set "
+                 "zero_optimization.stage to 0");
+  if (family.calibrate_rates == nullptr)
+    TANDEM_CHECK(config.offload.schedule != UpdateSchedule::kAuto,
+                 "offload_optimizer.schedule auto is not available with optimizer.type ",
+                 family.name,
+                 " (the performance model is not calibrated for its kernels); choose device, "
+                 "cpu, ratio or interleave");
+}
+
+}  // namespace
+
+TrainConfig parse_train_config(const json& config_json) {
+  if (!config_json.is_object())
+    fail("the configuration must be a JSON object ({...}), got ", describe_json(config_json));
+  TrainConfig config;
+  read_json_keys<TrainConfig>(JsonSection(&config_json, ""), schema(), config);
+  check_optimizer_fits(config);
+  return config;
+}
+
+json to_json(const TrainConfig& config) { return write_json_keys<TrainConfig>(schema(), config); }
+
+void apply_config_override(json& config_json, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  TANDEM_CHECK(eq != std::string::npos, "no '=' in override '", assignment,
+               "'; expected key=value, e.g. train.steps=100");
+  const std::string key = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+  TANDEM_CHECK(!key.empty(), "empty key in override '", assignment,
+               "'; expected key=value, e.g. train.steps=100");
+
+  std::vector<std::string> parts;
+  for (size_t begin = 0;;) {
+    const size_t dot = key.find('.', begin);
+    parts.push_back(key.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin));
+    TANDEM_CHECK(!parts.back().empty(), "empty component in key '", key, "' of override '",
+                 assignment, "'; expected a dotted path, e.g. optimizer.params.lr=3e-4");
+    if (dot == std::string::npos) break;
+    begin = dot + 1;
+  }
+
+  if (config_json.is_null()) config_json = json::object();
+  json* node = &config_json;
+  std::string walked;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    walked = join_json_path(walked, parts[i]);
+    json& child = (*node)[parts[i]];  // creates null when absent
+    if (child.is_null()) child = json::object();
+    if (!child.is_object())
+      fail("cannot apply override '", assignment, "': '", walked, "' is ", describe_json(child),
+           ", not an object");
+    node = &child;
+  }
+  if (!node->is_object())
+    fail("cannot apply override '", assignment, "': the configuration is not an object");
+
+  // Valid JSON is taken as such (3e-4, true, [0.9,0.99], "quoted"); anything else is a bare
+  // string, so paths need no quotes on a command line (train.output_dir=runs/y).
+  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) value = text;
+  (*node)[parts.back()] = std::move(value);
+}
+
+TrainConfig load_train_config(const std::filesystem::path& path,
+                              const std::vector<std::string>& overrides) {
+  json config_json = read_json_file(path);
+  for (const std::string& assignment : overrides) apply_config_override(config_json, assignment);
+  try {
+    return parse_train_config(config_json);
+  } catch (const Error& e) {
+    fail(path.string(), ": ", e.what());
+  }
+}
+
+}  // namespace tandem
