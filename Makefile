@@ -26,7 +26,7 @@ deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-# Python packages of the tokenizer tests (tools/tokenize_bpe.py, tests/test_tokenize_bpe.cc),
+# Python packages of the tokenizer tests (tools/tokenize_bpe.py, tests/runs/test_tokenize_bpe.cc),
 # installed with pip where python3 cannot import them; --break-system-packages only where
 # pip refuses without it (Debian's python3 is "externally managed"). A failed install is
 # a warning: the tests that need the package then skip, saying why.

@@ -71,7 +71,7 @@ for binary in tandem test_cuda_device test_cuda_backend test_update_engine test_
     exit 1
   }
 done
-# The test binaries find data/ and configs/ from here (tests/test_util.h: source_dir()).
+# The test binaries find data/ and configs/ from here (tests/support/test_util.h: source_dir()).
 export TANDEM_SOURCE_DIR=$PWD TANDEM_BINARY=$PWD/$bin/tandem
 
 # CUDA 13's own libraries (cuBLASLt) come from this machine: the toolkit's, else PyTorch's.

@@ -25,7 +25,7 @@ add_custom_command(
   VERBATIM)
 
 add_executable(test_flash_attention_emulated
-  ${PROJECT_SOURCE_DIR}/tests/test_flash_attention_emulated.cc
+  ${PROJECT_SOURCE_DIR}/tests/cuda_emulation/test_flash_attention_emulated.cc
   ${TANDEM_FLASH_EMULATED_TU}
   ${TANDEM_EMULATION_DIR}/simt_emulator.cc)
 target_compile_options(test_flash_attention_emulated PRIVATE -Wall -Wextra)
@@ -78,7 +78,7 @@ target_include_directories(tandem_kernels_emulated BEFORE PRIVATE
 target_link_libraries(tandem_kernels_emulated PRIVATE tandem_lib)
 
 add_executable(test_kernels_emulated
-  ${PROJECT_SOURCE_DIR}/tests/test_kernels_emulated.cc
+  ${PROJECT_SOURCE_DIR}/tests/cuda_emulation/test_kernels_emulated.cc
   $<TARGET_OBJECTS:tandem_kernels_emulated>)
 target_compile_options(test_kernels_emulated PRIVATE -Wall -Wextra)
 # test_util.h names the repository (for the bundled data).
@@ -115,7 +115,7 @@ add_custom_command(
   VERBATIM)
 
 add_executable(test_cublaslt_emulated
-  ${PROJECT_SOURCE_DIR}/tests/test_cublaslt_emulated.cc
+  ${PROJECT_SOURCE_DIR}/tests/cuda_emulation/test_cublaslt_emulated.cc
   ${TANDEM_CUBLASLT_EMULATED_TU}
   $<TARGET_OBJECTS:tandem_kernels_emulated>)
 target_compile_options(test_cublaslt_emulated PRIVATE -Wall -Wextra)
@@ -197,25 +197,25 @@ function(tandem_emulated_gpu_test name source filter)
     DISCOVERY_TIMEOUT 60
     PROPERTIES TIMEOUT 300 LABELS cuda_emulation)
 endfunction()
-tandem_emulated_gpu_test(test_cuda_device_emulated ${PROJECT_SOURCE_DIR}/tests/test_cuda_device.cc "*")
+tandem_emulated_gpu_test(test_cuda_device_emulated ${PROJECT_SOURCE_DIR}/tests/device/test_cuda_device.cc "*")
 # FiftyTrainingStepsMatchTheCpuRun is left out for time only (about 33 s of emulated
 # kernels in a Release build; the whole file takes 115 s with it): the fp32 model is still
 # checked against the CPU on one step (TinyModel...), and 50 steps run in bf16. Run it by
 # hand with --gtest_filter='*FiftyTraining*'.
-tandem_emulated_gpu_test(test_cuda_backend_emulated ${PROJECT_SOURCE_DIR}/tests/test_cuda_backend.cc
+tandem_emulated_gpu_test(test_cuda_backend_emulated ${PROJECT_SOURCE_DIR}/tests/compute/test_cuda_backend.cc
   "-CudaBackend.FiftyTrainingStepsMatchTheCpuRun")
 # Only its CUDA test: the others run on the CPU device, in test_update_engine already.
-tandem_emulated_gpu_test(test_demo_cuda_emulated ${PROJECT_SOURCE_DIR}/tests/test_demo_cuda.cc "*")
-tandem_emulated_gpu_test(test_demo_rule_emulated ${PROJECT_SOURCE_DIR}/tests/test_demo_rule.cc
+tandem_emulated_gpu_test(test_demo_cuda_emulated ${PROJECT_SOURCE_DIR}/tests/optim/test_demo_cuda.cc "*")
+tandem_emulated_gpu_test(test_demo_rule_emulated ${PROJECT_SOURCE_DIR}/tests/optim/test_demo_rule.cc
                          "DemoRuleCuda.*")
-tandem_emulated_gpu_test(test_update_engine_emulated ${PROJECT_SOURCE_DIR}/tests/test_update_engine.cc "*Cuda*")
+tandem_emulated_gpu_test(test_update_engine_emulated ${PROJECT_SOURCE_DIR}/tests/offload/test_update_engine.cc "*Cuda*")
 # Data parallelism on the cuda device: two in-process ranks on the emulated GPU, every stage.
 tandem_emulated_gpu_test(test_data_parallel_gpu_emulated
-  ${PROJECT_SOURCE_DIR}/tests/test_data_parallel_gpu.cc "*")
+  ${PROJECT_SOURCE_DIR}/tests/zero/test_data_parallel_gpu.cc "*")
 # The emulated GPU with its streams run out of order (emulated_streams.h): training gives
 # the same bits whatever order the streams' work runs in, as long as CUDA's promises hold.
 tandem_emulated_gpu_test(test_stream_order_emulated
-  ${PROJECT_SOURCE_DIR}/tests/test_stream_order_emulated.cc "*")
+  ${PROJECT_SOURCE_DIR}/tests/cuda_emulation/test_stream_order_emulated.cc "*")
 # The one-rank device communicator's contract over emulated device memory.
 tandem_emulated_gpu_test(test_one_rank_device_communicator_emulated
-  ${PROJECT_SOURCE_DIR}/tests/test_one_rank_device_communicator.cc "*/cuda")
+  ${PROJECT_SOURCE_DIR}/tests/comm/test_one_rank_device_communicator.cc "*/cuda")

@@ -44,7 +44,7 @@
 //
 // What has run where: CI (no GPU) builds this backend and runs the no-GPU error, the
 // placement rules and a build without NCCL; world size 1 through NCCL and the device tree
-// sum against tree_sum need a GPU (tests/test_nccl.cc, run by bench/gpu_goals.sh), and
+// sum against tree_sum need a GPU (tests/comm/test_nccl.cc, run by bench/gpu_goals.sh), and
 // several ranks need several GPUs (NcclOnSeveralGpus, not run by this project so far).
 #pragma once
 

@@ -17,6 +17,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/json_keys.h"
+#include "tandem/model/model_family.h"
 
 namespace tandem {
 
@@ -26,71 +27,21 @@ namespace {
 
 using Keys = JsonKeys<TrainConfig>;
 using Key = Keys::Key;
-using ModelKeys = JsonKeys<ModelConfig>;
 
 constexpr std::string_view kTypedKeys[] = {"type", "params"};
 constexpr std::string_view kSchedulerType = "WarmupCosineLR";
 
-// "type": read before the rest of the section, since it decides which keys the rest are.
-ModelKeys::Key model_type_key() {
-  return {"type", [](const JsonSection&, ModelConfig&) {},
-          [](const ModelConfig& m) { return json(std::string(model_type_name(m.type))); }};
-}
-
-// GPT-2's names (llm.c's); Llama's are Hugging Face LlamaConfig's.
-const std::vector<ModelKeys::Key>& model_keys(ModelType type) {
-  static const std::vector<ModelKeys::Key> gpt2 = {
-      model_type_key(),
-      ModelKeys::integer("vocab_size", TANDEM_FIELD(vocab_size), 1),
-      ModelKeys::integer("context_length", TANDEM_FIELD(context_length), 1),
-      ModelKeys::integer("n_layer", TANDEM_FIELD(n_layer), 1),
-      ModelKeys::integer("n_head", TANDEM_FIELD(n_head), 1),
-      ModelKeys::integer("n_embd", TANDEM_FIELD(n_embd), 1)};
-  static const std::vector<ModelKeys::Key> llama = [] {
-    // Absent (0), these follow the others; written as what they came to.
-    ModelKeys::Key kv_heads = ModelKeys::integer("num_key_value_heads", TANDEM_FIELD(n_kv_head), 1);
-    kv_heads.write = [](const ModelConfig& m) { return json(m.kv_heads()); };
-    ModelKeys::Key mlp =
-        ModelKeys::integer("intermediate_size", TANDEM_FIELD(intermediate_size), 1);
-    mlp.write = [](const ModelConfig& m) { return json(m.mlp_width()); };
-    return std::vector<ModelKeys::Key>{
-        model_type_key(),
-        ModelKeys::integer("vocab_size", TANDEM_FIELD(vocab_size), 1),
-        ModelKeys::integer("max_position_embeddings", TANDEM_FIELD(context_length), 1),
-        ModelKeys::integer("hidden_size", TANDEM_FIELD(n_embd), 1),
-        ModelKeys::integer("num_hidden_layers", TANDEM_FIELD(n_layer), 1),
-        ModelKeys::integer("num_attention_heads", TANDEM_FIELD(n_head), 1),
-        kv_heads,
-        mlp,
-        ModelKeys::real("rms_norm_eps", TANDEM_FIELD(rms_norm_eps), "a number > 0",
-                        [](double v) { return v > 0; }),
-        ModelKeys::real("rope_theta", TANDEM_FIELD(rope_theta), "a number > 1",
-                        [](double v) { return v > 1; }),
-        ModelKeys::boolean("tie_word_embeddings", TANDEM_FIELD(tie_word_embeddings))};
-  }();
-  return type == ModelType::kGpt2 ? gpt2 : llama;
-}
-
+// "model": {"type": ..., <that family's keys>} (model/model_family.h).
 Key model_key() {
   return {"model",
           [](const JsonSection& top, TrainConfig& config) {
             const JsonSection model = top.section("model");
-            ModelConfig& m = config.model;
             std::string type = "gpt2";
-            m.type = parse_model_type(ascii_lower(model.read_string("type", type)));
-            if (m.type == ModelType::kLlama) {
-              m.tie_word_embeddings = false;  // Hugging Face LlamaConfig's defaults
-              m.rms_norm_eps = 1e-6;
-            }
-            read_json_keys<ModelConfig>(model, model_keys(m.type), m);
-            if (m.type == ModelType::kLlama) {
-              if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
-              if (m.intermediate_size == 0) m.intermediate_size = 4 * m.n_embd;
-            }
-            m.validate();
+            const ModelType family = parse_model_type(ascii_lower(model.read_string("type", type)));
+            config.model = model_family(family).read_run_config(model);
           },
           [](const TrainConfig& config) {
-            return write_json_keys<ModelConfig>(model_keys(config.model.type), config.model);
+            return model_family(config.model.type).write_run_config(config.model);
           }};
 }
 

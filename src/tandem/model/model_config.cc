@@ -41,14 +41,10 @@ std::string divisors_of(int n) {
 
 }  // namespace
 
-std::string_view model_type_name(ModelType type) {
-  return type == ModelType::kLlama ? "llama" : "gpt2";
-}
-
 ModelType parse_model_type(std::string_view name) {
-  if (name == "gpt2") return ModelType::kGpt2;
-  if (name == "llama") return ModelType::kLlama;
-  fail("model.type = \"", name, "\" is not a model tandem knows; use \"gpt2\" or \"llama\"");
+  if (const std::optional<ModelType> type = enum_from_name(kModelTypeNames, name)) return *type;
+  fail("model.type = \"", name, "\" is not a model tandem knows; use ",
+       enum_names_list(kModelTypeNames, " or "));
 }
 
 void ModelConfig::validate() const {

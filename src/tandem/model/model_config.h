@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "tandem/core/enum_names.h"
+
 namespace tandem {
 
 enum class ModelType {
@@ -17,7 +19,11 @@ enum class ModelType {
   kLlama,  // rotary positions, RMSNorm, SwiGLU MLP, grouped-query attention, no biases
 };
 
-std::string_view model_type_name(ModelType type);  // "gpt2", "llama"
+inline constexpr EnumName<ModelType> kModelTypeNames[] = {{ModelType::kGpt2, "gpt2"},
+                                                          {ModelType::kLlama, "llama"}};
+constexpr std::string_view model_type_name(ModelType type) {  // "gpt2", "llama"
+  return enum_name(kModelTypeNames, type);
+}
 // Throws tandem::Error naming the known types.
 ModelType parse_model_type(std::string_view name);
 

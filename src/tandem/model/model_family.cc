@@ -1,8 +1,10 @@
 #include "tandem/model/model_family.h"
 
 #include <string>
+#include <vector>
 
 #include "tandem/core/error.h"
+#include "tandem/core/json_keys.h"
 #include "tandem/model/gpt.h"
 #include "tandem/model/llama.h"
 
@@ -166,11 +168,86 @@ ModelConfig llama_from_hf(const json& hf) {
   return config;
 }
 
+using ConfigKeys = JsonKeys<ModelConfig>;
+
+// "type": read before the rest of the section, since it decides which keys the rest are.
+ConfigKeys::Key model_type_key() {
+  return {"type", [](const JsonSection&, ModelConfig&) {},
+          [](const ModelConfig& m) { return json(std::string(model_type_name(m.type))); }};
+}
+
+// llm.c's names.
+const std::vector<ConfigKeys::Key>& gpt2_config_keys() {
+  static const std::vector<ConfigKeys::Key> keys = {
+      model_type_key(),
+      ConfigKeys::integer("vocab_size", TANDEM_FIELD(vocab_size), 1),
+      ConfigKeys::integer("context_length", TANDEM_FIELD(context_length), 1),
+      ConfigKeys::integer("n_layer", TANDEM_FIELD(n_layer), 1),
+      ConfigKeys::integer("n_head", TANDEM_FIELD(n_head), 1),
+      ConfigKeys::integer("n_embd", TANDEM_FIELD(n_embd), 1)};
+  return keys;
+}
+
+// Hugging Face LlamaConfig's names.
+const std::vector<ConfigKeys::Key>& llama_config_keys() {
+  static const std::vector<ConfigKeys::Key> keys = [] {
+    // Absent (0), these follow the others; written as what they came to.
+    ConfigKeys::Key kv_heads =
+        ConfigKeys::integer("num_key_value_heads", TANDEM_FIELD(n_kv_head), 1);
+    kv_heads.write = [](const ModelConfig& m) { return json(m.kv_heads()); };
+    ConfigKeys::Key mlp =
+        ConfigKeys::integer("intermediate_size", TANDEM_FIELD(intermediate_size), 1);
+    mlp.write = [](const ModelConfig& m) { return json(m.mlp_width()); };
+    return std::vector<ConfigKeys::Key>{
+        model_type_key(),
+        ConfigKeys::integer("vocab_size", TANDEM_FIELD(vocab_size), 1),
+        ConfigKeys::integer("max_position_embeddings", TANDEM_FIELD(context_length), 1),
+        ConfigKeys::integer("hidden_size", TANDEM_FIELD(n_embd), 1),
+        ConfigKeys::integer("num_hidden_layers", TANDEM_FIELD(n_layer), 1),
+        ConfigKeys::integer("num_attention_heads", TANDEM_FIELD(n_head), 1),
+        kv_heads,
+        mlp,
+        ConfigKeys::real("rms_norm_eps", TANDEM_FIELD(rms_norm_eps), "a number > 0",
+                         [](double v) { return v > 0; }),
+        ConfigKeys::real("rope_theta", TANDEM_FIELD(rope_theta), "a number > 1",
+                         [](double v) { return v > 1; }),
+        ConfigKeys::boolean("tie_word_embeddings", TANDEM_FIELD(tie_word_embeddings))};
+  }();
+  return keys;
+}
+
+ModelConfig gpt2_read_run_config(const JsonSection& section) {
+  ModelConfig config;
+  read_json_keys<ModelConfig>(section, gpt2_config_keys(), config);
+  config.validate();
+  return config;
+}
+
+json gpt2_write_run_config(const ModelConfig& config) {
+  return write_json_keys<ModelConfig>(gpt2_config_keys(), config);
+}
+
+ModelConfig llama_read_run_config(const JsonSection& section) {
+  ModelConfig config;
+  config.type = ModelType::kLlama;
+  config.tie_word_embeddings = false;  // Hugging Face LlamaConfig's defaults
+  config.rms_norm_eps = 1e-6;
+  read_json_keys<ModelConfig>(section, llama_config_keys(), config);
+  if (config.n_kv_head == 0) config.n_kv_head = config.n_head;
+  if (config.intermediate_size == 0) config.intermediate_size = 4 * config.n_embd;
+  config.validate();
+  return config;
+}
+
+json llama_write_run_config(const ModelConfig& config) {
+  return write_json_keys<ModelConfig>(llama_config_keys(), config);
+}
+
 constexpr ModelFamily kFamilies[] = {
     {ModelType::kGpt2, "GPT2LMHeadModel", gpt2_layout, Gpt::activation_bytes, make<Gpt>, gpt2_to_hf,
-     gpt2_from_hf},
+     gpt2_from_hf, gpt2_read_run_config, gpt2_write_run_config},
     {ModelType::kLlama, "LlamaForCausalLM", llama_layout, Llama::activation_bytes, make<Llama>,
-     llama_to_hf, llama_from_hf},
+     llama_to_hf, llama_from_hf, llama_read_run_config, llama_write_run_config},
 };
 
 }  // namespace
@@ -184,8 +261,8 @@ const ModelFamily& model_family(ModelType type) {
 const ModelFamily& model_family_of_hf(std::string_view hf_model_type) {
   for (const ModelFamily& family : kFamilies)
     if (model_type_name(family.type) == hf_model_type) return family;
-  fail("config.json: model_type \"", hf_model_type,
-       "\" is not one tandem reads; it reads \"gpt2\" and \"llama\"");
+  fail("config.json: model_type \"", hf_model_type, "\" is not one tandem reads; it reads ",
+       enum_names_list(kModelTypeNames, " and "));
 }
 
 }  // namespace tandem

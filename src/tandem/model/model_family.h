@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "tandem/compute/compute_backend.h"
+#include "tandem/core/json_reader.h"
 #include "tandem/model/model.h"
 #include "tandem/model/model_config.h"
 #include "tandem/model/param_layout.h"
@@ -31,6 +32,11 @@ struct ModelFamily {
   // tandem::Error naming the key that is missing or that tandem does not support).
   nlohmann::json (*to_hf_config)(const ModelConfig& config);
   ModelConfig (*from_hf_config)(const nlohmann::json& hf);
+  // The run config's "model" section of this family (its own key names, "type" among
+  // them): read from the family's defaults, sizes it leaves out filled in, checked; and
+  // written back with every key.
+  ModelConfig (*read_run_config)(const JsonSection& model);
+  nlohmann::json (*write_run_config)(const ModelConfig& config);
 };
 
 const ModelFamily& model_family(ModelType type);

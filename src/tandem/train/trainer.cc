@@ -39,12 +39,12 @@
 #include "tandem/optim/grad_clip.h"
 #include "tandem/optim/lr_schedule.h"
 #include "tandem/train/gradient_hooks.h"
-#include "tandem/train/metrics_log.h"
 #include "tandem/train/preflight.h"
-#include "tandem/train/progress.h"
 #include "tandem/train/run_directory.h"
+#include "tandem/train/run_report.h"
 #include "tandem/train/sampler.h"
 #include "tandem/train/step_hooks.h"
+#include "tandem/train/step_runner.h"
 #include "tandem/zero/buffer_communicator.h"
 #include "tandem/zero/data_parallel.h"
 #include "tandem/zero/gradient_accumulator.h"
@@ -132,13 +132,6 @@ nlohmann::json plan_record(const TrainingMemoryPlan& plan, int world_size, int z
           {"host_bytes", plan.total.host}};
 }
 
-struct StepTimes {
-  StepRecord figures;  // train_step fills the loss, norm, times and traffic; run() the rest
-  UpdateStepStats update;
-  bool replicas_checked = false;  // DeMo's replica check ran (and passed) after the update
-  bool skipped = false;           // the loss or gradient norm was not finite: no update
-};
-
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const TrainOptions& options, Communicator& comm,
@@ -173,7 +166,9 @@ class Trainer {
         // Stages 0 and 1 sum a rank's micro-batches in the model's gradient buffer; from
         // stage 2 the owners sum them in their partitions (zero/partitioned_gradients.h).
         accumulator_(*backend_, model_.dtype(), model_.layout().num_elements(),
-                     micro_major() ? 1 : config.gradient_accumulation_steps),
+                     DataParallel::model_holds_gradients(config.zero.stage)
+                         ? config.gradient_accumulation_steps
+                         : 1),
         checkpointer_(config_, engine_, *device_, comm, checkpoints_root(),
                       rank_checkpoint_layout(), plan_.snapshot, options_.save_checkpoints),
         data_parallel_hooks_(data_parallel_, engine_),
@@ -183,7 +178,19 @@ class Trainer {
                   .total_steps = config.train.steps,
                   .min_ratio = config.scheduler.cos_min_ratio},
         sample_rng_(config.train.seed ^ kSampleSeedSalt),
-        progress_(config.train.steps, config.train.log_interval, options_.show_progress),
+        report_(options_.metrics_path, config.train.steps, config.train.log_interval,
+                options_.show_progress),
+        runner_({.config = config_,
+                 .comm = comm,
+                 .buffer_comm = buffer_comm_,
+                 .model = model_,
+                 .data_parallel = data_parallel_,
+                 .engine = engine_,
+                 .accumulator = accumulator_,
+                 .loader = train_loader_,
+                 .hooks = hooks_,
+                 .tracer = tracer_,
+                 .nan_gradient_attempts = options.nan_gradient_attempts}),
         inputs_(static_cast<size_t>(B_) * T_),
         targets_(static_cast<size_t>(B_) * T_) {
     model_.set_block_memory(data_parallel_.block_memory());
@@ -203,7 +210,8 @@ class Trainer {
     result_.output_dir = config_.train.output_dir;
     if (!resumed_from_.empty() && step_ >= config_.train.steps) return nothing_to_train();
     result_.last_val_loss = std::numeric_limits<float>::quiet_NaN();
-    open_metrics();
+    // What this rank (rank 0) holds per tier, allocated up front: the peak of the run.
+    report_.start(step_, resumed_from_, plan_record(plan_, comm_.world_size(), config_.zero.stage));
     if (!options_.trace_path.empty()) engine_.set_tracer(&tracer_);
     const int64_t last_step = options_.stop_at_step > 0
                                   ? std::min(options_.stop_at_step, config_.train.steps)
@@ -214,7 +222,7 @@ class Trainer {
                           number <= options_.trace_last_step);
       Stopwatch watch;
       const double lr = schedule_.lr_at(step_);
-      StepTimes times = train_step(lr);
+      StepTimes times = runner_.run(step_ + 1, lr);
       // A lazy checkpoint begun after the last step has its snapshot now.
       checkpointer_.after_step(times.update);
       if (times.skipped) {
@@ -248,18 +256,18 @@ class Trainer {
   }
 
   void note_plan() {
-    progress_.note(describe_plan());
+    report_.note(describe_plan());
     if (!plan_.host_fits())  // allowed (checked_plan refuses it otherwise)
-      progress_.note(
-          cat("tandem: warning: the plan takes ", format_bytes(plan_.host_bytes_needed()),
-              " of host memory, more than the machine's ", format_bytes(plan_.machine_host_bytes),
-              " (--allow-host-overcommit); expect swapping or the OOM killer"));
+      report_.note(cat("tandem: warning: the plan takes ", format_bytes(plan_.host_bytes_needed()),
+                       " of host memory, more than the machine's ",
+                       format_bytes(plan_.machine_host_bytes),
+                       " (--allow-host-overcommit); expect swapping or the OOM killer"));
     if (reduces_gradients(config_) &&
         DataParallel::overlaps_communication(config_.zero, comm_.world_size()) &&
         !data_parallel_.overlaps_communication())
-      progress_.note(cat("zero_optimization.overlap_comm: the ", comm_.backend(),
-                         " communicator cannot run collectives on a second thread (MPI without "
-                         "MPI_THREAD_MULTIPLE); they run where they are called"));
+      report_.note(cat("zero_optimization.overlap_comm: the ", comm_.backend(),
+                       " communicator cannot run collectives on a second thread (MPI without "
+                       "MPI_THREAD_MULTIPLE); they run where they are called"));
   }
 
   // The engine holds the fp32 master weights and writes the model's working copy; the
@@ -286,28 +294,27 @@ class Trainer {
   }
 
   void announce_run() {
-    progress_.note(
-        cat("tandem: training ", model_family(config_.model.type).hf_architecture, " (",
-            config_.model.n_layer, " layers, ", config_.model.n_embd, " channels, ",
-            config_.model.num_parameters(), " parameters",
-            config_.train.init_from.empty() ? "" : cat(", from ", config_.train.init_from),
-            ") with ", optimizer_type_name(config_.optimizer.type), " on ", data_.train.size(),
-            " tokens (", train_loader_.batches_per_epoch(), " batches of ", B_, "x", T_,
-            " per epoch), ", config_.train.steps, " steps"));
+    report_.note(cat("tandem: training ", model_family(config_.model.type).hf_architecture, " (",
+                     config_.model.n_layer, " layers, ", config_.model.n_embd, " channels, ",
+                     config_.model.num_parameters(), " parameters",
+                     config_.train.init_from.empty() ? "" : cat(", from ", config_.train.init_from),
+                     ") with ", optimizer_type_name(config_.optimizer.type), " on ",
+                     data_.train.size(), " tokens (", train_loader_.batches_per_epoch(),
+                     " batches of ", B_, "x", T_, " per epoch), ", config_.train.steps, " steps"));
     if (comm_.world_size() > 1)
-      progress_.note(cat("tandem: ", comm_.world_size(), " ranks (", comm_.backend(),
-                         "), ZeRO stage ", config_.zero.stage, ", global batch ",
-                         B_ * config_.gradient_accumulation_steps * comm_.world_size(),
-                         " sequences (", B_, " x ", config_.gradient_accumulation_steps,
-                         " micro-batches x ", comm_.world_size(), " ranks)"));
+      report_.note(cat("tandem: ", comm_.world_size(), " ranks (", comm_.backend(),
+                       "), ZeRO stage ", config_.zero.stage, ", global batch ",
+                       B_ * config_.gradient_accumulation_steps * comm_.world_size(),
+                       " sequences (", B_, " x ", config_.gradient_accumulation_steps,
+                       " micro-batches x ", comm_.world_size(), " ranks)"));
   }
 
   void clean_up_leftovers() {
     const std::vector<fs::path> cleaned = run_dir_.clean_up_leftovers(comm_);
     if (!cleaned.empty())
-      progress_.note(cat("tandem: cleaned up ", cleaned.size(),
-                         " leftovers of interrupted checkpoint saves in ",
-                         checkpoints_root().string()));
+      report_.note(cat("tandem: cleaned up ", cleaned.size(),
+                       " leftovers of interrupted checkpoint saves in ",
+                       checkpoints_root().string()));
   }
 
   void resume(const fs::path& requested) {
@@ -317,8 +324,8 @@ class Trainer {
     // New checkpoints go to train.output_dir: never among another run's.
     run_dir_.refuse_another_run(path);
     if (!chosen.passed_over.empty())
-      progress_.note(cat("tandem: passed over checkpoints that do not verify (", chosen.passed_over,
-                         "); resuming from ", path.string()));
+      report_.note(cat("tandem: passed over checkpoints that do not verify (", chosen.passed_over,
+                       "); resuming from ", path.string()));
     TrainingState state = load_training_checkpoint(path, {.keep = data_parallel_.state_range(),
                                                           .rank = comm_.rank(),
                                                           .world_size = comm_.world_size()});
@@ -327,7 +334,7 @@ class Trainer {
                                                    .train_tokens = data_.train.size(),
                                                    .world_size = comm_.world_size()},
                                                    options_.allow_inexact_resume))
-      progress_.note(note);
+      report_.note(note);
     resumed_from_ = path;
     lineage_.continue_from(state.lineage);
     // Every rank reads the weights whole and its optimizer state (its partition, from the
@@ -340,30 +347,20 @@ class Trainer {
     train_loader_.set_position(state.train_position);
     sample_rng_.set_state(state.sample_rng);
     step_ = state.step;
-    progress_.note(
+    report_.note(
         cat("tandem: resumed ", path.string(), " at step ", step_, " of ", config_.train.steps));
   }
 
   // A resumed run already at train.steps: say so, rather than write the same checkpoint
   // again.
   TrainResult nothing_to_train() {
-    progress_.note(cat("tandem: the run is finished: its checkpoint ", resumed_from_.string(),
-                       " is at step ", step_, " of train.steps = ", config_.train.steps,
-                       "; raise train.steps (--set train.steps=N) to train on"));
+    report_.note(cat("tandem: the run is finished: its checkpoint ", resumed_from_.string(),
+                     " is at step ", step_, " of train.steps = ", config_.train.steps,
+                     "; raise train.steps (--set train.steps=N) to train on"));
     result_.steps_done = step_;
     result_.last_checkpoint = resumed_from_;
     result_.state_digest = state_digest();
     return std::move(result_);
-  }
-
-  void open_metrics() {
-    // A resumed run redoes the steps after its checkpoint: their old records go.
-    metrics_.emplace(options_.metrics_path,
-                     resumed_from_.empty() ? std::nullopt : std::optional<int64_t>(step_));
-    if (!resumed_from_.empty())
-      metrics_->write({{"step", step_}, {"resumed_from", resumed_from_.string()}});
-    metrics_->write(
-        {{"step", step_}, {"plan", plan_record(plan_, comm_.world_size(), config_.zero.stage)}});
   }
 
   // A step whose loss or gradient norm was not finite: noted, and after
@@ -371,13 +368,7 @@ class Trainer {
   void note_skipped_step(const StepRecord& figures) {
     skipped_in_a_row_++;
     result_.skipped_steps++;
-    metrics_->write({{"step", step_ + 1},
-                     {"skipped", true},
-                     {"loss", figures.loss},
-                     {"grad_norm", figures.grad_norm},
-                     {"skipped_in_a_row", skipped_in_a_row_}});
-    progress_.note(cat("step ", step_ + 1, ": skipped (loss ", figures.loss, ", gradient norm ",
-                       figures.grad_norm, "), ", skipped_in_a_row_, " in a row"));
+    report_.skipped(step_ + 1, figures, skipped_in_a_row_);
     if (skipped_in_a_row_ <= config_.train.max_skipped_steps) return;
     // The checkpoint in flight is finished first: the message names what is intact.
     record_checkpoints(checkpointer_.collect(true));
@@ -408,15 +399,14 @@ class Trainer {
     if (comm_.world_size() > 1) line["ring_allreduce_bytes"] = ring_allreduce_bytes();
     if (times.replicas_checked) line["replicas_identical"] = true;
     if (comm_.world_size() > 1) line["ranks"] = per_rank_figures(record);
-    metrics_->write(line);
+    report_.step(record, line);
     result_.steps.push_back(record);
-    progress_.update(step_, record.loss, record.tokens_per_s, record.ms);
     if (tracer_.enabled() && (step_ == options_.trace_last_step || step_ == last_step)) {
       tracer_.set_enabled(false);
       tracer_.write(options_.trace_path);
       trace_written_ = true;
-      progress_.note(cat("step ", step_, ": wrote the trace of steps ", options_.trace_first_step,
-                         "-", step_, " to ", options_.trace_path.string()));
+      report_.note(cat("step ", step_, ": wrote the trace of steps ", options_.trace_first_step,
+                       "-", step_, " to ", options_.trace_path.string()));
     }
     result_.last_train_loss = record.loss;
   }
@@ -428,8 +418,7 @@ class Trainer {
     const bool finished = step_ == last_step || stop_signal != 0;
     if (val_loader_ && stop_signal == 0 && (step_ % config_.train.eval_interval == 0 || finished)) {
       result_.last_val_loss = evaluate();
-      metrics_->write({{"step", step_}, {"val_loss", result_.last_val_loss}});
-      progress_.note(cat("step ", step_, ": val_loss ", result_.last_val_loss));
+      report_.val_loss(step_, result_.last_val_loss);
     }
     const int64_t every = config_.train.checkpoint_interval;
     if (options_.save_checkpoints && (finished || (every > 0 && step_ % every == 0))) {
@@ -444,14 +433,14 @@ class Trainer {
     record_checkpoints(checkpointer_.collect(finished));
     if (stop_signal == 0) return false;
     result_.stopped_by_signal = stop_signal;
-    progress_.note(cat("tandem: ", StopSignals::name(stop_signal), ": stopped after step ", step_,
-                       " of ", config_.train.steps,
-                       options_.save_checkpoints ? " with a checkpoint" : ""));
+    report_.note(cat("tandem: ", StopSignals::name(stop_signal), ": stopped after step ", step_,
+                     " of ", config_.train.steps,
+                     options_.save_checkpoints ? " with a checkpoint" : ""));
     return true;
   }
 
   TrainResult finish() {
-    progress_.finish();
+    report_.end_progress();
     // With train.checkpoint_failure "continue" a run goes on past failed checkpoints, but it
     // does not end as though it had finished when its last state is nowhere on disk: a
     // scheduler reads the exit status.
@@ -460,18 +449,18 @@ class Trainer {
       fail("the run's last checkpoint (step ", step_, ") failed: ", run_dir_.lost_steps_text(step_),
            ". Free space (or mend what the failure above names), then resume or rerun");
     if (!options_.trace_path.empty() && !trace_written_)
-      progress_.note(cat("tandem: no trace written: no step of --trace-steps ",
-                         options_.trace_first_step, "-", options_.trace_last_step, " ran (steps ",
-                         start_step_ + 1, "-", step_, " did)"));
+      report_.note(cat("tandem: no trace written: no step of --trace-steps ",
+                       options_.trace_first_step, "-", options_.trace_last_step, " ran (steps ",
+                       start_step_ + 1, "-", step_, " did)"));
     result_.steps_done = step_;
     result_.state_digest = state_digest();
     result_.peak_live_parameters = data_parallel_.peak_live_parameters();
     result_.plan = plan_;
     result_.device_bytes_in_use = device_->device_in_use();
-    metrics_->write({{"step", step_},
-                     {"state_digest", result_.state_digest},
-                     {"peak_live_parameters", result_.peak_live_parameters},
-                     {"schedule", std::string(update_schedule_name(config_.offload.schedule))}});
+    report_.finish(step_,
+                   {{"state_digest", result_.state_digest},
+                    {"peak_live_parameters", result_.peak_live_parameters},
+                    {"schedule", std::string(update_schedule_name(config_.offload.schedule))}});
     sample_at_the_end();
     return std::move(result_);
   }
@@ -484,9 +473,9 @@ class Trainer {
         (comm_.rank() == 0 || every_rank_runs_the_model()))
       result_.sample = sample_bytes(model_, "\n", config_.train.sample_bytes, sample_rng_);
     if (config_.train.sample_bytes > 0 && !byte_level && comm_.rank() == 0)
-      progress_.note(cat("tandem: no sample at the end: the model's ", config_.model.vocab_size,
-                         " tokens are not bytes; `tandem sample --checkpoint DIR --tokenizer "
-                         "tokenizer.json` decodes its tokens (train.sample_bytes=0 skips this)"));
+      report_.note(cat("tandem: no sample at the end: the model's ", config_.model.vocab_size,
+                       " tokens are not bytes; `tandem sample --checkpoint DIR --tokenizer "
+                       "tokenizer.json` decodes its tokens (train.sample_bytes=0 skips this)"));
   }
 
   // Which checkpoint a run that stops now leaves to resume from, in words.
@@ -511,23 +500,6 @@ class Trainer {
   bool every_rank_runs_the_model() const {
     return config_.zero.stage == 3 && comm_.world_size() > 1;
   }
-  // From stage 2 a rank takes the micro-batches a N + r of the global batch, reducing each
-  // as it goes (micro-major); below, r A + a, summing its own first (rank-major).
-  bool micro_major() const { return !DataParallel::model_holds_gradients(config_.zero.stage); }
-  // The global batch's micro-batches that other ranks take, right before and right after
-  // this rank's micro-batch `micro` (of A, in a step).
-  uint64_t others_before(int micro) const {
-    const uint64_t rank = comm_.rank(), A = config_.gradient_accumulation_steps;
-    if (micro_major()) return rank;
-    return micro == 0 ? rank * A : 0;
-  }
-  uint64_t others_after(int micro) const {
-    const uint64_t later_ranks = comm_.world_size() - 1 - comm_.rank();
-    const int A = config_.gradient_accumulation_steps;
-    if (micro_major()) return later_ranks;
-    return micro + 1 == A ? later_ranks * A : 0;
-  }
-
   std::string describe_plan() const {
     std::string text = plan_.to_text();
     while (!text.empty() && text.back() == '\n') text.pop_back();
@@ -545,28 +517,6 @@ class Trainer {
         [this](float* array) { data_parallel_.gather_partitions(array, sizeof(float)); });
   }
 
-  // DeMo's replicas hold the same parameters bit for bit by construction; every
-  // demo.replica_check_interval steps the ranks prove it (a collective).
-  void check_replicas(int64_t step) {
-    const std::vector<float> params =
-        std::move(read_engine_state(engine_, model_.layout().num_elements())[0]);
-    require_same_bits_on_every_rank(
-        comm_, params.data(), params.size() * sizeof(float),
-        cat("DeMo: the parameters at step ", step),
-        "the replicas diverged, which DeMo's fixed order of operations should make impossible: "
-        "please report it, and resume from the last checkpoint");
-  }
-
-  // What this rank moved so far through both communicators (one object on the cpu device).
-  CommunicatorTraffic traffic() const {
-    CommunicatorTraffic total = comm_.traffic();
-    if (&buffer_comm_ != &comm_) {
-      total.bytes_sent += buffer_comm_.traffic().bytes_sent;
-      total.bytes_received += buffer_comm_.traffic().bytes_received;
-    }
-    return total;
-  }
-
   // The figures of a step that may differ between ranks, one array per figure indexed by
   // rank, holding only the figures that do differ (a collective: every rank calls it).
   nlohmann::json per_rank_figures(const StepRecord& record) {
@@ -574,116 +524,6 @@ class Trainer {
     std::vector<double> all(mine.size() * comm_.world_size());
     comm_.all_gather(mine.data(), all.data(), mine.size() * sizeof(double));
     return differing_figures(all, comm_.world_size());
-  }
-
-  // One optimizer step over a global batch of accum x world micro-batches. At stages 0
-  // and 1 rank r takes the micro-batches [r accum, (r + 1) accum) of it: each micro-batch's
-  // gradients are computed into zeroed buffers and summed as a tree
-  // (zero/gradient_accumulator.h), then over the ranks in the same tree order. From stage 2
-  // rank r takes the micro-batches a world + r: each is reduced over the ranks as backward
-  // releases its blocks, and the owners sum the reduced micro-batches as a tree. Either
-  // way any split of the global batch over ranks and micro-batches gives the same bits
-  // (powers of two; or one rank; see zero/partitioned_gradients.h).
-  StepTimes train_step(double lr) {
-    StepTimes times;
-    const CommunicatorTraffic traffic_before = traffic();
-    const double collective_before = data_parallel_.collective_seconds();
-    const double collective_wait_before = data_parallel_.collective_wait_seconds();
-    const std::vector<float> micro_losses = forward_backward(times.figures);
-    {
-      TraceScope scope(&tracer_, "compute", "before update (gradient reduction)");
-      for (StepHooks* hooks : hooks_) hooks->before_update(step_ + 1);
-    }
-    times.figures.loss = data_parallel_.global_mean_loss(micro_losses, micro_major());
-    times.figures.grad_norm = std::sqrt(
-        data_parallel_.grad_sum_of_squares([this] { return model_.grad_sum_of_squares(); }));
-    update(lr, times);
-    {
-      TraceScope scope(&tracer_, "compute", "after update (parameter gather)");
-      for (StepHooks* hooks : hooks_) hooks->after_update(step_ + 1);
-    }
-    const CommunicatorTraffic traffic_after = traffic();
-    times.figures.comm_bytes_sent = traffic_after.bytes_sent - traffic_before.bytes_sent;
-    times.figures.comm_bytes_received =
-        traffic_after.bytes_received - traffic_before.bytes_received;
-    times.figures.collective_ms = 1e3 * (data_parallel_.collective_seconds() - collective_before);
-    times.figures.collective_wait_ms =
-        1e3 * (data_parallel_.collective_wait_seconds() - collective_wait_before);
-    return times;
-  }
-
-  // This rank's micro-batches of the step, forward and backward; returns their losses.
-  std::vector<float> forward_backward(StepRecord& figures) {
-    const int accum = config_.gradient_accumulation_steps;
-    // The mean over the global batch; without a reduction, over this rank's micro-batches.
-    attempts_++;
-    const float loss_scale =
-        options_.nan_gradient_attempts.count(attempts_) != 0
-            ? std::numeric_limits<float>::quiet_NaN()
-            : 1.0f / static_cast<float>(reduces_gradients(config_) ? accum * comm_.world_size()
-                                                                   : accum);
-    std::vector<float> micro_losses;
-    accumulator_.start_step();
-    for (int micro = 0; micro < accum; micro++) {
-      train_loader_.skip_batches(others_before(micro));
-      train_loader_.next_batch(inputs_, targets_);
-      train_loader_.skip_batches(others_after(micro));
-      Stopwatch watch;
-      {
-        TraceScope scope(&tracer_, "compute", cat("forward ", micro));
-        micro_losses.push_back(model_.forward(inputs_.data(), targets_.data(), B_, T_));
-      }
-      figures.forward_ms += watch.millis();
-      watch.reset();
-      backward(micro, loss_scale);
-      figures.backward_ms += watch.millis();
-    }
-    return micro_losses;
-  }
-
-  void backward(int micro, float loss_scale) {
-    TraceScope scope(&tracer_, "compute", cat("backward ", micro));
-    model_.zero_grads();
-    data_parallel_.start_micro_batch(micro);
-    if (micro + 1 == config_.gradient_accumulation_steps) {
-      // The last micro-batch makes the gradients final block by block: each block is
-      // summed with the earlier micro-batches, reduced over the ranks, and the engine
-      // starts offloading it, while backward goes on with the blocks below.
-      model_.backward(loss_scale, [this](size_t begin, size_t end) {
-        if (!micro_major()) accumulator_.finish(model_.grads(), begin, end);
-        for (StepHooks* hooks : hooks_) hooks->gradients_final(begin, end);
-      });
-    } else {
-      model_.backward(loss_scale);
-      if (!micro_major()) accumulator_.add(model_.grads());
-    }
-    data_parallel_.finish_micro_batch();
-    // On a GPU backward only queues kernels: wait for them, so that backward_ms is their
-    // time rather than the launches' (the gradient norm after them waits anyway).
-    model_.backend().stream().synchronize();
-  }
-
-  // The optimizer step, or none: a non-finite loss or gradient never reaches the optimizer
-  // state, on every rank alike (without a reduction, DeMo's norms are each rank's own).
-  void update(double lr, StepTimes& times) {
-    const bool finite = std::isfinite(times.figures.loss) && std::isfinite(times.figures.grad_norm);
-    times.skipped = comm_.world_size() > 1 && !reduces_gradients(config_)
-                        ? !all_ranks_ok(comm_, finite)
-                        : !finite;
-    if (times.skipped) {
-      engine_.skip_step();
-      return;
-    }
-    {
-      const float scale = clip_scale(times.figures.grad_norm, config_.gradient_clipping);
-      TraceScope scope(&tracer_, "update", cat("optimizer step ", step_ + 1));
-      times.update = engine_.step(lr, scale);
-    }
-    const int64_t check_every = config_.demo.replica_check_interval;
-    if (!reduces_gradients(config_) && check_every > 0 && (step_ + 1) % check_every == 0) {
-      check_replicas(step_ + 1);
-      times.replicas_checked = true;
-    }
   }
 
   float evaluate() {
@@ -749,21 +589,8 @@ class Trainer {
   // note, the result.
   void record_checkpoints(std::vector<CheckpointRecord> records) {
     for (CheckpointRecord& record : records) {
-      if (!record.error.empty()) {
-        progress_.note(cat("tandem: ", record.error, "; training goes on"));
-        metrics_->write({{"step", record.step}, {"checkpoint_error", record.error}});
-      } else if (!record.path.empty()) {
-        progress_.note(cat("step ", record.step, ": saved ", record.path.string(), " (",
-                           record.lazy ? "lazy" : "synchronous", ": training waited ",
-                           format_fixed(record.stall_ms, 1), " ms, written in ",
-                           format_fixed(record.flush_ms, 1), " ms)"));
-        metrics_->write({{"step", record.step},
-                         {"checkpoint", record.path.string()},
-                         {"checkpoint_lazy", record.lazy},
-                         {"checkpoint_stall_ms", record.stall_ms},
-                         {"checkpoint_flush_ms", record.flush_ms}});
-        result_.last_checkpoint = record.path;
-      }
+      report_.checkpoint(record);
+      if (record.error.empty() && !record.path.empty()) result_.last_checkpoint = record.path;
       result_.checkpoints.push_back(std::move(record));
     }
   }
@@ -799,7 +626,6 @@ class Trainer {
   std::string train_tokens_xxh3_;  // recorded in checkpoints for resume's checks
   fs::path resumed_from_;          // the checkpoint this invocation resumed
   RunLineage lineage_;             // of this run's checkpoints
-  int64_t attempts_ = 0;           // train_step calls in this invocation
   DataLoader train_loader_;
   std::unique_ptr<DataLoader> val_loader_;
   // The device first: the backend's tensors and the engine's state live in it, and it
@@ -822,13 +648,13 @@ class Trainer {
   std::vector<StepHooks*> hooks_;
   WarmupCosineSchedule schedule_;
   Rng sample_rng_;
-  ProgressLine progress_;
-  std::vector<int32_t> inputs_, targets_;
+  RunReport report_;
+  StepRunner runner_;
+  std::vector<int32_t> inputs_, targets_;  // the validation batches
   int64_t step_ = 0;
   int64_t start_step_ = 0;  // where this invocation began (after a resume: the checkpoint's)
-  // What run() builds: the metrics file (opened once the run starts training), the result,
-  // the non-finite attempts in a row, whether the trace was written.
-  std::optional<MetricsLog> metrics_;
+  // What run() builds: the result, the non-finite attempts in a row, whether the trace was
+  // written.
   TrainResult result_;
   int64_t skipped_in_a_row_ = 0;
   bool trace_written_ = false;

@@ -1,0 +1,152 @@
+// A checkpoint streamed in pieces (ckpt/streamed_checkpoint.h) is the synchronous save,
+// byte for byte, whatever the pieces and their order: pieces that cut a transposed
+// Conv1D weight mid-row, single floats, sharded weights, DeMo's arrays.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "support/test_util.h"
+#include "support/tiny_run.h"
+#include "tandem/ckpt/streamed_checkpoint.h"
+#include "tandem/ckpt/train_checkpoint.h"
+#include "tandem/config/optimizer_family.h"
+#include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
+#include "tandem/core/rng.h"
+#include "tandem/model/model_family.h"
+#include "tandem/model/param_layout.h"
+
+namespace tandem {
+namespace {
+namespace fs = std::filesystem;
+
+TrainingState random_state(const nlohmann::json& json, uint64_t seed) {
+  TrainingState state;
+  state.config = parse_train_config(json);
+  state.step = 42;
+  state.train_position = {.epoch = 1, .batch = 3};
+  state.sample_rng = {1, 2, 3, 0xfedcba9876543210ull};
+  const size_t P = model_layout(state.config.model).num_elements();
+  state.params = testing::randn(P, seed);
+  for (size_t k = 0; k < optimizer_family(state.config.optimizer.type).state_names().size(); k++)
+    state.optimizer_state.push_back(testing::randn(P, seed + 1 + k));
+  return state;
+}
+
+// Cuts [0, P) into pieces of the given sizes (cycled) and shuffles them.
+std::vector<ParamRange> pieces(size_t P, const std::vector<size_t>& sizes, uint64_t seed) {
+  std::vector<ParamRange> out;
+  for (size_t b = 0, i = 0; b < P; i++) {
+    const size_t e = std::min(P, b + sizes[i % sizes.size()]);
+    out.push_back({b, e});
+    b = e;
+  }
+  Rng rng(seed);
+  for (size_t i = out.size(); i > 1; i--) std::swap(out[i - 1], out[rng.next_u64() % i]);
+  return out;
+}
+
+void stream(const fs::path& root, const TrainingState& state, const std::vector<ParamRange>& cut) {
+  StreamedTrainingCheckpoint checkpoint(root, state);
+  for (const ParamRange& r : cut) {
+    // Each piece from a buffer of its own, as a pool slot holds it.
+    std::vector<std::vector<float>> slot;
+    slot.emplace_back(state.params.begin() + r.begin, state.params.begin() + r.end);
+    for (const std::vector<float>& array : state.optimizer_state)
+      slot.emplace_back(array.begin() + r.begin, array.begin() + r.end);
+    std::vector<const float*> arrays;
+    for (const std::vector<float>& a : slot) arrays.push_back(a.data());
+    checkpoint.write(r, arrays);
+  }
+  checkpoint.publish();
+}
+
+void expect_same_files(const fs::path& a, const fs::path& b) {
+  std::vector<std::string> names;
+  for (const fs::directory_entry& e : fs::directory_iterator(a))
+    names.push_back(e.path().filename().string());
+  std::vector<std::string> other;
+  for (const fs::directory_entry& e : fs::directory_iterator(b))
+    other.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  std::sort(other.begin(), other.end());
+  ASSERT_EQ(names, other);
+  for (const std::string& name : names)
+    EXPECT_EQ(read_file_bytes(a / name), read_file_bytes(b / name)) << name;
+}
+
+TEST(StreamedCheckpoint, AnyPiecesInAnyOrderGiveTheSynchronousSaveByteForByte) {
+  testing::ScratchDir dir("streamed");
+  nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "run");
+  const TrainingState state = random_state(json, 5);
+  const size_t P = state.params.size();
+  const fs::path sync = save_training_checkpoint(dir / "sync", state);
+  // 7 and 1 cut the [48, 16] and [64, 16] Conv1D weights mid-row and mid-column; the
+  // large sizes span several tensors at once.
+  const std::vector<std::vector<size_t>> cuts = {{P}, {7, 1, 1000}, {1}, {4099, 333, 16}};
+  for (size_t c = 0; c < cuts.size(); c++) {
+    const fs::path root = dir / ("streamed_" + std::to_string(c));
+    stream(root, state, pieces(P, cuts[c], c));
+    SCOPED_TRACE("cut " + std::to_string(c));
+    expect_same_files(sync, root / sync.filename());
+    EXPECT_EQ(read_file_text(root / "latest"), read_file_text(dir / "sync" / "latest"));
+    verify_checkpoint(root / sync.filename());
+  }
+}
+
+TEST(StreamedCheckpoint, ShardedWeightsAndDemoStateToo) {
+  testing::ScratchDir dir("streamed_sharded");
+  nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "run");
+  json["train"]["max_shard_size"] = 5000;  // bytes: several weight shards and an index
+  json["optimizer"] = {{"type", "DeMo"}, {"params", {{"lr", 1e-3}}}};
+  const TrainingState state = random_state(json, 9);
+  ASSERT_EQ(state.optimizer_state.size(), 1u);
+  const fs::path sync = save_training_checkpoint(dir / "sync", state);
+  ASSERT_TRUE(fs::exists(sync / "model.safetensors.index.json"));
+  stream(dir / "streamed", state, pieces(state.params.size(), {513, 2}, 3));
+  expect_same_files(sync, dir / "streamed" / sync.filename());
+}
+
+TEST(StreamedCheckpoint, MissingPiecesAreRefusedAndLeaveNothing) {
+  testing::ScratchDir dir("streamed_missing");
+  const TrainingState state =
+      random_state(testing::tiny_run_config(dir / "data.txt", dir / "run"), 2);
+  {
+    StreamedTrainingCheckpoint checkpoint(dir / "ckpt", state);
+    const float* arrays[] = {state.params.data(), state.optimizer_state[0].data(),
+                             state.optimizer_state[1].data()};
+    checkpoint.write({0, 100}, arrays);
+    EXPECT_THROW(checkpoint.write({0, state.params.size() + 1}, arrays), Error);
+    try {
+      checkpoint.publish();
+      ADD_FAILURE() << "published with pieces missing";
+    } catch (const Error& e) {
+      EXPECT_PRED_FORMAT2(testing::contains, e.what(), "wrote 300 of the checkpoint's");
+    }
+  }
+  // The staging directory went with it: nothing under the root looks like a checkpoint.
+  EXPECT_TRUE(fs::is_empty(dir / "ckpt"));
+}
+
+TEST(StreamedCheckpoint, AFullDiskFailsBeforeTheFirstPieceNamingTheFile) {
+  testing::ScratchDir dir("streamed_full");
+  const TrainingState state =
+      random_state(testing::tiny_run_config(dir / "data.txt", dir / "run"), 4);
+  {
+    const testing::FileSizeLimit limit(1000);
+    try {
+      StreamedTrainingCheckpoint checkpoint(dir / "ckpt", state);
+      ADD_FAILURE() << "the files fit in 1000 bytes?";
+    } catch (const Error& e) {
+      EXPECT_PRED_FORMAT2(testing::contains, e.what(), "model.safetensors: cannot reserve");
+    }
+  }
+  EXPECT_TRUE(fs::is_empty(dir / "ckpt"));
+}
+
+}  // namespace
+}  // namespace tandem
