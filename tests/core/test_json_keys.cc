@@ -9,10 +9,15 @@
 #include <vector>
 
 #include "support/test_util.h"
+#include "tandem/ckpt/safetensors.h"
+#include "tandem/compute/compute_backend.h"
 #include "tandem/config/train_config.h"
+#include "tandem/core/cpu_features.h"
 #include "tandem/core/enum_names.h"
 #include "tandem/core/json_keys.h"
+#include "tandem/device/device.h"
 #include "tandem/offload/offload_plan.h"
+#include "tandem/offload/update_types.h"
 
 namespace tandem {
 namespace {
@@ -69,13 +74,29 @@ void expect_round_trip(const EnumName<Enum> (&names)[N]) {
   }
 }
 
-TEST(EnumNames, EveryTableOfTheConfigReadsBackItsOwnNames) {
+TEST(EnumNames, EveryTableReadsBackItsOwnNames) {
   expect_round_trip(kUpdateScheduleNames);
   expect_round_trip(kUpdateSiteNames);
   expect_round_trip(kDeviceKindNames);
   expect_round_trip(kDemoValueFormatNames);
   expect_round_trip(kCheckpointFailureNames);
   expect_round_trip(kModelTypeNames);
+  expect_round_trip(kDTypeNames);
+  expect_round_trip(kMemorySpaceNames);
+  expect_round_trip(kSimdTargetNames);
+  expect_round_trip(kStorageDTypeNames);
+  expect_round_trip(kGradDTypeNames);
+  expect_round_trip(kWorkingDTypeNames);
+}
+
+// A file format's names are read as written: safetensors says "F32", never "f32".
+TEST(EnumNames, AFormatsNamesAreReadInTheirOwnCaseOnly) {
+  EXPECT_EQ(parse_dtype("BF16"), DType::kBF16);
+  EXPECT_EQ(parse_dtype("bf16"), std::nullopt);
+  EXPECT_EQ(parse_simd_target("avx2"), SimdTarget::kAvx2);
+  EXPECT_EQ(parse_simd_target("AVX2"), std::nullopt);
+  EXPECT_EQ(enum_from_exact_name(kColorNames, "dark_blue"), Color::kDarkBlue);
+  EXPECT_EQ(enum_from_exact_name(kColorNames, "Dark_Blue"), std::nullopt);
 }
 
 TEST(JsonKeys, ATableReadsEveryKindOfKeyAndWritesItBack) {

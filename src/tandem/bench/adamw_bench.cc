@@ -14,10 +14,9 @@
 namespace tandem {
 namespace {
 
-const char* grad_name(GradDType d) { return d == GradDType::kF32 ? "fp32" : "bf16"; }
-const char* working_name(WorkingDType d) {
-  return d == WorkingDType::kNone ? "none" : d == WorkingDType::kBF16 ? "bf16" : "fp16";
-}
+// The tables' names are string literals, so their data() ends in a NUL (printf's %s).
+const char* grad_name(GradDType d) { return enum_name(kGradDTypeNames, d).data(); }
+const char* working_name(WorkingDType d) { return enum_name(kWorkingDTypeNames, d).data(); }
 
 }  // namespace
 

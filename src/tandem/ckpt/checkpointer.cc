@@ -7,6 +7,7 @@
 #include "tandem/ckpt/streamed_checkpoint.h"
 #include "tandem/comm/agreement.h"
 #include "tandem/comm/communicator.h"
+#include "tandem/config/optimizer_family.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/timer.h"
@@ -206,6 +207,18 @@ void Checkpointer::try_commit(bool wait) {
   staging_.reset();  // unpublished: its directory goes
   pending_stall_ms_ += blocked.millis();
   done_.push_back(finished(*outcome));
+}
+
+RankCheckpointLayout RankCheckpointLayout::of(const TrainConfig& config, int rank, ParamRange held,
+                                              std::function<void(float* params)> gather_params) {
+  const OptimizerFamily& family = optimizer_family(config.optimizer.type);
+  RankCheckpointLayout layout;
+  layout.zero_stage = config.zero.stage;
+  layout.per_rank = family.state_per_rank;
+  layout.range = layout.per_rank || config.zero.stage > 0 || rank == 0 ? held : ParamRange{};
+  layout.names = family.state_names();
+  if (config.zero.stage > 0) layout.gather_params = std::move(gather_params);
+  return layout;
 }
 
 ShardedOptimizerState RankCheckpointLayout::shard_of(const TrainingState& state) const {

@@ -66,6 +66,13 @@ struct RankCheckpointLayout {
 
   // The shard this rank writes of `state`'s optimizer arrays (which must outlive it).
   ShardedOptimizerState shard_of(const TrainingState& state) const;
+
+  // What rank `rank` writes of a checkpoint of `config`: its partition of the optimizer
+  // state (`held`; at stage 0 the state is whole on every rank, and rank 0's shard is all
+  // of it), or, for state every rank keeps of its own (DeMo), all of it; and, from stage 1,
+  // `gather_params` to get the fp32 params whole.
+  static RankCheckpointLayout of(const TrainConfig& config, int rank, ParamRange held,
+                                 std::function<void(float* params)> gather_params);
 };
 
 class Checkpointer {

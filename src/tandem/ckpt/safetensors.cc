@@ -126,35 +126,6 @@ size_t dtype_size(DType dtype) {
   fail("dtype_size: invalid DType ", static_cast<int>(dtype));
 }
 
-std::string_view dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kF64:
-      return "F64";
-    case DType::kF32:
-      return "F32";
-    case DType::kF16:
-      return "F16";
-    case DType::kBF16:
-      return "BF16";
-    case DType::kI64:
-      return "I64";
-    case DType::kI32:
-      return "I32";
-    case DType::kU16:
-      return "U16";
-    case DType::kU8:
-      return "U8";
-  }
-  fail("dtype_name: invalid DType ", static_cast<int>(dtype));
-}
-
-std::optional<DType> parse_dtype(std::string_view name) {
-  for (DType d : kAllDTypes) {
-    if (dtype_name(d) == name) return d;
-  }
-  return std::nullopt;
-}
-
 // ---------------------------------------------------------------------------- writer
 
 void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,

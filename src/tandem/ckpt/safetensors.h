@@ -21,6 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tandem/core/enum_names.h"
+
 namespace tandem {
 
 // The element types tandem writes or reads (a subset of those safetensors defines).
@@ -28,9 +30,14 @@ enum class DType { kF64, kF32, kF16, kBF16, kI64, kI32, kU16, kU8 };
 
 size_t dtype_size(DType dtype);
 // The safetensors spelling: "F64", "F32", "F16", "BF16", "I64", "I32", "U16", "U8".
-std::string_view dtype_name(DType dtype);
+inline constexpr EnumName<DType> kDTypeNames[] = {
+    {DType::kF64, "F64"}, {DType::kF32, "F32"}, {DType::kF16, "F16"}, {DType::kBF16, "BF16"},
+    {DType::kI64, "I64"}, {DType::kI32, "I32"}, {DType::kU16, "U16"}, {DType::kU8, "U8"}};
+constexpr std::string_view dtype_name(DType dtype) { return enum_name(kDTypeNames, dtype); }
 // Inverse of dtype_name; nullopt for a name tandem does not know.
-std::optional<DType> parse_dtype(std::string_view name);
+inline std::optional<DType> parse_dtype(std::string_view name) {
+  return enum_from_exact_name(kDTypeNames, name);
+}
 
 // Collects tensors and writes them as one safetensors file, byte for byte as the
 // reference writer lays them out (compact JSON, space padding, packed data), except

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string_view>
 
+#include "tandem/core/enum_names.h"
 #include "tandem/core/half.h"
 #include "tandem/device/device.h"
 
@@ -47,7 +48,11 @@ class Buffer {
 // LayerNorm statistics, attention log-sum-exps and losses are always fp32.
 enum class StorageDType { kF32, kBF16 };
 
-std::string_view storage_dtype_name(StorageDType dtype);
+inline constexpr EnumName<StorageDType> kStorageDTypeNames[] = {{StorageDType::kF32, "fp32"},
+                                                                {StorageDType::kBF16, "bf16"}};
+constexpr std::string_view storage_dtype_name(StorageDType dtype) {
+  return enum_name(kStorageDTypeNames, dtype);
+}
 size_t storage_dtype_bytes(StorageDType dtype);
 
 // The kernels for tensors stored as Elem (float or Bf16). Every ComputeBackend has both

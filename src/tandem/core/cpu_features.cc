@@ -2,24 +2,6 @@
 
 namespace tandem {
 
-std::string_view simd_target_name(SimdTarget target) {
-  switch (target) {
-    case SimdTarget::kScalar:
-      return "scalar";
-    case SimdTarget::kAvx2:
-      return "avx2";
-    case SimdTarget::kAvx512:
-      return "avx512";
-  }
-  return "?";
-}
-
-std::optional<SimdTarget> parse_simd_target(std::string_view name) {
-  for (SimdTarget t : {SimdTarget::kScalar, SimdTarget::kAvx2, SimdTarget::kAvx512})
-    if (simd_target_name(t) == name) return t;
-  return std::nullopt;
-}
-
 bool cpu_supports(SimdTarget target) {
   switch (target) {
     case SimdTarget::kScalar:

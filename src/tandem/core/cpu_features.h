@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tandem/core/enum_names.h"
+
 namespace tandem {
 
 enum class SimdTarget {
@@ -14,8 +16,14 @@ enum class SimdTarget {
   kAvx512,  // AVX-512 F + BW + VL (plus the AVX2 set)
 };
 
-std::string_view simd_target_name(SimdTarget target);
-std::optional<SimdTarget> parse_simd_target(std::string_view name);
+inline constexpr EnumName<SimdTarget> kSimdTargetNames[] = {
+    {SimdTarget::kScalar, "scalar"}, {SimdTarget::kAvx2, "avx2"}, {SimdTarget::kAvx512, "avx512"}};
+constexpr std::string_view simd_target_name(SimdTarget target) {
+  return enum_name(kSimdTargetNames, target);
+}
+inline std::optional<SimdTarget> parse_simd_target(std::string_view name) {
+  return enum_from_exact_name(kSimdTargetNames, name);
+}
 bool cpu_supports(SimdTarget target);
 // The best target this CPU supports.
 SimdTarget best_simd_target();

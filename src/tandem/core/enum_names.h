@@ -44,6 +44,14 @@ std::optional<Enum> enum_from_name(const EnumName<Enum> (&names)[N], std::string
   return std::nullopt;
 }
 
+// The same, in the case the table gives (a file format's names: safetensors' "F32").
+template <typename Enum, size_t N>
+std::optional<Enum> enum_from_exact_name(const EnumName<Enum> (&names)[N], std::string_view text) {
+  for (const EnumName<Enum>& entry : names)
+    if (entry.name == text) return entry.value;
+  return std::nullopt;
+}
+
 // The names for a message, each quoted, `separator` between them:
 // "\"device\", \"cpu\", \"ratio\"".
 template <typename Enum, size_t N>

@@ -4,18 +4,6 @@
 
 namespace tandem {
 
-std::string_view memory_space_name(MemorySpace space) {
-  switch (space) {
-    case MemorySpace::kDevice:
-      return "device";
-    case MemorySpace::kPinnedHost:
-      return "pinned_host";
-    case MemorySpace::kHost:
-      return "host";
-  }
-  return "unknown";
-}
-
 DeviceAllocation& DeviceAllocation::operator=(DeviceAllocation&& other) noexcept {
   if (this != &other) {
     reset();

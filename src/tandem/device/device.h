@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 
+#include "tandem/core/enum_names.h"
 #include "tandem/core/error.h"
 #include "tandem/core/trace.h"
 #include "tandem/device/device_kind.h"
@@ -29,7 +30,13 @@ enum class MemorySpace {
   kPinnedHost,  // page-locked host memory: the only host memory async copies overlap with
   kHost,        // ordinary host memory
 };
-std::string_view memory_space_name(MemorySpace space);
+inline constexpr EnumName<MemorySpace> kMemorySpaceNames[] = {
+    {MemorySpace::kDevice, "device"},
+    {MemorySpace::kPinnedHost, "pinned_host"},
+    {MemorySpace::kHost, "host"}};
+constexpr std::string_view memory_space_name(MemorySpace space) {
+  return enum_name(kMemorySpaceNames, space);
+}
 
 // Thrown when device memory is exhausted; the message gives the bytes asked for, in
 // use and available, and the setting that controls the capacity.

@@ -6,16 +6,24 @@
 #include <cstddef>
 #include <vector>
 
+#include "tandem/core/enum_names.h"
+
 namespace tandem {
 
 // Declared only: CUDA sources (C++17) include this header, model/ headers need C++20.
 class ParamLayout;
 
 enum class GradDType { kF32, kBF16 };
+inline constexpr EnumName<GradDType> kGradDTypeNames[] = {{GradDType::kF32, "fp32"},
+                                                          {GradDType::kBF16, "bf16"}};
 // The working copy of the parameters (what forward and backward read), written in the
 // same pass as the update: 16-bit for mixed precision. (kF32: the copy is the fp32
 // params themselves; the kernels write no extra copy, the update engine copies them.)
 enum class WorkingDType { kNone, kBF16, kF16, kF32 };
+inline constexpr EnumName<WorkingDType> kWorkingDTypeNames[] = {{WorkingDType::kNone, "none"},
+                                                                {WorkingDType::kBF16, "bf16"},
+                                                                {WorkingDType::kF16, "fp16"},
+                                                                {WorkingDType::kF32, "fp32"}};
 
 // A range of the flat parameter space (or of a subgroup's arrays) updated with or without
 // weight decay.

@@ -4,6 +4,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
+#include "tandem/model/model_family.h"
 
 namespace tandem {
 
@@ -11,11 +12,47 @@ RunReport::RunReport(std::filesystem::path metrics_path, int64_t total_steps, in
                      bool show_progress)
     : metrics_path_(std::move(metrics_path)), progress_(total_steps, log_interval, show_progress) {}
 
+void RunReport::note_plan(const TrainingMemoryPlan& plan, std::string_view device_name) {
+  std::string text = plan.to_text();
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  std::string indented = cat("tandem: optimizer update plan on the ", device_name, " device:\n  ");
+  for (char c : text) indented += c == '\n' ? std::string("\n  ") : std::string(1, c);
+  progress_.note(indented);
+}
+
+void RunReport::announce(const TrainConfig& config, size_t tokens, uint64_t batches_per_epoch,
+                         int world_size, std::string_view backend) {
+  const int B = config.micro_batch_size, T = config.seq_len();
+  const int accum = config.gradient_accumulation_steps;
+  progress_.note(cat("tandem: training ", model_family(config.model.type).hf_architecture, " (",
+                     config.model.n_layer, " layers, ", config.model.n_embd, " channels, ",
+                     config.model.num_parameters(), " parameters",
+                     config.train.init_from.empty() ? "" : cat(", from ", config.train.init_from),
+                     ") with ", optimizer_type_name(config.optimizer.type), " on ", tokens,
+                     " tokens (", batches_per_epoch, " batches of ", B, "x", T, " per epoch), ",
+                     config.train.steps, " steps"));
+  if (world_size > 1)
+    progress_.note(cat("tandem: ", world_size, " ranks (", backend, "), ZeRO stage ",
+                       config.zero.stage, ", global batch ", B * accum * world_size, " sequences (",
+                       B, " x ", accum, " micro-batches x ", world_size, " ranks)"));
+}
+
 void RunReport::start(int64_t step, const std::filesystem::path& resumed,
-                      const nlohmann::json& plan) {
+                      const TrainingMemoryPlan& plan) {
   metrics_.emplace(metrics_path_, resumed.empty() ? std::nullopt : std::optional<int64_t>(step));
   if (!resumed.empty()) metrics_->write({{"step", step}, {"resumed_from", resumed.string()}});
-  metrics_->write({{"step", step}, {"plan", plan}});
+  metrics_->write(
+      {{"step", step},
+       {"plan",
+        {{"world_size", plan.world_size},
+         {"zero_stage", plan.zero_stage},
+         {"schedule", std::string(update_schedule_name(plan.offload.settings.schedule))},
+         {"partition_params", plan.offload.partition.size()},
+         {"model_state_bytes", plan.model_state_bytes()},
+         {"zero_buffer_bytes", plan.zero_buffer_bytes},
+         {"device_bytes", plan.total.device},
+         {"pinned_host_bytes", plan.total.pinned_host},
+         {"host_bytes", plan.total.host}}}});
 }
 
 void RunReport::skipped(int64_t step, const StepRecord& figures, int64_t in_a_row) {

@@ -8,9 +8,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tandem/ckpt/checkpoint_record.h"
+#include "tandem/config/memory_plan.h"
 #include "tandem/train/metrics_log.h"
 #include "tandem/train/progress.h"
 #include "tandem/train/step_record.h"
@@ -24,9 +26,16 @@ class RunReport {
 
   // A line of its own for people (the plan, a resume, a warning).
   void note(const std::string& text) { progress_.note(text); }
-  // Opens the metrics file at `step` with the plan's record; a run resumed from `resumed`
-  // cuts the records of the steps it is about to redo and says where it resumed.
-  void start(int64_t step, const std::filesystem::path& resumed, const nlohmann::json& plan);
+  // The update plan, indented under a heading naming the device.
+  void note_plan(const TrainingMemoryPlan& plan, std::string_view device_name);
+  // What is about to train: the model, the optimizer, the data (`tokens`, in epochs of
+  // `batches_per_epoch`), and the ranks.
+  void announce(const TrainConfig& config, size_t tokens, uint64_t batches_per_epoch,
+                int world_size, std::string_view backend);
+  // Opens the metrics file at `step` with what this rank holds per tier under `plan`
+  // (allocated up front: the peak of the run); a run resumed from `resumed` cuts the
+  // records of the steps it is about to redo and says where it resumed.
+  void start(int64_t step, const std::filesystem::path& resumed, const TrainingMemoryPlan& plan);
   // An attempt whose loss or gradient norm was not finite: the step it would have been.
   void skipped(int64_t step, const StepRecord& figures, int64_t in_a_row);
   // A step done: `line` is its metrics record (step_metrics and what the trainer adds).

@@ -119,19 +119,6 @@ TrainingMemoryPlan checked_plan(const TrainConfig& config, Device& device, Threa
   return plan;
 }
 
-// What this rank (rank 0) holds per tier, allocated up front: the peak of the run.
-nlohmann::json plan_record(const TrainingMemoryPlan& plan, int world_size, int zero_stage) {
-  return {{"world_size", world_size},
-          {"zero_stage", zero_stage},
-          {"schedule", std::string(update_schedule_name(plan.offload.settings.schedule))},
-          {"partition_params", plan.offload.partition.size()},
-          {"model_state_bytes", plan.model_state_bytes()},
-          {"zero_buffer_bytes", plan.zero_buffer_bytes},
-          {"device_bytes", plan.total.device},
-          {"pinned_host_bytes", plan.total.pinned_host},
-          {"host_bytes", plan.total.host}};
-}
-
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const TrainOptions& options, Communicator& comm,
@@ -210,8 +197,7 @@ class Trainer {
     result_.output_dir = config_.train.output_dir;
     if (!resumed_from_.empty() && step_ >= config_.train.steps) return nothing_to_train();
     result_.last_val_loss = std::numeric_limits<float>::quiet_NaN();
-    // What this rank (rank 0) holds per tier, allocated up front: the peak of the run.
-    report_.start(step_, resumed_from_, plan_record(plan_, comm_.world_size(), config_.zero.stage));
+    report_.start(step_, resumed_from_, plan_);
     if (!options_.trace_path.empty()) engine_.set_tracer(&tracer_);
     const int64_t last_step = options_.stop_at_step > 0
                                   ? std::min(options_.stop_at_step, config_.train.steps)
@@ -252,11 +238,12 @@ class Trainer {
     run_dir_.refuse_an_earlier_run(comm_);
     clean_up_leftovers();
     load_initial_state();
-    announce_run();
+    report_.announce(config_, data_.train.size(), train_loader_.batches_per_epoch(),
+                     comm_.world_size(), comm_.backend());
   }
 
   void note_plan() {
-    report_.note(describe_plan());
+    report_.note_plan(plan_, device_->name());
     if (!plan_.host_fits())  // allowed (checked_plan refuses it otherwise)
       report_.note(cat("tandem: warning: the plan takes ", format_bytes(plan_.host_bytes_needed()),
                        " of host memory, more than the machine's ",
@@ -291,22 +278,6 @@ class Trainer {
         },
         0);
     data_parallel_.parameters_loaded();
-  }
-
-  void announce_run() {
-    report_.note(cat("tandem: training ", model_family(config_.model.type).hf_architecture, " (",
-                     config_.model.n_layer, " layers, ", config_.model.n_embd, " channels, ",
-                     config_.model.num_parameters(), " parameters",
-                     config_.train.init_from.empty() ? "" : cat(", from ", config_.train.init_from),
-                     ") with ", optimizer_type_name(config_.optimizer.type), " on ",
-                     data_.train.size(), " tokens (", train_loader_.batches_per_epoch(),
-                     " batches of ", B_, "x", T_, " per epoch), ", config_.train.steps, " steps"));
-    if (comm_.world_size() > 1)
-      report_.note(cat("tandem: ", comm_.world_size(), " ranks (", comm_.backend(),
-                       "), ZeRO stage ", config_.zero.stage, ", global batch ",
-                       B_ * config_.gradient_accumulation_steps * comm_.world_size(),
-                       " sequences (", B_, " x ", config_.gradient_accumulation_steps,
-                       " micro-batches x ", comm_.world_size(), " ranks)"));
   }
 
   void clean_up_leftovers() {
@@ -500,15 +471,6 @@ class Trainer {
   bool every_rank_runs_the_model() const {
     return config_.zero.stage == 3 && comm_.world_size() > 1;
   }
-  std::string describe_plan() const {
-    std::string text = plan_.to_text();
-    while (!text.empty() && text.back() == '\n') text.pop_back();
-    std::string indented =
-        "tandem: optimizer update plan on the " + std::string(device_->name()) + " device:\n  ";
-    for (char c : text) indented += c == '\n' ? std::string("\n  ") : std::string(1, c);
-    return indented;
-  }
-
   // A collective (ckpt/state_digest.h).
   std::string state_digest() {
     return tandem::state_digest(
@@ -551,24 +513,10 @@ class Trainer {
     return *std::max_element(all.begin(), all.end());
   }
 
-  // What this rank writes of a data-parallel checkpoint: its partition of the optimizer
-  // state (at stage 0 the state is whole on every rank, and rank 0's shard is all of it),
-  // or, for state every rank keeps of its own (DeMo), all of it; and how rank 0 gets the
-  // fp32 params whole.
   RankCheckpointLayout rank_checkpoint_layout() {
-    const OptimizerFamily& family = optimizer_family(config_.optimizer.type);
-    RankCheckpointLayout layout;
-    layout.zero_stage = config_.zero.stage;
-    layout.per_rank = family.state_per_rank;
-    layout.range = layout.per_rank || config_.zero.stage > 0 || comm_.rank() == 0
-                       ? data_parallel_.state_range()
-                       : ParamRange{};
-    layout.names = family.state_names();
-    if (config_.zero.stage > 0)
-      layout.gather_params = [this](float* params) {
-        data_parallel_.gather_partitions(params, sizeof(float));
-      };
-    return layout;
+    return RankCheckpointLayout::of(
+        config_, comm_.rank(), data_parallel_.state_range(),
+        [this](float* params) { data_parallel_.gather_partitions(params, sizeof(float)); });
   }
 
   // What a checkpoint holds besides the engine's arrays.
