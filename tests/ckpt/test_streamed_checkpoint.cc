@@ -13,12 +13,12 @@
 #include "support/tiny_run.h"
 #include "tandem/ckpt/streamed_checkpoint.h"
 #include "tandem/ckpt/train_checkpoint.h"
-#include "tandem/config/optimizer_family.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/rng.h"
 #include "tandem/model/model_family.h"
 #include "tandem/model/param_layout.h"
+#include "tandem/optim/optimizer_family.h"
 
 namespace tandem {
 namespace {

@@ -7,11 +7,11 @@
 #include "tandem/ckpt/streamed_checkpoint.h"
 #include "tandem/comm/agreement.h"
 #include "tandem/comm/communicator.h"
-#include "tandem/config/optimizer_family.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/timer.h"
 #include "tandem/offload/update_engine.h"
+#include "tandem/optim/optimizer_family.h"
 
 namespace tandem {
 namespace fs = std::filesystem;

@@ -9,11 +9,11 @@
 #include <utility>
 
 #include "tandem/ckpt/hf_weights.h"
-#include "tandem/config/optimizer_family.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/format.h"
 #include "tandem/model/model_family.h"
+#include "tandem/optim/optimizer_family.h"
 
 namespace tandem {
 namespace fs = std::filesystem;

@@ -8,10 +8,10 @@
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/ckpt/hf_weights.h"
 #include "tandem/ckpt/safetensors.h"
-#include "tandem/config/optimizer_family.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/model/model_family.h"
+#include "tandem/optim/optimizer_family.h"
 
 namespace tandem {
 namespace fs = std::filesystem;

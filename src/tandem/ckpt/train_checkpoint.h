@@ -32,7 +32,7 @@ struct TrainingState {
   Rng::State sample_rng{};
   std::vector<float> params;  // flat, tandem layout
   // The optimizer's state beside the params, flat, one array per name of
-  // optimizer_family(config.optimizer.type).state_names() (config/optimizer_family.h), in that
+  // optimizer_family(config.optimizer.type).state_names() (optim/optimizer_family.h), in that
   // order: AdamW exp_avg, exp_avg_sq; DeMo delta (this rank's: each rank keeps its own).
   std::vector<std::vector<float>> optimizer_state;
   // What the run trained on, for resume's checks (ckpt/resume_check.h): the training

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "tandem/config/optimizer_family.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/host_memory.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/model/model_family.h"
+#include "tandem/optim/optimizer_family.h"
 #include "tandem/zero/data_parallel.h"
 #include "tandem/zero/partition.h"
 

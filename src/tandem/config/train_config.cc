@@ -5,7 +5,7 @@
 //
 // Sections read in the table's order, so a key may be checked against one read before it
 // (train.seq_len against the model's context length). Optimizer parameters are their
-// family's (config/optimizer_family.h).
+// family's (optim/optimizer_family.h).
 
 #include "tandem/config/train_config.h"
 

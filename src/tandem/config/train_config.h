@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "tandem/compute/compute_backend.h"
-#include "tandem/config/optimizer_family.h"
 #include "tandem/core/enum_names.h"
 #include "tandem/device/device_kind.h"
 #include "tandem/model/model_config.h"
 #include "tandem/offload/offload_plan.h"
+#include "tandem/optim/optimizer_family.h"
 #include "tandem/zero/zero_config.h"
 
 namespace tandem {

@@ -2,6 +2,8 @@
 
 #include "tandem/core/error.h"
 #include "tandem/optim/adamw_device_kernel.h"
+#include "tandem/optim/adamw_timing.h"
+#include "tandem/optim/optimizer_family.h"
 
 namespace tandem {
 
@@ -35,6 +37,61 @@ void AdamWRule::update_on_host(const RuleArrays& arrays, std::span<const UpdateS
 DeviceKernel AdamWRule::device_update(const RuleArrays& arrays,
                                       std::span<const UpdateSegment> segments) const {
   return adamw_device_kernel(adamw_arrays(arrays), segments, with_decay_, without_decay_, target_);
+}
+
+namespace {
+
+using ParamKeys = JsonKeys<OptimizerConfig>;
+
+// "betas": [beta1, beta2], each in [0, 1).
+ParamKeys::Key betas_key() {
+  constexpr std::string_view kName = "betas";
+  return {kName,
+          [=](const JsonSection& params, OptimizerConfig& o) {
+            const nlohmann::json* betas = params.find(kName);
+            if (betas == nullptr) return;
+            const std::string where = params.path(kName);
+            if (!betas->is_array() || betas->size() != 2)
+              fail(where, " must be an array of two numbers [beta1, beta2], each in [0, 1), got ",
+                   describe_json(*betas));
+            const auto in_unit = [](double v) { return v >= 0 && v < 1; };
+            o.beta1 = JsonSection::real_value<float>((*betas)[0], where + "[0]",
+                                                     "a number in [0, 1)", in_unit);
+            o.beta2 = JsonSection::real_value<float>((*betas)[1], where + "[1]",
+                                                     "a number in [0, 1)", in_unit);
+          },
+          [](const OptimizerConfig& o) {
+            return nlohmann::json::array({float_json(o.beta1), float_json(o.beta2)});
+          }};
+}
+
+std::unique_ptr<UpdateRule> make_adamw(const OptimizerConfig& config, const ParamLayout&,
+                                       Communicator&, ThreadPool& pool) {
+  return std::make_unique<AdamWRule>(
+      AdamWHyper{.lr = static_cast<float>(config.lr),
+                 .beta1 = config.beta1,
+                 .beta2 = config.beta2,
+                 .eps = config.eps,
+                 .weight_decay = static_cast<float>(config.weight_decay)},
+      pool);
+}
+
+}  // namespace
+
+OptimizerFamily adamw_family() {
+  return {
+      .type = OptimizerType::kAdamW,
+      .name = "AdamW",
+      .defaults = {.type = OptimizerType::kAdamW},
+      .params = {lr_param(), betas_key(),
+                 ParamKeys::real("eps", TANDEM_FIELD(eps), "a number > 0",
+                                 [](double v) { return v > 0; }),
+                 weight_decay_param()},
+      .state_arrays = AdamWRule::kStateArrays,
+      .state_label = "fp32 params, m, v",
+      .make_rule = make_adamw,
+      .calibrate_rates = calibrate_adamw_rates,
+  };
 }
 
 }  // namespace tandem

@@ -19,7 +19,7 @@ class AdamWRule final : public UpdateRule {
  public:
   AdamWRule(const AdamWHyper& hyper, ThreadPool& pool, SimdTarget target = best_simd_target());
 
-  // The state arrays, the fp32 params first (a checkpoint's names; config/optimizer_family.h).
+  // The state arrays, the fp32 params first (a checkpoint's names; optim/optimizer_family.h).
   static constexpr std::string_view kStateArrays[] = {"param", "exp_avg", "exp_avg_sq"};
 
   std::string_view name() const override { return "adamw"; }

@@ -8,7 +8,9 @@
 #include "tandem/core/error.h"
 #include "tandem/core/half.h"
 #include "tandem/core/thread_pool.h"
+#include "tandem/model/param_layout.h"
 #include "tandem/optim/demo_device_kernel.h"
+#include "tandem/optim/optimizer_family.h"
 
 namespace tandem {
 
@@ -369,6 +371,63 @@ DeviceKernel DemoRule::device_update(const RuleArrays& arrays,
     for (const DeviceKernel& k : launches) k.on_cuda(stream);
   };
   return kernel;
+}
+
+namespace {
+
+using ParamKeys = JsonKeys<OptimizerConfig>;
+
+std::vector<DemoRuleTensor> demo_tensors(const ParamLayout& layout) {
+  std::vector<DemoRuleTensor> tensors;
+  for (const ParamView& view : layout.views())
+    tensors.push_back({.name = view.name, .shape = view.shape, .begin = view.offset});
+  return tensors;
+}
+
+DemoHyper demo_hyper(const OptimizerConfig& config) {
+  return {.compression_decay = config.compression_decay,
+          .compression_topk = config.compression_topk,
+          .compression_chunk = config.compression_chunk,
+          .weight_decay = config.weight_decay,
+          .compression_values = config.compression_values};
+}
+
+std::unique_ptr<UpdateRule> make_demo(const OptimizerConfig& config, const ParamLayout& layout,
+                                      Communicator& comm, ThreadPool& pool) {
+  return std::make_unique<DemoRule>(demo_tensors(layout), demo_hyper(config), comm, &pool);
+}
+
+size_t demo_workspace_bytes(const OptimizerConfig& config, const ParamLayout& layout,
+                            const OffloadPlan& plan, int world_size, DeviceKind kind) {
+  return DemoRule::device_workspace_bytes(demo_tensors(layout), demo_hyper(config), world_size,
+                                          plan, kind);
+}
+
+}  // namespace
+
+OptimizerFamily demo_family() {
+  return {
+      .type = OptimizerType::kDeMo,
+      .name = "DeMo",
+      .defaults = {.type = OptimizerType::kDeMo, .weight_decay = 0.0},
+      .params = {lr_param(),
+                 ParamKeys::real("compression_decay", TANDEM_FIELD(compression_decay),
+                                 "a number in [0, 1)", [](double v) { return v >= 0 && v < 1; }),
+                 // Whether it fits each tensor's blocks is checked when the blocks are known
+                 // (optim/demo.h).
+                 ParamKeys::integer("compression_topk", TANDEM_FIELD(compression_topk), 1),
+                 ParamKeys::integer("compression_chunk", TANDEM_FIELD(compression_chunk), 1),
+                 ParamKeys::choice("compression_values", TANDEM_FIELD(compression_values),
+                                   kDemoValueFormatNames),
+                 weight_decay_param()},
+      .state_arrays = DemoRule::kStateArrays,
+      .state_label = "fp32 params, delta",
+      .state_per_rank = true,
+      .reduces_gradients = false,
+      .cuts_at_tensor_ends = true,
+      .make_rule = make_demo,
+      .device_workspace_bytes = demo_workspace_bytes,
+  };
 }
 
 }  // namespace tandem

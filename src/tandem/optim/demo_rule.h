@@ -54,7 +54,7 @@ class DemoRule final : public UpdateRule {
                                        const DemoHyper& hyper, int world_size,
                                        const OffloadPlan& plan, DeviceKind kind);
 
-  // The state arrays, the fp32 params first (a checkpoint's names; config/optimizer_family.h).
+  // The state arrays, the fp32 params first (a checkpoint's names; optim/optimizer_family.h).
   static constexpr std::string_view kStateArrays[] = {"param", "delta"};
 
   std::string_view name() const override { return "demo"; }

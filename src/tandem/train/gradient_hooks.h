@@ -1,5 +1,5 @@
 // Where a step's final gradients go (train/step_hooks.h), by whether the optimizer has
-// them reduced over the ranks (config/optimizer_family.h, reduces_gradients).
+// them reduced over the ranks (optim/optimizer_family.h, reduces_gradients).
 #pragma once
 
 #include <cstddef>

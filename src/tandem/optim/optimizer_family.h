@@ -1,8 +1,9 @@
 // The optimizers a run may ask for (optimizer.type), one row each: what the config reads
 // for it, what its update rule keeps and how the rest of tandem must treat it (checkpoints,
-// data parallelism, the offload plan, the performance model). Code outside this file asks
-// the row, never which optimizer it has, so adding one is a rule in optim/ and a row here
-// (docs/architecture.md, "Adding an optimizer").
+// data parallelism, the offload plan, the performance model). Code outside the rows asks
+// them, never which optimizer it has, so adding one is a rule with its row in
+// optim/<name>_rule.cc, and its type, fields and place in the list here
+// (docs/architecture.md, "Where do I add").
 #pragma once
 
 #include <cstddef>
@@ -103,6 +104,14 @@ struct OptimizerFamily {
                                   : 0;
   }
 };
+
+// Each family's row, defined beside its rule (optim/<name>_rule.cc).
+OptimizerFamily adamw_family();
+OptimizerFamily demo_family();
+// The parameters every family reads alike (a number > 0, a number >= 0, each also a finite
+// float).
+JsonKey<OptimizerConfig> lr_param();
+JsonKey<OptimizerConfig> weight_decay_param();
 
 // Every family, in the order messages list them.
 std::span<const OptimizerFamily> optimizer_families();

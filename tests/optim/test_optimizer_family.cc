@@ -1,4 +1,4 @@
-// The optimizer families (config/optimizer_family.h): each row agrees with the update rule
+// The optimizer families (optim/optimizer_family.h): each row agrees with the update rule
 // it makes, its name reads back in any case, its parameters are its own in a config, and the
 // flags the rest of tandem reads (per-rank state, gradient reduction, cuts, calibration)
 // say what the rule does.
@@ -12,11 +12,11 @@
 
 #include "support/test_util.h"
 #include "tandem/comm/local_group.h"
-#include "tandem/config/optimizer_family.h"
 #include "tandem/config/train_config.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/model/model_family.h"
 #include "tandem/offload/update_rule.h"
+#include "tandem/optim/optimizer_family.h"
 
 namespace tandem {
 namespace {
