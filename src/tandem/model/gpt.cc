@@ -59,9 +59,12 @@ ParamLayout gpt2_layout(const ModelConfig& config) {
 
 Gpt::Gpt(const ModelConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len,
          StorageDType dtype, ModelOwnBuffers own)
-    : Model(config, backend, max_batch, max_seq_len, dtype, gpt2_layout(config), own) {
+    : Model(config, backend, max_batch, max_seq_len, dtype, gpt2_layout(config), own),
+      segments_{.layers = config.n_layer, .interval = own.recompute_interval} {
   TANDEM_CHECK(config.type == ModelType::kGpt2, "Gpt needs a GPT-2 config, got model.type ",
                model_type_name(config.type));
+  TANDEM_CHECK(segments_.interval >= 0, "recompute interval ", segments_.interval,
+               ": must be 0 (off) or a number of layers");
   wte_ = offset_in_block("transformer.wte.weight", embedding_block());
   wpe_ = offset_in_block("transformer.wpe.weight", embedding_block());
   lnfw_ = offset_in_block("transformer.ln_f.weight", lnf_block());
@@ -74,7 +77,8 @@ Gpt::Gpt(const ModelConfig& config, ComputeBackend& backend, int max_batch, int 
       layer_offsets_[i] = offset;
     }
   }
-  const size_t L = config.n_layer, C = config.n_embd, NH = config.n_head;
+  const size_t L = segments_.slots();
+  const size_t C = config.n_embd, NH = config.n_head;
   const size_t BT = static_cast<size_t>(max_batch) * max_seq_len;
   auto elems = [&](size_t n) { return allocate_elems(n); };
   auto floats = [&](size_t n) { return allocate_floats(n); };
@@ -93,7 +97,10 @@ Gpt::Gpt(const ModelConfig& config, ComputeBackend& backend, int max_batch, int 
   fch_ = elems(L * BT * 4 * C);
   fch_gelu_ = elems(L * BT * 4 * C);
   fcproj_ = elems(L * BT * C);
-  residual3_ = elems(L * BT * C);
+  // None at all where recompute leaves no slot (k = 1) or keeps nothing (off).
+  auto elems_or_none = [&](size_t n) { return n > 0 ? elems(n) : Buffer(); };
+  residual3_ = elems_or_none(segments_.output_slots() * BT * C);
+  kept_ = elems_or_none(segments_.kept_outputs() * BT * C);
   lnf_ = elems(BT * C);
   lnf_mean_ = floats(BT);
   lnf_rstd_ = floats(BT);
@@ -106,14 +113,17 @@ Gpt::Gpt(const ModelConfig& config, ComputeBackend& backend, int max_batch, int 
 }
 
 size_t Gpt::activation_bytes(const ModelConfig& config, int max_batch, int max_seq_len,
-                             StorageDType dtype) {
-  const size_t L = config.n_layer, C = config.n_embd, NH = config.n_head;
+                             StorageDType dtype, int recompute_interval) {
+  const RecomputeSegments segments{.layers = config.n_layer, .interval = recompute_interval};
+  const size_t L = segments.slots();
+  const size_t C = config.n_embd, NH = config.n_head;
   const size_t BT = static_cast<size_t>(max_batch) * max_seq_len;
   // Elements stored as dtype ...
   const size_t per_layer_elems =
       BT * (C /*ln1*/ + 3 * C /*qkv*/ + C /*atty*/ + C /*attproj*/ + C /*residual2*/ + C /*ln2*/ +
-            4 * C /*fch*/ + 4 * C /*fch_gelu*/ + C /*fcproj*/ + C /*residual3*/);
-  const size_t once_elems = BT * (C /*encoded*/ + C /*lnf*/);
+            4 * C /*fch*/ + 4 * C /*fch_gelu*/ + C /*fcproj*/);
+  const size_t residual3_elems = BT * C * (segments.output_slots() + segments.kept_outputs());
+  const size_t once_elems = BT * (C /*encoded*/ + C /*lnf*/) + residual3_elems;
   const size_t backward_elems =
       BT * (C /*dresidual*/ + C /*dbt_c*/ + 3 * C /*dqkv*/ + 8 * C /*dfch, dfch_gelu*/);
   // ... and as fp32.
@@ -127,15 +137,29 @@ template <typename Elem>
 Gpt::LayerActs<Elem> Gpt::layer_acts(int l) const {
   const size_t C = config().n_embd, NH = config().n_head;
   const size_t BT = static_cast<size_t>(max_batch()) * max_seq_len();
-  const size_t row = l * BT;  // first row of layer l in a [L, BT, ...] tensor
-  return {ln1_.as<Elem>() + row * C,          ln1_mean_.as<float>() + row,
-          ln1_rstd_.as<float>() + row,        qkv_.as<Elem>() + row * 3 * C,
-          atty_.as<Elem>() + row * C,         lse_.as<float>() + row * NH,
-          attproj_.as<Elem>() + row * C,      residual2_.as<Elem>() + row * C,
-          ln2_.as<Elem>() + row * C,          ln2_mean_.as<float>() + row,
-          ln2_rstd_.as<float>() + row,        fch_.as<Elem>() + row * 4 * C,
-          fch_gelu_.as<Elem>() + row * 4 * C, fcproj_.as<Elem>() + row * C,
-          residual3_.as<Elem>() + row * C};
+  const size_t row = segments_.slot(l) * BT;  // first row of the slot in [A, BT, ...]
+  Elem* residual3 = segments_.ends_segment(l) ? kept_.as<Elem>() + segments_.kept_index(l) * BT * C
+                                              : residual3_.as<Elem>() + row * C;
+  return {ln1_.as<Elem>() + row * C,
+          ln1_mean_.as<float>() + row,
+          ln1_rstd_.as<float>() + row,
+          qkv_.as<Elem>() + row * 3 * C,
+          atty_.as<Elem>() + row * C,
+          lse_.as<float>() + row * NH,
+          attproj_.as<Elem>() + row * C,
+          residual2_.as<Elem>() + row * C,
+          ln2_.as<Elem>() + row * C,
+          ln2_mean_.as<float>() + row,
+          ln2_rstd_.as<float>() + row,
+          fch_.as<Elem>() + row * 4 * C,
+          fch_gelu_.as<Elem>() + row * 4 * C,
+          fcproj_.as<Elem>() + row * C,
+          residual3};
+}
+
+template <typename Elem>
+const Elem* Gpt::layer_input(int l) const {
+  return l == 0 ? encoded_.as<Elem>() : layer_acts<Elem>(l - 1).residual3;
 }
 
 Model::TensorInit Gpt::tensor_init(const ParamView& view) const {
@@ -162,7 +186,7 @@ void Gpt::backward_pass(int B, int T, float loss_scale, const GradientsReady& re
 
 template <typename Elem>
 float Gpt::forward_as(int B, int T, bool with_targets) {
-  const int C = config().n_embd, V = config().vocab_size, NH = config().n_head;
+  const int C = config().n_embd, V = config().vocab_size;
   const int N = B * T;
   StorageKernels<Elem>& k = backend().kernels<Elem>();
   Elem* encoded = encoded_.as<Elem>();
@@ -171,24 +195,8 @@ float Gpt::forward_as(int B, int T, bool with_targets) {
     k.encoder_forward(encoded, tokens(), embeddings + wte_, embeddings + wpe_, B, T, C);
     memory().release_params(embedding_block());
   }
-  const Elem* residual = encoded;  // [N, C]
-  for (int l = 0; l < config().n_layer; l++) {
-    const auto w =
-        layer_at<LayerParams<Elem>>(acquire_params_as<Elem>(layer_block(l)), layer_offsets_);
-    const LayerActs<Elem> a = layer_acts<Elem>(l);
-    k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
-    k.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, 3 * C);           // [N, 3C]
-    k.attention_forward(a.atty, a.lse, a.qkv, B, T, NH, NH, C / NH);       // [N, C]
-    k.matmul_forward(a.attproj, a.atty, w.attprojw, w.attprojb, N, C, C);  // [N, C]
-    k.residual_forward(a.residual2, residual, a.attproj, static_cast<size_t>(N) * C);
-    k.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, N, C);
-    k.matmul_forward(a.fch, a.ln2, w.fcw, w.fcb, N, C, 4 * C);  // [N, 4C]
-    k.gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * 4 * C);
-    k.matmul_forward(a.fcproj, a.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);  // [N, C]
-    k.residual_forward(a.residual3, a.residual2, a.fcproj, static_cast<size_t>(N) * C);
-    memory().release_params(layer_block(l));
-    residual = a.residual3;
-  }
+  for (int l = 0; l < config().n_layer; l++) forward_layer<Elem>(l, B, T);
+  const Elem* residual = layer_input<Elem>(config().n_layer);  // [N, C]
   Elem* lnf = lnf_.as<Elem>();
   Elem* logits = this->logits<Elem>();
   const Elem* lnf_params = acquire_params_as<Elem>(lnf_block());
@@ -204,18 +212,37 @@ float Gpt::forward_as(int B, int T, bool with_targets) {
   return mean_loss<Elem>(N);
 }
 
+// Layer l's forward from its input (the previous layer's output), into its activations.
 template <typename Elem>
-void Gpt::backward_as(int B, int T, float loss_scale, const GradientsReady& ready) {
-  const int C = config().n_embd, V = config().vocab_size, NH = config().n_head;
+void Gpt::forward_layer(int l, int B, int T) {
+  const int C = config().n_embd, NH = config().n_head;
   const int N = B * T;
   StorageKernels<Elem>& k = backend().kernels<Elem>();
-  const Elem* encoded = encoded_.as<Elem>();
+  const Elem* residual = layer_input<Elem>(l);  // [N, C]
+  const auto w =
+      layer_at<LayerParams<Elem>>(acquire_params_as<Elem>(layer_block(l)), layer_offsets_);
+  const LayerActs<Elem> a = layer_acts<Elem>(l);
+  k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
+  k.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, 3 * C);           // [N, 3C]
+  k.attention_forward(a.atty, a.lse, a.qkv, B, T, NH, NH, C / NH);       // [N, C]
+  k.matmul_forward(a.attproj, a.atty, w.attprojw, w.attprojb, N, C, C);  // [N, C]
+  k.residual_forward(a.residual2, residual, a.attproj, static_cast<size_t>(N) * C);
+  k.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2w, w.ln2b, N, C);
+  k.matmul_forward(a.fch, a.ln2, w.fcw, w.fcb, N, C, 4 * C);  // [N, 4C]
+  k.gelu_forward(a.fch_gelu, a.fch, static_cast<size_t>(N) * 4 * C);
+  k.matmul_forward(a.fcproj, a.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);  // [N, C]
+  k.residual_forward(a.residual3, a.residual2, a.fcproj, static_cast<size_t>(N) * C);
+  memory().release_params(layer_block(l));
+}
+
+template <typename Elem>
+void Gpt::backward_as(int B, int T, float loss_scale, const GradientsReady& ready) {
+  const int C = config().n_embd, V = config().vocab_size;
+  const int N = B * T;
+  StorageKernels<Elem>& k = backend().kernels<Elem>();
   Elem* dres = dresidual_.as<Elem>();
   Elem* dlogits = this->dlogits<Elem>();
   Elem* dbt_c = dbt_c_.as<Elem>();
-  Elem* dqkv = dqkv_.as<Elem>();
-  Elem* dfch = dfch_.as<Elem>();
-  Elem* dfch_gelu = dfch_gelu_.as<Elem>();
 
   // loss = loss_scale * mean over N positions
   k.cross_entropy_backward(dlogits, this->logits<Elem>(), targets(), loss_scale / N, N, V);
@@ -228,8 +255,7 @@ void Gpt::backward_as(int B, int T, float loss_scale, const GradientsReady& read
     memory().release_params(embedding_block());
   }
   backend().fill_zero(dres, static_cast<size_t>(N) * C * sizeof(Elem));
-  const Elem* last_residual =
-      config().n_layer > 0 ? layer_acts<Elem>(config().n_layer - 1).residual3 : encoded;
+  const Elem* last_residual = layer_input<Elem>(config().n_layer);
   {
     const Elem* lnf_params = acquire_params_as<Elem>(lnf_block());
     Elem* lnf_grads = acquire_grads_as<Elem>(lnf_block());
@@ -239,30 +265,48 @@ void Gpt::backward_as(int B, int T, float loss_scale, const GradientsReady& read
     finish_grads(lnf_block(), ready);
   }
 
-  for (int l = config().n_layer - 1; l >= 0; l--) {
-    const auto w =
-        layer_at<LayerParams<Elem>>(acquire_params_as<Elem>(layer_block(l)), layer_offsets_);
-    const auto g =
-        layer_at<LayerGrads<Elem>>(acquire_grads_as<Elem>(layer_block(l)), layer_offsets_);
-    const LayerActs<Elem> a = layer_acts<Elem>(l);
-    const Elem* residual = l == 0 ? encoded : layer_acts<Elem>(l - 1).residual3;
-    // residual3 = residual2 + fcproj: dres is the gradient of both.
-    k.matmul_backward(dfch_gelu, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N, 4 * C, C);
-    k.gelu_backward(dfch, a.fch, dfch_gelu, static_cast<size_t>(N) * 4 * C);
-    k.matmul_backward(dbt_c, g.fcw, g.fcb, dfch, a.ln2, w.fcw, N, C, 4 * C);  // dln2
-    k.layernorm_backward(dres, g.ln2w, g.ln2b, dbt_c, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd,
-                         N, C);
-    // residual2 = residual + attproj: dres is the gradient of both.
-    k.matmul_backward(dbt_c, g.attprojw, g.attprojb, dres, a.atty, w.attprojw, N, C, C);  // datty
-    k.attention_backward(dqkv, dbt_c, a.qkv, a.atty, a.lse, B, T, NH, NH, C / NH);
-    k.matmul_backward(dbt_c, g.qkvw, g.qkvb, dqkv, a.ln1, w.qkvw, N, C, 3 * C);  // dln1
-    k.layernorm_backward(dres, g.ln1w, g.ln1b, dbt_c, residual, w.ln1w, a.ln1_mean, a.ln1_rstd, N,
-                         C);
-    memory().release_params(layer_block(l));
-    finish_grads(layer_block(l), ready);
+  // Segment by segment, last first: with recompute, the segment's layers are run forward
+  // again from its kept input (the same bits), then backward, last layer first.
+  for (int end = config().n_layer; end > 0;) {
+    const int begin = segments_.segment_begin(end);
+    if (segments_.recomputes())
+      for (int l = begin; l < end; l++) forward_layer<Elem>(l, B, T);
+    for (int l = end - 1; l >= begin; l--) backward_layer<Elem>(l, B, T, ready);
+    end = begin;
   }
   k.encoder_backward(embedding_grads + wte_, embedding_grads + wpe_, dres, tokens(), B, T, C);
   finish_grads(embedding_block(), ready);
+}
+
+// Layer l's backward: its parameters' gradients, and dresidual carried to its input.
+template <typename Elem>
+void Gpt::backward_layer(int l, int B, int T, const GradientsReady& ready) {
+  const int C = config().n_embd, NH = config().n_head;
+  const int N = B * T;
+  StorageKernels<Elem>& k = backend().kernels<Elem>();
+  Elem* dres = dresidual_.as<Elem>();
+  Elem* dbt_c = dbt_c_.as<Elem>();
+  Elem* dqkv = dqkv_.as<Elem>();
+  Elem* dfch = dfch_.as<Elem>();
+  Elem* dfch_gelu = dfch_gelu_.as<Elem>();
+  const auto w =
+      layer_at<LayerParams<Elem>>(acquire_params_as<Elem>(layer_block(l)), layer_offsets_);
+  const auto g = layer_at<LayerGrads<Elem>>(acquire_grads_as<Elem>(layer_block(l)), layer_offsets_);
+  const LayerActs<Elem> a = layer_acts<Elem>(l);
+  const Elem* residual = layer_input<Elem>(l);
+  // residual3 = residual2 + fcproj: dres is the gradient of both.
+  k.matmul_backward(dfch_gelu, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N, 4 * C, C);
+  k.gelu_backward(dfch, a.fch, dfch_gelu, static_cast<size_t>(N) * 4 * C);
+  k.matmul_backward(dbt_c, g.fcw, g.fcb, dfch, a.ln2, w.fcw, N, C, 4 * C);  // dln2
+  k.layernorm_backward(dres, g.ln2w, g.ln2b, dbt_c, a.residual2, w.ln2w, a.ln2_mean, a.ln2_rstd, N,
+                       C);
+  // residual2 = residual + attproj: dres is the gradient of both.
+  k.matmul_backward(dbt_c, g.attprojw, g.attprojb, dres, a.atty, w.attprojw, N, C, C);  // datty
+  k.attention_backward(dqkv, dbt_c, a.qkv, a.atty, a.lse, B, T, NH, NH, C / NH);
+  k.matmul_backward(dbt_c, g.qkvw, g.qkvb, dqkv, a.ln1, w.qkvw, N, C, 3 * C);  // dln1
+  k.layernorm_backward(dres, g.ln1w, g.ln1b, dbt_c, residual, w.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+  memory().release_params(layer_block(l));
+  finish_grads(layer_block(l), ready);
 }
 
 }  // namespace tandem

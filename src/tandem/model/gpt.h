@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tandem/model/model.h"
+#include "tandem/model/recompute_segments.h"
 
 namespace tandem {
 
@@ -26,12 +27,14 @@ class Gpt final : public Model {
   // Bytes of activations (and backward scratch, token ids) the constructor allocates
   // for batches of max_batch x max_seq_len; parameters and gradients add
   // storage_dtype_bytes(dtype) each per parameter on top.
+  // `recompute_interval`: ModelOwnBuffers's.
   static size_t activation_bytes(const ModelConfig &config, int max_batch, int max_seq_len,
-                                 StorageDType dtype = StorageDType::kF32);
+                                 StorageDType dtype = StorageDType::kF32,
+                                 int recompute_interval = 0);
 
   // GPT-2 initialisation from a seed: weights N(0, 0.02), residual projections
   // (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm weights 1.
-  TensorInit tensor_init(const ParamView& view) const override;
+  TensorInit tensor_init(const ParamView &view) const override;
 
  private:
   template <typename Elem>
@@ -67,24 +70,34 @@ class Gpt final : public Model {
   int embedding_block() const { return 0; }
   int layer_block(int l) const { return 1 + l; }
   int lnf_block() const { return config().n_layer + 1; }
+  // Layer l's activations: its slot of the stacked tensors (one per layer, or one per
+  // layer of a recompute segment), its output in the kept inputs when it ends a segment.
   template <typename Elem>
   LayerActs<Elem> layer_acts(int l) const;
+  template <typename Elem>
+  const Elem *layer_input(int l) const;
+  template <typename Elem>
+  void forward_layer(int l, int B, int T);
+  template <typename Elem>
+  void backward_layer(int l, int B, int T, const GradientsReady &ready);
 
   // Offsets within their block, looked up once, by name, at construction: forward and
   // backward only add them to a block's base pointer.
   size_t wte_ = 0, wpe_ = 0, lnfw_ = 0, lnfb_ = 0;
   std::array<size_t, 12> layer_offsets_{};  // in LayerParams order, the same in every layer
+  RecomputeSegments segments_;  // activation checkpointing's slots (recompute_segments.h)
 
-  // Activations, sized for max_batch x max_seq_len (BT below), with the L per-layer
-  // tensors stacked: e.g. qkv is [L, BT, 3C]. dtype() elements, but the means, rstds and
-  // lse, which are fp32.
+  // Activations, sized for max_batch x max_seq_len (BT below), with the per-layer tensors
+  // stacked over A slots: e.g. qkv is [A, BT, 3C], A = L, or min(k, L) with recompute.
+  // dtype() elements, but the means, rstds and lse, which are fp32.
   Buffer encoded_;                    // [BT, C]
-  Buffer ln1_, ln1_mean_, ln1_rstd_;  // [L, BT, C], [L, BT], [L, BT]
-  Buffer qkv_, atty_, lse_;           // [L, BT, 3C], [L, BT, C], [L, NH, BT]
-  Buffer attproj_, residual2_;        // [L, BT, C]
-  Buffer ln2_, ln2_mean_, ln2_rstd_;  // [L, BT, C], [L, BT], [L, BT]
-  Buffer fch_, fch_gelu_;             // [L, BT, 4C]
-  Buffer fcproj_, residual3_;         // [L, BT, C]
+  Buffer ln1_, ln1_mean_, ln1_rstd_;  // [A, BT, C], [A, BT], [A, BT]
+  Buffer qkv_, atty_, lse_;           // [A, BT, 3C], [A, BT, C], [A, NH, BT]
+  Buffer attproj_, residual2_;        // [A, BT, C]
+  Buffer ln2_, ln2_mean_, ln2_rstd_;  // [A, BT, C], [A, BT], [A, BT]
+  Buffer fch_, fch_gelu_;             // [A, BT, 4C]
+  Buffer fcproj_, residual3_;         // [A, BT, C]; with recompute residual3 [A - 1, BT, C]
+  Buffer kept_;                       // with recompute: [ceil(L / k), BT, C], each segment's output
   Buffer lnf_, lnf_mean_, lnf_rstd_;  // [BT, C], [BT], [BT]
 
   // Backward scratch (dtype() elements), reused by every layer.

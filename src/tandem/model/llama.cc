@@ -60,9 +60,12 @@ std::vector<float> rope_cos_sin(const ModelConfig& config, int T) {
 
 Llama::Llama(const ModelConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len,
              StorageDType dtype, ModelOwnBuffers own)
-    : Model(config, backend, max_batch, max_seq_len, dtype, llama_layout(config), own) {
+    : Model(config, backend, max_batch, max_seq_len, dtype, llama_layout(config), own),
+      segments_{.layers = config.n_layer, .interval = own.recompute_interval} {
   TANDEM_CHECK(config.type == ModelType::kLlama, "Llama needs a Llama config, got model.type ",
                model_type_name(config.type));
+  TANDEM_CHECK(segments_.interval >= 0, "recompute interval ", segments_.interval,
+               ": must be 0 (off) or a number of layers");
   embed_ = offset_in_block("model.embed_tokens.weight", embedding_block());
   normw_ = offset_in_block("model.norm.weight", head_block());
   if (!config.tie_word_embeddings) lm_head_ = offset_in_block("lm_head.weight", head_block());
@@ -82,10 +85,12 @@ Llama::Llama(const ModelConfig& config, ComputeBackend& backend, int max_batch, 
       *mine[i] = offsets[i];
     }
   }
-  const size_t L = config.n_layer, C = config.n_embd, NH = config.n_head;
+  const size_t L = segments_.slots(), C = config.n_embd, NH = config.n_head;
   const size_t W = config.qkv_width(), I = config.mlp_width();
   const size_t BT = static_cast<size_t>(max_batch) * max_seq_len;
   auto elems = [&](size_t n) { return allocate_elems(n); };
+  // None at all where recompute leaves no slot (k = 1) or keeps nothing (off).
+  auto elems_or_none = [&](size_t n) { return n > 0 ? elems(n) : Buffer(); };
   auto floats = [&](size_t n) { return allocate_floats(n); };
   const std::vector<float> table = rope_cos_sin(config, max_seq_len);
   cos_sin_ = floats(table.size());
@@ -103,7 +108,8 @@ Llama::Llama(const ModelConfig& config, ComputeBackend& backend, int max_batch, 
   gateup_ = elems(L * BT * 2 * I);
   swiglu_ = elems(L * BT * I);
   down_ = elems(L * BT * C);
-  residual3_ = elems(L * BT * C);
+  residual3_ = elems_or_none(segments_.output_slots() * BT * C);
+  kept_ = elems_or_none(segments_.kept_outputs() * BT * C);
   lnf_ = elems(BT * C);
   lnf_rstd_ = floats(BT);
   dresidual_ = elems(BT * C);
@@ -114,14 +120,16 @@ Llama::Llama(const ModelConfig& config, ComputeBackend& backend, int max_batch, 
 }
 
 size_t Llama::activation_bytes(const ModelConfig& config, int max_batch, int max_seq_len,
-                               StorageDType dtype) {
-  const size_t L = config.n_layer, C = config.n_embd, NH = config.n_head;
+                               StorageDType dtype, int recompute_interval) {
+  const RecomputeSegments segments{.layers = config.n_layer, .interval = recompute_interval};
+  const size_t L = segments.slots(), C = config.n_embd, NH = config.n_head;
   const size_t W = config.qkv_width(), I = config.mlp_width();
   const size_t BT = static_cast<size_t>(max_batch) * max_seq_len;
   const size_t per_layer_elems =
       BT * (C /*ln1*/ + W /*qkv*/ + C /*atty*/ + C /*attproj*/ + C /*residual2*/ + C /*ln2*/ +
-            2 * I /*gateup*/ + I /*swiglu*/ + C /*down*/ + C /*residual3*/);
-  const size_t once_elems = BT * (C /*encoded*/ + C /*lnf*/);
+            2 * I /*gateup*/ + I /*swiglu*/ + C /*down*/);
+  const size_t once_elems = BT * (C /*encoded*/ + C /*lnf*/) +
+                            BT * C * (segments.output_slots() + segments.kept_outputs());
   const size_t backward_elems =
       BT * (2 * C /*dresidual, dbt_c*/ + W /*dqkv*/ + 3 * I /*dgateup, dswiglu*/);
   const size_t per_layer_floats = BT * (2 /*ln1, ln2 rstd*/ + NH /*lse*/);
@@ -147,13 +155,27 @@ Llama::LayerActs<Elem> Llama::layer_acts(int l) const {
   const size_t C = config().n_embd, NH = config().n_head;
   const size_t W = config().qkv_width(), I = config().mlp_width();
   const size_t BT = static_cast<size_t>(max_batch()) * max_seq_len();
-  const size_t row = l * BT;  // first row of layer l in a [L, BT, ...] tensor
-  return {
-      ln1_.as<Elem>() + row * C,        ln1_rstd_.as<float>() + row,  qkv_.as<Elem>() + row * W,
-      atty_.as<Elem>() + row * C,       lse_.as<float>() + row * NH,  attproj_.as<Elem>() + row * C,
-      residual2_.as<Elem>() + row * C,  ln2_.as<Elem>() + row * C,    ln2_rstd_.as<float>() + row,
-      gateup_.as<Elem>() + row * 2 * I, swiglu_.as<Elem>() + row * I, down_.as<Elem>() + row * C,
-      residual3_.as<Elem>() + row * C};
+  const size_t row = segments_.slot(l) * BT;  // first row of the slot in [A, BT, ...]
+  Elem* residual3 = segments_.ends_segment(l) ? kept_.as<Elem>() + segments_.kept_index(l) * BT * C
+                                              : residual3_.as<Elem>() + row * C;
+  return {ln1_.as<Elem>() + row * C,
+          ln1_rstd_.as<float>() + row,
+          qkv_.as<Elem>() + row * W,
+          atty_.as<Elem>() + row * C,
+          lse_.as<float>() + row * NH,
+          attproj_.as<Elem>() + row * C,
+          residual2_.as<Elem>() + row * C,
+          ln2_.as<Elem>() + row * C,
+          ln2_rstd_.as<float>() + row,
+          gateup_.as<Elem>() + row * 2 * I,
+          swiglu_.as<Elem>() + row * I,
+          down_.as<Elem>() + row * C,
+          residual3};
+}
+
+template <typename Elem>
+const Elem* Llama::layer_input(int l) const {
+  return l == 0 ? encoded_.as<Elem>() : layer_acts<Elem>(l - 1).residual3;
 }
 
 float Llama::forward_pass(int B, int T, bool with_targets) {
@@ -171,37 +193,18 @@ void Llama::backward_pass(int B, int T, float loss_scale, const GradientsReady& 
 template <typename Elem>
 float Llama::forward_as(int B, int T, bool with_targets) {
   const ModelConfig& m = config();
-  const int C = m.n_embd, V = m.vocab_size, NH = m.n_head, KVH = m.kv_heads(), HS = m.head_size();
-  const int W = m.qkv_width(), I = m.mlp_width();
+  const int C = m.n_embd, V = m.vocab_size;
   const float eps = static_cast<float>(m.rms_norm_eps);
   const int N = B * T;
-  const size_t NC = static_cast<size_t>(N) * C;
   StorageKernels<Elem>& k = backend().kernels<Elem>();
-  const float* cos_sin = cos_sin_.as<float>();
   Elem* encoded = encoded_.as<Elem>();
   {
     const Elem* embeddings = acquire_params_as<Elem>(embedding_block());
     k.encoder_forward(encoded, tokens(), embeddings + embed_, nullptr, B, T, C);
     memory().release_params(embedding_block());
   }
-  const Elem* residual = encoded;  // [N, C]
-  for (int l = 0; l < m.n_layer; l++) {
-    const auto w = layer_at(acquire_params_as<Elem>(layer_block(l)));
-    const LayerActs<Elem> a = layer_acts<Elem>(l);
-    k.rmsnorm_forward(a.ln1, a.ln1_rstd, residual, w.ln1w, eps, N, C);
-    k.matmul_forward(a.qkv, a.ln1, w.qkvw, nullptr, N, C, W);  // [N, W]
-    k.rope_forward(a.qkv, cos_sin, B, T, NH, KVH, HS);
-    k.attention_forward(a.atty, a.lse, a.qkv, B, T, NH, KVH, HS);       // [N, C]
-    k.matmul_forward(a.attproj, a.atty, w.attprojw, nullptr, N, C, C);  // [N, C]
-    k.residual_forward(a.residual2, residual, a.attproj, NC);
-    k.rmsnorm_forward(a.ln2, a.ln2_rstd, a.residual2, w.ln2w, eps, N, C);
-    k.matmul_forward(a.gateup, a.ln2, w.gateupw, nullptr, N, C, 2 * I);  // [N, 2I]
-    k.swiglu_forward(a.swiglu, a.gateup, N, I);                          // [N, I]
-    k.matmul_forward(a.down, a.swiglu, w.downw, nullptr, N, I, C);       // [N, C]
-    k.residual_forward(a.residual3, a.residual2, a.down, NC);
-    memory().release_params(layer_block(l));
-    residual = a.residual3;
-  }
+  for (int l = 0; l < m.n_layer; l++) forward_layer<Elem>(l, B, T);
+  const Elem* residual = layer_input<Elem>(m.n_layer);  // [N, C]
   Elem* lnf = lnf_.as<Elem>();
   const Elem* head = acquire_params_as<Elem>(head_block());
   k.rmsnorm_forward(lnf, lnf_rstd_.as<float>(), residual, head + normw_, eps, N, C);
@@ -218,22 +221,44 @@ float Llama::forward_as(int B, int T, bool with_targets) {
   return mean_loss<Elem>(N);
 }
 
+// Layer l's forward from its input (the previous layer's output), into its activations.
+template <typename Elem>
+void Llama::forward_layer(int l, int B, int T) {
+  const ModelConfig& m = config();
+  const int C = m.n_embd, NH = m.n_head, KVH = m.kv_heads(), HS = m.head_size();
+  const int W = m.qkv_width(), I = m.mlp_width();
+  const float eps = static_cast<float>(m.rms_norm_eps);
+  const int N = B * T;
+  const size_t NC = static_cast<size_t>(N) * C;
+  StorageKernels<Elem>& k = backend().kernels<Elem>();
+  const float* cos_sin = cos_sin_.as<float>();
+  const Elem* residual = layer_input<Elem>(l);  // [N, C]
+  const auto w = layer_at(acquire_params_as<Elem>(layer_block(l)));
+  const LayerActs<Elem> a = layer_acts<Elem>(l);
+  k.rmsnorm_forward(a.ln1, a.ln1_rstd, residual, w.ln1w, eps, N, C);
+  k.matmul_forward(a.qkv, a.ln1, w.qkvw, nullptr, N, C, W);  // [N, W]
+  k.rope_forward(a.qkv, cos_sin, B, T, NH, KVH, HS);
+  k.attention_forward(a.atty, a.lse, a.qkv, B, T, NH, KVH, HS);       // [N, C]
+  k.matmul_forward(a.attproj, a.atty, w.attprojw, nullptr, N, C, C);  // [N, C]
+  k.residual_forward(a.residual2, residual, a.attproj, NC);
+  k.rmsnorm_forward(a.ln2, a.ln2_rstd, a.residual2, w.ln2w, eps, N, C);
+  k.matmul_forward(a.gateup, a.ln2, w.gateupw, nullptr, N, C, 2 * I);  // [N, 2I]
+  k.swiglu_forward(a.swiglu, a.gateup, N, I);                          // [N, I]
+  k.matmul_forward(a.down, a.swiglu, w.downw, nullptr, N, I, C);       // [N, C]
+  k.residual_forward(a.residual3, a.residual2, a.down, NC);
+  memory().release_params(layer_block(l));
+}
+
 template <typename Elem>
 void Llama::backward_as(int B, int T, float loss_scale, const GradientsReady& ready) {
   const ModelConfig& m = config();
-  const int C = m.n_embd, V = m.vocab_size, NH = m.n_head, KVH = m.kv_heads(), HS = m.head_size();
-  const int W = m.qkv_width(), I = m.mlp_width();
+  const int C = m.n_embd, V = m.vocab_size;
   const int N = B * T;
   StorageKernels<Elem>& k = backend().kernels<Elem>();
-  const float* cos_sin = cos_sin_.as<float>();
-  const Elem* encoded = encoded_.as<Elem>();
   const Elem* lnf = lnf_.as<Elem>();
   Elem* dres = dresidual_.as<Elem>();
   Elem* dlogits = this->dlogits<Elem>();
   Elem* dbt_c = dbt_c_.as<Elem>();
-  Elem* dqkv = dqkv_.as<Elem>();
-  Elem* dgateup = dgateup_.as<Elem>();
-  Elem* dswiglu = dswiglu_.as<Elem>();
 
   // loss = loss_scale * mean over N positions
   k.cross_entropy_backward(dlogits, this->logits<Elem>(), targets(), loss_scale / N, N, V);
@@ -254,35 +279,58 @@ void Llama::backward_as(int B, int T, float loss_scale, const GradientsReady& re
       k.matmul_backward(dbt_c, head_grads + lm_head_, nullptr, dlogits, lnf, head + lm_head_, N, C,
                         V);
     backend().fill_zero(dres, static_cast<size_t>(N) * C * sizeof(Elem));
-    const Elem* last_residual = m.n_layer > 0 ? layer_acts<Elem>(m.n_layer - 1).residual3 : encoded;
+    const Elem* last_residual = layer_input<Elem>(m.n_layer);
     k.rmsnorm_backward(dres, head_grads + normw_, dbt_c, last_residual, head + normw_,
                        lnf_rstd_.as<float>(), N, C);
     memory().release_params(head_block());
     finish_grads(head_block(), ready);
   }
 
-  for (int l = m.n_layer - 1; l >= 0; l--) {
-    const auto w = layer_at(acquire_params_as<Elem>(layer_block(l)));
-    const auto g = layer_at(acquire_grads_as<Elem>(layer_block(l)));
-    const LayerActs<Elem> a = layer_acts<Elem>(l);
-    const Elem* residual = l == 0 ? encoded : layer_acts<Elem>(l - 1).residual3;
-    // residual3 = residual2 + down: dres is the gradient of both.
-    k.matmul_backward(dswiglu, g.downw, nullptr, dres, a.swiglu, w.downw, N, I, C);
-    k.swiglu_backward(dgateup, a.gateup, dswiglu, N, I);
-    k.matmul_backward(dbt_c, g.gateupw, nullptr, dgateup, a.ln2, w.gateupw, N, C, 2 * I);  // dln2
-    k.rmsnorm_backward(dres, g.ln2w, dbt_c, a.residual2, w.ln2w, a.ln2_rstd, N, C);
-    // residual2 = residual + attproj: dres is the gradient of both.
-    k.matmul_backward(dbt_c, g.attprojw, nullptr, dres, a.atty, w.attprojw, N, C, C);  // datty
-    k.attention_backward(dqkv, dbt_c, a.qkv, a.atty, a.lse, B, T, NH, KVH, HS);
-    k.rope_backward(dqkv, cos_sin, B, T, NH, KVH, HS);
-    k.matmul_backward(dbt_c, g.qkvw, nullptr, dqkv, a.ln1, w.qkvw, N, C, W);  // dln1
-    k.rmsnorm_backward(dres, g.ln1w, dbt_c, residual, w.ln1w, a.ln1_rstd, N, C);
-    memory().release_params(layer_block(l));
-    finish_grads(layer_block(l), ready);
+  // Segment by segment, last first: with recompute, the segment's layers are run forward
+  // again from its kept input (the same bits), then backward, last layer first.
+  for (int end = m.n_layer; end > 0;) {
+    const int begin = segments_.segment_begin(end);
+    if (segments_.recomputes())
+      for (int l = begin; l < end; l++) forward_layer<Elem>(l, B, T);
+    for (int l = end - 1; l >= begin; l--) backward_layer<Elem>(l, B, T, ready);
+    end = begin;
   }
   if (embedding_grads == nullptr) embedding_grads = acquire_grads_as<Elem>(embedding_block());
   k.encoder_backward(embedding_grads + embed_, nullptr, dres, tokens(), B, T, C);
   finish_grads(embedding_block(), ready);
+}
+
+// Layer l's backward: its parameters' gradients, and dresidual carried to its input.
+template <typename Elem>
+void Llama::backward_layer(int l, int B, int T, const GradientsReady& ready) {
+  const ModelConfig& m = config();
+  const int C = m.n_embd, NH = m.n_head, KVH = m.kv_heads(), HS = m.head_size();
+  const int W = m.qkv_width(), I = m.mlp_width();
+  const int N = B * T;
+  StorageKernels<Elem>& k = backend().kernels<Elem>();
+  const float* cos_sin = cos_sin_.as<float>();
+  Elem* dres = dresidual_.as<Elem>();
+  Elem* dbt_c = dbt_c_.as<Elem>();
+  Elem* dqkv = dqkv_.as<Elem>();
+  Elem* dgateup = dgateup_.as<Elem>();
+  Elem* dswiglu = dswiglu_.as<Elem>();
+  const auto w = layer_at(acquire_params_as<Elem>(layer_block(l)));
+  const auto g = layer_at(acquire_grads_as<Elem>(layer_block(l)));
+  const LayerActs<Elem> a = layer_acts<Elem>(l);
+  const Elem* residual = layer_input<Elem>(l);
+  // residual3 = residual2 + down: dres is the gradient of both.
+  k.matmul_backward(dswiglu, g.downw, nullptr, dres, a.swiglu, w.downw, N, I, C);
+  k.swiglu_backward(dgateup, a.gateup, dswiglu, N, I);
+  k.matmul_backward(dbt_c, g.gateupw, nullptr, dgateup, a.ln2, w.gateupw, N, C, 2 * I);  // dln2
+  k.rmsnorm_backward(dres, g.ln2w, dbt_c, a.residual2, w.ln2w, a.ln2_rstd, N, C);
+  // residual2 = residual + attproj: dres is the gradient of both.
+  k.matmul_backward(dbt_c, g.attprojw, nullptr, dres, a.atty, w.attprojw, N, C, C);  // datty
+  k.attention_backward(dqkv, dbt_c, a.qkv, a.atty, a.lse, B, T, NH, KVH, HS);
+  k.rope_backward(dqkv, cos_sin, B, T, NH, KVH, HS);
+  k.matmul_backward(dbt_c, g.qkvw, nullptr, dqkv, a.ln1, w.qkvw, N, C, W);  // dln1
+  k.rmsnorm_backward(dres, g.ln1w, dbt_c, residual, w.ln1w, a.ln1_rstd, N, C);
+  memory().release_params(layer_block(l));
+  finish_grads(layer_block(l), ready);
 }
 
 }  // namespace tandem

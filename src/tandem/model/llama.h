@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tandem/model/model.h"
+#include "tandem/model/recompute_segments.h"
 
 namespace tandem {
 
@@ -31,8 +32,10 @@ class Llama final : public Model {
 
   // Bytes of activations, backward scratch and the rotary table the constructor allocates
   // for batches of max_batch x max_seq_len (parameters and gradients not included).
+  // `recompute_interval`: ModelOwnBuffers's.
   static size_t activation_bytes(const ModelConfig& config, int max_batch, int max_seq_len,
-                                 StorageDType dtype = StorageDType::kF32);
+                                 StorageDType dtype = StorageDType::kF32,
+                                 int recompute_interval = 0);
 
   // Hugging Face's initialisation: every weight matrix N(0, 0.02), RMSNorm weights 1.
   TensorInit tensor_init(const ParamView& view) const override;
@@ -67,23 +70,33 @@ class Llama final : public Model {
   int head_block() const { return config().n_layer + 1; }
   template <typename Elem>
   LayerParams<Elem> layer_at(Elem* base) const;
+  // Layer l's activations: its slot of the stacked tensors, its output in the kept outputs
+  // when it ends a recompute segment (recompute_segments.h).
   template <typename Elem>
   LayerActs<Elem> layer_acts(int l) const;
+  template <typename Elem>
+  const Elem* layer_input(int l) const;
+  template <typename Elem>
+  void forward_layer(int l, int B, int T);
+  template <typename Elem>
+  void backward_layer(int l, int B, int T, const GradientsReady& ready);
 
   // Offsets within their block (looked up by name at construction).
   size_t embed_ = 0, normw_ = 0, lm_head_ = 0;
   size_t ln1w_ = 0, qkvw_ = 0, attprojw_ = 0, ln2w_ = 0, gateupw_ = 0, downw_ = 0;
+  RecomputeSegments segments_;  // activation checkpointing's slots
 
   Buffer cos_sin_;  // [max_seq_len, HS/2, 2] fp32
-  // Activations for BT = max_batch x max_seq_len, the L layers' stacked ([L, BT, ...]);
-  // W = (NH + 2 KVH) HS, I = intermediate_size.
+  // Activations for BT = max_batch x max_seq_len, stacked over A slots ([A, BT, ...]: A = L,
+  // or min(k, L) with recompute); W = (NH + 2 KVH) HS, I = intermediate_size.
   Buffer encoded_;              // [BT, C]
-  Buffer ln1_, ln1_rstd_;       // [L, BT, C], [L, BT]
-  Buffer qkv_, atty_, lse_;     // [L, BT, W], [L, BT, C], [L, NH, BT]
-  Buffer attproj_, residual2_;  // [L, BT, C]
-  Buffer ln2_, ln2_rstd_;       // [L, BT, C], [L, BT]
-  Buffer gateup_, swiglu_;      // [L, BT, 2I], [L, BT, I]
-  Buffer down_, residual3_;     // [L, BT, C]
+  Buffer ln1_, ln1_rstd_;       // [A, BT, C], [A, BT]
+  Buffer qkv_, atty_, lse_;     // [A, BT, W], [A, BT, C], [A, NH, BT]
+  Buffer attproj_, residual2_;  // [A, BT, C]
+  Buffer ln2_, ln2_rstd_;       // [A, BT, C], [A, BT]
+  Buffer gateup_, swiglu_;      // [A, BT, 2I], [A, BT, I]
+  Buffer down_, residual3_;     // [A, BT, C]; with recompute residual3 [A - 1, BT, C]
+  Buffer kept_;                 // with recompute: [ceil(L / k), BT, C], each segment's output
   Buffer lnf_, lnf_rstd_;       // [BT, C], [BT]
   // Backward scratch, reused by every layer.
   Buffer dresidual_, dbt_c_;  // [BT, C]

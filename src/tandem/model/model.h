@@ -35,6 +35,11 @@ struct ModelOwnBuffers {
   // zero and nothing reads it.
   size_t params_capacity = 0;
   bool grads = true;
+  // Activation checkpointing: keep the input of every k-th layer and recompute the layers'
+  // activations inside backward, one segment of k layers at a time (the same kernels on
+  // the same inputs: the same bits); 0 keeps every layer's activations. Activations then
+  // take k layers' worth plus L / k inputs instead of L layers' worth.
+  int recompute_interval = 0;
 };
 
 class Model {

@@ -24,8 +24,10 @@ struct ModelFamily {
   // The flat parameter layout: Hugging Face names and shapes, the blocks.
   ParamLayout (*layout)(const ModelConfig& config);
   // Bytes of activations and scratch a model allocates for batches of B x T, besides its
-  // parameters and gradients.
-  size_t (*activation_bytes)(const ModelConfig& config, int B, int T, StorageDType dtype);
+  // parameters and gradients, recomputing every `recompute_interval` layers
+  // (ModelOwnBuffers; 0: keeping every layer's activations).
+  size_t (*activation_bytes)(const ModelConfig& config, int B, int T, StorageDType dtype,
+                             int recompute_interval);
   std::unique_ptr<Model> (*make)(const ModelConfig& config, ComputeBackend& backend, int B, int T,
                                  StorageDType dtype, ModelOwnBuffers own);
   // The Hugging Face config.json of a model, and the model of a config.json (throws
@@ -49,8 +51,9 @@ inline ParamLayout model_layout(const ModelConfig& config) {
   return model_family(config.type).layout(config);
 }
 inline size_t model_activation_bytes(const ModelConfig& config, int B, int T,
-                                     StorageDType dtype = StorageDType::kF32) {
-  return model_family(config.type).activation_bytes(config, B, T, dtype);
+                                     StorageDType dtype = StorageDType::kF32,
+                                     int recompute_interval = 0) {
+  return model_family(config.type).activation_bytes(config, B, T, dtype, recompute_interval);
 }
 inline std::unique_ptr<Model> make_model(const ModelConfig& config, ComputeBackend& backend,
                                          int max_batch, int max_seq_len,
