@@ -111,8 +111,9 @@ TrainingMemoryPlan plan_memory(const TrainConfig& config, DeviceKind kind, size_
   plan.zero_stage = config.zero.stage;
   plan.num_params = static_cast<size_t>(config.model.num_parameters());
   plan.device_capacity = capacity;
-  plan.activation_bytes = model_activation_bytes(config.model, config.micro_batch_size,
-                                                 config.seq_len(), config.storage_dtype());
+  plan.activation_bytes =
+      model_activation_bytes(config.model, config.micro_batch_size, config.seq_len(),
+                             config.storage_dtype(), config.activation_checkpointing.interval);
   plan.model_elem_bytes = storage_dtype_bytes(config.storage_dtype());
   // Working params (padded to world_size equal partitions at ZeRO stages 1 and 2, this
   // rank's partition at 3) + gradients (all below stage 2, this rank's partition from it).

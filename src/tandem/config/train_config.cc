@@ -10,6 +10,7 @@
 #include "tandem/config/train_config.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -201,6 +202,37 @@ std::vector<Key> train_loop_keys() {
                        kCheckpointFailureNames)};
 }
 
+// A key of DeepSpeed's that means nothing here: refused, saying why, and never written.
+Key refused(std::string_view name, std::string_view why) {
+  return {name,
+          [=](const JsonSection& section, TrainConfig&) {
+            TANDEM_CHECK(section.find(name) == nullptr, section.path(name), ": ", why,
+                         "; remove it");
+          },
+          [](const TrainConfig&) { return json(); }};
+}
+
+// DeepSpeed's "activation_checkpointing" keys: interval is tandem's own (DeepSpeed's
+// number_checkpoints counts checkpoints of a model it cannot see).
+std::vector<Key> activation_checkpointing_keys() {
+  return {Keys::integer("interval", TANDEM_FIELD(activation_checkpointing.interval), 0,
+                        std::numeric_limits<int>::max(),
+                        "a non-negative integer (0: off; k: keep every k-th layer's output)"),
+          refused("cpu_checkpointing",
+                  "keeping the kept layer outputs in pinned host memory is not available yet "
+                  "(they stay on the device)"),
+          refused("partition_activations",
+                  "it splits activations over model-parallel ranks, and tandem has no model "
+                  "parallelism"),
+          refused("number_checkpoints",
+                  "tandem counts in layers: set activation_checkpointing.interval instead"),
+          refused("contiguous_memory_optimization",
+                  "tandem's kept outputs are one contiguous buffer already"),
+          refused("synchronize_checkpoint_boundary",
+                  "tandem's recompute is ordered on one stream; there is nothing to synchronize"),
+          refused("profile", "use --trace for a Chrome trace of the steps")};
+}
+
 // The whole file, top-level keys in the order messages list them and sections are read.
 const std::vector<Key>& schema() {
   static const std::vector<Key> keys = {
@@ -230,6 +262,7 @@ const std::vector<Key>& schema() {
                       "a number > 0 and at most 1048576",
                       [](double v) { return v > 0 && v <= 1048576; })}),
       Keys::section("bf16", {Keys::boolean("enabled", TANDEM_FIELD(bf16))}),
+      Keys::section("activation_checkpointing", activation_checkpointing_keys()),
       Keys::section("train", train_loop_keys()),
   };
   return keys;

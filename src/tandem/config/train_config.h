@@ -81,6 +81,15 @@ struct TrainLoopConfig {  // JSON: "train": {...}
   CheckpointFailure checkpoint_failure = CheckpointFailure::kStop;
 };
 
+// JSON: "activation_checkpointing": {...}, DeepSpeed's section: recompute activations in
+// backward instead of keeping them (model/recompute_segments.h). The gradients are the same
+// bits either way; a step costs about one more forward.
+struct ActivationCheckpointingConfig {
+  // Keep every `interval`-th layer's output and recompute the layers between inside
+  // backward; 0: keep every layer's activations (off).
+  int interval = 0;
+};
+
 struct DeviceConfig {  // JSON: "device": {...}
   // "cpu" (kHostOnly): model and optimizer on the host (the host-only device backend, see
   // device/device.h); "cuda": the model on the GPU, the optimizer state per schedule.
@@ -101,6 +110,7 @@ struct TrainConfig {
   // "zero_optimization": {"stage", "overlap_comm", bucket sizes...}: data parallelism.
   ZeroConfig zero;
   DeviceConfig device;
+  ActivationCheckpointingConfig activation_checkpointing;
   // "bf16": {"enabled": true}: the model's parameters (working copy), gradients and
   // activations in bf16 with fp32 arithmetic; master weights and Adam moments stay fp32.
   bool bf16 = false;

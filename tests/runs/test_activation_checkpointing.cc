@@ -1,0 +1,138 @@
+// activation_checkpointing.interval through the whole trainer: the same state digest and
+// losses as keeping every layer, for both families, fp32 and bf16, under an offloaded
+// schedule, at ZeRO stages 0 and 3 on 2 in-process ranks (stage 3 gathers a layer's
+// parameters again for its recompute) and with DeMo; the memory plan counts what recompute
+// keeps; DeepSpeed's keys of the section that mean nothing here are refused by name.
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "support/test_util.h"
+#include "support/tiny_run.h"
+#include "support/train_on_ranks.h"
+#include "tandem/config/memory_plan.h"
+#include "tandem/config/train_config.h"
+#include "tandem/core/thread_pool.h"
+#include "tandem/device/device.h"
+#include "tandem/model/model_family.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem {
+namespace {
+
+using json = nlohmann::json;
+using testing::error_of;
+
+class ActivationCheckpointing : public ::testing::Test {
+ protected:
+  void SetUp() override { testing::write_small_corpus(data_); }
+
+  // Four layers, so that interval 3 leaves a shorter last segment.
+  json config(const std::string& run, bool llama = false) const {
+    json c = testing::tiny_run_config(data_, dir_ / run);
+    c["model"]["n_layer"] = 4;
+    if (llama)
+      c["model"] = {
+          {"type", "llama"},          {"vocab_size", 256},      {"max_position_embeddings", 16},
+          {"hidden_size", 16},        {"num_hidden_layers", 4}, {"num_attention_heads", 4},
+          {"num_key_value_heads", 2}, {"intermediate_size", 24}};
+    c["train"]["steps"] = 6;
+    c["train"]["eval_interval"] = 3;
+    return c;
+  }
+
+  struct Trained {
+    std::string digest;
+    std::vector<float> losses;
+    size_t device_bytes = 0;  // rank 0's, at the end: the activations recompute keeps
+  };
+
+  // The digest and losses of `c` at `interval` on `ranks`, all ranks agreeing.
+  static Trained trained(json c, int interval, int ranks) {
+    c["activation_checkpointing"] = {{"interval", interval}};
+    c["train"]["output_dir"] = cat(c["train"]["output_dir"].get<std::string>(), "_", interval);
+    const testing::RankResults results = testing::train_on_ranks(ranks, c);
+    testing::expect_ranks_agree(results, cat("interval ", interval));
+    return {results.by_rank[0].state_digest, testing::losses(results.by_rank[0]),
+            results.by_rank[0].device_bytes_in_use};
+  }
+
+  static void expect_same_bits_at_every_interval(const json& c, int ranks) {
+    const Trained kept = trained(c, 0, ranks);
+    ASSERT_FALSE(kept.digest.empty());
+    for (int interval : {1, 3}) {
+      SCOPED_TRACE(cat("interval ", interval));
+      const Trained recomputed = trained(c, interval, ranks);
+      EXPECT_EQ(recomputed.digest, kept.digest);
+      EXPECT_EQ(recomputed.losses, kept.losses);
+      EXPECT_LT(recomputed.device_bytes, kept.device_bytes) << "recompute was not in effect";
+    }
+  }
+
+  testing::ScratchDir dir_{"activation_checkpointing"};
+  std::filesystem::path data_ = dir_ / "corpus.txt";
+};
+
+TEST_F(ActivationCheckpointing, GivesTheBitsOfKeepingEveryLayerForBothFamiliesAndDtypes) {
+  for (bool llama : {false, true})
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(cat(llama ? "llama" : "gpt2", bf16 ? " bf16" : " fp32"));
+      json c = config(cat("run_", llama, bf16), llama);
+      c["bf16"] = {{"enabled", bf16}};
+      c["offload_optimizer"] = {{"schedule", "interleave"}, {"stride", 2}};
+      c["zero_optimization"] = {{"sub_group_size", 3000}};
+      expect_same_bits_at_every_interval(c, 1);
+    }
+}
+
+TEST_F(ActivationCheckpointing, GivesTheBitsOfKeepingEveryLayerAtZeroStagesZeroAndThree) {
+  for (int stage : {0, 3}) {
+    SCOPED_TRACE(cat("stage ", stage));
+    json c = config(cat("stage", stage));
+    c["zero_optimization"] = {{"stage", stage}, {"stage3_max_live_parameters", 2000}};
+    expect_same_bits_at_every_interval(c, 2);
+  }
+}
+
+TEST_F(ActivationCheckpointing, GivesTheBitsOfKeepingEveryLayerWithDemo) {
+  json c = config("demo");
+  c["optimizer"] = {{"type", "DeMo"}, {"params", {{"lr", 1e-3}, {"compression_topk", 4}}}};
+  expect_same_bits_at_every_interval(c, 2);
+}
+
+TEST_F(ActivationCheckpointing, ThePlanCountsWhatRecomputeKeeps) {
+  json c = config("plan");
+  const std::unique_ptr<Device> device = make_cpu_device({.memory_bytes = size_t{1} << 30});
+  ThreadPool pool(1);
+  for (int interval : {0, 1, 2}) {
+    c["activation_checkpointing"] = {{"interval", interval}};
+    const TrainConfig parsed = parse_train_config(c);
+    const TrainingMemoryPlan plan = plan_training(parsed, *device, pool);
+    EXPECT_EQ(plan.activation_bytes,
+              model_activation_bytes(parsed.model, 4, 16, StorageDType::kF32, interval));
+  }
+  EXPECT_LT(model_activation_bytes(parse_train_config(c).model, 4, 16, StorageDType::kF32, 1),
+            model_activation_bytes(parse_train_config(c).model, 4, 16, StorageDType::kF32, 0));
+}
+
+TEST_F(ActivationCheckpointing, DeepSpeedsKeysThatMeanNothingHereAreRefusedByName) {
+  json c = config("keys");
+  c["activation_checkpointing"] = {{"interval", -1}};
+  EXPECT_CONTAINS(error_of([&] { parse_train_config(c); }),
+                  "activation_checkpointing.interval must be a non-negative integer");
+  for (const char* key :
+       {"cpu_checkpointing", "partition_activations", "number_checkpoints",
+        "contiguous_memory_optimization", "synchronize_checkpoint_boundary", "profile"}) {
+    c["activation_checkpointing"] = {{"interval", 1}, {key, true}};
+    EXPECT_CONTAINS(error_of([&] { parse_train_config(c); }),
+                    cat("activation_checkpointing.", key, ": "));
+  }
+  c["activation_checkpointing"] = {{"intervall", 1}};
+  EXPECT_CONTAINS(error_of([&] { parse_train_config(c); }), "did you mean 'interval'?");
+  c["activation_checkpointing"] = {{"interval", 2}};
+  EXPECT_EQ(to_json(parse_train_config(c))["activation_checkpointing"], json({{"interval", 2}}));
+}
+
+}  // namespace
+}  // namespace tandem
