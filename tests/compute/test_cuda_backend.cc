@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -26,6 +27,7 @@
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/model/gpt.h"
 #include "tandem/model/llama.h"
+#include "tandem/model/model_family.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem {
@@ -552,6 +554,59 @@ TEST(CudaBackend, TinyLlamaLossAndGradientsMatchTheCpu) {
 TEST(CudaBackend, TinyBf16LlamaLossAndGradientsMatchTheCpuWithinBf16Accuracy) {
   SKIP_WITHOUT_GPU();
   expect_tiny_llama_matches(StorageDType::kBF16, 1e-2, 5e-2);
+}
+
+// Activation recompute on the GPU (ModelOwnBuffers::recompute_interval): its kernels are
+// deterministic, so recomputing a segment's activations in backward gives the loss and every
+// gradient of keeping them, bit for bit, for both families and storage types.
+void expect_recompute_keeps_the_bits(ModelType type, StorageDType dtype) {
+  SCOPED_TRACE(cat(model_type_name(type), " ", storage_dtype_name(dtype)));
+  ModelConfig config;
+  config.type = type;
+  config.vocab_size = 64;
+  config.context_length = 16;
+  config.n_layer = 3;
+  config.n_head = 4;
+  config.n_embd = 32;
+  if (type == ModelType::kLlama) {
+    config.n_kv_head = 2;
+    config.intermediate_size = 40;
+    config.tie_word_embeddings = false;
+  }
+  auto gpu = make_cuda_backend();
+  const int B = 2, T = 16;
+  Rng rng(21);
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (int i = 0; i < B * T; i++) {
+    tokens[i] = static_cast<int32_t>(rng.next_u64() % config.vocab_size);
+    targets[i] = static_cast<int32_t>(rng.next_u64() % config.vocab_size);
+  }
+  const auto pass = [&](int interval) {
+    const std::unique_ptr<Model> model =
+        make_model(config, *gpu, B, T, dtype, {.recompute_interval = interval});
+    model->init_weights(3);
+    model->zero_grads();
+    const float loss = model->forward(tokens.data(), targets.data(), B, T);
+    model->backward();
+    return std::make_pair(loss, model->grads_to_host());
+  };
+  const auto kept = pass(0);
+  for (int interval : {1, 2}) {
+    SCOPED_TRACE(cat("interval ", interval));
+    const auto recomputed = pass(interval);
+    EXPECT_EQ(std::memcmp(&recomputed.first, &kept.first, sizeof(float)), 0);
+    ASSERT_EQ(recomputed.second.size(), kept.second.size());
+    EXPECT_EQ(std::memcmp(recomputed.second.data(), kept.second.data(),
+                          kept.second.size() * sizeof(float)),
+              0);
+  }
+}
+
+TEST(CudaBackend, RecomputeGivesTheBitsOfKeepingEveryLayer) {
+  SKIP_WITHOUT_GPU();
+  for (ModelType type : {ModelType::kGpt2, ModelType::kLlama})
+    for (StorageDType dtype : {StorageDType::kF32, StorageDType::kBF16})
+      expect_recompute_keeps_the_bits(type, dtype);
 }
 
 std::vector<double> losses_of(const std::filesystem::path& metrics) {
