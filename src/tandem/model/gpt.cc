@@ -138,8 +138,7 @@ Gpt::LayerActs<Elem> Gpt::layer_acts(int l) const {
   const size_t C = config().n_embd, NH = config().n_head;
   const size_t BT = static_cast<size_t>(max_batch()) * max_seq_len();
   const size_t row = segments_.slot(l) * BT;  // first row of the slot in [A, BT, ...]
-  Elem* residual3 = segments_.ends_segment(l) ? kept_.as<Elem>() + segments_.kept_index(l) * BT * C
-                                              : residual3_.as<Elem>() + row * C;
+  Elem* residual3 = segments_.output_of(l, residual3_.as<Elem>(), kept_.as<Elem>(), BT * C);
   return {ln1_.as<Elem>() + row * C,
           ln1_mean_.as<float>() + row,
           ln1_rstd_.as<float>() + row,

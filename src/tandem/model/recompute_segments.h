@@ -37,7 +37,13 @@ struct RecomputeSegments {
   bool ends_segment(int l) const {
     return recomputes() && (l % interval == interval - 1 || l == layers - 1);
   }
-  size_t kept_index(int l) const { return static_cast<size_t>(l / interval); }
+  // Where layer l writes its output, `rows` elements: its segment's row of `kept`, or its
+  // slot's of `outputs`.
+  template <typename Elem>
+  Elem* output_of(int l, Elem* outputs, Elem* kept, size_t rows) const {
+    return ends_segment(l) ? kept + static_cast<size_t>(l / interval) * rows
+                           : outputs + slot(l) * rows;
+  }
   // The first layer of the segment that ends just before layer `end`.
   int segment_begin(int end) const {
     const int k = recomputes() ? interval : std::max(layers, 1);
