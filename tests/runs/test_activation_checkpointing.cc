@@ -13,6 +13,7 @@
 #include "support/train_on_ranks.h"
 #include "tandem/config/memory_plan.h"
 #include "tandem/config/train_config.h"
+#include "tandem/core/format.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/device.h"
 #include "tandem/model/model_family.h"
@@ -111,6 +112,17 @@ TEST_F(ActivationCheckpointing, ThePlanCountsWhatRecomputeKeeps) {
     const TrainingMemoryPlan plan = plan_training(parsed, *device, pool);
     EXPECT_EQ(plan.activation_bytes,
               model_activation_bytes(parsed.model, 4, 16, StorageDType::kF32, interval));
+    // `tandem plan` shows both figures when recompute is on.
+    const std::string text = plan.to_text();
+    const size_t without = model_activation_bytes(parsed.model, 4, 16, StorageDType::kF32, 0);
+    if (interval > 0) {
+      EXPECT_CONTAINS(
+          text, cat("(activations ", format_bytes(plan.activation_bytes), " recomputing every ",
+                    interval == 1 ? std::string("layer") : cat(interval, " layers"), ", ",
+                    format_bytes(without), " without"));
+    } else {
+      EXPECT_CONTAINS(text, cat("(activations ", format_bytes(without), ", working params"));
+    }
   }
   EXPECT_LT(model_activation_bytes(parse_train_config(c).model, 4, 16, StorageDType::kF32, 1),
             model_activation_bytes(parse_train_config(c).model, 4, 16, StorageDType::kF32, 0));

@@ -111,9 +111,12 @@ TrainingMemoryPlan plan_memory(const TrainConfig& config, DeviceKind kind, size_
   plan.zero_stage = config.zero.stage;
   plan.num_params = static_cast<size_t>(config.model.num_parameters());
   plan.device_capacity = capacity;
+  plan.recompute_interval = config.activation_checkpointing.interval;
   plan.activation_bytes =
       model_activation_bytes(config.model, config.micro_batch_size, config.seq_len(),
-                             config.storage_dtype(), config.activation_checkpointing.interval);
+                             config.storage_dtype(), plan.recompute_interval);
+  plan.activation_bytes_without_recompute = model_activation_bytes(
+      config.model, config.micro_batch_size, config.seq_len(), config.storage_dtype());
   plan.model_elem_bytes = storage_dtype_bytes(config.storage_dtype());
   // Working params (padded to world_size equal partitions at ZeRO stages 1 and 2, this
   // rank's partition at 3) + gradients (all below stage 2, this rank's partition from it).
@@ -235,6 +238,12 @@ TrainingMemoryPlan plan_training_without_gpu(const TrainConfig& config, ThreadPo
   return plan;
 }
 
+namespace {
+
+std::string layers_text(int n) { return n == 1 ? std::string("layer") : cat(n, " layers"); }
+
+}  // namespace
+
 std::string TrainingMemoryPlan::to_text() const {
   std::string sites;
   for (UpdateSite site :
@@ -261,22 +270,26 @@ std::string TrainingMemoryPlan::to_text() const {
                                           : " (gradient slots and micro-batch partials)")
                     : std::string(),
                 "\n");
-  text += cat("memory per tier", world_size > 1 ? " (per rank)" : "", ":\n",
-              "  device:      ", format_bytes(total.device), " of ", format_bytes(device_capacity),
-              " (activations ", format_bytes(activation_bytes), ", working params + gradients ",
-              format_bytes(model_bytes + zero_buffer_bytes),
-              model_elem_bytes == 2 ? " in bf16" : " in fp32", ", optimizer state + staging ",
-              format_bytes(optimizer_device_bytes), ")", fits() ? "" : "  << does not fit", "\n",
-              "  pinned host: ", format_bytes(total.pinned_host), " (offloaded ", state_names,
-              "; host gradients and working copies",
-              snapshot.streamed ? "; the checkpoint snapshot's pool"
-              : pinned_snapshot ? "; the lazy checkpoint's snapshot"
-                                : "",
-              ")\n", "  host:        ", format_bytes(total.host),
-              snapshot.streamed ? " (no copy of the state for checkpoints: see below)"
-                                : " (the checkpoint snapshot: lazy checkpoints keep it for the "
-                                  "run, synchronous ones while they save)",
-              "\n");
+  text +=
+      cat("memory per tier", world_size > 1 ? " (per rank)" : "", ":\n",
+          "  device:      ", format_bytes(total.device), " of ", format_bytes(device_capacity),
+          " (activations ", format_bytes(activation_bytes),
+          recompute_interval > 0 ? cat(" recomputing every ", layers_text(recompute_interval), ", ",
+                                       format_bytes(activation_bytes_without_recompute), " without")
+                                 : std::string(),
+          ", working params + gradients ", format_bytes(model_bytes + zero_buffer_bytes),
+          model_elem_bytes == 2 ? " in bf16" : " in fp32", ", optimizer state + staging ",
+          format_bytes(optimizer_device_bytes), ")", fits() ? "" : "  << does not fit", "\n",
+          "  pinned host: ", format_bytes(total.pinned_host), " (offloaded ", state_names,
+          "; host gradients and working copies",
+          snapshot.streamed ? "; the checkpoint snapshot's pool"
+          : pinned_snapshot ? "; the lazy checkpoint's snapshot"
+                            : "",
+          ")\n", "  host:        ", format_bytes(total.host),
+          snapshot.streamed ? " (no copy of the state for checkpoints: see below)"
+                            : " (the checkpoint snapshot: lazy checkpoints keep it for the "
+                              "run, synchronous ones while they save)",
+          "\n");
   if (machine_host_bytes > 0)
     text +=
         cat("  machine:     ", format_bytes(machine_host_bytes), " of host memory; the plan takes ",

@@ -61,6 +61,10 @@ struct TrainingMemoryPlan {
   size_t num_params = 0;
   size_t device_capacity = 0;
   size_t activation_bytes = 0;  // device: activations and backward scratch
+  // activation_checkpointing.interval, and the activations without recompute (what the
+  // text shows beside them when it is on).
+  int recompute_interval = 0;
+  size_t activation_bytes_without_recompute = 0;
   size_t model_elem_bytes = 4;  // bytes per working param and gradient (fp32 or bf16)
   size_t model_bytes = 0;       // device: working params + gradients this rank holds
   // device, ZeRO stages 2 and 3: gradient slots, micro-batch partials, persistent and
