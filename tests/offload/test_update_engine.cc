@@ -464,6 +464,98 @@ TEST(UpdateEngine, WaitsForTheProducerStreamWithoutTheHostWaiting) {
   }
 }
 
+// offload_optimizer.overlap_forward: step() returns with the update still running; a forward
+// that asks for its blocks in flat order finds each block's working parameters final, bit
+// for bit, while the later subgroups are still being updated (slow host-to-device copies keep
+// them in flight), and finish_update() ends the step with plain AdamW's state. Both ways a
+// model reads: on a stream of its own (a GPU's kernels, queued behind the wait) and at once
+// on the host (the CPU backend's).
+TEST(UpdateEngine, AnOverlappedUpdateHandsEachBlockOverFinalInFlatOrder) {
+  const Problem problem;
+  for (const bool on_a_stream : {false, true})
+    for (const UpdateSchedule schedule : {UpdateSchedule::kCpu, UpdateSchedule::kRatio,
+                                          UpdateSchedule::kInterleave, UpdateSchedule::kDevice}) {
+      const std::string what = cat(update_schedule_name(schedule),
+                                   on_a_stream ? ", read on a stream" : ", read at once");
+      std::unique_ptr<Device> device =
+          make_cpu_device({.slow_stream = "host-to-device", .slow_copy_ms = 2});
+      const DeviceAllocation working = device->allocate(MemorySpace::kDevice, problem.P * 4);
+      const DeviceAllocation grads = device->allocate(MemorySpace::kDevice, problem.P * 4);
+      const std::unique_ptr<Stream> model_stream = device->create_stream("model");
+      Stream* reader = on_a_stream ? model_stream.get() : nullptr;
+      ThreadPool pool{2};
+      UpdateEngine engine(*device, problem.layout,
+                          make_offload_plan({.schedule = schedule,
+                                             .sub_group_size = 700,
+                                             .ratio = 0.5,
+                                             .stride = 2,
+                                             .overlap_forward = true},
+                                            problem.P),
+                          std::make_unique<AdamWRule>(kHyper, pool),
+                          {.working_params = working.data(), .grads = grads.data()});
+      engine.load_state(problem.params.data(), problem.m.data(), problem.v.data(), 0);
+      for (int s = 0; s < kSteps; s++) {
+        std::memcpy(grads.data(), problem.grads[s].data(), problem.P * 4);
+        engine.step(Problem::lr(s), Problem::scale(s));
+        EXPECT_TRUE(engine.update_in_flight()) << what;
+        std::vector<float> want_p, want_m, want_v;
+        problem.reference(want_p, want_m, want_v, s + 1);
+        for (const ParamRange& block : problem.layout.blocks()) {
+          engine.wait_for_parameters(block, reader);
+          std::vector<float> got(block.size());
+          const float* source = working.as<float>() + block.begin;
+          if (reader != nullptr) {
+            device->copy_async(got.data(), source, block.size() * 4, *reader);
+            reader->synchronize();
+          } else {
+            std::memcpy(got.data(), source, block.size() * 4);
+          }
+          EXPECT_EQ(std::memcmp(got.data(), want_p.data() + block.begin, block.size() * 4), 0)
+              << what << ", step " << s + 1 << ", block at " << block.begin;
+        }
+        const UpdateEngine::OverlapTimes times = engine.finish_update();
+        EXPECT_FALSE(engine.update_in_flight());
+        EXPECT_GE(times.hidden_ms, 0.0);
+        EXPECT_EQ(engine.step_count(), s + 1);
+      }
+      std::vector<float> want_p, want_m, want_v;
+      problem.reference(want_p, want_m, want_v, kSteps);
+      std::vector<float> p(problem.P), m(problem.P), v(problem.P);
+      engine.read_state(p.data(), m.data(), v.data());
+      EXPECT_TRUE(bitwise_equal(p, want_p)) << what;
+      EXPECT_TRUE(bitwise_equal(m, want_m)) << what;
+      EXPECT_TRUE(bitwise_equal(v, want_v)) << what;
+    }
+}
+
+// A copy that fails behind step() is reported by the next wait for parameters as the step's
+// failure, and the engine refuses further steps, as when the step waits for itself.
+TEST(UpdateEngine, AFailureBehindAnOverlappedStepIsReportedByTheNextWait) {
+  const Problem problem;
+  const OffloadSettings settings{
+      .schedule = UpdateSchedule::kCpu, .sub_group_size = 1000, .overlap_forward = true};
+  const size_t subgroups = make_offload_plan(settings, problem.P).subgroups.size();
+  // load_state's copies (3 per subgroup + 1), the gradients' upload, then the step's: the
+  // gradients to the host (one per subgroup), then the working copies back; fail the middle
+  // working copy.
+  const int64_t failing =
+      3 * static_cast<int64_t>(subgroups) + 1 + 1 + static_cast<int64_t>(subgroups + subgroups / 2);
+  EngineRun run(problem, settings, CpuDeviceOptions{.fail_copy_number = failing});
+  run.upload_grads(problem.grads[0]);
+  run.engine->step(Problem::lr(0), Problem::scale(0));
+  const std::string error = testing::error_of([&] {
+    for (const ParamRange& block : problem.layout.blocks())
+      run.engine->wait_for_parameters(block, nullptr);
+    run.engine->finish_update();
+  });
+  EXPECT_CONTAINS(error, "optimizer step 1 failed");
+  EXPECT_CONTAINS(error, "injected copy failure");
+  EXPECT_CONTAINS(error, "training cannot continue");
+  EXPECT_FALSE(run.engine->update_in_flight());
+  EXPECT_CONTAINS(testing::error_of([&] { run.engine->step(Problem::lr(1), 1.0f); }),
+                  "stopped after a failed step");
+}
+
 TEST(UpdateEngine, AFailedCopyLeavesNoSubgroupHalfUpdated) {
   const Problem problem;
   std::vector<float> after_p, after_m, after_v;
@@ -659,6 +751,37 @@ TEST(PerfModel, PredictsTheSlowerOfCpuAndDevice) {
 
 // The model measures the rule it is given and moves that rule's state: a rule of two
 // arrays stages 8 bytes per parameter each way, not AdamW's 12.
+// overlap_forward: with N equal subgroups updated one after another over U seconds and a
+// forward of F seconds reading them in order, the forward of the last (N - 1) / N of the
+// smaller of the two runs behind the update: the hidden time is min(U, F) (N - 1) / N.
+TEST(PerfModel, PredictsTheUpdateTheNextForwardHides) {
+  for (const size_t subgroups : {size_t{1}, size_t{4}, size_t{10}}) {
+    const OffloadPlan plan = make_offload_plan(
+        {.schedule = UpdateSchedule::kCpu, .sub_group_size = 1000}, 1000 * subgroups);
+    for (const auto& [U, F] : {std::pair{8.0, 4.0}, std::pair{1.0, 4.0}, std::pair{3.0, 3.0}}) {
+      UpdatePrediction prediction;
+      prediction.seconds = prediction.host_seconds = U;
+      const double want = std::min(U, F) * static_cast<double>(subgroups - 1) / subgroups;
+      EXPECT_NEAR(predict_hidden_update(plan, prediction, F), want, 1e-12)
+          << subgroups << " subgroups, U " << U << ", F " << F;
+    }
+  }
+  // Two lanes: ratio 0.5 over 4 subgroups puts 0 and 2 on the host (8 s: done at 4 and 8)
+  // and 1 and 3 on the device (4 s: done at 2 and 4). The forward (4 s, 1 s a subgroup)
+  // can end no sooner than 4 + 4, 2 + 3, 8 + 2, 4 + 1: at 10 instead of 12, so 2 s are hidden.
+  const OffloadPlan ratio = make_offload_plan(
+      {.schedule = UpdateSchedule::kRatio, .sub_group_size = 1000, .ratio = 0.5}, 4000);
+  UpdatePrediction both;
+  both.seconds = both.host_seconds = 8.0;
+  both.device_seconds = 4.0;
+  EXPECT_NEAR(predict_hidden_update(ratio, both, 4.0), 2.0, 1e-12);
+  const OffloadPlan cpu =
+      make_offload_plan({.schedule = UpdateSchedule::kCpu, .sub_group_size = 1000}, 4000);
+  UpdatePrediction host_only;
+  host_only.seconds = host_only.host_seconds = 8.0;
+  EXPECT_EQ(predict_hidden_update(cpu, host_only, 0.0), 0.0);
+}
+
 TEST(PerfModel, MeasuresAndMovesTheRulesOwnState) {
   auto device = make_cpu_device({});
   MomentumSgdRule sgd;

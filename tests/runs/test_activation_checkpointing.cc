@@ -128,6 +128,45 @@ TEST_F(ActivationCheckpointing, ThePlanCountsWhatRecomputeKeeps) {
             model_activation_bytes(parse_train_config(c).model, 4, 16, StorageDType::kF32, 0));
 }
 
+// `tandem plan` and the error of a config that does not fit name the largest micro-batch that
+// fits, with and without recompute: a device that holds five sequences' activations holds
+// five, and recomputing every layer more; the plan of each answer fits, one more does not.
+TEST_F(ActivationCheckpointing, ThePlanNamesTheLargestMicroBatchThatFits) {
+  json c = config("largest");
+  ThreadPool pool(1);
+  const TrainConfig parsed = parse_train_config(c);
+  const std::unique_ptr<Device> roomy = make_cpu_device({.memory_bytes = size_t{1} << 30});
+  const TrainingMemoryPlan roomy_plan = plan_training(parsed, *roomy, pool);
+  const size_t rest = roomy_plan.total.device - roomy_plan.activation_bytes;
+  const size_t capacity =
+      rest + model_activation_bytes(parsed.model, 5, 16, StorageDType::kF32, 0) + 1;
+  const std::unique_ptr<Device> device = make_cpu_device({.memory_bytes = capacity});
+  auto plan_at = [&](int B, int interval) {
+    json at = c;
+    at["train_micro_batch_size_per_gpu"] = B;
+    at["activation_checkpointing"] = {{"interval", interval}};
+    return plan_training(parse_train_config(at), *device, pool);
+  };
+  const TrainingMemoryPlan plan = plan_at(4, 0);
+  EXPECT_EQ(largest_micro_batch(plan, parsed, 0), 5);
+  const int with_recompute = largest_micro_batch(plan, parsed, 1);
+  EXPECT_GT(with_recompute, 5);
+  EXPECT_TRUE(plan_at(5, 0).fits());
+  EXPECT_FALSE(plan_at(6, 0).fits());
+  EXPECT_TRUE(plan_at(with_recompute, 1).fits());
+  EXPECT_FALSE(plan_at(with_recompute + 1, 1).fits());
+  EXPECT_EQ(largest_micro_batch_text(plan, parsed),
+            cat("largest micro-batch that fits: 5 (", with_recompute,
+                " recomputing every layer: activation_checkpointing.interval=1)"));
+  // A micro-batch too big is refused naming both.
+  json too_big = c;
+  too_big["train_micro_batch_size_per_gpu"] = 8;
+  const TrainConfig big = parse_train_config(too_big);
+  EXPECT_CONTAINS(testing::error_of([&] { check_fits(plan_at(8, 0), big); }),
+                  cat("largest micro-batch that fits: 5 (", with_recompute,
+                      " recomputing every layer: activation_checkpointing.interval=1)"));
+}
+
 TEST_F(ActivationCheckpointing, DeepSpeedsKeysThatMeanNothingHereAreRefusedByName) {
   json c = config("keys");
   c["activation_checkpointing"] = {{"interval", -1}};

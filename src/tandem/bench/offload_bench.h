@@ -19,8 +19,13 @@
 namespace tandem {
 
 // Medians of a run's steps after the first `warmup` (robust to a noisy neighbour).
+// update_ms is each update's whole time: with offload_optimizer.overlap_forward, its time in
+// the step plus the time it ran on into the next (StepRecord::update_hidden_ms and
+// update_wait_ms, so the last step's is not known); update_exposed_ms the part of it the
+// steps waited for.
 struct StepMedians {
   double tokens_per_s = 0, ms = 0, forward_ms = 0, backward_ms = 0, update_ms = 0;
+  double update_exposed_ms = 0;
 };
 StepMedians step_medians(const TrainResult& result, int warmup);
 
@@ -39,6 +44,10 @@ struct OffloadBenchCase {
   std::string error;  // why it did not run (its plan does not fit); empty when it ran
   StepMedians medians;
   double predicted_update_ms = 0;
+  // With offload_optimizer.overlap_forward: the prediction less what the performance model
+  // predicts the next forward hides of it (predict_hidden_update, from the measured forward
+  // less its waits), against StepMedians::update_exposed_ms. The whole prediction without.
+  double predicted_exposed_update_ms = 0;
   TrainingMemoryPlan plan;
   size_t device_bytes_in_use = 0;
   std::string state_digest;

@@ -11,6 +11,7 @@
 #include "tandem/bench/demo_bench.h"
 #include "tandem/bench/device_bench.h"
 #include "tandem/bench/offload_bench.h"
+#include "tandem/bench/versus_bench.h"
 #include "tandem/bench/zero_bench.h"
 #include "tandem/cli/commands.h"
 #include "tandem/config/train_config.h"
@@ -303,6 +304,59 @@ void register_bench(CLI::App& app) {
       fail(
           "tandem bench offload: the schedules ended with different state digests; every "
           "schedule must compute the same bits (run test_schedules, and report this)");
+  });
+
+  struct VersusArgs {
+    std::string config;
+    std::vector<std::string> overrides;
+    std::vector<std::string> versus;
+    int rounds = 3;
+    int steps = 10;
+    int warmup = 3;
+    bool json = false;
+  };
+  auto versus_args = std::make_shared<VersusArgs>();
+  CLI::App* versus = bench->add_subcommand(
+      "versus",
+      "A config against the same config with settings changed (--versus KEY=VALUE), trained in "
+      "alternating rounds in one process: the ratio of their step times, and their state digests");
+  versus->add_option("--config", versus_args->config, "Run configuration (JSON)")->required();
+  versus->add_option("--set", versus_args->overrides, "Override a config value on both sides");
+  versus
+      ->add_option("--versus", versus_args->versus,
+                   "A setting the variant changes (repeatable), e.g. "
+                   "activation_checkpointing.interval=1")
+      ->required();
+  versus->add_option("--rounds", versus_args->rounds, "Runs of each side, alternating")
+      ->check(CLI::Range(1, 1000));
+  versus->add_option("--steps", versus_args->steps, "Timed steps per run (the median is taken)")
+      ->check(CLI::Range(1, 100000));
+  versus->add_option("--warmup", versus_args->warmup, "Steps run first in each run, not timed")
+      ->check(CLI::Range(0, 100000));
+  versus->add_flag("--json", versus_args->json, "Print one JSON object");
+  versus->callback([versus_args] {
+    VersusBenchOptions options;
+    options.base = load_train_config(versus_args->config, versus_args->overrides);
+    std::vector<std::string> variant_overrides = versus_args->overrides;
+    variant_overrides.insert(variant_overrides.end(), versus_args->versus.begin(),
+                             versus_args->versus.end());
+    options.variant = load_train_config(versus_args->config, variant_overrides);
+    options.changes = versus_args->versus;
+    options.rounds = versus_args->rounds;
+    options.steps = versus_args->steps;
+    options.warmup = versus_args->warmup;
+    options.progress = [](const std::string& what) {
+      std::fprintf(stderr, "tandem bench versus: %s\n", what.c_str());
+    };
+    const VersusBenchResult result = run_versus_bench(options);
+    if (versus_args->json)
+      std::printf("%s\n", result.to_json().dump().c_str());
+    else
+      std::fputs(result.to_text().c_str(), stdout);
+    if (!result.digests_agree)
+      fail(
+          "tandem bench versus: the two sides ended with different state digests; the settings "
+          "it compares must not change a number (run the tests, and report this)");
   });
 
   struct ZeroArgs {

@@ -48,17 +48,18 @@ void register_plan(CLI::App& app) {
     if (config.device.type == DeviceKind::kCuda && cuda_device_count(&why_no_gpu) == 0) {
       const TrainingMemoryPlan plan =
           plan_training_without_gpu(config, pool, state_range, args->world_size);
-      std::printf("tandem plan for %s on a cuda device of %g GiB%s (modelled: %s)\n%s",
+      std::printf("tandem plan for %s on a cuda device of %g GiB%s (modelled: %s)\n%s%s\n",
                   args->config.c_str(), config.device.memory_gb, who.c_str(), why_no_gpu.c_str(),
-                  plan.to_text().c_str());
+                  plan.to_text().c_str(), largest_micro_batch_text(plan, config).c_str());
       check_fits(plan, config);
       return;
     }
     auto device = make_training_device(config);
     const TrainingMemoryPlan plan =
         plan_training(config, *device, pool, state_range, args->world_size);
-    std::printf("tandem plan for %s on the %s device%s\n%s", args->config.c_str(),
-                std::string(device->name()).c_str(), who.c_str(), plan.to_text().c_str());
+    std::printf("tandem plan for %s on the %s device%s\n%s%s\n", args->config.c_str(),
+                std::string(device->name()).c_str(), who.c_str(), plan.to_text().c_str(),
+                largest_micro_batch_text(plan, config).c_str());
     check_fits(plan, config);
   });
 }

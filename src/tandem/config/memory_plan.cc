@@ -78,11 +78,14 @@ void add_up(TrainingMemoryPlan& plan, const TrainConfig& config, DeviceKind devi
 
 }  // namespace
 
-std::unique_ptr<Device> make_training_device(const TrainConfig& config, int cuda_device_index) {
+std::unique_ptr<Device> make_training_device(const TrainConfig& config, int cuda_device_index,
+                                             const CpuDeviceOptions& injected) {
   const auto budget = static_cast<size_t>(config.device.memory_gb * (1ull << 30));
   if (config.device.type == DeviceKind::kCuda)
     return make_cuda_device({.device_index = cuda_device_index, .memory_bytes = budget});
-  return make_cpu_device({.memory_bytes = budget});
+  CpuDeviceOptions options = injected;
+  options.memory_bytes = budget;
+  return make_cpu_device(options);
 }
 
 TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool) {
@@ -347,6 +350,43 @@ int fewest_ranks_at_zero_stage_3(const TrainConfig& config, DeviceKind kind, siz
   return ranks;
 }
 
+int largest_micro_batch(const TrainingMemoryPlan& plan, const TrainConfig& config,
+                        int recompute_interval) {
+  const bool auto_offloads = plan.offload.settings.schedule == UpdateSchedule::kAuto;
+  const size_t rest = plan.model_bytes + plan.zero_buffer_bytes +
+                      (auto_offloads ? plan.rule_workspace_bytes : plan.optimizer_device_bytes);
+  if (rest >= plan.device_capacity) return 0;
+  const size_t budget = plan.device_capacity - rest;
+  const auto fits = [&](int B) {
+    return model_activation_bytes(config.model, B, config.seq_len(), config.storage_dtype(),
+                                  recompute_interval) <= budget;
+  };
+  // Activations grow with B: double past the answer, then bisect.
+  constexpr int kMost = 1 << 24;
+  if (!fits(1)) return 0;
+  int fitting = 1, too_big = 2;
+  while (too_big < kMost && fits(too_big)) {
+    fitting = too_big;
+    too_big *= 2;
+  }
+  if (too_big >= kMost && fits(kMost)) return kMost;
+  while (too_big - fitting > 1) {
+    const int mid = fitting + (too_big - fitting) / 2;
+    (fits(mid) ? fitting : too_big) = mid;
+  }
+  return fitting;
+}
+
+std::string largest_micro_batch_text(const TrainingMemoryPlan& plan, const TrainConfig& config) {
+  const int interval = config.activation_checkpointing.interval;
+  std::string text =
+      cat("largest micro-batch that fits: ", largest_micro_batch(plan, config, interval));
+  if (interval != 1)
+    text += cat(" (", largest_micro_batch(plan, config, 1),
+                " recomputing every layer: activation_checkpointing.interval=1)");
+  return text;
+}
+
 void check_snapshot_pool(const CheckpointSnapshotPlan& snapshot) {
   TANDEM_CHECK(!snapshot.streamed || (snapshot.budget >= CheckpointSnapshotPlan::kMinPoolBytes &&
                                       snapshot.pool_slot_floats > 0),
@@ -381,7 +421,8 @@ void check_fits(const TrainingMemoryPlan& plan, const TrainConfig& config) {
               ? std::string()  // every update already on the CPU: no state left to offload
               : std::string("offload more optimizer state (offload_optimizer.schedule cpu, "
                             "interleave or auto, or a lower offload_optimizer.ratio), "),
-          "lower train_micro_batch_size_per_gpu / train.seq_len (activations)", shard));
+          "lower train_micro_batch_size_per_gpu / train.seq_len (activations; ",
+          largest_micro_batch_text(plan, config), ")", shard));
 }
 
 }  // namespace tandem

@@ -112,8 +112,10 @@ struct TrainingMemoryPlan {
 };
 
 // The device a run of `config` trains on (device.type, with device.memory_gb as the
-// capacity of its memory): the model's tensors and the optimizer state share it.
-std::unique_ptr<Device> make_training_device(const TrainConfig& config, int cuda_device_index = 0);
+// capacity of its memory): the model's tensors and the optimizer state share it. `injected`:
+// the cpu device's fault and slowness injection, for tests (its memory_bytes is ignored).
+std::unique_ptr<Device> make_training_device(const TrainConfig& config, int cuda_device_index = 0,
+                                             const CpuDeviceOptions& injected = {});
 
 // Calibrates the update rates on `device` and `pool` (AdamW; DeMo's are measured by
 // `tandem bench demo`, and its plans are not costed), builds the update plan (the
@@ -132,6 +134,16 @@ TrainingMemoryPlan plan_training_without_gpu(const TrainConfig& config, ThreadPo
 // The parameters whose optimizer state rank `rank` of `world_size` holds at the config's
 // ZeRO stage: all at stage 0, its partition from stage 1 (zero/partition.h).
 ParamRange zero_state_range(const TrainConfig& config, int world_size, int rank);
+
+// The largest train_micro_batch_size_per_gpu whose activations (at the config's seq_len,
+// recomputing every `recompute_interval` layers; 0: none) fit the device beside the rest of
+// `plan`, the `auto` schedule's optimizer state counted as none (it offloads what does not
+// fit); 0 when not even one sequence does.
+int largest_micro_batch(const TrainingMemoryPlan& plan, const TrainConfig& config,
+                        int recompute_interval);
+// "largest micro-batch that fits: 3 (12 recomputing every layer: ...)": recompute's beside
+// the config's own when the config does not recompute every layer.
+std::string largest_micro_batch_text(const TrainingMemoryPlan& plan, const TrainConfig& config);
 
 // The fewest ranks over which ZeRO stage 3 fits `config` on devices of `kind` and `capacity`
 // bytes each (rank 0's memory, the most of any rank), or 0 when none up to `max_ranks` does

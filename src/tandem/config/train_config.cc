@@ -253,7 +253,8 @@ const std::vector<Key>& schema() {
                      Keys::real("ratio", TANDEM_FIELD(offload.ratio), "a number in [0, 1]",
                                 [](double v) { return v >= 0 && v <= 1; }),
                      Keys::integer("stride", TANDEM_FIELD(offload.stride), 1),
-                     Keys::integer("staging_buffers", TANDEM_FIELD(offload.staging_buffers), 1)}),
+                     Keys::integer("staging_buffers", TANDEM_FIELD(offload.staging_buffers), 1),
+                     Keys::boolean("overlap_forward", TANDEM_FIELD(offload.overlap_forward))}),
       Keys::section(
           "device",
           {Keys::choice("type", TANDEM_FIELD(device.type), kDeviceKindNames),

@@ -106,7 +106,7 @@ struct TrainConfig {
   TrainLoopConfig train;
   // "zero_optimization": {"sub_group_size"}, "offload_optimizer": {"schedule", "ratio",
   // "stride", "staging_buffers"}
-  OffloadSettings offload{.schedule = UpdateSchedule::kDevice};
+  OffloadSettings offload{.schedule = UpdateSchedule::kDevice, .overlap_forward = true};
   // "zero_optimization": {"stage", "overlap_comm", bucket sizes...}: data parallelism.
   ZeroConfig zero;
   DeviceConfig device;

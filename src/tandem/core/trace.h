@@ -2,6 +2,7 @@
 // lanes of timed slices, recorded from any thread while enabled.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -43,7 +44,7 @@ class TraceRecorder {
     nlohmann::json args;
   };
   Stopwatch clock_;
-  bool enabled_ = false;
+  std::atomic<bool> enabled_ = false;  // read by every thread that records
   mutable std::mutex mutex_;
   std::map<std::string, int, std::less<>> lanes_;
   std::vector<std::string> lane_names_;

@@ -130,6 +130,9 @@ class Device {
   virtual void record(Event& event, Stream& stream) = 0;
   // Work queued on `stream` after this call starts only once `event` is reached.
   virtual void wait(Stream& stream, Event& event) = 0;
+  // Any thread may queue work; one that did not make the device calls this first (a CUDA
+  // device is current per thread).
+  virtual void use_on_this_thread() = 0;
 
   // ---- asynchronous work ------------------------------------------------------
   // Copies bytes between any two spaces, in order on the stream. `label` names the

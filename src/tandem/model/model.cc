@@ -82,6 +82,11 @@ void Model::set_block_memory(BlockMemory* memory) {
   memory_ = memory != nullptr ? memory : &own_memory_;
 }
 
+const void* Model::acquire_params(int block) {
+  if (parameters_needed_) parameters_needed_(blocks()[block]);
+  return memory_->acquire_params(block);
+}
+
 const void* Model::OwnBlockMemory::acquire_params(int block) {
   model_.check_own(model_.params_, "parameters");
   return model_.params_.as<char>() +

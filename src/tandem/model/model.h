@@ -64,6 +64,12 @@ class Model {
   // Where forward and backward find parameters and put gradients from now on; null: the
   // model's own buffers (which must then have been allocated).
   void set_block_memory(BlockMemory* memory);
+  // Called with a block's range before every read of its parameters, in the order the
+  // passes read them (forward: the blocks in flat order), and returns once the reads may be
+  // queued: the update engine, still updating the later blocks, waits there for this one's
+  // (UpdateEngine::wait_for_parameters). Empty: the parameters are always ready.
+  using ParametersNeeded = std::function<void(ParamRange block)>;
+  void set_parameters_needed(ParametersNeeded needed) { parameters_needed_ = std::move(needed); }
 
   // Flat buffers of layout().num_elements() elements of dtype() in backend memory; null
   // when not allocated (ModelOwnBuffers).
@@ -142,10 +148,11 @@ class Model {
   Buffer allocate_elems(size_t n) { return allocate(n * storage_dtype_bytes(dtype_)); }
   Buffer allocate_floats(size_t n) { return allocate(n * sizeof(float)); }
 
-  // A block's parameters or gradients through the current BlockMemory, typed.
+  // A block's parameters or gradients through the current BlockMemory, typed; the
+  // parameters once the ParametersNeeded callback has returned.
   template <typename Elem>
   const Elem* acquire_params_as(int block) {
-    return static_cast<const Elem*>(memory_->acquire_params(block));
+    return static_cast<const Elem*>(acquire_params(block));
   }
   template <typename Elem>
   Elem* acquire_grads_as(int block) {
@@ -193,6 +200,7 @@ class Model {
     Model& model_;
   };
 
+  const void* acquire_params(int block);
   template <typename Elem>
   void check_elem() const;
   void check_own(const Buffer& buffer, const char* what) const;
@@ -211,6 +219,7 @@ class Model {
   Buffer grads_;
   OwnBlockMemory own_memory_{*this};
   BlockMemory* memory_ = &own_memory_;
+  ParametersNeeded parameters_needed_;
   Buffer tokens_, targets_;  // [BT] int32
   Buffer logits_, dlogits_;  // [BT, V]
   Buffer losses_;            // [BT] fp32

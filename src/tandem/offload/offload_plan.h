@@ -56,6 +56,10 @@ struct OffloadSettings {
   double ratio = 0.5;                   // offload_optimizer.ratio, for kRatio: in [0, 1]
   int stride = 2;                       // offload_optimizer.stride k, for kInterleave: >= 1
   int staging_buffers = 2;              // device staging buffers for kDeviceStaged subgroups
+  // offload_optimizer.overlap_forward: the update runs on behind UpdateEngine::step() while
+  // the next forward waits block by block for the parameters it reads (update_engine.h).
+  // Off here, where an engine is used alone; the training config turns it on.
+  bool overlap_forward = false;
 };
 
 struct Subgroup {

@@ -326,6 +326,30 @@ UpdatePrediction predict_update(const OffloadPlan& plan, const UpdateRates& rate
   return p;
 }
 
+double predict_hidden_update(const OffloadPlan& plan, const UpdatePrediction& prediction,
+                             double forward_seconds) {
+  const double U = prediction.seconds, F = forward_seconds;
+  const double P = static_cast<double>(plan.partition.size());
+  if (U <= 0 || F <= 0 || P == 0) return 0.0;
+  const double slower = std::max(prediction.host_seconds, prediction.device_seconds);
+  // Each lane's end, and its parameters (device lane: staged and resident subgroups).
+  auto on_host = [](const Subgroup& s) { return s.site == UpdateSite::kHost; };
+  double lane_end[2] = {U * prediction.host_seconds / slower,
+                        U * prediction.device_seconds / slower};
+  double lane_params[2] = {0, 0};
+  for (const Subgroup& s : plan.subgroups) lane_params[on_host(s) ? 0 : 1] += s.size();
+  double done[2] = {0, 0};
+  double forward_end = F;
+  for (const Subgroup& s : plan.subgroups) {
+    const int lane = on_host(s) ? 0 : 1;
+    done[lane] += s.size();
+    const double t = lane_end[lane] * done[lane] / lane_params[lane];
+    const double rest = F * (P - static_cast<double>(s.begin - plan.partition.begin)) / P;
+    forward_end = std::max(forward_end, t + rest);
+  }
+  return std::max(0.0, U + F - forward_end);
+}
+
 namespace {
 
 // Over `slots` staging buffers: the first r subgroups that fit in `budget` resident, for

@@ -89,6 +89,16 @@ struct UpdatePrediction {
 };
 UpdatePrediction predict_update(const OffloadPlan& plan, const UpdateRates& rates);
 
+// offload_optimizer.overlap_forward: how much of a predicted update the next forward hides.
+// Each lane finishes its subgroups evenly over its time, in flat order (the slower lane ends
+// at prediction.seconds, the other as much earlier as its time alone is shorter), and the
+// forward, `forward_seconds` spread evenly over the partition's parameters, reads them in
+// flat order, each once its subgroup is done. With U the update and subgroup k done at t_k
+// from its begin b_k, the forward ends at max(F, max_k t_k + F (P - b_k) / P), where it
+// would end at U + F without overlap: the update hidden is the difference (at most F).
+double predict_hidden_update(const OffloadPlan& plan, const UpdatePrediction& prediction,
+                             double forward_seconds);
+
 // The `auto` schedule: for 0 up to offload_optimizer.staging_buffers staging buffers that
 // fit in `device_bytes_for_state`, each number of subgroups resident on the device that the
 // rest of it holds (none included), and among the others each interleave stride (or none):

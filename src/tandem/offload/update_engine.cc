@@ -29,6 +29,10 @@ struct UpdateEngine::SubgroupState {
   // thread), and `captured` recorded behind them (not when the capture stopped early).
   bool capture_queued = false;
   bool capture_recorded = false;
+  // Reached once this step's working parameters are written (the next forward waits for it);
+  // working_marked, under update_mutex_: it is recorded.
+  std::unique_ptr<Event> working_final;
+  bool working_marked = false;
 
   size_t size() const { return range.size(); }
   float* params() const { return state; }
@@ -143,11 +147,14 @@ UpdateEngine::UpdateEngine(Device& device, const ParamLayout& layout, OffloadPla
       }
       sg->grads_on_host = device_.create_event();
     }
+    sg->working_final = device_.create_event();
     subgroups_.push_back(std::move(sg));
   }
 }
 
 UpdateEngine::~UpdateEngine() {
+  // An update in flight reports its failure to finish_update(), which nobody calls now.
+  if (update_thread_.joinable()) update_thread_.join();
   // A streamed capture's owner ends it (finish_capture) while its pool still drains.
   if (capture_thread_.joinable()) capture_thread_.join();
   // Queued work must not outlive the buffers it uses.
@@ -213,6 +220,7 @@ void UpdateEngine::release_to_producer(std::initializer_list<Stream*> streams) {
 }
 
 void UpdateEngine::gradients_ready(size_t begin, size_t end) {
+  finish_update();
   if (failed_) return;   // step() reports it
   bool ordered = false;  // d2h_ waits for the producer once per call, before any copy
   for (auto& sg : subgroups_) {
@@ -254,6 +262,7 @@ void UpdateEngine::synchronize_all() {
 }
 
 void UpdateEngine::load_state(std::span<const float* const> arrays, int64_t step) {
+  finish_update();
   TANDEM_CHECK(arrays.size() == state_floats_, "load_state: ", arrays.size(),
                " state arrays for the ", rule_->name(), " rule, which keeps ", state_floats_);
   load_state([&](size_t k, ParamRange range,
@@ -262,6 +271,7 @@ void UpdateEngine::load_state(std::span<const float* const> arrays, int64_t step
 }
 
 void UpdateEngine::load_state(const StateFill& fill, int64_t step) {
+  finish_update();
   TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
   finish_capture();
   const auto stream = device_.create_stream("load_state");
@@ -314,6 +324,7 @@ void UpdateEngine::load_state(const StateFill& fill, int64_t step) {
 }
 
 void UpdateEngine::read_state(std::span<float* const> arrays) {
+  finish_update();
   TANDEM_CHECK(arrays.size() == state_floats_, "read_state: ", arrays.size(),
                " state arrays for the ", rule_->name(), " rule, which keeps ", state_floats_);
   // A stream of its own: this also works after a failed step left the engine's
@@ -328,6 +339,7 @@ void UpdateEngine::read_state(std::span<float* const> arrays) {
 }
 
 void UpdateEngine::read_state(const StateSink& sink) {
+  finish_update();
   const auto stream = device_.create_stream("read_state");
   std::vector<float> piece(kPieceFloats);
   for (size_t k = 0; k < state_floats_; k++) {
@@ -353,6 +365,7 @@ std::vector<UpdateEngine::SubgroupState*> UpdateEngine::update_order() const {
 }
 
 Event& UpdateEngine::begin_capture(std::span<float* const> arrays) {
+  finish_update();
   TANDEM_CHECK(arrays.size() == state_floats_, "begin_capture: ", arrays.size(),
                " state arrays for the ", rule_->name(), " rule, which keeps ", state_floats_);
   TANDEM_CHECK(!capturing(), "begin_capture: the previous capture is not finished");
@@ -375,6 +388,7 @@ Event& UpdateEngine::begin_capture(std::span<float* const> arrays) {
 }
 
 void UpdateEngine::begin_streamed_capture(SnapshotPool& pool) {
+  finish_update();
   TANDEM_CHECK(!capturing(), "begin_capture: the previous capture is not finished");
   TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
   TANDEM_CHECK(pool.slot_floats() >= state_floats_, "begin_streamed_capture: slots of ",
@@ -436,6 +450,7 @@ void UpdateEngine::mark_capture_queued(SubgroupState& sg, bool recorded) {
 
 double UpdateEngine::finish_capture() {
   if (!capturing()) return 0.0;
+  finish_update();
   Stopwatch watch;
   if (capture_thread_.joinable()) capture_thread_.join();
   // The stream ends with the capture whatever happens below.
@@ -478,6 +493,16 @@ void UpdateEngine::enqueue_device_update(SubgroupState& sg, float* state, Phase 
     device_.copy_async(working_at(sg.range.begin), state, sg.size() * sizeof(float), *compute_,
                        label(sg, "working params"));
   }
+  mark_working_final(sg, *compute_);
+}
+
+void UpdateEngine::mark_working_final(SubgroupState& sg, Stream& stream) {
+  device_.record(*sg.working_final, stream);
+  {
+    std::lock_guard lock(update_mutex_);
+    sg.working_marked = true;
+  }
+  working_marked_.notify_all();
 }
 
 void UpdateEngine::enqueue_staged(SubgroupState& sg, size_t slot, Phase phase,
@@ -536,11 +561,12 @@ void UpdateEngine::run_host_work(Phase phase, UpdateStepStats& stats) {
         sg->host_working != nullptr ? static_cast<const void*>(sg->host_working) : sg->params();
     device_.copy_async(working_at(sg->range.begin), source, bytes, *h2d_,
                        label(*sg, "working params"));
-    stats.h2d_bytes += bytes;
+    mark_working_final(*sg, *h2d_);
   }
 }
 
 void UpdateEngine::skip_step() {
+  finish_update();
   TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
   // Copies queued during backward may still read the model's gradients.
   wait_for_producer({d2h_.get(), compute_.get(), h2d_.get()});
@@ -554,6 +580,7 @@ void UpdateEngine::skip_step() {
 }
 
 UpdateStepStats UpdateEngine::step(double lr, float grad_scale) {
+  finish_update();
   TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
   Stopwatch watch;
   const int64_t step = step_ + 1;
@@ -562,6 +589,11 @@ UpdateStepStats UpdateEngine::step(double lr, float grad_scale) {
   // counted in pending_ and handed over as the step's stats.
   UpdateStepStats& stats = pending_;
   try {
+    {
+      std::lock_guard lock(update_mutex_);
+      for (auto& sg : subgroups_) sg->working_marked = false;
+      update_done_ = false;
+    }
     // Every stream reads gradients or writes working parameters that backward may
     // still be using.
     wait_for_producer({d2h_.get(), compute_.get(), h2d_.get()});
@@ -581,31 +613,116 @@ UpdateStepStats UpdateEngine::step(double lr, float grad_scale) {
     }
     // 2. Device work, queued up front so that it overlaps the CPU updates below.
     enqueue_device_work(Phase::kUpdate, stats);
-    // 3. CPU updates, each as soon as its gradients have arrived.
-    run_host_work(Phase::kUpdate, stats);
-    // The model's next kernels wait on the device for the new working parameters (and
-    // for the gradient reads to finish), whatever the host does below.
-    release_to_producer({d2h_.get(), compute_.get(), h2d_.get()});
-    synchronize_all();
-    for (auto& sg : subgroups_) {
-      sg->grads_final = 0;
-      sg->grads_sent = false;
-    }
+    stats.h2d_bytes += plan_.params_at(UpdateSite::kHost) * working_bytes();
   } catch (const Error& e) {
-    failed_ = true;
-    try {
-      synchronize_all();
-    } catch (const Error&) {
-      // The first failure is the one reported.
-    }
-    fail("optimizer step ", step, " failed: ", e.what(), ". Each subgroup now holds either step ",
-         step - 1, " or step ", step,
-         ", so the optimizer state is inconsistent and training cannot continue; resume from "
-         "the last checkpoint");
+    fail_step(step, e);
   }
-  step_ = step;
+  // 3. CPU updates, each as soon as its gradients have arrived, and their working
+  //    parameters back to the device.
+  step_in_flight_ = step;
+  update_in_flight_ = true;
+  waited_ms_ = 0;
+  if (plan_.settings.overlap_forward) {
+    late_ = UpdateStepStats{};
+    update_error_ = nullptr;
+    update_thread_ = std::thread([this] {
+      device_.use_on_this_thread();
+      finish_on_host(late_);
+    });
+    in_flight_clock_.reset();
+  } else {
+    finish_on_host(stats);
+    finish_update();
+  }
   stats.ms = watch.millis();
   return std::exchange(pending_, UpdateStepStats{});
+}
+
+void UpdateEngine::finish_on_host(UpdateStepStats& stats) {
+  try {
+    run_host_work(Phase::kUpdate, stats);
+    synchronize_all();
+  } catch (...) {
+    update_error_ = std::current_exception();
+  }
+  {
+    std::lock_guard lock(update_mutex_);
+    update_done_ = true;
+    update_done_ms_ = in_flight_clock_.millis();
+  }
+  working_marked_.notify_all();
+}
+
+void UpdateEngine::wait_for_parameters(ParamRange range, Stream* reader) {
+  if (!update_in_flight_) return;
+  Stopwatch watch;
+  // The subgroups are in flat order; those of `range` are consecutive.
+  for (auto& sg : subgroups_) {
+    if (sg->range.end <= range.begin || sg->range.begin >= range.end) continue;
+    bool marked = false;
+    {
+      std::unique_lock lock(update_mutex_);
+      working_marked_.wait(lock, [&] { return sg->working_marked || update_done_; });
+      marked = sg->working_marked;
+    }
+    if (!marked) {  // the update stopped before it
+      waited_ms_ += watch.millis();
+      finish_update();  // throws the step's failure
+      return;
+    }
+    if (reader != nullptr) {
+      device_.wait(*reader, *sg->working_final);
+      continue;
+    }
+    try {
+      sg->working_final->synchronize();
+    } catch (const Error&) {
+      finish_update();  // the update thread meets the same failure: reported as the step's
+      throw;
+    }
+  }
+  waited_ms_ += watch.millis();
+}
+
+UpdateEngine::OverlapTimes UpdateEngine::finish_update() {
+  if (!update_in_flight_) return {};
+  Stopwatch watch;
+  if (update_thread_.joinable()) update_thread_.join();
+  update_in_flight_ = false;
+  if (update_error_) {
+    try {
+      std::rethrow_exception(std::exchange(update_error_, nullptr));
+    } catch (const Error& e) {
+      fail_step(step_in_flight_, e);
+    }
+  }
+  step_ = step_in_flight_;
+  // The model's next kernels wait on the device for the new working parameters (and
+  // for the gradient reads to finish), whatever the host does next.
+  release_to_producer({d2h_.get(), compute_.get(), h2d_.get()});
+  for (auto& sg : subgroups_) {
+    sg->grads_final = 0;
+    sg->grads_sent = false;
+  }
+  if (!plan_.settings.overlap_forward) return {};
+  OverlapTimes times;
+  times.waited_ms = waited_ms_ + watch.millis();
+  times.hidden_ms = std::max(0.0, update_done_ms_ - times.waited_ms);
+  return times;
+}
+
+void UpdateEngine::fail_step(int64_t step, const Error& error) {
+  failed_ = true;
+  update_in_flight_ = false;
+  try {
+    synchronize_all();
+  } catch (const Error&) {
+    // The first failure is the one reported.
+  }
+  fail("optimizer step ", step, " failed: ", error.what(), ". Each subgroup now holds either step ",
+       step - 1, " or step ", step,
+       ", so the optimizer state is inconsistent and training cannot continue; resume from "
+       "the last checkpoint");
 }
 
 }  // namespace tandem

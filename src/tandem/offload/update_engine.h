@@ -25,7 +25,9 @@
 #include <thread>
 #include <vector>
 
+#include "tandem/core/error.h"
 #include "tandem/core/thread_pool.h"
+#include "tandem/core/timer.h"
 #include "tandem/device/device.h"
 #include "tandem/model/param_layout.h"
 #include "tandem/offload/offload_plan.h"
@@ -142,7 +144,34 @@ class UpdateEngine {
   // One step of the rule with learning rate lr and gradient scale grad_scale (clipping), the
   // gradients in DeviceBuffers::grads being complete. On failure throws tandem::Error
   // saying that training cannot continue; the engine then refuses further steps.
+  //
+  // With OffloadSettings::overlap_forward the step returns once the device's work is queued
+  // and the CPU updates have begun on a thread of the engine, in flat order, which is the
+  // order the model's forward reads its blocks in (Model::blocks()). The next forward reads
+  // each block once wait_for_parameters() says its parameters are final, while the later
+  // subgroups are still being updated; finish_update() ends the step (a failure is thrown
+  // there, or by wait_for_parameters). Every other call below finishes it first. Nothing
+  // changes numerically: each subgroup's update is the same, and each block is read once
+  // it is complete.
   UpdateStepStats step(double lr, float grad_scale);
+  bool update_in_flight() const { return update_in_flight_; }
+  // Returns once the working parameters of `range` (those the plan's subgroups write) may be
+  // read: with a `reader` stream, the one the caller queues its reads on (a GPU model's),
+  // once their writes are queued, that stream's later work waiting for them on the device;
+  // without one (the caller reads at once, as the CPU backend's kernels do), once they are
+  // written. Nothing to wait for without an update in flight.
+  void wait_for_parameters(ParamRange range, Stream* reader);
+  struct OverlapTimes {
+    // How long the update in flight ran on behind the caller's own work (the next forward)
+    // after step() returned, and how long the caller waited for it (here and in
+    // wait_for_parameters): hidden + waited is how long it ran after step() returned.
+    double hidden_ms = 0;
+    double waited_ms = 0;
+  };
+  // Waits for the update in flight to end, rethrowing its failure (as step() would have),
+  // and orders the producer's later work after all of it (the next backward overwrites the
+  // gradients it reads). Zeros without one.
+  OverlapTimes finish_update();
 
   // Drops the coming step instead of taking it (its gradients are not finite): the state
   // and the step count stay as they are, gradient copies already started are waited for
@@ -169,6 +198,13 @@ class UpdateEngine {
   // Every device subgroup's work of the phase, queued; every host subgroup's, done.
   void enqueue_device_work(Phase phase, UpdateStepStats& stats);
   void run_host_work(Phase phase, UpdateStepStats& stats);
+  // The update phase's host work and the wait for all of the step's work: on the calling
+  // thread, or on update_thread_ with overlap_forward.
+  void finish_on_host(UpdateStepStats& stats);
+  // sg's working parameters are final once sg.working_final is reached (recorded behind
+  // their last write, on the stream that wrote them).
+  void mark_working_final(SubgroupState& sg, Stream& stream);
+  [[noreturn]] void fail_step(int64_t step, const Error& error);
   void synchronize_all();
   // Makes each of `streams` wait (on the device, not the host) for the work queued so
   // far on the producer stream; nothing without one.
@@ -225,6 +261,20 @@ class UpdateEngine {
   std::mutex capture_mutex_;
   std::condition_variable capture_queued_;
   std::exception_ptr capture_error_;  // what stopped the capture thread, for finish_capture
+  // An update running on behind step() (overlap_forward): its thread, which tells
+  // wait_for_parameters through working_marked_ when a subgroup's working parameters are
+  // queued (SubgroupState::working_marked, under update_mutex_) and when it is done.
+  bool update_in_flight_ = false;
+  int64_t step_in_flight_ = 0;
+  std::thread update_thread_;
+  std::mutex update_mutex_;
+  std::condition_variable working_marked_;
+  bool update_done_ = false;         // under update_mutex_
+  std::exception_ptr update_error_;  // what stopped the update thread, for finish_update
+  UpdateStepStats late_;             // what the update thread counted (capture waits)
+  Stopwatch in_flight_clock_;        // from step()'s return
+  double update_done_ms_ = 0;        // on in_flight_clock_, under update_mutex_
+  double waited_ms_ = 0;             // for the update in flight, by the caller
 };
 
 }  // namespace tandem

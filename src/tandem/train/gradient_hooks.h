@@ -22,7 +22,12 @@ class DataParallelHooks final : public StepHooks {
     data_parallel_.gradients_final(begin, end, offload());
   }
   void before_update(int64_t) override { data_parallel_.finish_reduction(offload()); }
-  void after_update(int64_t) override { data_parallel_.gather_working_params(); }
+  void after_update(int64_t) override {
+    // A gather reads this rank's new parameters at once (the forward that would wait for
+    // them block by block comes after it).
+    if (data_parallel_.gathers_working_params()) engine_.finish_update();
+    data_parallel_.gather_working_params();
+  }
 
  private:
   DataParallel::Reduced offload() {

@@ -19,6 +19,8 @@ constexpr StepFigure kFigures[] = {
     {"forward_ms", [](R r) -> json { return r.forward_ms; }, true, false},
     {"backward_ms", [](R r) -> json { return r.backward_ms; }, true, false},
     {"update_ms", [](R r) -> json { return r.update_ms; }, true, false},
+    {"update_hidden_ms", [](R r) -> json { return r.update_hidden_ms; }, true, false},
+    {"update_wait_ms", [](R r) -> json { return r.update_wait_ms; }, true, false},
     {"h2d_bytes", [](R r) -> json { return r.h2d_bytes; }, true, false},
     {"d2h_bytes", [](R r) -> json { return r.d2h_bytes; }, true, false},
     {"early_gradient_subgroups", [](R r) -> json { return r.early_gradient_subgroups; }, false,

@@ -18,7 +18,14 @@ struct StepRecord {
   double lr = 0;
   double grad_norm = 0;  // before clipping
   double tokens_per_s = 0;
+  // forward_ms includes waiting for the previous step's update (overlap_forward); update_ms
+  // is the update's time before the next forward could start.
   double ms = 0, forward_ms = 0, backward_ms = 0, update_ms = 0;
+  // Of the previous step's update (offload_optimizer.overlap_forward), the milliseconds that
+  // ran on behind this step's start (data loading, forward), hidden from the step time, and
+  // those this step waited for (in forward_ms). The previous update took its update_ms plus
+  // these two.
+  double update_hidden_ms = 0, update_wait_ms = 0;
   size_t h2d_bytes = 0, d2h_bytes = 0;
   // Subgroups whose gradients started moving to the host during backward.
   size_t early_gradient_subgroups = 0;

@@ -82,6 +82,13 @@ std::vector<float> StepRunner::forward_backward(StepRecord& figures) {
       TraceScope scope(&parts_.tracer, "compute", cat("forward ", micro));
       micro_losses.push_back(parts_.model.forward(inputs_.data(), targets_.data(), B_, T_));
     }
+    // The last step's update may have run on behind this forward (overlap_forward), and
+    // still read the gradients that backward overwrites.
+    if (micro == 0) {
+      const UpdateEngine::OverlapTimes overlap = parts_.engine.finish_update();
+      figures.update_hidden_ms = overlap.hidden_ms;
+      figures.update_wait_ms = overlap.waited_ms;
+    }
     figures.forward_ms += watch.millis();
     watch.reset();
     backward(micro, loss_scale);

@@ -138,7 +138,8 @@ class Trainer {
         train_loader_(data_.train, B_, T_, config.train.seed, true, "train"),
         // On the GPU NCCL picked for this rank, with several ranks on the cuda device.
         device_(make_training_device(
-            config, nccl_buffer_comm_ ? nccl_communicator_device(*nccl_buffer_comm_) : 0)),
+            config, nccl_buffer_comm_ ? nccl_communicator_device(*nccl_buffer_comm_) : 0,
+            options.cpu_device_injection)),
         buffer_comms_(comm, buffer_comm, nccl_buffer_comm_.get(), buffer_choice(config), *device_),
         buffer_comm_(buffer_comms_.get()),
         plan_(checked_plan(config, *device_, optimizer_pool_, comm, options)),
@@ -182,6 +183,13 @@ class Trainer {
         inputs_(static_cast<size_t>(B_) * T_),
         targets_(static_cast<size_t>(B_) * T_) {
     model_.set_block_memory(data_parallel_.block_memory());
+    // The forward after an update reads each block once its update is done, while the
+    // engine updates the later ones (offload_optimizer.overlap_forward).
+    // A GPU's kernels wait on its stream; the CPU backend's run as they are called.
+    model_.set_parameters_needed(
+        [this, reader = on_gpu() ? &backend_->stream() : nullptr](ParamRange block) {
+          engine_.wait_for_parameters(block, reader);
+        });
     if (reduces_gradients(config))
       hooks_.push_back(&data_parallel_hooks_);
     else
@@ -374,6 +382,7 @@ class Trainer {
     report_.step(record, line);
     result_.steps.push_back(record);
     if (tracer_.enabled() && (step_ == options_.trace_last_step || step_ == last_step)) {
+      engine_.finish_update();  // the trace shows the last traced step's update whole
       tracer_.set_enabled(false);
       tracer_.write(options_.trace_path);
       trace_written_ = true;
@@ -412,6 +421,7 @@ class Trainer {
   }
 
   TrainResult finish() {
+    engine_.finish_update();
     report_.end_progress();
     // With train.checkpoint_failure "continue" a run goes on past failed checkpoints, but it
     // does not end as though it had finished when its last state is nowhere on disk: a

@@ -55,6 +55,8 @@ struct TrainOptions {
   // Test injection: the step attempts (1-based, counted in this invocation, skipped ones
   // included) whose backward runs with a NaN loss scale, so that every gradient is NaN.
   std::set<int64_t> nan_gradient_attempts;
+  // Test injection: the cpu device's copy faults and slowness (device/device.h).
+  CpuDeviceOptions cpu_device_injection;
   // Called at the named points of every step (step_hooks.h), after data parallelism's
   // own; not owned, must outlive train().
   std::vector<StepHooks*> hooks;

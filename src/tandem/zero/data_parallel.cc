@@ -260,6 +260,10 @@ double DataParallel::grad_sum_of_squares(const std::function<double()>& whole_bu
   return sum_in_order(all.data(), blocks);
 }
 
+bool DataParallel::gathers_working_params() const {
+  return params_ != nullptr || (config_.stage > 0 && world_size() > 1);
+}
+
 void DataParallel::gather_working_params() {
   if (params_) {
     params_->parameters_changed();

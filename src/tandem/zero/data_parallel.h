@@ -138,6 +138,9 @@ class DataParallel final : public BlockMemory {
   // buffer, no staging memory. Stage 3 gathers blocks as they are used: here only the
   // persistent ones.
   void gather_working_params();
+  // Whether gather_working_params() reads the engine's working parameters (ZeRO stage 3, or
+  // stages 1 and 2 on more than one rank).
+  bool gathers_working_params() const;
   // Stage 3: the most gathered parameters held at once so far (bounded by
   // stage3_max_live_parameters); 0 below.
   size_t peak_live_parameters() const { return params_ ? params_->peak_live_elements() : 0; }

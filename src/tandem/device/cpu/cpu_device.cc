@@ -64,6 +64,7 @@ class CpuDevice final : public Device {
     own(stream).enqueue_marker(std::move(marker));
   }
 
+  void use_on_this_thread() override {}  // nothing is per thread here
   void wait(Stream& stream, Event& event) override {
     CpuStream& waiter = own(stream);
     // The generation is captured now: a later re-record does not change what this waits for.

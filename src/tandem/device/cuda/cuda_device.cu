@@ -139,6 +139,7 @@ class CudaDevice final : public Device {
   void wait(Stream& stream, Event& event) override {
     cuda_check(cudaStreamWaitEvent(own(stream).get(), own(event).get(), 0), "cudaStreamWaitEvent");
   }
+  void use_on_this_thread() override { cuda_check(cudaSetDevice(index_), "cudaSetDevice"); }
 
   void copy_async(void* dst, const void* src, size_t bytes, Stream& stream,
                   std::string_view label) override {

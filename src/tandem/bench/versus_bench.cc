@@ -1,0 +1,143 @@
+#include "tandem/bench/versus_bench.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "tandem/core/error.h"
+#include "tandem/core/format.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem {
+
+namespace {
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
+
+StepMedians median_of(const std::vector<StepMedians>& runs) {
+  auto of = [&](double StepMedians::*field) {
+    std::vector<double> values;
+    for (const StepMedians& m : runs) values.push_back(m.*field);
+    return median(values);
+  };
+  return {.tokens_per_s = of(&StepMedians::tokens_per_s),
+          .ms = of(&StepMedians::ms),
+          .forward_ms = of(&StepMedians::forward_ms),
+          .backward_ms = of(&StepMedians::backward_ms),
+          .update_ms = of(&StepMedians::update_ms),
+          .update_exposed_ms = of(&StepMedians::update_exposed_ms)};
+}
+
+TrainConfig bench_config(TrainConfig config, const VersusBenchOptions& options) {
+  config.train.steps = options.warmup + options.steps;
+  config.train.eval_interval = 0;
+  config.train.sample_bytes = 0;
+  return config;
+}
+
+}  // namespace
+
+VersusBenchResult run_versus_bench(const VersusBenchOptions& options) {
+  TANDEM_CHECK(options.rounds >= 1 && options.steps >= 1 && options.warmup >= 0,
+               "tandem bench versus: --rounds and --steps must be at least 1, --warmup at least 0");
+  VersusBenchResult result;
+  result.changes = options.changes;
+  result.params = options.base.model.num_parameters();
+  result.batch = options.base.micro_batch_size;
+  result.seq_len = options.base.seq_len();
+  result.rounds = options.rounds;
+  result.timed_steps = options.steps;
+  result.device = device_kind_name(options.base.device.type);
+  TrainOptions train_options;
+  train_options.save_checkpoints = false;
+  train_options.show_progress = false;
+  std::vector<StepMedians> runs[2];
+  std::vector<std::string> digests;
+  VersusSide* sides[2] = {&result.base, &result.variant};
+  const TrainConfig configs[2] = {bench_config(options.base, options),
+                                  bench_config(options.variant, options)};
+  for (int round = 0; round < options.rounds; round++) {
+    // Alternating which side goes first cancels a machine that speeds up or slows down.
+    for (int k = 0; k < 2; k++) {
+      const int side = (round + k) % 2;
+      if (options.progress)
+        options.progress(cat("round ", round + 1, " of ", options.rounds, ": the ",
+                             side == 0 ? "base" : "variant"));
+      const TrainResult run = train(configs[side], train_options);
+      runs[side].push_back(step_medians(run, options.warmup));
+      digests.push_back(run.state_digest);
+      sides[side]->state_digest = run.state_digest;
+      sides[side]->device_bytes_in_use = run.device_bytes_in_use;
+      sides[side]->planned_activation_bytes = run.plan.activation_bytes;
+    }
+  }
+  for (int side = 0; side < 2; side++) sides[side]->medians = median_of(runs[side]);
+  result.digests_agree = std::all_of(digests.begin(), digests.end(),
+                                     [&](const std::string& d) { return d == digests.front(); });
+  return result;
+}
+
+double VersusBenchResult::ms_ratio() const {
+  return base.medians.ms > 0 ? variant.medians.ms / base.medians.ms : 0.0;
+}
+
+double VersusBenchResult::tokens_per_s_ratio() const {
+  return base.medians.tokens_per_s > 0 ? variant.medians.tokens_per_s / base.medians.tokens_per_s
+                                       : 0.0;
+}
+
+std::string VersusBenchResult::to_text() const {
+  std::string changed;
+  for (const std::string& c : changes) changed += (changed.empty() ? "" : ", ") + c;
+  std::string text =
+      cat("tandem bench versus: ", params, " parameters, ", batch, " x ", seq_len, " tokens, ",
+          device, " device; ", rounds, " rounds of ", timed_steps, " timed steps a side\n");
+  text += "            tokens/s    ms/step  forward  backward   update (exposed)  device memory\n";
+  auto row = [&](const char* name, const VersusSide& s) {
+    char line[160];
+    std::snprintf(line, sizeof line, "%-10s %9.0f %10.1f %8.1f %9.1f %8.1f %8.1f   %s\n", name,
+                  s.medians.tokens_per_s, s.medians.ms, s.medians.forward_ms, s.medians.backward_ms,
+                  s.medians.update_ms, s.medians.update_exposed_ms,
+                  format_bytes(s.device_bytes_in_use).c_str());
+    text += line;
+  };
+  row("base", base);
+  row("variant", variant);
+  text += cat("variant (", changed, ") / base: ", format_fixed(ms_ratio(), 3),
+              "x the time per step, ", format_fixed(tokens_per_s_ratio(), 3), "x the tokens/s\n");
+  text += digests_agree ? cat("state digests: the same for both (", base.state_digest, ")\n")
+                        : "state digests: DIFFER between the sides (a bug: these settings must "
+                          "not change a number)\n";
+  return text;
+}
+
+nlohmann::json VersusBenchResult::to_json() const {
+  auto side = [](const VersusSide& s) {
+    return nlohmann::json{{"tokens_per_s", s.medians.tokens_per_s},
+                          {"ms", s.medians.ms},
+                          {"forward_ms", s.medians.forward_ms},
+                          {"backward_ms", s.medians.backward_ms},
+                          {"update_ms", s.medians.update_ms},
+                          {"update_exposed_ms", s.medians.update_exposed_ms},
+                          {"device_bytes_in_use", s.device_bytes_in_use},
+                          {"planned_activation_bytes", s.planned_activation_bytes},
+                          {"state_digest", s.state_digest}};
+  };
+  return {{"changes", changes},
+          {"base", side(base)},
+          {"variant", side(variant)},
+          {"ms_ratio", ms_ratio()},
+          {"tokens_per_s_ratio", tokens_per_s_ratio()},
+          {"digests_agree", digests_agree},
+          {"params", params},
+          {"batch", batch},
+          {"seq_len", seq_len},
+          {"rounds", rounds},
+          {"timed_steps", timed_steps},
+          {"device", device}};
+}
+
+}  // namespace tandem
