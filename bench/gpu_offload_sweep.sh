@@ -15,6 +15,11 @@
 #                                                          device, cpu, interleave, auto)
 #   bench/gpu_offload_sweep.sh budgets [GB...]             GPT-2 124M at device budgets too small
 #                                                          for its state (the first sweep, 2026-11-24)
+#   bench/gpu_offload_sweep.sh versus [GB]                 GPT-2 124M: the update overlapped with the
+#                                                          next forward or not (cpu schedule at GB,
+#                                                          default 9.25), and activation recompute
+#                                                          or not (state on the GPU): tandem bench
+#                                                          versus, a ratio each
 #   bench/gpu_offload_sweep.sh summary [DIR...]            the table of every part's results found
 #                                                          in DIR (default $OUT_DIR), tandem beside
 #                                                          DeepSpeed, with the ratios
@@ -170,9 +175,28 @@ budgets)
         "$gb" >>"$out/$name.json" || status=1
   done
   ;;
+versus)
+  gb=${1:-9.25}
+  bin=$(tandem_binary) || exit 1
+  shard=$(shard_of "$bin") || exit 1
+  name=versus-gpt2-124m
+  : >"$out/$name.json"
+  : >"$out/$name.log"
+  status=0
+  common=(--config configs/gpt2-124m.json --set data.train_path="$shard" --rounds 2 --steps 10
+    --warmup 3 --json)
+  timeout --kill-after=10 240 "$bin" bench versus "${common[@]}" \
+    --set zero_optimization.sub_group_size=10000000 --set device.memory_gb="$gb" \
+    --set offload_optimizer.schedule=cpu --set offload_optimizer.overlap_forward=false \
+    --versus offload_optimizer.overlap_forward=true 2>>"$out/$name.log" >>"$out/$name.json" ||
+    status=1
+  timeout --kill-after=10 240 "$bin" bench versus "${common[@]}" \
+    --versus activation_checkpointing.interval=1 2>>"$out/$name.log" >>"$out/$name.json" ||
+    status=1
+  ;;
 summary) ;;
 *)
-  echo "gpu_offload_sweep: unknown part '$part' (tandem, deepspeed, digest, budgets or summary)" >&2
+  echo "gpu_offload_sweep: unknown part '$part' (tandem, deepspeed, digest, budgets, versus or summary)" >&2
   exit 2
   ;;
 esac

@@ -20,9 +20,11 @@ GIB = 1 << 30
 
 
 def read_results(dirs):
-    """(tandem, deepspeed, budgets, problems): tandem {model: bench offload JSON}, deepspeed
-    {model: {stage: JSON}}, budgets [bench offload JSON with memory_gb]."""
+    """(tandem, deepspeed, budgets, versus, problems): tandem {model: bench offload JSON},
+    deepspeed {model: {stage: JSON}}, budgets [bench offload JSON with memory_gb], versus
+    [bench versus JSON]."""
     tandem, deepspeed, budgets, problems = {}, {}, [], []
+    versus = []
     for d in dirs:
         for path in sorted(pathlib.Path(d).glob("*.json")):
             lines = [l for l in path.read_text().splitlines() if l.strip()]
@@ -40,11 +42,13 @@ def read_results(dirs):
                     deepspeed.setdefault(model, {})[int(r["zero_stage"])] = r
                 elif "memory_gb" in r:
                     budgets.append(r)
+                elif "changes" in r:
+                    versus.append(r)
                 elif "runs" in r:
                     tandem[r.get("model") or model_of(path.stem)] = r
                 else:
                     problems.append(f"{path.name}: not a result of gpu_offload_sweep.sh")
-    return tandem, deepspeed, budgets, problems
+    return tandem, deepspeed, budgets, versus, problems
 
 
 def model_of(stem):
@@ -136,19 +140,33 @@ def summarize_budgets(budgets, problems):
             problems.append(f"GPT-2 124M at {b['memory_gb']} GB: the schedules' digests differ")
 
 
+def summarize_versus(versus, problems):
+    print("== What a setting costs or saves (tandem bench versus, one process)")
+    print("setting                                    base ms  variant ms  time ratio  tokens/s ratio")
+    for v in versus:
+        changes = ", ".join(v["changes"])
+        print("%-42s %8.1f  %10.1f  %10.3f  %14.3f"
+              % (changes, v["base"]["ms"], v["variant"]["ms"], v["ms_ratio"],
+                 v["tokens_per_s_ratio"]))
+        if not v.get("digests_agree", False):
+            problems.append(f"{changes}: the two sides' state digests differ")
+
+
 def main():
     dirs = sys.argv[1:] or ["runs/gpu-offload"]
     missing = [d for d in dirs if not pathlib.Path(d).is_dir()]
     if missing:
         sys.exit(f"offload_sweep_summary.py: no directory {', '.join(missing)}; give the "
                  "directories bench/gpu_offload_sweep.sh wrote its results into")
-    tandem, deepspeed, budgets, problems = read_results(dirs)
-    if not (tandem or deepspeed or budgets):
+    tandem, deepspeed, budgets, versus, problems = read_results(dirs)
+    if not (tandem or deepspeed or budgets or versus):
         sys.exit(f"offload_sweep_summary.py: no results in {', '.join(dirs)}")
     for model in sorted(set(tandem) | set(deepspeed)):
         summarize_model(model, tandem.get(model), deepspeed.get(model), problems)
     if budgets:
         summarize_budgets(budgets, problems)
+    if versus:
+        summarize_versus(versus, problems)
     for p in problems:
         print("FAIL:", p)
     return 1 if problems else 0

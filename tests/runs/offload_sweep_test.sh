@@ -60,6 +60,33 @@ for expected in "tandem auto / DeepSpeed ZeRO-3 offload tokens/s: 2.50 (goal >= 
   grep -qF "$expected" "$work/summary.txt" || fail "the summary lacks '$expected': $(cat "$work/summary.txt")"
 done
 
+# tandem bench versus (the sweep's `versus` part): the overlapped update against waiting for it,
+# in one process, with one digest; the summary shows its ratio.
+"$tandem" bench versus --config configs/llama-shakespeare.json \
+  --set zero_optimization.sub_group_size=40000 --set offload_optimizer.schedule=cpu \
+  --set train_micro_batch_size_per_gpu=4 --set train.seq_len=64 \
+  --set offload_optimizer.overlap_forward=false --versus offload_optimizer.overlap_forward=true \
+  --rounds 2 --steps 2 --warmup 1 --json \
+  >"$work/results/versus-llama-shakespeare.json" 2>"$work/versus.log" ||
+  fail "tandem bench versus: $(cat "$work/versus.log")"
+python3 - "$work/results/versus-llama-shakespeare.json" <<'PY' || fail "bench versus's JSON"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["changes"] == ["offload_optimizer.overlap_forward=true"], r
+assert r["digests_agree"] and r["base"]["state_digest"] == r["variant"]["state_digest"], r
+assert r["rounds"] == 2 and r["ms_ratio"] > 0 and r["tokens_per_s_ratio"] > 0, r
+assert r["variant"]["update_ms"] >= r["variant"]["update_exposed_ms"] > 0, r
+PY
+python3 bench/offload_sweep_summary.py "$work/results" >"$work/summary.txt" ||
+  fail "the summary with bench versus's result failed: $(cat "$work/summary.txt")"
+grep -qF "offload_optimizer.overlap_forward=true" "$work/summary.txt" ||
+  fail "the summary lacks bench versus's row: $(cat "$work/summary.txt")"
+if "$tandem" bench versus --config configs/llama-shakespeare.json --versus nonsense=1 \
+  >"$work/out.txt" 2>&1; then
+  fail "bench versus ran with an unknown key"
+fi
+grep -qF "nonsense" "$work/out.txt" || fail "unclear refusal: $(cat "$work/out.txt")"
+
 # A loss that does not descend, and schedules that disagree, fail the summary.
 python3 - "$work/results/deepspeed-llama-shakespeare-3.json" <<'PY'
 import json, sys

@@ -57,13 +57,15 @@ class OverlapForward : public ::testing::Test {
     return t;
   }
 
-  static void expect_same_bits_both_ways(const json& c, int ranks) {
+  // Returns the update time the overlapped run hid.
+  static double expect_same_bits_both_ways(const json& c, int ranks) {
     const Trained waited = trained(c, false, ranks);
-    ASSERT_FALSE(waited.digest.empty());
+    EXPECT_FALSE(waited.digest.empty());
     EXPECT_EQ(waited.hidden_ms, 0.0) << "without overlap nothing runs behind the forward";
     const Trained overlapped = trained(c, true, ranks);
     EXPECT_EQ(overlapped.digest, waited.digest);
     EXPECT_EQ(overlapped.losses, waited.losses);
+    return overlapped.hidden_ms;
   }
 
   testing::ScratchDir dir_{"overlap_forward"};
@@ -82,6 +84,9 @@ TEST_F(OverlapForward, GivesTheBitsOfWaitingForTheWholeUpdateUnderEverySchedule)
     }
 }
 
+// Stages 1 and 2 gather the new parameters at once, so there the update ends first; stage 3
+// gathers each block as the forward acquires it, each owner sending its piece once its update
+// of it is done, so the update runs on behind the forward as at stage 0.
 TEST_F(OverlapForward, GivesTheBitsOfWaitingForTheWholeUpdateAtEveryZeroStage) {
   for (int stage : {0, 1, 2, 3}) {
     SCOPED_TRACE(cat("stage ", stage));
@@ -89,7 +94,11 @@ TEST_F(OverlapForward, GivesTheBitsOfWaitingForTheWholeUpdateAtEveryZeroStage) {
     c["zero_optimization"]["stage"] = stage;
     c["zero_optimization"]["stage3_max_live_parameters"] = 2000;
     c["offload_optimizer"] = {{"schedule", "cpu"}};
-    expect_same_bits_both_ways(c, 2);
+    const double hidden_ms = expect_same_bits_both_ways(c, 2);
+    if (stage == 1 || stage == 2)
+      EXPECT_EQ(hidden_ms, 0.0);
+    else
+      EXPECT_GT(hidden_ms, 0.0) << "the update never ran behind the forward";
   }
 }
 

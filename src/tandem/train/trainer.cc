@@ -190,6 +190,10 @@ class Trainer {
         [this, reader = on_gpu() ? &backend_->stream() : nullptr](ParamRange block) {
           engine_.wait_for_parameters(block, reader);
         });
+    // Stage 3 gathers a block from its owners as the model acquires it: each owner sends
+    // its piece once its own update of it is done (the gather reads it from the host).
+    data_parallel_.set_piece_needed(
+        [this](ParamRange piece) { engine_.wait_for_parameters(piece, nullptr); });
     if (reduces_gradients(config))
       hooks_.push_back(&data_parallel_hooks_);
     else

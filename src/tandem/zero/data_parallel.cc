@@ -260,8 +260,12 @@ double DataParallel::grad_sum_of_squares(const std::function<double()>& whole_bu
   return sum_in_order(all.data(), blocks);
 }
 
+void DataParallel::set_piece_needed(PartitionedParameters::PieceNeeded needed) {
+  if (params_) params_->set_piece_needed(std::move(needed));
+}
+
 bool DataParallel::gathers_working_params() const {
-  return params_ != nullptr || (config_.stage > 0 && world_size() > 1);
+  return params_ == nullptr && config_.stage > 0 && world_size() > 1;
 }
 
 void DataParallel::gather_working_params() {

@@ -138,9 +138,12 @@ class DataParallel final : public BlockMemory {
   // buffer, no staging memory. Stage 3 gathers blocks as they are used: here only the
   // persistent ones.
   void gather_working_params();
-  // Whether gather_working_params() reads the engine's working parameters (ZeRO stage 3, or
-  // stages 1 and 2 on more than one rank).
+  // Whether gather_working_params() reads the engine's working parameters at once (stages 1
+  // and 2 on more than one rank; stage 3 gathers each block as the model acquires it).
   bool gathers_working_params() const;
+  // Stage 3: called before a gather reads this rank's piece of a block
+  // (PartitionedParameters::set_piece_needed); nothing below it.
+  void set_piece_needed(PartitionedParameters::PieceNeeded needed);
   // Stage 3: the most gathered parameters held at once so far (bounded by
   // stage3_max_live_parameters); 0 below.
   size_t peak_live_parameters() const { return params_ ? params_->peak_live_elements() : 0; }

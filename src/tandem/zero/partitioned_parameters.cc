@@ -55,6 +55,7 @@ PartitionedParameters::PartitionedParameters(Communicator& comm, ComputeBackend&
   partition_ = backend_.allocate(partition_range_.partition_size() * elem_);
   backend_.fill_zero(partition_.as<void>(), partition_range_.partition_size() * elem_);
   persistent_offset_.assign(blocks_.size(), kNone);
+  persistent_fresh_.assign(blocks_.size(), 0);
   size_t offset = 0;
   for (size_t b = 0; b < blocks_.size(); b++) {
     if (blocks_[b].size() > config_.stage3_param_persistence_threshold) continue;
@@ -133,6 +134,7 @@ CollectiveQueue::Ticket PartitionedParameters::gather(int block, char* dst) {
     // This rank's piece into place first: the broadcast sends it from there.
     const ParamRange mine = partition_range_.range(me);
     const size_t b = std::max(range.begin, mine.begin), e = std::min(range.end, mine.end);
+    if (piece_needed_) piece_needed_({b, e});
     backend_.copy(dst + (b - range.begin) * elem_,
                   partition_.as<const char>() + (b - mine.begin) * elem_, (e - b) * elem_);
   }
@@ -157,7 +159,12 @@ const void* PartitionedParameters::acquire(int block) {
   TANDEM_CHECK(block >= 0 && static_cast<size_t>(block) < blocks_.size(), "block ", block,
                " is not one of the model's ", blocks_.size());
   if (recording_) order_.push_back(block);
-  if (persistent(block)) return persistent_buffer_.as<char>() + persistent_offset_[block] * elem_;
+  if (persistent(block)) {
+    char* data = persistent_buffer_.as<char>() + persistent_offset_[block] * elem_;
+    if (!persistent_fresh_[block]) wait_collective(queue_, gather(block, data));
+    persistent_fresh_[block] = 1;
+    return data;
+  }
   // Where the model is in the recorded order (another sequence, such as an evaluation's
   // forward passes, finds its place by the block).
   if (!recording_) {
@@ -223,13 +230,7 @@ void PartitionedParameters::parameters_changed() {
   residents_.clear();
   if (!order_.empty()) recording_ = false;
   position_ = 0;
-  CollectiveQueue::Ticket last = 0;
-  for (size_t b = 0; b < blocks_.size(); b++) {
-    if (!persistent(static_cast<int>(b))) continue;
-    last =
-        gather(static_cast<int>(b), persistent_buffer_.as<char>() + persistent_offset_[b] * elem_);
-  }
-  wait_collective(queue_, last);
+  std::fill(persistent_fresh_.begin(), persistent_fresh_.end(), 0);
 }
 
 }  // namespace tandem

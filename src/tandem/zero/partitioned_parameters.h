@@ -4,9 +4,9 @@
 // bounded size, then released.
 //
 // - Blocks of at most stage3_param_persistence_threshold elements are kept whole on every
-//   rank (gathered once after each update): gathering them each time would cost more in
-//   latency than they weigh. (DeepSpeed applies the threshold per tensor; tandem gathers
-//   whole blocks, so it applies it per block.)
+//   rank (gathered once after each update, at their first use): gathering them each time
+//   would cost more in latency than they weigh. (DeepSpeed applies the threshold per tensor; tandem
+//   gathers whole blocks, so it applies it per block.)
 // - The live buffer holds two blocks, placed at either end of it: the two largest fit side
 //   by side, so the two a model may use at once always fit, whatever was placed before. A
 //   released block stays there until the room is needed (the tied embeddings used at the
@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "tandem/comm/collective_queue.h"
@@ -63,9 +64,16 @@ class PartitionedParameters {
 
   const void* acquire(int block);
   void release(int block);
-  // The partitions changed (an update, a load): cached gathers are stale, and the
-  // persistent blocks are gathered again now (a collective).
+  // The partitions changed (an update, a load): cached gathers are stale, and so are the
+  // persistent blocks, gathered again at their next acquire (which every rank makes in the
+  // same order, so the gathers stay collective) rather than now, while the update may still
+  // be writing the later blocks.
   void parameters_changed();
+  // Called before a gather reads this rank's piece of a block (its range in the flat
+  // space): an update engine still updating the partition (offload_optimizer.overlap_forward)
+  // returns once that piece is final. Empty: the partition is always final.
+  using PieceNeeded = std::function<void(ParamRange piece)>;
+  void set_piece_needed(PieceNeeded needed) { piece_needed_ = std::move(needed); }
 
   // Most elements of gathered, non-persistent blocks held at once so far.
   size_t peak_live_elements() const { return peak_live_; }
@@ -102,6 +110,7 @@ class PartitionedParameters {
   Buffer partition_;                       // [S]
   Buffer persistent_buffer_;               // the persistent blocks, whole
   std::vector<size_t> persistent_offset_;  // per block, SIZE_MAX when not persistent
+  std::vector<char> persistent_fresh_;     // per block: gathered since the last change
   Buffer live_;
   size_t live_capacity_ = 0;
   std::vector<Resident> residents_;
@@ -114,6 +123,7 @@ class PartitionedParameters {
   bool recording_ = true;
   size_t position_ = 0;
   CollectiveQueue* queue_;
+  PieceNeeded piece_needed_;
 };
 
 }  // namespace tandem
