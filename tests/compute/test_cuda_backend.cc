@@ -581,19 +581,22 @@ void expect_recompute_keeps_the_bits(ModelType type, StorageDType dtype) {
     tokens[i] = static_cast<int32_t>(rng.next_u64() % config.vocab_size);
     targets[i] = static_cast<int32_t>(rng.next_u64() % config.vocab_size);
   }
-  const auto pass = [&](int interval) {
+  const auto pass = [&](int interval, bool kept_on_host) {
     const std::unique_ptr<Model> model =
-        make_model(config, *gpu, B, T, dtype, {.recompute_interval = interval});
+        make_model(config, *gpu, B, T, dtype,
+                   {.recompute_interval = interval, .recompute_kept_on_host = kept_on_host});
     model->init_weights(3);
     model->zero_grads();
     const float loss = model->forward(tokens.data(), targets.data(), B, T);
     model->backward();
     return std::make_pair(loss, model->grads_to_host());
   };
-  const auto kept = pass(0);
-  for (int interval : {1, 2}) {
-    SCOPED_TRACE(cat("interval ", interval));
-    const auto recomputed = pass(interval);
+  const auto kept = pass(0, false);
+  // cpu_checkpointing at interval 1: three segments, the first one's output fetched back.
+  for (const auto& [interval, on_host] :
+       {std::pair{1, false}, std::pair{2, false}, std::pair{1, true}, std::pair{2, true}}) {
+    SCOPED_TRACE(cat("interval ", interval, on_host ? ", kept on the host" : ""));
+    const auto recomputed = pass(interval, on_host);
     EXPECT_EQ(std::memcmp(&recomputed.first, &kept.first, sizeof(float)), 0);
     ASSERT_EQ(recomputed.second.size(), kept.second.size());
     EXPECT_EQ(std::memcmp(recomputed.second.data(), kept.second.data(),

@@ -52,11 +52,12 @@ struct Pass {
 
 // One forward and backward of a fixed batch from the same seed's weights, twice over (the
 // second pass must not depend on what the first left in the recompute buffers).
-Pass run(ModelType type, StorageDType dtype, int recompute_interval) {
+Pass run(ModelType type, StorageDType dtype, int recompute_interval, bool kept_on_host = false) {
   const ModelConfig config = five_layers(type);
   std::unique_ptr<ComputeBackend> backend = make_cpu_backend();
-  const std::unique_ptr<Model> owner =
-      make_model(config, *backend, kB, kT, dtype, {.recompute_interval = recompute_interval});
+  const std::unique_ptr<Model> owner = make_model(
+      config, *backend, kB, kT, dtype,
+      {.recompute_interval = recompute_interval, .recompute_kept_on_host = kept_on_host});
   Model& model = *owner;
   model.init_weights(5);
   Rng rng(11);
@@ -81,8 +82,8 @@ class Recompute : public ::testing::TestWithParam<std::tuple<ModelType, StorageD
  protected:
   ModelType type() const { return std::get<0>(GetParam()); }
   StorageDType dtype() const { return std::get<1>(GetParam()); }
-  Pass run(int recompute_interval) const {
-    return tandem::run(type(), dtype(), recompute_interval);
+  Pass run(int recompute_interval, bool kept_on_host = false) const {
+    return tandem::run(type(), dtype(), recompute_interval, kept_on_host);
   }
 };
 
@@ -100,6 +101,34 @@ TEST_P(Recompute, EveryIntervalGivesTheLossAndGradientsBitForBit) {
         0);
     EXPECT_EQ(recomputed.ready, kept.ready);
   }
+}
+
+// cpu_checkpointing: the kept outputs go to pinned host memory in forward and come back,
+// two segments ahead, in backward; two device rows hold them in between. The same bits, and
+// the device keeps two outputs instead of one per segment.
+TEST_P(Recompute, KeptOutputsOnTheHostGiveTheSameBitsInTwoDeviceRows) {
+  const Pass kept = run(0);
+  const ModelConfig config = five_layers(type());
+  const size_t row = static_cast<size_t>(kB) * kT * config.n_embd * storage_dtype_bytes(dtype());
+  const size_t params = model_layout(config).num_elements() * 2 * storage_dtype_bytes(dtype());
+  for (int interval : {1, 2, 3}) {  // 5, 3 and 2 segments
+    SCOPED_TRACE(interval);
+    const Pass on_host = run(interval, true);
+    EXPECT_EQ(std::memcmp(&on_host.loss, &kept.loss, sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(on_host.grads.data(), kept.grads.data(), kept.grads.size() * 4), 0);
+    EXPECT_EQ(on_host.ready, kept.ready);
+    const size_t segments = (config.n_layer + interval - 1) / interval;
+    const size_t on_device = model_activation_bytes(config, kB, kT, dtype(), interval);
+    const size_t with_host = model_activation_bytes(config, kB, kT, dtype(), interval, true);
+    EXPECT_EQ(on_device - with_host, (segments - std::min<size_t>(segments, 2)) * row);
+    EXPECT_EQ(on_host.allocated, params + with_host);
+    EXPECT_EQ(model_kept_output_host_bytes(config, kB, kT, dtype(), interval), segments * row);
+  }
+  std::unique_ptr<ComputeBackend> backend = make_cpu_backend();
+  EXPECT_CONTAINS(testing::error_of([&] {
+                    make_model(config, *backend, kB, kT, dtype(), {.recompute_kept_on_host = true});
+                  }),
+                  "need a recompute interval");
 }
 
 TEST_P(Recompute, AllocatesWhatActivationBytesSaysAndLessThanKeepingEveryLayer) {

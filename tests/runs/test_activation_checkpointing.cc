@@ -50,9 +50,11 @@ class ActivationCheckpointing : public ::testing::Test {
   };
 
   // The digest and losses of `c` at `interval` on `ranks`, all ranks agreeing.
-  static Trained trained(json c, int interval, int ranks) {
+  static Trained trained(json c, int interval, int ranks, bool on_host = false) {
     c["activation_checkpointing"] = {{"interval", interval}};
-    c["train"]["output_dir"] = cat(c["train"]["output_dir"].get<std::string>(), "_", interval);
+    if (on_host) c["activation_checkpointing"]["cpu_checkpointing"] = true;
+    c["train"]["output_dir"] =
+        cat(c["train"]["output_dir"].get<std::string>(), "_", interval, on_host ? "_host" : "");
     const testing::RankResults results = testing::train_on_ranks(ranks, c);
     testing::expect_ranks_agree(results, cat("interval ", interval));
     return {results.by_rank[0].state_digest, testing::losses(results.by_rank[0]),
@@ -62,12 +64,18 @@ class ActivationCheckpointing : public ::testing::Test {
   static void expect_same_bits_at_every_interval(const json& c, int ranks) {
     const Trained kept = trained(c, 0, ranks);
     ASSERT_FALSE(kept.digest.empty());
-    for (int interval : {1, 3}) {
-      SCOPED_TRACE(cat("interval ", interval));
-      const Trained recomputed = trained(c, interval, ranks);
+    size_t device_bytes_at_1 = 0;
+    for (const auto& [interval, on_host] :
+         {std::pair{1, false}, std::pair{3, false}, std::pair{1, true}}) {
+      SCOPED_TRACE(cat("interval ", interval, on_host ? ", cpu_checkpointing" : ""));
+      const Trained recomputed = trained(c, interval, ranks, on_host);
       EXPECT_EQ(recomputed.digest, kept.digest);
       EXPECT_EQ(recomputed.losses, kept.losses);
       EXPECT_LT(recomputed.device_bytes, kept.device_bytes) << "recompute was not in effect";
+      if (interval == 1 && !on_host) device_bytes_at_1 = recomputed.device_bytes;
+      if (on_host) {  // two of the four kept outputs on the device
+        EXPECT_LT(recomputed.device_bytes, device_bytes_at_1) << "the outputs stayed on the device";
+      }
     }
   }
 
@@ -173,8 +181,8 @@ TEST_F(ActivationCheckpointing, DeepSpeedsKeysThatMeanNothingHereAreRefusedByNam
   EXPECT_CONTAINS(error_of([&] { parse_train_config(c); }),
                   "activation_checkpointing.interval must be a non-negative integer");
   for (const char* key :
-       {"cpu_checkpointing", "partition_activations", "number_checkpoints",
-        "contiguous_memory_optimization", "synchronize_checkpoint_boundary", "profile"}) {
+       {"partition_activations", "number_checkpoints", "contiguous_memory_optimization",
+        "synchronize_checkpoint_boundary", "profile"}) {
     c["activation_checkpointing"] = {{"interval", 1}, {key, true}};
     EXPECT_CONTAINS(error_of([&] { parse_train_config(c); }),
                     cat("activation_checkpointing.", key, ": "));
@@ -182,7 +190,28 @@ TEST_F(ActivationCheckpointing, DeepSpeedsKeysThatMeanNothingHereAreRefusedByNam
   c["activation_checkpointing"] = {{"intervall", 1}};
   EXPECT_CONTAINS(error_of([&] { parse_train_config(c); }), "did you mean 'interval'?");
   c["activation_checkpointing"] = {{"interval", 2}};
-  EXPECT_EQ(to_json(parse_train_config(c))["activation_checkpointing"], json({{"interval", 2}}));
+  EXPECT_EQ(to_json(parse_train_config(c))["activation_checkpointing"],
+            json({{"interval", 2}, {"cpu_checkpointing", false}}));
+  c["activation_checkpointing"] = {{"cpu_checkpointing", true}};
+  EXPECT_CONTAINS(error_of([&] { parse_train_config(c); }),
+                  "activation_checkpointing.interval is 0 (nothing is recomputed)");
+}
+
+// cpu_checkpointing's outputs are planned in pinned host memory, and leave the device two.
+TEST_F(ActivationCheckpointing, ThePlanPutsTheKeptOutputsOfCpuCheckpointingInPinnedMemory) {
+  json c = config("plan_host");
+  const std::unique_ptr<Device> device = make_cpu_device({.memory_bytes = size_t{1} << 30});
+  ThreadPool pool(1);
+  c["activation_checkpointing"] = {{"interval", 1}};
+  const TrainingMemoryPlan on_device = plan_training(parse_train_config(c), *device, pool);
+  c["activation_checkpointing"]["cpu_checkpointing"] = true;
+  const TrainingMemoryPlan on_host = plan_training(parse_train_config(c), *device, pool);
+  const size_t row = 4 * 16 * 16 * sizeof(float);  // B x T x C
+  EXPECT_EQ(on_host.activation_host_bytes, 4 * row);
+  EXPECT_EQ(on_device.activation_bytes - on_host.activation_bytes, 2 * row);
+  EXPECT_EQ(on_host.total.pinned_host - on_device.total.pinned_host, 4 * row);
+  EXPECT_CONTAINS(on_host.to_text(),
+                  cat("the kept layer outputs (cpu_checkpointing), ", format_bytes(4 * row)));
 }
 
 }  // namespace

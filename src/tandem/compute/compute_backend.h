@@ -156,6 +156,9 @@ class ComputeBackend {
   // after the kernels with an event recorded on stream().
   virtual Device& device() = 0;
   virtual Stream& stream() = 0;
+  // Whether the kernels are queued on stream() (a GPU's), or run as they are called (the
+  // CPU's): work of another stream that they must wait for is waited for by the host then.
+  virtual bool queues_kernels() const = 0;
 
   // ---- memory ---------------------------------------------------------------
   // Zero-initialised device memory, 64-byte aligned. Throws DeviceOutOfMemory beyond the

@@ -24,7 +24,7 @@ void add_up_tiers(TrainingMemoryPlan& plan) {
       engine.device - plan.num_params * 2 * plan.model_elem_bytes + plan.rule_workspace_bytes;
   plan.total.device = plan.activation_bytes + plan.model_bytes + plan.zero_buffer_bytes +
                       plan.optimizer_device_bytes;
-  plan.total.pinned_host = engine.pinned_host;
+  plan.total.pinned_host = engine.pinned_host + plan.activation_host_bytes;
   // The checkpoint snapshot: the fp32 state gathered when a checkpoint is written (lazy
   // checkpoints keep it for the run), or the pool it streams through.
   const CheckpointSnapshotPlan& snapshot = plan.snapshot;
@@ -115,9 +115,14 @@ TrainingMemoryPlan plan_memory(const TrainConfig& config, DeviceKind kind, size_
   plan.num_params = static_cast<size_t>(config.model.num_parameters());
   plan.device_capacity = capacity;
   plan.recompute_interval = config.activation_checkpointing.interval;
+  const bool kept_on_host = config.activation_checkpointing.cpu_checkpointing;
   plan.activation_bytes =
       model_activation_bytes(config.model, config.micro_batch_size, config.seq_len(),
-                             config.storage_dtype(), plan.recompute_interval);
+                             config.storage_dtype(), plan.recompute_interval, kept_on_host);
+  if (kept_on_host)
+    plan.activation_host_bytes =
+        model_kept_output_host_bytes(config.model, config.micro_batch_size, config.seq_len(),
+                                     config.storage_dtype(), plan.recompute_interval);
   plan.activation_bytes_without_recompute = model_activation_bytes(
       config.model, config.micro_batch_size, config.seq_len(), config.storage_dtype());
   plan.model_elem_bytes = storage_dtype_bytes(config.storage_dtype());
@@ -285,6 +290,9 @@ std::string TrainingMemoryPlan::to_text() const {
           format_bytes(optimizer_device_bytes), ")", fits() ? "" : "  << does not fit", "\n",
           "  pinned host: ", format_bytes(total.pinned_host), " (offloaded ", state_names,
           "; host gradients and working copies",
+          activation_host_bytes > 0 ? cat("; the kept layer outputs (cpu_checkpointing), ",
+                                          format_bytes(activation_host_bytes))
+                                    : std::string(),
           snapshot.streamed ? "; the checkpoint snapshot's pool"
           : pinned_snapshot ? "; the lazy checkpoint's snapshot"
                             : "",
@@ -358,8 +366,10 @@ int largest_micro_batch(const TrainingMemoryPlan& plan, const TrainConfig& confi
   if (rest >= plan.device_capacity) return 0;
   const size_t budget = plan.device_capacity - rest;
   const auto fits = [&](int B) {
-    return model_activation_bytes(config.model, B, config.seq_len(), config.storage_dtype(),
-                                  recompute_interval) <= budget;
+    return model_activation_bytes(
+               config.model, B, config.seq_len(), config.storage_dtype(), recompute_interval,
+               config.activation_checkpointing.cpu_checkpointing && recompute_interval > 0) <=
+           budget;
   };
   // Activations grow with B: double past the answer, then bisect.
   constexpr int kMost = 1 << 24;

@@ -65,6 +65,8 @@ struct TrainingMemoryPlan {
   // text shows beside them when it is on).
   int recompute_interval = 0;
   size_t activation_bytes_without_recompute = 0;
+  // activation_checkpointing.cpu_checkpointing: the kept outputs in pinned host memory.
+  size_t activation_host_bytes = 0;
   size_t model_elem_bytes = 4;  // bytes per working param and gradient (fp32 or bf16)
   size_t model_bytes = 0;       // device: working params + gradients this rank holds
   // device, ZeRO stages 2 and 3: gradient slots, micro-batch partials, persistent and

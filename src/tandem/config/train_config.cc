@@ -215,22 +215,21 @@ Key refused(std::string_view name, std::string_view why) {
 // DeepSpeed's "activation_checkpointing" keys: interval is tandem's own (DeepSpeed's
 // number_checkpoints counts checkpoints of a model it cannot see).
 std::vector<Key> activation_checkpointing_keys() {
-  return {Keys::integer("interval", TANDEM_FIELD(activation_checkpointing.interval), 0,
-                        std::numeric_limits<int>::max(),
-                        "a non-negative integer (0: off; k: keep every k-th layer's output)"),
-          refused("cpu_checkpointing",
-                  "keeping the kept layer outputs in pinned host memory is not available yet "
-                  "(they stay on the device)"),
-          refused("partition_activations",
-                  "it splits activations over model-parallel ranks, and tandem has no model "
-                  "parallelism"),
-          refused("number_checkpoints",
-                  "tandem counts in layers: set activation_checkpointing.interval instead"),
-          refused("contiguous_memory_optimization",
-                  "tandem's kept outputs are one contiguous buffer already"),
-          refused("synchronize_checkpoint_boundary",
-                  "tandem's recompute is ordered on one stream; there is nothing to synchronize"),
-          refused("profile", "use --trace for a Chrome trace of the steps")};
+  return {
+      Keys::integer("interval", TANDEM_FIELD(activation_checkpointing.interval), 0,
+                    std::numeric_limits<int>::max(),
+                    "a non-negative integer (0: off; k: keep every k-th layer's output)"),
+      Keys::boolean("cpu_checkpointing", TANDEM_FIELD(activation_checkpointing.cpu_checkpointing)),
+      refused("partition_activations",
+              "it splits activations over model-parallel ranks, and tandem has no model "
+              "parallelism"),
+      refused("number_checkpoints",
+              "tandem counts in layers: set activation_checkpointing.interval instead"),
+      refused("contiguous_memory_optimization",
+              "tandem's kept outputs are one contiguous buffer already"),
+      refused("synchronize_checkpoint_boundary",
+              "tandem's recompute is ordered on one stream; there is nothing to synchronize"),
+      refused("profile", "use --trace for a Chrome trace of the steps")};
 }
 
 // The whole file, top-level keys in the order messages list them and sections are read.
@@ -293,6 +292,11 @@ TrainConfig parse_train_config(const json& config_json) {
   TrainConfig config;
   read_json_keys<TrainConfig>(JsonSection(&config_json, ""), schema(), config);
   check_optimizer_fits(config);
+  TANDEM_CHECK(!config.activation_checkpointing.cpu_checkpointing ||
+                   config.activation_checkpointing.interval > 0,
+               "activation_checkpointing.cpu_checkpointing keeps the inputs of recomputed "
+               "segments in host memory, but activation_checkpointing.interval is 0 (nothing is "
+               "recomputed); set the interval (1: every layer) or remove cpu_checkpointing");
   return config;
 }
 

@@ -88,6 +88,9 @@ struct ActivationCheckpointingConfig {
   // Keep every `interval`-th layer's output and recompute the layers between inside
   // backward; 0: keep every layer's activations (off).
   int interval = 0;
+  // Keep those outputs in pinned host memory, copied back ahead of their segment's backward:
+  // the device holds two of them instead of L / interval.
+  bool cpu_checkpointing = false;
 };
 
 struct DeviceConfig {  // JSON: "device": {...}

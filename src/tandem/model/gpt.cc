@@ -60,11 +60,15 @@ ParamLayout gpt2_layout(const ModelConfig& config) {
 Gpt::Gpt(const ModelConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len,
          StorageDType dtype, ModelOwnBuffers own)
     : Model(config, backend, max_batch, max_seq_len, dtype, gpt2_layout(config), own),
-      segments_{.layers = config.n_layer, .interval = own.recompute_interval} {
+      segments_{.layers = config.n_layer,
+                .interval = own.recompute_interval,
+                .kept_on_host = own.recompute_kept_on_host} {
   TANDEM_CHECK(config.type == ModelType::kGpt2, "Gpt needs a GPT-2 config, got model.type ",
                model_type_name(config.type));
   TANDEM_CHECK(segments_.interval >= 0, "recompute interval ", segments_.interval,
                ": must be 0 (off) or a number of layers");
+  TANDEM_CHECK(!segments_.kept_on_host || segments_.recomputes(),
+               "kept outputs on the host need a recompute interval");
   wte_ = offset_in_block("transformer.wte.weight", embedding_block());
   wpe_ = offset_in_block("transformer.wpe.weight", embedding_block());
   lnfw_ = offset_in_block("transformer.ln_f.weight", lnf_block());
@@ -100,7 +104,10 @@ Gpt::Gpt(const ModelConfig& config, ComputeBackend& backend, int max_batch, int 
   // None at all where recompute leaves no slot (k = 1) or keeps nothing (off).
   auto elems_or_none = [&](size_t n) { return n > 0 ? elems(n) : Buffer(); };
   residual3_ = elems_or_none(segments_.output_slots() * BT * C);
-  kept_ = elems_or_none(segments_.kept_outputs() * BT * C);
+  kept_ = elems_or_none(segments_.kept_rows() * BT * C);
+  if (segments_.kept_on_host)
+    host_kept_ = std::make_unique<HostKeptOutputs>(backend, segments_.kept_outputs(),
+                                                   BT * C * storage_dtype_bytes(dtype));
   lnf_ = elems(BT * C);
   lnf_mean_ = floats(BT);
   lnf_rstd_ = floats(BT);
@@ -113,8 +120,9 @@ Gpt::Gpt(const ModelConfig& config, ComputeBackend& backend, int max_batch, int 
 }
 
 size_t Gpt::activation_bytes(const ModelConfig& config, int max_batch, int max_seq_len,
-                             StorageDType dtype, int recompute_interval) {
-  const RecomputeSegments segments{.layers = config.n_layer, .interval = recompute_interval};
+                             StorageDType dtype, int recompute_interval, bool kept_on_host) {
+  const RecomputeSegments segments{
+      .layers = config.n_layer, .interval = recompute_interval, .kept_on_host = kept_on_host};
   const size_t L = segments.slots();
   const size_t C = config.n_embd, NH = config.n_head;
   const size_t BT = static_cast<size_t>(max_batch) * max_seq_len;
@@ -122,7 +130,7 @@ size_t Gpt::activation_bytes(const ModelConfig& config, int max_batch, int max_s
   const size_t per_layer_elems =
       BT * (C /*ln1*/ + 3 * C /*qkv*/ + C /*atty*/ + C /*attproj*/ + C /*residual2*/ + C /*ln2*/ +
             4 * C /*fch*/ + 4 * C /*fch_gelu*/ + C /*fcproj*/);
-  const size_t residual3_elems = BT * C * (segments.output_slots() + segments.kept_outputs());
+  const size_t residual3_elems = BT * C * (segments.output_slots() + segments.kept_rows());
   const size_t once_elems = BT * (C /*encoded*/ + C /*lnf*/) + residual3_elems;
   const size_t backward_elems =
       BT * (C /*dresidual*/ + C /*dbt_c*/ + 3 * C /*dqkv*/ + 8 * C /*dfch, dfch_gelu*/);
@@ -194,7 +202,13 @@ float Gpt::forward_as(int B, int T, bool with_targets) {
     k.encoder_forward(encoded, tokens(), embeddings + wte_, embeddings + wpe_, B, T, C);
     memory().release_params(embedding_block());
   }
-  for (int l = 0; l < config().n_layer; l++) forward_layer<Elem>(l, B, T);
+  for (int l = 0; l < config().n_layer; l++) {
+    if (host_kept_ && segments_.begins_segment(l))
+      host_kept_->before_writing(segments_.segment_of(l));
+    forward_layer<Elem>(l, B, T);
+    if (host_kept_ && segments_.ends_segment(l))
+      host_kept_->store(segments_.segment_of(l), layer_input<Elem>(l + 1));
+  }
   const Elem* residual = layer_input<Elem>(config().n_layer);  // [N, C]
   Elem* lnf = lnf_.as<Elem>();
   Elem* logits = this->logits<Elem>();
@@ -268,13 +282,28 @@ void Gpt::backward_as(int B, int T, float loss_scale, const GradientsReady& read
   // again from its kept input (the same bits), then backward, last layer first.
   for (int end = config().n_layer; end > 0;) {
     const int begin = segments_.segment_begin(end);
-    if (segments_.recomputes())
-      for (int l = begin; l < end; l++) forward_layer<Elem>(l, B, T);
+    if (segments_.recomputes()) recompute_segment<Elem>(begin, end, B, T);
     for (int l = end - 1; l >= begin; l--) backward_layer<Elem>(l, B, T, ready);
     end = begin;
   }
   k.encoder_backward(embedding_grads + wte_, embedding_grads + wpe_, dres, tokens(), B, T, C);
   finish_grads(embedding_block(), ready);
+}
+
+// Layers [begin, end) forward again from the segment's kept input: the same kernels on the
+// same inputs, so the same bits. With the kept outputs on the host, the input is waited for,
+// and the output two segments back is fetched into the row this segment has just rewritten
+// (its own output, which its backward does not read), while that backward runs.
+template <typename Elem>
+void Gpt::recompute_segment(int begin, int end, int B, int T) {
+  const int s = segments_.segment_of(begin);
+  if (host_kept_) {
+    host_kept_->before_writing(s);
+    if (s > 0) host_kept_->before_reading(s - 1);
+  }
+  for (int l = begin; l < end; l++) forward_layer<Elem>(l, B, T);
+  if (host_kept_ && s >= 2)
+    host_kept_->fetch(s - 2, layer_acts<Elem>(begin - segments_.interval - 1).residual3);
 }
 
 // Layer l's backward: its parameters' gradients, and dresidual carried to its input.

@@ -5,8 +5,10 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "tandem/model/host_kept_outputs.h"
 #include "tandem/model/model.h"
 #include "tandem/model/recompute_segments.h"
 
@@ -30,7 +32,7 @@ class Gpt final : public Model {
   // `recompute_interval`: ModelOwnBuffers's.
   static size_t activation_bytes(const ModelConfig &config, int max_batch, int max_seq_len,
                                  StorageDType dtype = StorageDType::kF32,
-                                 int recompute_interval = 0);
+                                 int recompute_interval = 0, bool kept_on_host = false);
 
   // GPT-2 initialisation from a seed: weights N(0, 0.02), residual projections
   // (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm weights 1.
@@ -78,6 +80,9 @@ class Gpt final : public Model {
   const Elem *layer_input(int l) const;
   template <typename Elem>
   void forward_layer(int l, int B, int T);
+  // Backward's rerun of layers [begin, end), one segment, from its kept input.
+  template <typename Elem>
+  void recompute_segment(int begin, int end, int B, int T);
   template <typename Elem>
   void backward_layer(int l, int B, int T, const GradientsReady &ready);
 
@@ -97,8 +102,9 @@ class Gpt final : public Model {
   Buffer ln2_, ln2_mean_, ln2_rstd_;  // [A, BT, C], [A, BT], [A, BT]
   Buffer fch_, fch_gelu_;             // [A, BT, 4C]
   Buffer fcproj_, residual3_;         // [A, BT, C]; with recompute residual3 [A - 1, BT, C]
-  Buffer kept_;                       // with recompute: [ceil(L / k), BT, C], each segment's output
-  Buffer lnf_, lnf_mean_, lnf_rstd_;  // [BT, C], [BT], [BT]
+  Buffer kept_;  // with recompute: [ceil(L / k) (2 with kept_on_host), BT, C], segments' outputs
+  std::unique_ptr<HostKeptOutputs> host_kept_;  // with kept_on_host: their home
+  Buffer lnf_, lnf_mean_, lnf_rstd_;            // [BT, C], [BT], [BT]
 
   // Backward scratch (dtype() elements), reused by every layer.
   Buffer dresidual_;         // [BT, C] gradient flowing down the residual stream

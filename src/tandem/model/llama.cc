@@ -61,11 +61,15 @@ std::vector<float> rope_cos_sin(const ModelConfig& config, int T) {
 Llama::Llama(const ModelConfig& config, ComputeBackend& backend, int max_batch, int max_seq_len,
              StorageDType dtype, ModelOwnBuffers own)
     : Model(config, backend, max_batch, max_seq_len, dtype, llama_layout(config), own),
-      segments_{.layers = config.n_layer, .interval = own.recompute_interval} {
+      segments_{.layers = config.n_layer,
+                .interval = own.recompute_interval,
+                .kept_on_host = own.recompute_kept_on_host} {
   TANDEM_CHECK(config.type == ModelType::kLlama, "Llama needs a Llama config, got model.type ",
                model_type_name(config.type));
   TANDEM_CHECK(segments_.interval >= 0, "recompute interval ", segments_.interval,
                ": must be 0 (off) or a number of layers");
+  TANDEM_CHECK(!segments_.kept_on_host || segments_.recomputes(),
+               "kept outputs on the host need a recompute interval");
   embed_ = offset_in_block("model.embed_tokens.weight", embedding_block());
   normw_ = offset_in_block("model.norm.weight", head_block());
   if (!config.tie_word_embeddings) lm_head_ = offset_in_block("lm_head.weight", head_block());
@@ -109,7 +113,10 @@ Llama::Llama(const ModelConfig& config, ComputeBackend& backend, int max_batch, 
   swiglu_ = elems(L * BT * I);
   down_ = elems(L * BT * C);
   residual3_ = elems_or_none(segments_.output_slots() * BT * C);
-  kept_ = elems_or_none(segments_.kept_outputs() * BT * C);
+  kept_ = elems_or_none(segments_.kept_rows() * BT * C);
+  if (segments_.kept_on_host)
+    host_kept_ = std::make_unique<HostKeptOutputs>(backend, segments_.kept_outputs(),
+                                                   BT * C * storage_dtype_bytes(dtype));
   lnf_ = elems(BT * C);
   lnf_rstd_ = floats(BT);
   dresidual_ = elems(BT * C);
@@ -120,16 +127,17 @@ Llama::Llama(const ModelConfig& config, ComputeBackend& backend, int max_batch, 
 }
 
 size_t Llama::activation_bytes(const ModelConfig& config, int max_batch, int max_seq_len,
-                               StorageDType dtype, int recompute_interval) {
-  const RecomputeSegments segments{.layers = config.n_layer, .interval = recompute_interval};
+                               StorageDType dtype, int recompute_interval, bool kept_on_host) {
+  const RecomputeSegments segments{
+      .layers = config.n_layer, .interval = recompute_interval, .kept_on_host = kept_on_host};
   const size_t L = segments.slots(), C = config.n_embd, NH = config.n_head;
   const size_t W = config.qkv_width(), I = config.mlp_width();
   const size_t BT = static_cast<size_t>(max_batch) * max_seq_len;
   const size_t per_layer_elems =
       BT * (C /*ln1*/ + W /*qkv*/ + C /*atty*/ + C /*attproj*/ + C /*residual2*/ + C /*ln2*/ +
             2 * I /*gateup*/ + I /*swiglu*/ + C /*down*/);
-  const size_t once_elems = BT * (C /*encoded*/ + C /*lnf*/) +
-                            BT * C * (segments.output_slots() + segments.kept_outputs());
+  const size_t once_elems =
+      BT * (C /*encoded*/ + C /*lnf*/) + BT * C * (segments.output_slots() + segments.kept_rows());
   const size_t backward_elems =
       BT * (2 * C /*dresidual, dbt_c*/ + W /*dqkv*/ + 3 * I /*dgateup, dswiglu*/);
   const size_t per_layer_floats = BT * (2 /*ln1, ln2 rstd*/ + NH /*lse*/);
@@ -202,7 +210,13 @@ float Llama::forward_as(int B, int T, bool with_targets) {
     k.encoder_forward(encoded, tokens(), embeddings + embed_, nullptr, B, T, C);
     memory().release_params(embedding_block());
   }
-  for (int l = 0; l < m.n_layer; l++) forward_layer<Elem>(l, B, T);
+  for (int l = 0; l < m.n_layer; l++) {
+    if (host_kept_ && segments_.begins_segment(l))
+      host_kept_->before_writing(segments_.segment_of(l));
+    forward_layer<Elem>(l, B, T);
+    if (host_kept_ && segments_.ends_segment(l))
+      host_kept_->store(segments_.segment_of(l), layer_input<Elem>(l + 1));
+  }
   const Elem* residual = layer_input<Elem>(m.n_layer);  // [N, C]
   Elem* lnf = lnf_.as<Elem>();
   const Elem* head = acquire_params_as<Elem>(head_block());
@@ -289,8 +303,7 @@ void Llama::backward_as(int B, int T, float loss_scale, const GradientsReady& re
   // again from its kept input (the same bits), then backward, last layer first.
   for (int end = m.n_layer; end > 0;) {
     const int begin = segments_.segment_begin(end);
-    if (segments_.recomputes())
-      for (int l = begin; l < end; l++) forward_layer<Elem>(l, B, T);
+    if (segments_.recomputes()) recompute_segment<Elem>(begin, end, B, T);
     for (int l = end - 1; l >= begin; l--) backward_layer<Elem>(l, B, T, ready);
     end = begin;
   }
@@ -300,6 +313,22 @@ void Llama::backward_as(int B, int T, float loss_scale, const GradientsReady& re
 }
 
 // Layer l's backward: its parameters' gradients, and dresidual carried to its input.
+// Layers [begin, end) forward again from the segment's kept input: the same kernels on the
+// same inputs, so the same bits. With the kept outputs on the host, the input is waited for,
+// and the output two segments back is fetched into the row this segment has just rewritten
+// (its own output, which its backward does not read), while that backward runs.
+template <typename Elem>
+void Llama::recompute_segment(int begin, int end, int B, int T) {
+  const int s = segments_.segment_of(begin);
+  if (host_kept_) {
+    host_kept_->before_writing(s);
+    if (s > 0) host_kept_->before_reading(s - 1);
+  }
+  for (int l = begin; l < end; l++) forward_layer<Elem>(l, B, T);
+  if (host_kept_ && s >= 2)
+    host_kept_->fetch(s - 2, layer_acts<Elem>(begin - segments_.interval - 1).residual3);
+}
+
 template <typename Elem>
 void Llama::backward_layer(int l, int B, int T, const GradientsReady& ready) {
   const ModelConfig& m = config();

@@ -9,9 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "tandem/model/host_kept_outputs.h"
 #include "tandem/model/model.h"
 #include "tandem/model/recompute_segments.h"
 
@@ -35,7 +37,7 @@ class Llama final : public Model {
   // `recompute_interval`: ModelOwnBuffers's.
   static size_t activation_bytes(const ModelConfig& config, int max_batch, int max_seq_len,
                                  StorageDType dtype = StorageDType::kF32,
-                                 int recompute_interval = 0);
+                                 int recompute_interval = 0, bool kept_on_host = false);
 
   // Hugging Face's initialisation: every weight matrix N(0, 0.02), RMSNorm weights 1.
   TensorInit tensor_init(const ParamView& view) const override;
@@ -78,6 +80,9 @@ class Llama final : public Model {
   const Elem* layer_input(int l) const;
   template <typename Elem>
   void forward_layer(int l, int B, int T);
+  // Backward's rerun of layers [begin, end), one segment, from its kept input.
+  template <typename Elem>
+  void recompute_segment(int begin, int end, int B, int T);
   template <typename Elem>
   void backward_layer(int l, int B, int T, const GradientsReady& ready);
 
@@ -96,8 +101,9 @@ class Llama final : public Model {
   Buffer ln2_, ln2_rstd_;       // [A, BT, C], [A, BT]
   Buffer gateup_, swiglu_;      // [A, BT, 2I], [A, BT, I]
   Buffer down_, residual3_;     // [A, BT, C]; with recompute residual3 [A - 1, BT, C]
-  Buffer kept_;                 // with recompute: [ceil(L / k), BT, C], each segment's output
-  Buffer lnf_, lnf_rstd_;       // [BT, C], [BT]
+  Buffer kept_;  // with recompute: [ceil(L / k) (2 with kept_on_host), BT, C], segments' outputs
+  std::unique_ptr<HostKeptOutputs> host_kept_;  // with kept_on_host: their home
+  Buffer lnf_, lnf_rstd_;                       // [BT, C], [BT]
   // Backward scratch, reused by every layer.
   Buffer dresidual_, dbt_c_;  // [BT, C]
   Buffer dqkv_;               // [BT, W]

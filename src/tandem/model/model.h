@@ -40,6 +40,9 @@ struct ModelOwnBuffers {
   // the same inputs: the same bits); 0 keeps every layer's activations. Activations then
   // take k layers' worth plus L / k inputs instead of L layers' worth.
   int recompute_interval = 0;
+  // activation_checkpointing.cpu_checkpointing: those kept inputs in pinned host memory,
+  // copied back ahead of their segment's backward (host_kept_outputs.h).
+  bool recompute_kept_on_host = false;
 };
 
 class Model {

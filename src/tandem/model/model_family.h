@@ -14,6 +14,7 @@
 #include "tandem/model/model.h"
 #include "tandem/model/model_config.h"
 #include "tandem/model/param_layout.h"
+#include "tandem/model/recompute_segments.h"
 
 namespace tandem {
 
@@ -27,7 +28,7 @@ struct ModelFamily {
   // parameters and gradients, recomputing every `recompute_interval` layers
   // (ModelOwnBuffers; 0: keeping every layer's activations).
   size_t (*activation_bytes)(const ModelConfig& config, int B, int T, StorageDType dtype,
-                             int recompute_interval);
+                             int recompute_interval, bool kept_on_host);
   std::unique_ptr<Model> (*make)(const ModelConfig& config, ComputeBackend& backend, int B, int T,
                                  StorageDType dtype, ModelOwnBuffers own);
   // The Hugging Face config.json of a model, and the model of a config.json (throws
@@ -50,10 +51,20 @@ const ModelFamily& model_family_of_hf(std::string_view hf_model_type);
 inline ParamLayout model_layout(const ModelConfig& config) {
   return model_family(config.type).layout(config);
 }
+// `kept_on_host`: activation_checkpointing.cpu_checkpointing (the kept outputs in device
+// memory are then two rows; model_kept_output_host_bytes are in pinned host memory).
 inline size_t model_activation_bytes(const ModelConfig& config, int B, int T,
                                      StorageDType dtype = StorageDType::kF32,
-                                     int recompute_interval = 0) {
-  return model_family(config.type).activation_bytes(config, B, T, dtype, recompute_interval);
+                                     int recompute_interval = 0, bool kept_on_host = false) {
+  return model_family(config.type)
+      .activation_bytes(config, B, T, dtype, recompute_interval, kept_on_host);
+}
+// Every family keeps one [B, T, C] output per segment of `recompute_interval` layers.
+inline size_t model_kept_output_host_bytes(const ModelConfig& config, int B, int T,
+                                           StorageDType dtype, int recompute_interval) {
+  const RecomputeSegments segments{.layers = config.n_layer, .interval = recompute_interval};
+  return segments.kept_outputs() * static_cast<size_t>(B) * T * config.n_embd *
+         storage_dtype_bytes(dtype);
 }
 inline std::unique_ptr<Model> make_model(const ModelConfig& config, ComputeBackend& backend,
                                          int max_batch, int max_seq_len,

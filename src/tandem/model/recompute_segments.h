@@ -18,6 +18,10 @@ namespace tandem {
 struct RecomputeSegments {
   int layers = 0;    // L
   int interval = 0;  // k; 0: every layer's activations kept
+  // activation_checkpointing.cpu_checkpointing: the kept outputs live in pinned host memory
+  // (host_kept_outputs.h) and pass through two device rows, the one a segment writes and the
+  // one it reads.
+  bool kept_on_host = false;
 
   bool recomputes() const { return interval > 0; }
   // Slots of the stacked per-layer activations: L, or min(k, L).
@@ -32,6 +36,16 @@ struct RecomputeSegments {
   size_t kept_outputs() const {
     return recomputes() ? static_cast<size_t>((layers + interval - 1) / interval) : 0;
   }
+  // Device rows that hold them: all, or two with kept_on_host; kept output s is in row
+  // kept_row(s).
+  size_t kept_rows() const {
+    return kept_on_host ? std::min<size_t>(kept_outputs(), 2) : kept_outputs();
+  }
+  size_t kept_row(int segment) const {
+    return static_cast<size_t>(kept_on_host ? segment % 2 : segment);
+  }
+  int segment_of(int l) const { return recomputes() ? l / interval : 0; }
+  bool begins_segment(int l) const { return recomputes() && l % interval == 0; }
   size_t slot(int l) const { return static_cast<size_t>(recomputes() ? l % interval : l); }
   // Whether layer l writes its output to the kept outputs (index l / k).
   bool ends_segment(int l) const {
@@ -41,8 +55,7 @@ struct RecomputeSegments {
   // slot's of `outputs`.
   template <typename Elem>
   Elem* output_of(int l, Elem* outputs, Elem* kept, size_t rows) const {
-    return ends_segment(l) ? kept + static_cast<size_t>(l / interval) * rows
-                           : outputs + slot(l) * rows;
+    return ends_segment(l) ? kept + kept_row(segment_of(l)) * rows : outputs + slot(l) * rows;
   }
   // The first layer of the segment that ends just before layer `end`.
   int segment_begin(int end) const {

@@ -83,7 +83,8 @@ ModelOwnBuffers model_buffers(const TrainConfig& config, int world_size) {
           .params_capacity = DataParallel::working_params_capacity(
               static_cast<size_t>(config.model.num_parameters()), world_size, stage),
           .grads = DataParallel::model_holds_gradients(stage),
-          .recompute_interval = config.activation_checkpointing.interval};
+          .recompute_interval = config.activation_checkpointing.interval,
+          .recompute_kept_on_host = config.activation_checkpointing.cpu_checkpointing};
 }
 
 DataParallel::ModelBuffers data_parallel_buffers(Model& model, const TrainConfig& config) {

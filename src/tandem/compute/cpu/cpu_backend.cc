@@ -114,6 +114,7 @@ class CpuBackend final : public ComputeBackend {
   // Kernels run on the caller's thread, so nothing is ever queued here: an event
   // recorded on it is reached at once, and every kernel called before is done.
   Stream& stream() override { return *stream_; }
+  bool queues_kernels() const override { return false; }
 
   Buffer allocate(size_t bytes) override {
     Buffer buffer(device_.allocate(MemorySpace::kDevice, bytes));

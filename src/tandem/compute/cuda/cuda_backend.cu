@@ -217,6 +217,7 @@ class CudaBackend final : public ComputeBackend {
   std::string_view name() const override { return "cuda"; }
   Device& device() override { return device_; }
   Stream& stream() override { return *stream_; }
+  bool queues_kernels() const override { return true; }
 
   Buffer allocate(size_t bytes) override {
     Buffer buffer(device_.allocate(MemorySpace::kDevice, bytes));

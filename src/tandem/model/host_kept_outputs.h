@@ -1,0 +1,59 @@
+// activation_checkpointing.cpu_checkpointing: the outputs a recomputing model keeps between
+// forward and backward (recompute_segments.h), one per segment, held in pinned host memory
+// instead of device memory. Each passes through one of two device rows: forward writes
+// segment s's output into row s % 2 and copies it to the host behind the kernels, on a stream
+// of its own; backward copies output s - 2 back into that row as soon as segment s has been
+// recomputed (nothing reads it after), so that it is there, its copy overlapped with segment
+// s's backward, when segment s - 1 is recomputed from it. Every dependency between the copies
+// and the kernels is an event: the model's stream waits for a copy (a GPU), or the host does
+// (the CPU backend, whose kernels run as they are called).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "tandem/compute/compute_backend.h"
+#include "tandem/device/device.h"
+
+namespace tandem {
+
+class HostKeptOutputs {
+ public:
+  // `outputs` segment outputs of `row_bytes` each.
+  HostKeptOutputs(ComputeBackend& backend, size_t outputs, size_t row_bytes);
+
+  // Forward: segment s is about to write its row, which held output s - 2 on its way to the
+  // host.
+  void before_writing(int segment);
+  // Forward: segment s's output is queued into `row`: copied to the host behind it.
+  void store(int segment, const void* row);
+  // Backward: output `segment` back into `row`, behind the kernels queued so far (the last
+  // that read or wrote the row).
+  void fetch(int segment, void* row);
+  // Backward: the kernels queued from now on may read output `segment`'s row.
+  void before_reading(int segment);
+
+  size_t host_bytes() const { return host_.bytes(); }
+
+ private:
+  // The model's later kernels start once `event` is reached.
+  void kernels_wait_for(Event& event);
+  // `stream` waits for the kernels queued so far.
+  void wait_for_kernels(Stream& stream);
+
+  ComputeBackend& backend_;
+  Device& device_;
+  size_t row_bytes_;
+  DeviceAllocation host_;  // pinned: [outputs, row_bytes]
+  std::unique_ptr<Stream> copies_;
+  std::unique_ptr<Event> kernels_done_;
+  // Per device row: the last store from it and the last fetch into it (and whether the
+  // kernels have yet to wait for them), and the output it holds.
+  std::unique_ptr<Event> stored_[2], fetched_[2];
+  bool store_pending_[2] = {false, false};
+  bool fetch_pending_[2] = {false, false};
+  int holds_[2] = {-1, -1};
+};
+
+}  // namespace tandem
