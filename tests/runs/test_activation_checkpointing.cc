@@ -188,7 +188,11 @@ TEST_F(ActivationCheckpointing, DeepSpeedsKeysThatMeanNothingHereAreRefusedByNam
                     cat("activation_checkpointing.", key, ": "));
   }
   c["activation_checkpointing"] = {{"intervall", 1}};
-  EXPECT_CONTAINS(error_of([&] { parse_train_config(c); }), "did you mean 'interval'?");
+  const std::string typo = error_of([&] { parse_train_config(c); });
+  EXPECT_CONTAINS(typo, "did you mean 'interval'?");
+  // The keys refused by name are not offered.
+  EXPECT_CONTAINS(typo, "allowed keys: interval, cpu_checkpointing");
+  EXPECT_EQ(typo.find("partition_activations"), std::string::npos) << typo;
   c["activation_checkpointing"] = {{"interval", 2}};
   EXPECT_EQ(to_json(parse_train_config(c))["activation_checkpointing"],
             json({{"interval", 2}, {"cpu_checkpointing", false}}));

@@ -209,7 +209,7 @@ Key refused(std::string_view name, std::string_view why) {
             TANDEM_CHECK(section.find(name) == nullptr, section.path(name), ": ", why,
                          "; remove it");
           },
-          [](const TrainConfig&) { return json(); }};
+          [](const TrainConfig&) { return json(); }, true};
 }
 
 // DeepSpeed's "activation_checkpointing" keys: interval is tandem's own (DeepSpeed's

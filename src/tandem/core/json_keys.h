@@ -37,13 +37,18 @@ struct JsonKey {
   std::function<void(const JsonSection&, Config&)> read;
   // The value to write; null: the key is not written for this struct.
   std::function<nlohmann::json(const Config&)> write;
+  // Someone else's key (DeepSpeed's) read only to be refused with the reason: never listed
+  // among the allowed keys.
+  bool refused = false;
 };
 
-// The names of `keys`, in order, for JsonSection::check_keys.
+// The names of `keys` (or of the refused ones), in order, for JsonSection::check_keys.
 template <typename Config>
-std::vector<std::string_view> json_key_names(std::span<const JsonKey<Config>> keys) {
+std::vector<std::string_view> json_key_names(std::span<const JsonKey<Config>> keys,
+                                             bool refused = false) {
   std::vector<std::string_view> names;
-  for (const JsonKey<Config>& key : keys) names.push_back(key.name);
+  for (const JsonKey<Config>& key : keys)
+    if (key.refused == refused) names.push_back(key.name);
   return names;
 }
 
@@ -51,7 +56,7 @@ std::vector<std::string_view> json_key_names(std::span<const JsonKey<Config>> ke
 template <typename Config>
 void read_json_keys(const JsonSection& section, std::span<const JsonKey<Config>> keys,
                     Config& config) {
-  section.check_keys(json_key_names(keys));
+  section.check_keys(json_key_names(keys), {}, {}, json_key_names(keys, true));
   for (const JsonKey<Config>& key : keys) key.read(section, config);
 }
 

@@ -182,11 +182,13 @@ json read_json_file(const std::filesystem::path& path) {
   }
 }
 
-void JsonSection::check_keys(JsonKeyNames allowed, std::string_view child,
-                             JsonKeyNames child_keys) const {
+void JsonSection::check_keys(JsonKeyNames allowed, std::string_view child, JsonKeyNames child_keys,
+                             JsonKeyNames refused) const {
   if (object_ == nullptr) return;
   for (const auto& [key, value] : object_->items()) {
-    if (is_ignored_json_key(key) || std::find(allowed.begin(), allowed.end(), key) != allowed.end())
+    if (is_ignored_json_key(key) ||
+        std::find(allowed.begin(), allowed.end(), key) != allowed.end() ||
+        std::find(refused.begin(), refused.end(), key) != refused.end())
       continue;
     std::string hint;
     if (std::find(child_keys.begin(), child_keys.end(), key) != child_keys.end()) {

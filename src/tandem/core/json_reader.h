@@ -51,9 +51,10 @@ class JsonSection {
       : object_(object), path_(std::move(path)) {}
 
   // Refuses keys outside `allowed`. `child`/`child_keys` name a nested section whose keys
-  // are sometimes written one level too high ("optimizer": {"lr": ...}).
-  void check_keys(JsonKeyNames allowed, std::string_view child = {},
-                  JsonKeyNames child_keys = {}) const;
+  // are sometimes written one level too high ("optimizer": {"lr": ...}). `refused` keys pass
+  // (their readers refuse them, saying why) but are never offered as allowed.
+  void check_keys(JsonKeyNames allowed, std::string_view child = {}, JsonKeyNames child_keys = {},
+                  JsonKeyNames refused = {}) const;
   // The nested object at `key` (a section with no object when the key is absent).
   JsonSection section(std::string_view key) const;
 
