@@ -11,7 +11,9 @@ DEBIAN_PACKAGES := build-essential cmake pkg-config libopenblas-openmp-dev nlohm
 	libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev openmpi-bin libopenmpi-dev \
 	python3-matplotlib python3-pip
 
-SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# As root, apt-get directly; as a user, through sudo, keeping DEBIAN_FRONTEND (sudo's
+# env_reset would drop it, and a debconf question would then stop the install).
+APT := $(shell [ "$$(id -u)" = 0 ] && echo "env DEBIAN_FRONTEND=noninteractive apt-get" || echo "sudo env DEBIAN_FRONTEND=noninteractive apt-get")
 
 .PHONY: all deps pydeps build test test-long demo clean format
 
@@ -22,8 +24,16 @@ deps:
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ] && ! command -v sudo >/dev/null; then \
+	    echo "make deps: these Debian packages are missing:$$missing"; \
+	    echo "installing them needs root, and this user has no sudo: as root, run"; \
+	    echo "  apt-get install -y$$missing"; \
+	    echo "(or install sudo and add this user to the sudo group), then run make again"; \
+	    exit 1; \
+	  fi; \
 	  echo "installing:$$missing"; \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	  [ "$$(id -u)" = 0 ] || echo "(through sudo: it may ask for your password)"; \
+	  $(APT) update -qq && $(APT) install -y -qq $$missing; \
 	fi
 
 # Python packages of the tokenizer tests (tools/tokenize_bpe.py, tests/runs/test_tokenize_bpe.cc),

@@ -179,10 +179,20 @@ TEST(BigModelPlans, TandemPlanNamesTheGpusTwentyBillionNeeds) {
   EXPECT_NE(alone.output.find("<< does not fit"), std::string::npos) << alone.output;
   EXPECT_NE(alone.output.find("shard the model over 4 ranks at ZeRO stage 3"), std::string::npos)
       << alone.output;
+  // The command the message suggests, pasted as it is (tandem on the PATH: here, the build's).
+  const std::string marker = "rank 0 fits: `tandem ";
+  const size_t begin = alone.output.find(marker);
+  ASSERT_NE(begin, std::string::npos) << alone.output;
+  const size_t end = alone.output.find('`', begin + marker.size());
+  ASSERT_NE(end, std::string::npos) << alone.output;
+  const std::string suggested =
+      alone.output.substr(begin + marker.size(), end - begin - marker.size());
+  EXPECT_NE(suggested.find("--set device.memory_gb=80"), std::string::npos) << suggested;
   const testing::CommandResult four =
-      testing::run_command(plan + " --world-size 4 --set zero_optimization.stage=3");
-  ASSERT_EQ(four.exit_code, 0) << four.output;
+      testing::run_command(testing::tandem_binary().string() + " " + suggested);
+  ASSERT_EQ(four.exit_code, 0) << suggested << "\n" << four.output;
   EXPECT_EQ(four.output.find("<< does not fit"), std::string::npos) << four.output;
+  EXPECT_NE(four.output.find("rank 0 of 4"), std::string::npos) << four.output;
 }
 
 }  // namespace

@@ -416,8 +416,9 @@ void check_fits(const TrainingMemoryPlan& plan, const TrainConfig& config) {
   const std::string shard = ranks > plan.world_size
                                 ? cat(", or shard the model over ", ranks,
                                       " ranks at ZeRO stage 3 (the fewest whose "
-                                      "rank 0 fits: `tandem plan --world-size ",
-                                      ranks, " --set zero_optimization.stage=3` shows it)")
+                                      "rank 0 fits: `tandem plan ",
+                                      config.source_arguments(), " --world-size ", ranks,
+                                      " --set zero_optimization.stage=3` shows it)")
                                 : std::string();
   throw DeviceOutOfMemory(
       cat("device memory too small: the '", update_schedule_name(plan.offload.settings.schedule),

@@ -348,10 +348,29 @@ TrainConfig load_train_config(const std::filesystem::path& path,
   json config_json = read_json_file(path);
   for (const std::string& assignment : overrides) apply_config_override(config_json, assignment);
   try {
-    return parse_train_config(config_json);
+    TrainConfig config = parse_train_config(config_json);
+    config.source_file = path;
+    config.source_overrides = overrides;
+    return config;
   } catch (const Error& e) {
     fail(path.string(), ": ", e.what());
   }
+}
+
+std::string TrainConfig::source_arguments() const {
+  // Single quotes around anything the shell would read otherwise.
+  auto quoted = [](const std::string& word) {
+    if (!word.empty() &&
+        word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                               "0123456789._-/=:,+@") == std::string::npos)
+      return word;
+    std::string out = "'";
+    for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+  };
+  std::string text = cat("--config ", source_file.empty() ? "FILE" : quoted(source_file.string()));
+  for (const std::string& o : source_overrides) text += cat(" --set ", quoted(o));
+  return text;
 }
 
 }  // namespace tandem

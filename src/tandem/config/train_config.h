@@ -121,8 +121,16 @@ struct TrainConfig {
   int gradient_accumulation_steps = 1;  // "gradient_accumulation_steps"
   float gradient_clipping = 1.0f;       // "gradient_clipping"; 0 disables
 
+  // Where it came from (load_train_config; not a key): the file and the --set overrides,
+  // for the commands messages suggest. Empty when made in code.
+  std::filesystem::path source_file;
+  std::vector<std::string> source_overrides;
+
   int seq_len() const { return train.seq_len > 0 ? train.seq_len : model.context_length; }
   StorageDType storage_dtype() const { return bf16 ? StorageDType::kBF16 : StorageDType::kF32; }
+  // "--config configs/x.json --set a=1": the arguments that give this config again ("--config
+  // FILE" when made in code), shell-quoted where needed.
+  std::string source_arguments() const;
 };
 
 // Parses and validates a configuration. Unknown keys and invalid values throw
