@@ -202,13 +202,9 @@ float Gpt::forward_as(int B, int T, bool with_targets) {
     k.encoder_forward(encoded, tokens(), embeddings + wte_, embeddings + wpe_, B, T, C);
     memory().release_params(embedding_block());
   }
-  for (int l = 0; l < config().n_layer; l++) {
-    if (host_kept_ && segments_.begins_segment(l))
-      host_kept_->before_writing(segments_.segment_of(l));
-    forward_layer<Elem>(l, B, T);
-    if (host_kept_ && segments_.ends_segment(l))
-      host_kept_->store(segments_.segment_of(l), layer_input<Elem>(l + 1));
-  }
+  forward_layers(
+      segments_, host_kept_.get(), [&](int l) { forward_layer<Elem>(l, B, T); },
+      [&](int l) { return layer_acts<Elem>(l).residual3; });
   const Elem* residual = layer_input<Elem>(config().n_layer);  // [N, C]
   Elem* lnf = lnf_.as<Elem>();
   Elem* logits = this->logits<Elem>();
@@ -282,28 +278,15 @@ void Gpt::backward_as(int B, int T, float loss_scale, const GradientsReady& read
   // again from its kept input (the same bits), then backward, last layer first.
   for (int end = config().n_layer; end > 0;) {
     const int begin = segments_.segment_begin(end);
-    if (segments_.recomputes()) recompute_segment<Elem>(begin, end, B, T);
+    if (segments_.recomputes())
+      recompute_layers(
+          segments_, host_kept_.get(), begin, end, [&](int l) { forward_layer<Elem>(l, B, T); },
+          [&](int l) { return layer_acts<Elem>(l).residual3; });
     for (int l = end - 1; l >= begin; l--) backward_layer<Elem>(l, B, T, ready);
     end = begin;
   }
   k.encoder_backward(embedding_grads + wte_, embedding_grads + wpe_, dres, tokens(), B, T, C);
   finish_grads(embedding_block(), ready);
-}
-
-// Layers [begin, end) forward again from the segment's kept input: the same kernels on the
-// same inputs, so the same bits. With the kept outputs on the host, the input is waited for,
-// and the output two segments back is fetched into the row this segment has just rewritten
-// (its own output, which its backward does not read), while that backward runs.
-template <typename Elem>
-void Gpt::recompute_segment(int begin, int end, int B, int T) {
-  const int s = segments_.segment_of(begin);
-  if (host_kept_) {
-    host_kept_->before_writing(s);
-    if (s > 0) host_kept_->before_reading(s - 1);
-  }
-  for (int l = begin; l < end; l++) forward_layer<Elem>(l, B, T);
-  if (host_kept_ && s >= 2)
-    host_kept_->fetch(s - 2, layer_acts<Elem>(begin - segments_.interval - 1).residual3);
 }
 
 // Layer l's backward: its parameters' gradients, and dresidual carried to its input.

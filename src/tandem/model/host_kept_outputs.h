@@ -15,6 +15,7 @@
 
 #include "tandem/compute/compute_backend.h"
 #include "tandem/device/device.h"
+#include "tandem/model/recompute_segments.h"
 
 namespace tandem {
 
@@ -55,5 +56,33 @@ class HostKeptOutputs {
   bool fetch_pending_[2] = {false, false};
   int holds_[2] = {-1, -1};
 };
+
+// A family's forward through its layers: run(l) runs layer l, output_of(l) is where it wrote
+// its output. With `host` (cpu_checkpointing), each segment's output is stored behind it.
+template <typename RunLayer, typename OutputOf>
+void forward_layers(const RecomputeSegments& segments, HostKeptOutputs* host, RunLayer run,
+                    OutputOf output_of) {
+  for (int l = 0; l < segments.layers; l++) {
+    if (host && segments.begins_segment(l)) host->before_writing(segments.segment_of(l));
+    run(l);
+    if (host && segments.ends_segment(l)) host->store(segments.segment_of(l), output_of(l));
+  }
+}
+
+// Backward's rerun of one segment, layers [begin, end), from its kept input: the same kernels
+// on the same inputs, so the same bits. With `host`, the input is waited for, and the output
+// two segments back is fetched into the row this segment has just rewritten (its own output,
+// which its backward does not read) while that backward runs.
+template <typename RunLayer, typename OutputOf>
+void recompute_layers(const RecomputeSegments& segments, HostKeptOutputs* host, int begin, int end,
+                      RunLayer run, OutputOf output_of) {
+  const int s = segments.segment_of(begin);
+  if (host) {
+    host->before_writing(s);
+    if (s > 0) host->before_reading(s - 1);
+  }
+  for (int l = begin; l < end; l++) run(l);
+  if (host && s >= 2) host->fetch(s - 2, output_of(begin - segments.interval - 1));
+}
 
 }  // namespace tandem

@@ -80,9 +80,6 @@ class Llama final : public Model {
   const Elem* layer_input(int l) const;
   template <typename Elem>
   void forward_layer(int l, int B, int T);
-  // Backward's rerun of layers [begin, end), one segment, from its kept input.
-  template <typename Elem>
-  void recompute_segment(int begin, int end, int B, int T);
   template <typename Elem>
   void backward_layer(int l, int B, int T, const GradientsReady& ready);
 
