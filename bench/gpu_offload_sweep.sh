@@ -77,6 +77,17 @@ shard_of() {
 
 model_name() { basename "${1%.json}"; }
 
+# The start of a part that runs tandem on GPT-2 124M: $bin, $shard, the part's $name, its
+# empty $out/$name.json and .log, and status 0.
+begin_gpt2_part() {
+  name=$1
+  bin=$(tandem_binary) || return 1
+  shard=$(shard_of "$bin") || return 1
+  : >"$out/$name.json"
+  : >"$out/$name.log"
+  status=0
+}
+
 # The micro-batch both sides train with (see the top).
 batch_for() {
   if [[ -n ${BATCH:-} ]]; then
@@ -160,12 +171,7 @@ budgets)
   # 9.75 GiB for a few resident subgroups.
   budgets=("$@")
   ((${#budgets[@]})) || budgets=(9.25 9.75)
-  bin=$(tandem_binary) || exit 1
-  shard=$(shard_of "$bin") || exit 1
-  name=budgets-gpt2-124m
-  : >"$out/$name.json"
-  : >"$out/$name.log"
-  status=0
+  begin_gpt2_part budgets-gpt2-124m || exit 1
   for gb in "${budgets[@]}"; do
     timeout --kill-after=10 240 "$bin" bench offload --config configs/gpt2-124m.json \
       --set data.train_path="$shard" --set zero_optimization.sub_group_size=10000000 \
@@ -177,12 +183,7 @@ budgets)
   ;;
 versus)
   gb=${1:-9.25}
-  bin=$(tandem_binary) || exit 1
-  shard=$(shard_of "$bin") || exit 1
-  name=versus-gpt2-124m
-  : >"$out/$name.json"
-  : >"$out/$name.log"
-  status=0
+  begin_gpt2_part versus-gpt2-124m || exit 1
   common=(--config configs/gpt2-124m.json --set data.train_path="$shard" --rounds 2 --steps 10
     --warmup 3 --json)
   timeout --kill-after=10 240 "$bin" bench versus "${common[@]}" \
