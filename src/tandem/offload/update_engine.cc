@@ -621,7 +621,8 @@ UpdateStepStats UpdateEngine::step(double lr, float grad_scale) {
   //    parameters back to the device.
   step_in_flight_ = step;
   update_in_flight_ = true;
-  waited_ms_ = 0;
+  waits_.clear();
+  in_flight_clock_.reset();  // before the thread that reads it starts
   if (plan_.settings.overlap_forward) {
     late_ = UpdateStepStats{};
     update_error_ = nullptr;
@@ -629,7 +630,6 @@ UpdateStepStats UpdateEngine::step(double lr, float grad_scale) {
       device_.use_on_this_thread();
       finish_on_host(late_);
     });
-    in_flight_clock_.reset();
   } else {
     finish_on_host(stats);
     finish_update();
@@ -655,7 +655,7 @@ void UpdateEngine::finish_on_host(UpdateStepStats& stats) {
 
 void UpdateEngine::wait_for_parameters(ParamRange range, Stream* reader) {
   if (!update_in_flight_) return;
-  Stopwatch watch;
+  const double began = in_flight_clock_.millis();
   // The subgroups are in flat order; those of `range` are consecutive.
   for (auto& sg : subgroups_) {
     if (sg->range.end <= range.begin || sg->range.begin >= range.end) continue;
@@ -666,7 +666,7 @@ void UpdateEngine::wait_for_parameters(ParamRange range, Stream* reader) {
       marked = sg->working_marked;
     }
     if (!marked) {  // the update stopped before it
-      waited_ms_ += watch.millis();
+      waits_.emplace_back(began, in_flight_clock_.millis());
       finish_update();  // throws the step's failure
       return;
     }
@@ -681,13 +681,14 @@ void UpdateEngine::wait_for_parameters(ParamRange range, Stream* reader) {
       throw;
     }
   }
-  waited_ms_ += watch.millis();
+  waits_.emplace_back(began, in_flight_clock_.millis());
 }
 
 UpdateEngine::OverlapTimes UpdateEngine::finish_update() {
   if (!update_in_flight_) return {};
-  Stopwatch watch;
+  const double began = in_flight_clock_.millis();
   if (update_thread_.joinable()) update_thread_.join();
+  waits_.emplace_back(began, in_flight_clock_.millis());
   update_in_flight_ = false;
   if (update_error_) {
     try {
@@ -706,7 +707,8 @@ UpdateEngine::OverlapTimes UpdateEngine::finish_update() {
   }
   if (!plan_.settings.overlap_forward) return {};
   OverlapTimes times;
-  times.waited_ms = waited_ms_ + watch.millis();
+  for (const auto& [begin, end] : waits_)
+    times.waited_ms += std::max(0.0, std::min(end, update_done_ms_) - begin);
   times.hidden_ms = std::max(0.0, update_done_ms_ - times.waited_ms);
   return times;
 }

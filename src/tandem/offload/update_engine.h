@@ -23,6 +23,7 @@
 #include <optional>
 #include <span>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tandem/core/error.h"
@@ -274,7 +275,9 @@ class UpdateEngine {
   UpdateStepStats late_;             // what the update thread counted (capture waits)
   Stopwatch in_flight_clock_;        // from step()'s return
   double update_done_ms_ = 0;        // on in_flight_clock_, under update_mutex_
-  double waited_ms_ = 0;             // for the update in flight, by the caller
+  // The caller's waits for the update in flight, [begin, end) on in_flight_clock_: only
+  // their parts before the update ended count (waking up late is not the update's time).
+  std::vector<std::pair<double, double>> waits_;
 };
 
 }  // namespace tandem
