@@ -7,6 +7,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
+#include "tandem/core/timer.h"
 #include "tandem/optim/optimizer_family.h"
 #include "tandem/train/trainer.h"
 
@@ -64,8 +65,7 @@ CheckpointModeResult measure(const CheckpointBenchOptions& options, const std::s
       .name = name, .lazy = lazy, .pool_bytes = static_cast<uint64_t>(pool_mb) << 20};
   std::vector<double> step_ms;
   for (const StepRecord& step : run.steps) step_ms.push_back(step.ms);
-  std::sort(step_ms.begin(), step_ms.end());
-  mode.step_ms = step_ms.empty() ? 0 : step_ms[step_ms.size() / 2];
+  mode.step_ms = median(step_ms);
   double stall_sum = 0, flush_sum = 0;
   mode.flush_fits = true;
   for (const CheckpointRecord& record : run.checkpoints) {

@@ -6,21 +6,17 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
+#include "tandem/core/timer.h"
 
 namespace tandem {
 
 StepMedians step_medians(const TrainResult& result, int warmup) {
   const std::vector<StepRecord>& steps = result.steps;
-  auto median_of = [](std::vector<double> values) {
-    if (values.empty()) return 0.0;
-    std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
-    return values[values.size() / 2];
-  };
-  auto median = [&](double StepRecord::*field) {
+  auto median_of_field = [&](double StepRecord::*field) {
     std::vector<double> values;
     for (size_t i = static_cast<size_t>(warmup); i < steps.size(); i++)
       values.push_back(steps[i].*field);
-    return median_of(values);
+    return median(values);
   };
   // An update's time in its step and in the next one: the steps that have a next one.
   const size_t last =
@@ -32,12 +28,12 @@ StepMedians step_medians(const TrainResult& result, int warmup) {
     whole.push_back(steps[i].update_ms + later_waited + later_hidden);
     exposed.push_back(steps[i].update_ms + later_waited);
   }
-  return {.tokens_per_s = median(&StepRecord::tokens_per_s),
-          .ms = median(&StepRecord::ms),
-          .forward_ms = median(&StepRecord::forward_ms),
-          .backward_ms = median(&StepRecord::backward_ms),
-          .update_ms = median_of(whole),
-          .update_exposed_ms = median_of(exposed)};
+  return {.tokens_per_s = median_of_field(&StepRecord::tokens_per_s),
+          .ms = median_of_field(&StepRecord::ms),
+          .forward_ms = median_of_field(&StepRecord::forward_ms),
+          .backward_ms = median_of_field(&StepRecord::backward_ms),
+          .update_ms = median(whole),
+          .update_exposed_ms = median(exposed)};
 }
 
 OffloadBenchResult run_offload_bench(const OffloadBenchOptions& options) {
@@ -72,8 +68,7 @@ OffloadBenchResult run_offload_bench(const OffloadBenchOptions& options) {
         std::vector<double> forward;  // its own work: less its waits for the last update
         for (size_t s = static_cast<size_t>(options.warmup); s < run.steps.size(); s++)
           forward.push_back(run.steps[s].forward_ms - run.steps[s].update_wait_ms);
-        std::nth_element(forward.begin(), forward.begin() + forward.size() / 2, forward.end());
-        const double forward_s = forward.empty() ? 0.0 : forward[forward.size() / 2] / 1e3;
+        const double forward_s = median(forward) / 1e3;
         c.predicted_exposed_update_ms -=
             predict_hidden_update(run.plan.offload, run.plan.prediction, forward_s) * 1e3;
       }

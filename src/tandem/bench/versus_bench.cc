@@ -5,17 +5,12 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
+#include "tandem/core/timer.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem {
 
 namespace {
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0.0;
-  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
-  return values[values.size() / 2];
-}
 
 StepMedians median_of(const std::vector<StepMedians>& runs) {
   auto of = [&](double StepMedians::*field) {

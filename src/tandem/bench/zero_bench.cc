@@ -12,6 +12,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/format.h"
+#include "tandem/core/timer.h"
 
 namespace tandem {
 namespace fs = std::filesystem;
@@ -36,13 +37,6 @@ std::string find_mpirun() {
     start = end + 1;
   }
   return "";
-}
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 // The files of one run, removed with it.

@@ -19,6 +19,14 @@ class Stopwatch {
   Clock::time_point start_;
 };
 
+// The median of measured values (of an even count, the mean of the middle two); 0 for none.
+inline double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
 // Runs `work` once to warm up (caches, page faults, lazy initialisation), then
 // `repetitions` more times, and returns the seconds of each of those.
 template <typename Work>
@@ -44,9 +52,7 @@ double best_seconds(int repetitions, Work&& work) {
 // prediction of real runs wants.
 template <typename Work>
 double median_seconds(int repetitions, Work&& work) {
-  std::vector<double> seconds = timed_passes(repetitions, work);
-  std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
-  return seconds[seconds.size() / 2];
+  return median(timed_passes(repetitions, work));
 }
 
 }  // namespace tandem

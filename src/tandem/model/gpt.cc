@@ -202,9 +202,7 @@ float Gpt::forward_as(int B, int T, bool with_targets) {
     k.encoder_forward(encoded, tokens(), embeddings + wte_, embeddings + wpe_, B, T, C);
     memory().release_params(embedding_block());
   }
-  forward_layers(
-      segments_, host_kept_.get(), [&](int l) { forward_layer<Elem>(l, B, T); },
-      [&](int l) { return layer_acts<Elem>(l).residual3; });
+  forward_layer_stack<Elem>(*this, B, T);
   const Elem* residual = layer_input<Elem>(config().n_layer);  // [N, C]
   Elem* lnf = lnf_.as<Elem>();
   Elem* logits = this->logits<Elem>();
@@ -274,17 +272,8 @@ void Gpt::backward_as(int B, int T, float loss_scale, const GradientsReady& read
     finish_grads(lnf_block(), ready);
   }
 
-  // Segment by segment, last first: with recompute, the segment's layers are run forward
-  // again from its kept input (the same bits), then backward, last layer first.
-  for (int end = config().n_layer; end > 0;) {
-    const int begin = segments_.segment_begin(end);
-    if (segments_.recomputes())
-      recompute_layers(
-          segments_, host_kept_.get(), begin, end, [&](int l) { forward_layer<Elem>(l, B, T); },
-          [&](int l) { return layer_acts<Elem>(l).residual3; });
-    for (int l = end - 1; l >= begin; l--) backward_layer<Elem>(l, B, T, ready);
-    end = begin;
-  }
+  // Segment by segment, last first, recomputing each segment's layers first where configured.
+  backward_layer_stack<Elem>(*this, B, T, ready);
   k.encoder_backward(embedding_grads + wte_, embedding_grads + wpe_, dres, tokens(), B, T, C);
   finish_grads(embedding_block(), ready);
 }

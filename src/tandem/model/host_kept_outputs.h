@@ -85,4 +85,38 @@ void recompute_layers(const RecomputeSegments& segments, HostKeptOutputs* host, 
   if (host && s >= 2) host->fetch(s - 2, output_of(begin - segments.interval - 1));
 }
 
+// A family's backward through its layers, segment by segment, last first: with recompute, the
+// segment's layers run forward again from its kept input (the same bits), then backward(l),
+// last layer first.
+template <typename RunLayer, typename OutputOf, typename BackwardLayer>
+void backward_layers(const RecomputeSegments& segments, HostKeptOutputs* host, RunLayer run,
+                     OutputOf output_of, BackwardLayer backward) {
+  for (int end = segments.layers; end > 0;) {
+    const int begin = segments.segment_begin(end);
+    if (segments.recomputes()) recompute_layers(segments, host, begin, end, run, output_of);
+    for (int l = end - 1; l >= begin; l--) backward(l);
+    end = begin;
+  }
+}
+
+// The two walks over a family's layer stack. `Family` befriends them and has segments_,
+// host_kept_, forward_layer<Elem>(l, B, T), backward_layer<Elem>(l, B, T, ready) and
+// layer_acts<Elem>(l), whose residual3 is layer l's output: one call per walk in each family.
+template <typename Elem, typename Family>
+void forward_layer_stack(Family& family, int B, int T) {
+  forward_layers(
+      family.segments_, family.host_kept_.get(),
+      [&](int l) { family.template forward_layer<Elem>(l, B, T); },
+      [&](int l) { return family.template layer_acts<Elem>(l).residual3; });
+}
+
+template <typename Elem, typename Family, typename Ready>
+void backward_layer_stack(Family& family, int B, int T, const Ready& ready) {
+  backward_layers(
+      family.segments_, family.host_kept_.get(),
+      [&](int l) { family.template forward_layer<Elem>(l, B, T); },
+      [&](int l) { return family.template layer_acts<Elem>(l).residual3; },
+      [&](int l) { family.template backward_layer<Elem>(l, B, T, ready); });
+}
+
 }  // namespace tandem

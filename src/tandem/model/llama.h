@@ -82,6 +82,11 @@ class Llama final : public Model {
   void forward_layer(int l, int B, int T);
   template <typename Elem>
   void backward_layer(int l, int B, int T, const GradientsReady& ready);
+  // The walks over the layer stack (host_kept_outputs.h) call the three above.
+  template <typename Elem, typename Family>
+  friend void forward_layer_stack(Family& family, int B, int T);
+  template <typename Elem, typename Family, typename Ready>
+  friend void backward_layer_stack(Family& family, int B, int T, const Ready& ready);
 
   // Offsets within their block (looked up by name at construction).
   size_t embed_ = 0, normw_ = 0, lm_head_ = 0;

@@ -624,11 +624,13 @@ UpdateStepStats UpdateEngine::step(double lr, float grad_scale) {
   waits_.clear();
   in_flight_clock_.reset();  // before the thread that reads it starts
   if (plan_.settings.overlap_forward) {
-    late_ = UpdateStepStats{};
     update_error_ = nullptr;
     update_thread_ = std::thread([this] {
       device_.use_on_this_thread();
-      finish_on_host(late_);
+      // Its capture waits need no count of their own: on a capturing step the checkpointer
+      // joins the update (finish_capture) and counts the whole join as the checkpoint's stall.
+      UpdateStepStats counted_by_the_join;
+      finish_on_host(counted_by_the_join);
     });
   } else {
     finish_on_host(stats);

@@ -272,7 +272,6 @@ class UpdateEngine {
   std::condition_variable working_marked_;
   bool update_done_ = false;         // under update_mutex_
   std::exception_ptr update_error_;  // what stopped the update thread, for finish_update
-  UpdateStepStats late_;             // what the update thread counted (capture waits)
   Stopwatch in_flight_clock_;        // from step()'s return
   double update_done_ms_ = 0;        // on in_flight_clock_, under update_mutex_
   // The caller's waits for the update in flight, [begin, end) on in_flight_clock_: only
