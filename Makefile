@@ -69,7 +69,9 @@ test-long: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -L long
 
 # A fresh demo run each time: the previous demo output is replaced.
-demo: build
+# The demo needs only the tandem binary, not the test suite (a third of the first build).
+demo: deps $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target tandem
 	rm -rf $(DEMO_DIR)
 	$(BUILD_DIR)/tandem train --config $(DEMO_CONFIG) --metrics $(DEMO_DIR)/metrics.jsonl
 

@@ -119,6 +119,20 @@ TEST_F(CliTest, TrainWritesMetricsCheckpointAndSample) {
   ASSERT_EQ(sample.exit_code, 0) << sample.output;
   EXPECT_EQ(sample.output.rfind("ROMEO:", 0), 0u) << sample.output;
   EXPECT_GE(sample.output.size(), 6u + 40u);
+
+  // A model of 10 steps samples control bytes too: printed escaped (printable_text), and
+  // as they are with --raw.
+  const std::string many =
+      "sample --checkpoint " + (dir_ / "run").string() + " --bytes 3000 --seed 5";
+  const auto escaped = tandem(many);
+  const auto raw = tandem(many + " --raw");
+  ASSERT_EQ(escaped.exit_code, 0) << escaped.output;
+  ASSERT_EQ(raw.exit_code, 0) << raw.output;
+  EXPECT_EQ(escaped.output, printable_text(raw.output.substr(0, raw.output.size() - 1)) + "\n");
+  for (const char c : escaped.output) {
+    const auto u = static_cast<unsigned char>(c);
+    ASSERT_TRUE((u >= 0x20 && u < 0x7F) || u == '\n' || u == '\t' || u >= 0x80) << int(u);
+  }
 }
 
 TEST_F(CliTest, MissingDataFileIsNamed) {

@@ -9,6 +9,7 @@
 #include "tandem/cli/commands.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/error.h"
+#include "tandem/core/format.h"
 #include "tandem/core/rng.h"
 #include "tandem/data/bpe_vocab.h"
 #include "tandem/data/byte_tokenizer.h"
@@ -28,6 +29,7 @@ struct Args {
   std::string tokenizer;
   std::string prompt_tokens;
   int tokens = 100;
+  bool raw = false;  // the bytes as sampled, control bytes included
   // Which options the command line gave (CLI11 knows; the callback asks it here).
   bool gave_prompt = false, gave_bytes = false, gave_prompt_tokens = false, gave_tokens = false;
 };
@@ -49,6 +51,13 @@ std::vector<int32_t> parse_token_ids(std::string_view list) {
     begin = end + 1;
   }
   return ids;
+}
+
+// The prompt and what followed it, on stdout: printable (printable_text) unless --raw.
+void print_sample(const Args& args, const std::string& prompt, const std::string& text) {
+  const std::string out = args.raw ? prompt + text : printable_text(prompt + text);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  std::fputc('\n', stdout);
 }
 
 // A model of a BPE vocabulary: samples token ids and prints them decoded with the
@@ -93,9 +102,7 @@ void sample_token_ids(const Args& args, const TrainingState& state) {
     const std::string prompt_text = vocab->decode(prompt);
     const std::string text =
         sample_text(*model, *vocab, prompt, args.tokens, rng, args.temperature);
-    std::fwrite(prompt_text.data(), 1, prompt_text.size(), stdout);
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fputc('\n', stdout);
+    print_sample(args, prompt_text, text);
     return;
   }
   std::fprintf(stderr,
@@ -133,6 +140,9 @@ void register_sample(CLI::App& app) {
       "<|endoftext|>)");
   CLI::Option* tokens = cmd->add_option("--tokens", args->tokens, "Tokens to generate (BPE models)")
                             ->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--raw", args->raw,
+                "Print the sampled bytes as they are; by default a control byte or a byte that "
+                "is not UTF-8 prints as \\xNN");
   cmd->callback([args, prompt, bytes, prompt_tokens, tokens] {
     args->gave_prompt = prompt->count() > 0;
     args->gave_bytes = bytes->count() > 0;
@@ -153,9 +163,7 @@ void register_sample(CLI::App& app) {
     Rng rng(args->seed);
     const std::string text =
         sample_bytes(*model, args->prompt, args->bytes, rng, args->temperature);
-    std::fwrite(args->prompt.data(), 1, args->prompt.size(), stdout);
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fputc('\n', stdout);
+    print_sample(*args, args->prompt, text);
   });
 }
 

@@ -10,6 +10,7 @@
 #include "tandem/comm/mpi_communicator.h"
 #include "tandem/config/train_config.h"
 #include "tandem/core/error.h"
+#include "tandem/core/format.h"
 #include "tandem/core/stop_signals.h"
 #include "tandem/train/trainer.h"
 
@@ -135,16 +136,17 @@ void register_train(CLI::App& app) {
                    result.last_checkpoint.c_str());
       return;
     }
-    std::fprintf(stderr, "tandem: %ld steps, train loss %.4f", static_cast<long>(result.steps_done),
-                 result.last_train_loss);
-    if (!std::isnan(result.last_val_loss))
-      std::fprintf(stderr, ", val loss %.4f", result.last_val_loss);
-    std::fprintf(stderr, "; checkpoint %s\n", result.last_checkpoint.c_str());
+    // The outcome on stdout, all of it: mpirun relays a rank's stdout and stderr separately,
+    // so a header on one and its sample on the other could arrive in either order.
+    std::fflush(stderr);
+    std::printf("tandem: %ld steps, train loss %.4f", static_cast<long>(result.steps_done),
+                result.last_train_loss);
+    if (!std::isnan(result.last_val_loss)) std::printf(", val loss %.4f", result.last_val_loss);
+    std::printf("; checkpoint %s\n", result.last_checkpoint.c_str());
     if (!result.sample.empty()) {
-      std::fprintf(stderr, "tandem: a sample from the model:\n");
-      std::fwrite(result.sample.data(), 1, result.sample.size(), stdout);
-      std::fputc('\n', stdout);
+      std::printf("tandem: a sample from the model:\n%s\n", printable_text(result.sample).c_str());
     }
+    std::fflush(stdout);
   });
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 namespace tandem {
 
@@ -11,5 +12,11 @@ std::string format_bytes(size_t bytes);
 
 // "12.3": `decimals` digits after the point.
 std::string format_fixed(double value, int decimals);
+
+// Bytes a model sampled, safe to print: printable ASCII, newlines, tabs and well-formed UTF-8
+// as they are; every other byte (ESC and the other control bytes, DEL, stray or overlong
+// UTF-8) as \xNN, so that a barely trained model's sample cannot drive a terminal or put
+// control bytes into a log.
+std::string printable_text(std::string_view bytes);
 
 }  // namespace tandem
