@@ -69,6 +69,10 @@ def main():
         if not m or "to continue: " not in err:
             sys.exit(f"FAIL: the ranks did not say where they stopped and how to go on "
                      f"(exit {proc.returncode}):\n{err}")
+        # The command to continue launches as this run was launched: pasteable as printed.
+        go_on = re.search(r"to continue: (.*)", err).group(1)
+        if not go_on.startswith("mpirun") or " -np 2 " not in go_on or f" {binary} train " not in go_on:
+            sys.exit(f"FAIL: the command to continue does not start 2 ranks of {binary}: {go_on}")
         newest = committed(run_dir)
         if not newest or newest[0] != int(m.group(1)):
             sys.exit(f"FAIL: stopped after step {m.group(1)}, but the committed checkpoints are "

@@ -207,6 +207,38 @@ TEST_F(LaunchMpi, RanksStartedDifferentlyAreRefusedNamingTheKey) {
   EXPECT_NE(stops.output.find("at 'options.stop_at_step'"), std::string::npos) << stops.output;
 }
 
+// An error every rank meets at start (a config key, a data file, an earlier run's directory) is
+// printed once, by rank 0, and the ranks stop together without MPI_Abort (whose report would
+// follow tandem's error); an error one rank meets alone is printed by that rank, naming it.
+TEST_F(LaunchMpi, AStartUpErrorIsPrintedOnceAndEndsTheJobWithoutAnAbort) {
+  const fs::path config = write_config("startup", 1, 1);
+  const std::string train = kTandem + " train --config " + config.string();
+  const auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) n++;
+    return n;
+  };
+  for (const std::string& set :
+       {std::string("train.stepz=3"), std::string("data.train_path=") + (dir_ / "none").string()}) {
+    const testing::CommandResult run =
+        testing::run_command(launcher_ + " -np 2 " + train + " --set " + set);
+    EXPECT_EQ(run.exit_code, 1) << run.output;
+    EXPECT_EQ(count(run.output, "tandem: error: "), 1u) << set << "\n" << run.output;
+    EXPECT_EQ(count(run.output, "rank 0 of 2"), 0u) << set << "\n" << run.output;
+    EXPECT_EQ(run.output.find("MPI_ABORT"), std::string::npos) << set << "\n" << run.output;
+  }
+  const testing::CommandResult alone =
+      testing::run_command(launcher_ + " -np 1 " + train + " : -np 1 " + train +
+                           " --set data.train_path=" + (dir_ / "none").string());
+  EXPECT_EQ(alone.exit_code, 1) << alone.output;
+  EXPECT_EQ(count(alone.output, "tandem: error: "), 1u) << alone.output;
+  EXPECT_NE(alone.output.find("tandem: error: rank 1 of 2: " + (dir_ / "none").string() +
+                              ": no such file"),
+            std::string::npos)
+      << alone.output;
+  EXPECT_EQ(alone.output.find("MPI_ABORT"), std::string::npos) << alone.output;
+}
+
 // A 2-rank run that would go on for a long time, whose rank 1 gets `signal` once rank 0
 // has saved 3 checkpoints; returns the job's output, having checked that it ended in
 // bounded time (not by timeout(1)) and that the latest checkpoint loads.

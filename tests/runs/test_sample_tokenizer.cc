@@ -15,6 +15,7 @@
 #include "support/tiny_run.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/format.h"
 #include "tandem/core/rng.h"
 #include "tandem/data/bpe_vocab.h"
 #include "tandem/data/byte_tokenizer.h"
@@ -204,8 +205,15 @@ TEST_F(SampleCommand, PrintsIdsWithoutATokenizerAndTextWithOne) {
                                 (*dir_ / "tokenizer.json").string()),
                     err);
   ASSERT_EQ(text_run.exit_code, 0) << text_run.output << read_file_text(err);
-  EXPECT_EQ(text_run.output, "Hi" + spell(ids) + "\n");
+  // Decoded bytes that are not printable text print as \xNN; --raw prints them as they are.
+  EXPECT_EQ(text_run.output, printable_text("Hi" + spell(ids)) + "\n");
   EXPECT_EQ(read_file_text(err), "");
+  const auto raw_run =
+      tandem_stdout(sample_args("--prompt-tokens 72,105 --tokens 12 --raw --tokenizer " +
+                                (*dir_ / "tokenizer.json").string()),
+                    err);
+  ASSERT_EQ(raw_run.exit_code, 0) << raw_run.output << read_file_text(err);
+  EXPECT_EQ(raw_run.output, "Hi" + spell(ids) + "\n");
 
   // Without --prompt-tokens the tokenizer's <|endoftext|> starts the sample.
   const auto from_eot = tandem_stdout(

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "tandem/comm/mpi_communicator.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/format.h"
@@ -62,8 +63,7 @@ ZeroBenchCase run_case(const ZeroBenchOptions& options, int world, int stage,
   const fs::path metrics = dir.path / "metrics.jsonl", log = dir.path / "log.txt";
   std::string command;
   if (world > 1) {
-    command = shell_quote(mpirun) + (::geteuid() == 0 ? " --allow-run-as-root" : "") +
-              " --oversubscribe -np " + std::to_string(world) + " ";
+    command = shell_quote(mpirun) + mpirun_options(world) + " ";
   }
   command += shell_quote(options.tandem_binary.string()) + " train --config " +
              shell_quote(options.config.string());

@@ -53,10 +53,7 @@ ShardedStaging open_staging(Communicator& comm, const fs::path& checkpoints_root
     }
   }
   staging.dir = broadcast_string(comm, dir, 0);
-  TANDEM_CHECK(all_ranks_ok(comm, error.empty()), comm.rank() == 0
-                                                      ? error
-                                                      : "checkpoint: rank 0 could not open the "
-                                                        "staging directory");
+  fail_together(comm, error, "checkpoint: rank 0 could not open the staging directory");
   return staging;
 }
 
@@ -228,8 +225,7 @@ fs::path commit_sharded_checkpoint(Communicator& comm, ShardedStaging& staging,
     }
   }
   const std::string path = broadcast_string(comm, published.string(), 0);
-  TANDEM_CHECK(all_ranks_ok(comm, error.empty()),
-               comm.rank() == 0 ? error : "checkpoint: rank 0 could not publish the checkpoint");
+  fail_together(comm, error, "checkpoint: rank 0 could not publish the checkpoint");
   return path;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tandem/cli/commands.h"
+#include "tandem/comm/agreement.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/mpi_communicator.h"
 #include "tandem/config/train_config.h"
@@ -28,20 +29,51 @@ std::string shell_word(const std::string& word) {
   return quoted + "'";
 }
 
+struct Args {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string metrics;
+  std::string resume;
+  int64_t stop_at_step = 0;
+  std::string trace;
+  std::string trace_steps = "2-3";
+  bool allow_inexact_resume = false;
+  bool allow_host_overcommit = false;
+};
+
+// The command line's options for train(), checked.
+TrainOptions train_options(const Args& args) {
+  std::error_code ec;
+  TANDEM_CHECK(args.metrics.empty() || !std::filesystem::is_directory(args.metrics, ec),
+               "--metrics ", args.metrics, ": is a directory; name the file to write");
+  TrainOptions options;
+  options.resume = args.resume;
+  // A resumed run goes on in its own directory unless told where with --set.
+  options.continue_in_resumed_run = true;
+  for (const std::string& o : args.overrides)
+    if (o.rfind("train.output_dir=", 0) == 0) options.continue_in_resumed_run = false;
+  options.allow_inexact_resume = args.allow_inexact_resume;
+  options.allow_host_overcommit = args.allow_host_overcommit;
+  options.metrics_path = args.metrics;
+  options.stop_at_step = args.stop_at_step;
+  options.trace_path = args.trace;
+  const std::string& range = args.trace_steps;
+  const size_t dash = range.find('-');
+  try {
+    options.trace_first_step = std::stoll(range.substr(0, dash));
+    options.trace_last_step =
+        dash == std::string::npos ? options.trace_first_step : std::stoll(range.substr(dash + 1));
+  } catch (const std::exception&) {
+    options.trace_first_step = 0;
+  }
+  TANDEM_CHECK(options.trace_first_step >= 1 && options.trace_last_step >= options.trace_first_step,
+               "--trace-steps '", range, "' is not a step range; use FIRST-LAST, e.g. 2-3");
+  return options;
+}
+
 }  // namespace
 
 void register_train(CLI::App& app) {
-  struct Args {
-    std::string config;
-    std::vector<std::string> overrides;
-    std::string metrics;
-    std::string resume;
-    int64_t stop_at_step = 0;
-    std::string trace;
-    std::string trace_steps = "2-3";
-    bool allow_inexact_resume = false;
-    bool allow_host_overcommit = false;
-  };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("train", "Train a model from a JSON run configuration");
   cmd->add_option("--config", args->config, "Run configuration (JSON)")->required();
@@ -64,42 +96,44 @@ void register_train(CLI::App& app) {
                   "Write a Chrome trace (Perfetto, chrome://tracing) of the steps in "
                   "--trace-steps: compute, host-to-device, device-to-host, CPU and device updates");
   cmd->add_option("--trace-steps", args->trace_steps, "Steps to trace, FIRST-LAST (1-based)");
-  cmd->callback([args] {
-    const TrainConfig config = load_train_config(args->config, args->overrides);
-    std::error_code ec;
-    TANDEM_CHECK(args->metrics.empty() || !std::filesystem::is_directory(args->metrics, ec),
-                 "--metrics ", args->metrics, ": is a directory; name the file to write");
-    TrainOptions options;
-    options.resume = args->resume;
-    // A resumed run goes on in its own directory unless told where with --set.
-    options.continue_in_resumed_run = true;
-    for (const std::string& o : args->overrides)
-      if (o.rfind("train.output_dir=", 0) == 0) options.continue_in_resumed_run = false;
-    options.allow_inexact_resume = args->allow_inexact_resume;
-    options.allow_host_overcommit = args->allow_host_overcommit;
-    options.metrics_path = args->metrics;
-    options.stop_at_step = args->stop_at_step;
-    options.trace_path = args->trace;
-    const std::string& range = args->trace_steps;
-    const size_t dash = range.find('-');
-    try {
-      options.trace_first_step = std::stoll(range.substr(0, dash));
-      options.trace_last_step =
-          dash == std::string::npos ? options.trace_first_step : std::stoll(range.substr(dash + 1));
-    } catch (const std::exception&) {
-      options.trace_first_step = 0;
-    }
-    TANDEM_CHECK(
-        options.trace_first_step >= 1 && options.trace_last_step >= options.trace_first_step,
-        "--trace-steps '", range, "' is not a step range; use FIRST-LAST, e.g. 2-3");
+  cmd->callback([args, &app] {
     // Under mpirun each process is one rank; otherwise a world of one, without MPI.
     const std::unique_ptr<Communicator> comm = make_world_communicator();
     // Ctrl-C, SIGTERM, SIGHUP: stop at the next step boundary with a checkpoint.
     const StopSignals signals;
-    options.stop_requested = [] { return StopSignals::requested(); };
     TrainResult result;
     try {
+      // Every rank reads the same files as a rule, and stops with the others when it cannot.
+      TrainConfig config;
+      TrainOptions options;
+      std::string error;
+      try {
+        config = load_train_config(args->config, args->overrides);
+        options = train_options(*args);
+      } catch (const Error& e) {
+        error = e.what();
+      }
+      fail_together(*comm, error,
+                    "another rank could not read its configuration (its error says why)");
+      options.stop_requested = [] { return StopSignals::requested(); };
       result = train(config, options, *comm);
+    } catch (const ErrorOnEveryRank& e) {
+      if (comm->world_size() == 1) throw;
+      // Every rank is here, in step: the job ends with a clean finalize, not MPI_Abort (whose
+      // report would follow tandem's error). Rank 0 says its error, without naming itself when
+      // every rank met the same one; another rank says its own only when it differs.
+      std::string mine = e.what();
+      const std::string prefix = rank_of_world(*comm);
+      if (mine.rfind(prefix, 0) == 0) mine = mine.substr(prefix.size());
+      const std::string rank0 = broadcast_string(*comm, e.own() ? mine : "", 0);
+      const bool same = !e.own() || mine == rank0;
+      const bool all_same = all_ranks_ok(*comm, same);
+      if (e.own() && (comm->rank() == 0 || !same)) {
+        std::fprintf(stderr, "tandem: error: %s%s\n",
+                     comm->rank() == 0 && all_same ? "" : prefix.c_str(), mine.c_str());
+      }
+      std::fflush(stderr);
+      throw ExitStatus{1};
     } catch (const Error& e) {
       if (comm->world_size() == 1) throw;
       // The other ranks may be waiting for this one in a collective: stop them all.
@@ -110,8 +144,12 @@ void register_train(CLI::App& app) {
     }
     if (result.stopped_by_signal != 0) {
       if (comm->rank() == 0) {
-        // The same command, resuming: every option that shapes the run carried over.
-        std::string resume = "tandem train --config " + shell_word(args->config);
+        // The same command, resuming: every option that shapes the run carried over, and the
+        // program and the number of ranks as this run was started with.
+        std::string resume =
+            shell_word(app.get_name()) + " train --config " + shell_word(args->config);
+        if (comm->world_size() > 1)
+          resume = "mpirun" + mpirun_options(comm->world_size()) + " " + resume;
         for (const std::string& o : args->overrides) resume += " --set " + shell_word(o);
         if (!args->metrics.empty()) resume += " --metrics " + shell_word(args->metrics);
         if (args->stop_at_step > 0)

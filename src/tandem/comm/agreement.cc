@@ -14,6 +14,16 @@ bool all_ranks_ok(Communicator& comm, bool ok) {
   return failures == 0.0f;
 }
 
+void fail_together(Communicator& comm, const std::string& error, std::string_view elsewhere) {
+  if (all_ranks_ok(comm, error.empty())) return;
+  if (!error.empty()) throw ErrorOnEveryRank(error);
+  throw ErrorOnEveryRank(std::string(elsewhere), /*own=*/false);
+}
+
+std::string rank_of_world(const Communicator& comm) {
+  return cat("rank ", comm.rank(), " of ", comm.world_size(), ": ");
+}
+
 std::string broadcast_string(Communicator& comm, const std::string& text, int root) {
   uint64_t size = text.size();
   comm.broadcast(&size, sizeof size, root);
@@ -43,11 +53,12 @@ void require_same_on_every_rank(Communicator& comm, const nlohmann::json& mine,
   if (comm.world_size() == 1) return;
   const std::string root = broadcast_string(comm, mine.dump(), 0);
   const std::string diff = first_json_difference(nlohmann::json::parse(root), mine);
-  const bool all_same = all_ranks_ok(comm, diff.empty());
-  TANDEM_CHECK(diff.empty(), "the ", what, " of this rank differs from rank 0's at '", diff, "'; ",
-               fix);
-  TANDEM_CHECK(all_same, "another rank was started with a ", what,
-               " that differs from rank 0's (its error names the key)");
+  fail_together(comm,
+                diff.empty() ? std::string()
+                             : cat("the ", what, " of this rank differs from rank 0's at '", diff,
+                                   "'; ", fix),
+                cat("another rank was started with a ", what,
+                    " that differs from rank 0's (its error names the key)"));
 }
 
 void require_same_bits_on_every_rank(Communicator& comm, const void* data, size_t bytes,
@@ -59,8 +70,10 @@ void require_same_bits_on_every_rank(Communicator& comm, const void* data, size_
   std::string differing;
   for (int r = 1; r < comm.world_size(); r++)
     if (all[r] != all[0]) differing += cat("rank ", r, ": ", checksum_hex(all[r]), ", ");
-  TANDEM_CHECK(differing.empty(), what, " differ between the ranks (", differing,
-               "rank 0: ", checksum_hex(all[0]), "); ", fix);
+  // Every rank saw every hash: all throw the same error together.
+  if (!differing.empty())
+    throw ErrorOnEveryRank(cat(what, " differ between the ranks (", differing,
+                               "rank 0: ", checksum_hex(all[0]), "); ", fix));
 }
 
 }  // namespace tandem

@@ -14,6 +14,14 @@ namespace tandem {
 // Whether every rank passed `ok` (every rank calls it).
 bool all_ranks_ok(Communicator& comm, bool ok);
 
+// Every rank passes the error it met, "" for none (every rank calls it): when any rank met
+// one, every rank throws ErrorOnEveryRank together, a rank that met one with its own message,
+// the others with `elsewhere` ("rank 0 refused ...: its error says why"), marked not their own.
+void fail_together(Communicator& comm, const std::string& error, std::string_view elsewhere);
+
+// "rank R of N: ", how an error of a job of several ranks names its rank.
+std::string rank_of_world(const Communicator& comm);
+
 // `text` of rank `root` on every rank (every rank calls it; others' text is ignored).
 std::string broadcast_string(Communicator& comm, const std::string& text, int root);
 

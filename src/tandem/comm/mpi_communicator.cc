@@ -1,5 +1,7 @@
 #include "tandem/comm/mpi_communicator.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -30,6 +32,13 @@ bool launched_by_mpi() {
     if (std::getenv(variable) != nullptr) return true;
   }
   return false;
+}
+
+std::string mpirun_options(int ranks) {
+  std::string options;
+  if (::geteuid() == 0) options += " --allow-run-as-root";
+  if (ranks > static_cast<int>(std::thread::hardware_concurrency())) options += " --oversubscribe";
+  return options + " -np " + std::to_string(ranks);
 }
 
 std::unique_ptr<Communicator> make_world_communicator() {

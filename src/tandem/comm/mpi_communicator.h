@@ -28,6 +28,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "tandem/comm/communicator.h"
 
@@ -37,6 +38,11 @@ namespace tandem {
 bool mpi_available();
 // Whether this process was started by an MPI launcher (mpirun, srun with PMI).
 bool launched_by_mpi();
+
+// What follows `mpirun` to start `ranks` ranks on this machine: " -np N", after
+// --allow-run-as-root when this process is root (OpenMPI refuses root without it) and
+// --oversubscribe when there are more ranks than CPUs (it refuses that without it).
+std::string mpirun_options(int ranks);
 
 // The communicator of all ranks of the launch (a duplicate of MPI_COMM_WORLD). Initializes
 // MPI on first use and finalizes it when the last such communicator is destroyed. Throws

@@ -16,6 +16,19 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An error that every rank of a job throws at the same point, in step (comm/agreement.h):
+// no rank is left waiting in a collective, so the job can end with a clean finalize instead
+// of an abort. `own`: whether this rank met it itself, or only stops with the rank that did
+// (whose message says why).
+class ErrorOnEveryRank : public Error {
+ public:
+  explicit ErrorOnEveryRank(const std::string& what, bool own = true) : Error(what), own_(own) {}
+  bool own() const { return own_; }
+
+ private:
+  bool own_;
+};
+
 // Concatenates any streamable values into one string.
 template <typename... Parts>
 std::string cat(Parts&&... parts) {

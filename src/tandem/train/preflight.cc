@@ -62,20 +62,20 @@ void check_ranks_agree(Communicator& comm, const TrainConfig& config, const Toke
 void check_plan_fits_host(const TrainingMemoryPlan& plan, bool allow_overcommit,
                           Communicator& comm) {
   const bool host_ok = plan.host_fits() || allow_overcommit;
-  TANDEM_CHECK(all_ranks_ok(comm, host_ok),
-               host_ok ? std::string("another rank's plan does not fit its machine's host memory "
-                                     "(its error says why)")
-                       : cat("the plan takes ", format_bytes(plan.host_bytes_needed()),
-                             " of host memory (pinned ", format_bytes(plan.total.pinned_host),
-                             ", host ", format_bytes(plan.total.host),
-                             plan.device_is_host
-                                 ? cat(", the cpu device's ", format_bytes(plan.total.device))
-                                 : std::string(),
-                             "), more than the machine's ", format_bytes(plan.machine_host_bytes),
-                             "; offload less optimizer state, lower train.checkpoint_memory_mb, "
-                             "the micro-batch or the sequence length, use a machine with more "
-                             "memory, or pass --allow-host-overcommit to run anyway (expect "
-                             "swapping or the OOM killer)"));
+  fail_together(comm,
+                host_ok ? std::string()
+                        : cat("the plan takes ", format_bytes(plan.host_bytes_needed()),
+                              " of host memory (pinned ", format_bytes(plan.total.pinned_host),
+                              ", host ", format_bytes(plan.total.host),
+                              plan.device_is_host
+                                  ? cat(", the cpu device's ", format_bytes(plan.total.device))
+                                  : std::string(),
+                              "), more than the machine's ", format_bytes(plan.machine_host_bytes),
+                              "; offload less optimizer state, lower train.checkpoint_memory_mb, "
+                              "the micro-batch or the sequence length, use a machine with more "
+                              "memory, or pass --allow-host-overcommit to run anyway (expect "
+                              "swapping or the OOM killer)"),
+                "another rank's plan does not fit its machine's host memory (its error says why)");
 }
 
 }  // namespace tandem

@@ -30,17 +30,20 @@ void RunDirectory::take(Communicator& comm, uint64_t checkpoint_bytes, const fs:
       error = e.what();
     }
   }
-  TANDEM_CHECK(all_ranks_ok(comm, error.empty()), comm.rank() == 0 ? error : kRank0Refused);
+  fail_together(comm, error, kRank0Refused);
 }
 
 void RunDirectory::refuse_an_earlier_run(Communicator& comm) const {
   const bool fresh = comm.rank() != 0 || !writes_ || !fs::exists(checkpoints() / "latest");
-  const bool all_fresh = all_ranks_ok(comm, fresh);
-  TANDEM_CHECK(fresh, "train.output_dir '", dir_.string(),
-               "' already holds checkpoints of an earlier run; resume it with --resume ",
-               dir_.string(),
-               ", or start afresh in another directory with --set train.output_dir=DIR");
-  TANDEM_CHECK(all_fresh, kRank0Refused);
+  fail_together(comm,
+                fresh ? std::string()
+                      : cat("train.output_dir '", dir_.string(),
+                            "' already holds checkpoints of an earlier run; resume it with "
+                            "--resume ",
+                            dir_.string(),
+                            ", or start afresh in another directory with --set "
+                            "train.output_dir=DIR"),
+                kRank0Refused);
 }
 
 std::vector<fs::path> RunDirectory::clean_up_leftovers(Communicator& comm) {
@@ -53,7 +56,7 @@ std::vector<fs::path> RunDirectory::clean_up_leftovers(Communicator& comm) {
       error = e.what();
     }
   }
-  TANDEM_CHECK(all_ranks_ok(comm, error.empty()), comm.rank() == 0 ? error : kRank0Refused);
+  fail_together(comm, error, kRank0Refused);
   return cleaned;
 }
 

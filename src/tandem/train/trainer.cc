@@ -124,7 +124,7 @@ TrainingMemoryPlan checked_plan(const TrainConfig& config, Device& device, Threa
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const TrainOptions& options, Communicator& comm,
-          Communicator* buffer_comm)
+          Communicator* buffer_comm, TokenSplit data)
       : config_(config),
         options_(options_for_rank(options, comm.rank())),
         comm_(comm),
@@ -132,8 +132,7 @@ class Trainer {
         nccl_buffer_comm_(make_nccl_buffer_communicator(comm, buffer_comm, buffer_choice(config))),
         B_(config.micro_batch_size),
         T_(config.seq_len()),
-        data_(load_dataset(config.data.train_path, config.data.val_path, config.data.val_fraction,
-                           config.model.vocab_size)),
+        data_(std::move(data)),
         train_tokens_xxh3_(
             checksum_hex(checksum64(data_.train.data(), data_.train.size() * sizeof(int32_t)))),
         train_loader_(data_.train, B_, T_, config.train.seed, true, "train"),
@@ -640,7 +639,18 @@ TrainResult train(const TrainConfig& config, const TrainOptions& options, Commun
     if (!options.resume.empty() && options.continue_in_resumed_run)
       if (const std::optional<fs::path> run = run_directory_of(options.resume))
         effective.train.output_dir = run->string();
-    Trainer trainer(effective, options, comm, buffer_comm);
+    // The data first, and every rank stops together when one cannot read its files: the
+    // commonest start-up error then ends the job without an abort.
+    TokenSplit data;
+    std::string error;
+    try {
+      data = load_dataset(config.data.train_path, config.data.val_path, config.data.val_fraction,
+                          config.model.vocab_size);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    fail_together(comm, error, "another rank could not load its data (its error says why)");
+    Trainer trainer(effective, options, comm, buffer_comm, std::move(data));
     return trainer.run();
   } catch (const Error& e) {
     if (comm.world_size() == 1) throw;
@@ -648,7 +658,10 @@ TrainResult train(const TrainConfig& config, const TrainOptions& options, Commun
     std::string what = e.what();
     const std::string own = cat("rank ", comm.rank(), ": ");
     if (what.rfind(own, 0) == 0) what = what.substr(own.size());
-    throw Error(cat("rank ", comm.rank(), " of ", comm.world_size(), ": ", what));
+    what = cat(rank_of_world(comm), what);
+    if (const auto* together = dynamic_cast<const ErrorOnEveryRank*>(&e))
+      throw ErrorOnEveryRank(what, together->own());
+    throw Error(what);
   }
 }
 
