@@ -262,10 +262,16 @@ TEST(LocalCommunicatorFailure, AbortingTheGroupEndsCollectivesOnItsDuplicates) {
   const auto start = std::chrono::steady_clock::now();
   const std::string message = testing::error_of([&] {
     run_local_ranks(2, [&](Communicator& comm) {
-      std::unique_ptr<Communicator> copy = comm.duplicate();
-      copy->set_timeout(std::chrono::seconds(60));
-      if (comm.rank() == 1) fail("rank 1 fails on purpose");
+      if (comm.rank() == 1) {
+        comm.duplicate();
+        // Most often rank 0 is in its barrier by now; under load it may still be duplicating,
+        // and that call must end the same way (a CI run under load met it there).
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        fail("rank 1 fails on purpose");
+      }
       try {
+        std::unique_ptr<Communicator> copy = comm.duplicate();
+        copy->set_timeout(std::chrono::seconds(60));
         copy->barrier();  // rank 1 never comes
       } catch (const Error& e) {
         blocked_error = e.what();
