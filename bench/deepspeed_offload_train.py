@@ -50,6 +50,10 @@ def parse_args():
     parser.add_argument("--steps", type=int, default=10, help="timed steps")
     parser.add_argument("--warmup", type=int, default=3, help="steps not timed")
     parser.add_argument("--data", help="llm.c token shard to train on (default: random tokens)")
+    parser.add_argument("--lr", type=float,
+                        help="the constant learning rate (default: the config's "
+                             "optimizer.params.lr; tandem's side takes it as "
+                             "--set optimizer.params.lr=LR)")
     parser.add_argument("--print-ds-config", action="store_true",
                         help="print the DeepSpeed config and exit (no torch, no GPU needed)")
     return parser.parse_args()
@@ -94,6 +98,9 @@ def check_args(args, config):
                         ("--seq-len", args.seq_len)):
         if value <= 0:
             fail(f"{flag} {value} is not positive; pass a positive {flag}")
+    if args.lr is not None and not args.lr > 0:
+        fail(f"--lr {args.lr} is not a positive learning rate; pass one such as 3e-5, or "
+             "leave --lr out for the config's optimizer.params.lr")
     if args.warmup < 0:
         fail(f"--warmup {args.warmup} is negative; pass 0 or more")
     if args.data and not os.path.isfile(args.data):
@@ -126,7 +133,8 @@ def deepspeed_config(args, config):
         # With offload_optimizer, DeepSpeed builds DeepSpeedCPUAdam(adamw_mode=True) from this;
         # no "scheduler": a constant learning rate.
         "optimizer": {"type": "AdamW", "params": {
-            "lr": float(params.get("lr", 1e-3)),  # tandem's defaults where the config is silent
+            # --lr, else the config's; tandem's defaults where the config is silent.
+            "lr": args.lr if args.lr is not None else float(params.get("lr", 1e-3)),
             "betas": [float(b) for b in params.get("betas", [0.9, 0.95])],
             "eps": float(params.get("eps", 1e-8)),
             "weight_decay": float(params.get("weight_decay", 0.1))}},

@@ -32,10 +32,14 @@
 # activations, without checkpointing, about 1.5x tandem's, fit beside its bf16 weights;
 # BATCH=1 if DeepSpeed runs out of memory), MEMORY_GB (tandem's device.memory_gb, default 76:
 # an H100's 79 GiB less room for the CUDA context and cuBLAS), STEPS (timed, default 5),
-# WARMUP (default 2). Each part
-# writes OUT_DIR/<part>-<model>[-<stage>].json and .log (two files: at most 8 come back from
-# the GPU machine) and prints a summary; it exits non-zero when something failed: a run, a
-# loss that does not descend, or schedules whose state digests differ.
+# WARMUP (default 2), LR (the constant learning rate of both sides; default the config's:
+# at 3e-4 with no warm-up the 3B and 7B losses spike in their first steps, in both
+# frameworks), PART_SECONDS (a part's run, default 560). Each part writes
+# OUT_DIR/<part>-<model>[-<stage>].json and .log (two files: at most 8 come back from the
+# GPU machine) and prints a summary; it exits non-zero when something failed: a run (its
+# JSON then holds "error": how it ended, a kill by the out-of-memory killer named as such,
+# and its log's last line), a loss that does not descend, or schedules whose state digests
+# differ.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -77,6 +81,37 @@ shard_of() {
 
 model_name() { basename "${1%.json}"; }
 
+# Why a part's process failed, in one line: exit status RC after RAN of its CAP seconds, the
+# last line of LOG, and the kernel's out-of-memory report where it can be read.
+failure_reason() {
+  local rc=$1 ran=$2 cap=$3 log=$4 what last oom
+  if ((rc == 124 || (rc == 137 && ran >= cap))); then
+    what="ran past its ${cap} s limit (PART_SECONDS)"
+  elif ((rc == 137)); then
+    what="killed by SIGKILL after ${ran} s, inside its ${cap} s limit: most likely the"
+    what+=" kernel's out-of-memory killer (host memory)"
+  elif ((rc > 128)); then
+    what="killed by signal $((rc - 128)) after ${ran} s"
+  else
+    what="exited $rc after ${ran} s"
+  fi
+  oom=$(dmesg 2>/dev/null | grep -iE "out of memory|oom-kill" | tail -n 1 | cut -c1-200)
+  last=$(grep -v '^[[:space:]]*$' "$log" 2>/dev/null | tail -n 1 | cut -c1-300)
+  echo "$what${oom:+; kernel: $oom}; its log's last line: ${last:-none}"
+}
+
+# Replaces a failed part's JSON with {"error": ...} (and the keys FIELDS=VALUES that say what
+# it was), so that the summary names the failure beside the other results.
+record_failure() {
+  local json=$1 reason=$2
+  shift 2
+  python3 -c 'import json, sys
+r = dict(a.split("=", 1) for a in sys.argv[2:])
+if "zero_stage" in r: r["zero_stage"] = int(r["zero_stage"])
+r["error"] = sys.argv[1]
+print(json.dumps(r))' "$reason" "$@" >"$json"
+}
+
 # The start of a part that runs tandem on GPT-2 124M: $bin, $shard, the part's $name, its
 # empty $out/$name.json and .log, and status 0.
 begin_gpt2_part() {
@@ -106,7 +141,8 @@ tandem_sets() {
   local shard=$1 batch=$2
   echo --set data.train_path="$shard" --set gradient_accumulation_steps=1 \
     --set scheduler.params.warmup_num_steps=0 --set scheduler.params.cos_min_ratio=1 \
-    --set device.memory_gb="${MEMORY_GB:-76}" ${batch:+--set train_micro_batch_size_per_gpu=$batch}
+    --set device.memory_gb="${MEMORY_GB:-76}" ${batch:+--set train_micro_batch_size_per_gpu=$batch} \
+    ${LR:+--set optimizer.params.lr=$LR}
 }
 
 case $part in
@@ -133,12 +169,17 @@ tandem | digest)
   # shellcheck disable=SC2046
   "$bin" plan --config "$config" $(tandem_sets "$shard" "$(batch_for "$config")") "${extra[@]}" \
     --set offload_optimizer.schedule=auto 2>&1 | tee "$out/$name.log"
+  started=$SECONDS
   # shellcheck disable=SC2046
   timeout --kill-after=10 "${PART_SECONDS:-560}" "$bin" bench offload --config "$config" \
     $(tandem_sets "$shard" "$(batch_for "$config")") "${extra[@]}" --schedules "$schedules" \
     --steps "$steps" \
     --warmup "$warmup" --json >"$out/$name.json" 2>>"$out/$name.log"
   status=$?
+  if ((status != 0)) && [[ ! -s $out/$name.json ]]; then
+    record_failure "$out/$name.json" "tandem bench offload: $(failure_reason "$status" \
+      $((SECONDS - started)) "${PART_SECONDS:-560}" "$out/$name.log")" part="$name" config="$config"
+  fi
   ;;
 deepspeed)
   config=${1:?"usage: $0 deepspeed CONFIG STAGE"}
@@ -159,11 +200,17 @@ deepspeed)
     export PYTHONPATH=/tmp/deepspeed-site${PYTHONPATH:+:$PYTHONPATH}
   fi
   batch=$(batch_for "$config")
+  started=$SECONDS
   PYTHONUNBUFFERED=1 timeout --kill-after=10 "${PART_SECONDS:-560}" python3 \
     bench/deepspeed_offload_train.py --config "$config" --zero-stage "$stage" --data "$shard" \
-    --steps "$steps" --warmup "$warmup" ${batch:+--batch "$batch"} \
+    --steps "$steps" --warmup "$warmup" ${batch:+--batch "$batch"} ${LR:+--lr "$LR"} \
     2>"$out/$name.log" | tail -n 1 >"$out/$name.json"
-  status=$?
+  status=${PIPESTATUS[0]}
+  if ((status != 0)); then
+    record_failure "$out/$name.json" "$(failure_reason "$status" $((SECONDS - started)) \
+      "${PART_SECONDS:-560}" "$out/$name.log")" framework=deepspeed zero_stage="$stage" \
+      config="$config"
+  fi
   ;;
 budgets)
   # GPT-2 124M (bf16, B 16, T 1024) whose 1.39 GiB of fp32 state does not fit beside its

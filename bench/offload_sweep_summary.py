@@ -37,7 +37,10 @@ def read_results(dirs):
                 problems.append(f"{path.name}: not JSON ({e}); see {path.stem}.log")
                 continue
             for r in records:
-                if r.get("framework") == "deepspeed":
+                if "error" in r and r.get("framework") != "deepspeed" and "runs" not in r:
+                    # A part whose process failed (bench/gpu_offload_sweep.sh wrote why).
+                    problems.append(f"{path.name}: {r['error']}")
+                elif r.get("framework") == "deepspeed":
                     model = pathlib.Path(r.get("config", path.stem)).stem
                     deepspeed.setdefault(model, {})[int(r["zero_stage"])] = r
                 elif "memory_gb" in r:
@@ -94,6 +97,10 @@ def summarize_model(model, ours, theirs, problems):
             problems.append(f"{model}: tandem {run['schedule']}'s loss does not descend")
     for stage, r in sorted((theirs or {}).items()):
         name = "DeepSpeed " + ("ZeRO-Offload" if stage == 2 else "ZeRO-3 offload")
+        if "error" in r:
+            print("%-24s failed: %s" % (name, r["error"]))
+            problems.append(f"{model}: {name} failed")
+            continue
         print(row(name, r, r.get("peak_gpu_bytes"), r.get("pinned_host_bytes")))
         tokens[f"ds{stage}"] = r.get("tokens_per_s")
         if not descends(r.get("losses")):
@@ -159,7 +166,7 @@ def main():
         sys.exit(f"offload_sweep_summary.py: no directory {', '.join(missing)}; give the "
                  "directories bench/gpu_offload_sweep.sh wrote its results into")
     tandem, deepspeed, budgets, versus, problems = read_results(dirs)
-    if not (tandem or deepspeed or budgets or versus):
+    if not (tandem or deepspeed or budgets or versus or problems):
         sys.exit(f"offload_sweep_summary.py: no results in {', '.join(dirs)}")
     for model in sorted(set(tandem) | set(deepspeed)):
         summarize_model(model, tandem.get(model), deepspeed.get(model), problems)

@@ -84,6 +84,7 @@ expect_error "--steps 0 is not positive" --config "$config" --steps 0
 expect_error "--batch 0 is not positive" --config "$config" --batch 0
 expect_error "--seq-len -5 is not positive" --config "$config" --seq-len -5
 expect_error "--data $work/none.bin: no such file" --config "$config" --data "$work/none.bin"
+expect_error "--lr 0.0 is not a positive learning rate" --config "$config" --lr 0
 
 # The DeepSpeed configs: the right stage, the optimizer in pinned host memory, the config's
 # AdamW and clipping, bf16.
@@ -111,6 +112,15 @@ EOF
     fail "--zero-stage $stage --print-ds-config: $(cat "$work/err")"
   fi
 done
+
+# --lr replaces the config's learning rate and nothing else (the sweep's LR, both sides).
+if python3 "$script" --config "$config" --lr 3e-5 --print-ds-config > "$work/ds.json" 2> "$work/err" &&
+   python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["optimizer"]["params"]; assert p == {"lr": 3e-5, "betas": [0.9, 0.95], "eps": 1e-08, "weight_decay": 0.1}, p' \
+     "$work/ds.json"; then
+  echo "ok: --lr 3e-5 --print-ds-config"
+else
+  fail "--lr 3e-5 --print-ds-config: $(cat "$work/err")"
+fi
 
 # Past the checks, the script needs torch and a CUDA GPU: it says which is missing here.
 if ! python3 -c "import torch" 2> /dev/null; then

@@ -120,4 +120,45 @@ if python3 bench/offload_sweep_summary.py "$work/nowhere" >"$work/out.txt" 2>&1;
   fail "a missing directory was accepted"
 fi
 grep -qF "no directory" "$work/out.txt" || fail "unclear refusal: $(cat "$work/out.txt")"
+
+# A part whose process dies leaves a JSON that says how, and the summary names it: a tandem
+# killed by SIGKILL inside its limit (as the out-of-memory killer does), a run past
+# PART_SECONDS, and a DeepSpeed run that failed, beside the other results.
+mkdir -p "$work/fake" "$work/killed"
+cat >"$work/fake/tandem" <<'SH'
+#!/usr/bin/env bash
+case $1 in
+tokenize) : >"$5" ;;
+plan) echo "a plan" ;;
+bench) echo "building the model" >&2; [[ ${FAKE_SLEEP:-0} == 0 ]] && kill -9 $$; sleep "$FAKE_SLEEP" ;;
+esac
+SH
+chmod +x "$work/fake/tandem"
+if PAYLOAD="$work/fake" OUT_DIR="$work/killed" bash bench/gpu_offload_sweep.sh tandem \
+  configs/llama-shakespeare.json >"$work/out.txt" 2>&1; then
+  fail "a killed tandem part passed: $(cat "$work/out.txt")"
+fi
+python3 - "$work/killed/tandem-llama-shakespeare.json" <<'PY' || fail "the killed part's JSON: $(cat "$work/killed/tandem-llama-shakespeare.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["part"] == "tandem-llama-shakespeare" and r["config"] == "configs/llama-shakespeare.json", r
+assert "killed by SIGKILL after" in r["error"] and "out-of-memory killer" in r["error"], r
+assert r["error"].endswith("its log's last line: building the model"), r
+PY
+grep -qF "FAIL: tandem-llama-shakespeare.json: tandem bench offload: killed by SIGKILL" \
+  "$work/out.txt" || fail "the summary does not name the kill: $(cat "$work/out.txt")"
+if FAKE_SLEEP=30 PART_SECONDS=1 PAYLOAD="$work/fake" OUT_DIR="$work/killed" \
+  bash bench/gpu_offload_sweep.sh tandem configs/llama-shakespeare.json >"$work/out.txt" 2>&1; then
+  fail "a part past its limit passed"
+fi
+grep -qF "ran past its 1 s limit (PART_SECONDS)" "$work/killed/tandem-llama-shakespeare.json" ||
+  fail "the timed-out part's JSON: $(cat "$work/killed/tandem-llama-shakespeare.json")"
+echo '{"framework": "deepspeed", "zero_stage": 2, "config": "configs/llama-shakespeare.json", "error": "killed by SIGKILL after 99 s"}' \
+  >"$work/results/deepspeed-llama-shakespeare-2.json"
+if python3 bench/offload_sweep_summary.py "$work/results" >"$work/summary.txt"; then
+  fail "a failed DeepSpeed run passed"
+fi
+grep -qE "^DeepSpeed ZeRO-Offload +failed: killed by SIGKILL after 99 s$" "$work/summary.txt" &&
+  grep -qF "FAIL: llama-shakespeare: DeepSpeed ZeRO-Offload failed" "$work/summary.txt" ||
+  fail "the summary does not show the failed DeepSpeed run: $(cat "$work/summary.txt")"
 echo "PASSED"
