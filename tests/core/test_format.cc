@@ -1,7 +1,10 @@
-// printable_text: what a sample prints, and what it escapes.
+// printable_text: what a sample prints, and what it escapes. shell_word: what /bin/sh reads
+// back from it.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
+#include <vector>
 
 #include "tandem/core/format.h"
 
@@ -37,6 +40,27 @@ TEST(PrintableText, EveryByteComesOutPrintable) {
     const auto u = static_cast<unsigned char>(c);
     EXPECT_TRUE((u >= 0x20 && u < 0x7F) || u == '\n' || u == '\t') << int(u);
   }
+}
+
+// The shell is the reference: each word, quoted, comes back from `printf %s` byte for byte,
+// and a word with nothing special stays unquoted (the printed command reads as typed).
+TEST(ShellWord, TheShellReadsBackEveryWord) {
+  const std::vector<std::string> words = {"train",    "runs/a-b_c.json", "a b",  "it's",
+                                          "",         "$HOME",           "`id`", "a\\b\"c",
+                                          "x;rm -rf", "line\nbreak",     "*",    "caf\xc3\xa9"};
+  for (const std::string& word : words) {
+    const std::string command = "printf %s " + shell_word(word);
+    FILE* shell = ::popen(command.c_str(), "r");
+    ASSERT_NE(shell, nullptr) << command;
+    std::string echoed;
+    char buffer[256];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, shell)) > 0;) echoed.append(buffer, n);
+    ASSERT_EQ(::pclose(shell), 0) << command;
+    EXPECT_EQ(echoed, word) << command;
+  }
+  EXPECT_EQ(shell_word("runs/a-b_c.json"), "runs/a-b_c.json");
+  EXPECT_EQ(shell_word("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_word(""), "''");
 }
 
 }  // namespace

@@ -129,9 +129,29 @@ TEST_F(CliTest, TrainWritesMetricsCheckpointAndSample) {
   ASSERT_EQ(escaped.exit_code, 0) << escaped.output;
   ASSERT_EQ(raw.exit_code, 0) << raw.output;
   EXPECT_EQ(escaped.output, printable_text(raw.output.substr(0, raw.output.size() - 1)) + "\n");
-  for (const char c : escaped.output) {
-    const auto u = static_cast<unsigned char>(c);
-    ASSERT_TRUE((u >= 0x20 && u < 0x7F) || u == '\n' || u == '\t' || u >= 0x80) << int(u);
+  EXPECT_NE(escaped.output.find("\\x"), std::string::npos) << "no byte needed escaping";
+  // What is left is printable ASCII, newlines, tabs and whole UTF-8 sequences (a lead byte
+  // and as many continuation bytes as it announces, none overlong or past U+10FFFF).
+  const std::string& out = escaped.output;
+  for (size_t i = 0; i < out.size();) {
+    const auto u = static_cast<unsigned char>(out[i]);
+    if ((u >= 0x20 && u < 0x7F) || u == '\n' || u == '\t') {
+      i++;
+      continue;
+    }
+    const size_t length = u >= 0xC2 && u <= 0xDF   ? 2
+                          : u >= 0xE0 && u <= 0xEF ? 3
+                          : u >= 0xF0 && u <= 0xF4 ? 4
+                                                   : 0;
+    ASSERT_NE(length, 0u) << "byte " << int(u) << " at " << i;
+    ASSERT_LE(i + length, out.size()) << "a cut UTF-8 sequence at " << i;
+    const auto second = static_cast<unsigned char>(out[i + 1]);
+    ASSERT_FALSE((u == 0xE0 && second < 0xA0) || (u == 0xF0 && second < 0x90) ||
+                 (u == 0xF4 && second > 0x8F))
+        << "an overlong or out-of-range sequence at " << i;
+    for (size_t k = 1; k < length; k++)
+      ASSERT_EQ(static_cast<unsigned char>(out[i + k]) & 0xC0, 0x80) << "at " << i + k;
+    i += length;
   }
 }
 

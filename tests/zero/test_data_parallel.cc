@@ -344,16 +344,26 @@ TEST_F(DataParallelTraining, RanksWithDifferentConfigsAreRefusedNamingTheKey) {
   nlohmann::json other = dp_config(data(), dir_ / "x", 1, 1);
   other["optimizer"]["params"]["lr"] = 1e-2;
   const TrainConfig b = parse_train_config(other);
-  std::vector<std::string> errors(2);
+  std::vector<std::string> errors(2), messages(2);
+  std::vector<int> own(2, -1);
   TrainOptions options;
   options.show_progress = false;
   run_local_ranks(2, [&](Communicator& comm) {
+    // Every rank stops in step (a clean finalize under mpirun, no abort).
     try {
       train(comm.rank() == 0 ? a : b, options, comm);
-    } catch (const Error& e) {
+    } catch (const ErrorOnEveryRank& e) {
       errors[comm.rank()] = e.what();
+      messages[comm.rank()] = e.message();
+      own[comm.rank()] = e.own() ? 1 : 0;
     }
   });
+  // what() names the rank once, before the message; message() is the rank's text alone.
+  for (int rank : {0, 1}) {
+    EXPECT_EQ(errors[rank], cat("rank ", rank, " of 2: ", messages[rank])) << rank;
+    EXPECT_EQ(messages[rank].find("rank " + std::to_string(rank) + " of 2"), std::string::npos);
+  }
+  EXPECT_EQ(own[1], 1);
   EXPECT_NE(errors[1].find("rank 1 of 2"), std::string::npos) << errors[1];
   EXPECT_NE(errors[1].find("optimizer.params.lr"), std::string::npos) << errors[1];
   EXPECT_NE(errors[0].find("rank 0 of 2"), std::string::npos) << errors[0];

@@ -20,13 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// 'text' for the shell, whatever it holds.
-std::string shell_quote(const std::string& text) {
-  std::string out = "'";
-  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 std::string find_mpirun() {
   const char* path = std::getenv("PATH");
   std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
@@ -63,10 +56,10 @@ ZeroBenchCase run_case(const ZeroBenchOptions& options, int world, int stage,
   const fs::path metrics = dir.path / "metrics.jsonl", log = dir.path / "log.txt";
   std::string command;
   if (world > 1) {
-    command = shell_quote(mpirun) + mpirun_options(world) + " ";
+    command = shell_word(mpirun) + mpirun_options(world) + " ";
   }
-  command += shell_quote(options.tandem_binary.string()) + " train --config " +
-             shell_quote(options.config.string());
+  command += shell_word(options.tandem_binary.string()) + " train --config " +
+             shell_word(options.config.string());
   std::vector<std::string> sets = options.overrides;
   for (const std::string& s :
        {cat("zero_optimization.stage=", stage), cat("train.steps=", options.warmup + options.steps),
@@ -74,8 +67,8 @@ ZeroBenchCase run_case(const ZeroBenchOptions& options, int world, int stage,
         std::string("train.checkpoint_interval=0"),
         cat("train.output_dir=", (dir.path / "run").string())})
     sets.push_back(s);
-  for (const std::string& s : sets) command += " --set " + shell_quote(s);
-  command += " --metrics " + shell_quote(metrics.string()) + " >" + shell_quote(log.string()) +
+  for (const std::string& s : sets) command += " --set " + shell_word(s);
+  command += " --metrics " + shell_word(metrics.string()) + " >" + shell_word(log.string()) +
              " 2>&1 </dev/null";
   const int status = std::system(command.c_str());
   if (status != 0) {

@@ -18,17 +18,6 @@
 namespace tandem::cli {
 namespace {
 
-// A word as the shell reads it back: as it is when it holds nothing special, else in single
-// quotes.
-std::string shell_word(const std::string& word) {
-  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                              "0123456789_-+=.,/:@%") == std::string::npos)
-    return word;
-  std::string quoted = "'";
-  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
 struct Args {
   std::string config;
   std::vector<std::string> overrides;
@@ -122,9 +111,8 @@ void register_train(CLI::App& app) {
       // Every rank is here, in step: the job ends with a clean finalize, not MPI_Abort (whose
       // report would follow tandem's error). Rank 0 says its error, without naming itself when
       // every rank met the same one; another rank says its own only when it differs.
-      std::string mine = e.what();
+      const std::string& mine = e.message();
       const std::string prefix = rank_of_world(*comm);
-      if (mine.rfind(prefix, 0) == 0) mine = mine.substr(prefix.size());
       const std::string rank0 = broadcast_string(*comm, e.own() ? mine : "", 0);
       const bool same = !e.own() || mine == rank0;
       const bool all_same = all_ranks_ok(*comm, same);

@@ -19,13 +19,18 @@ class Error : public std::runtime_error {
 // An error that every rank of a job throws at the same point, in step (comm/agreement.h):
 // no rank is left waiting in a collective, so the job can end with a clean finalize instead
 // of an abort. `own`: whether this rank met it itself, or only stops with the rank that did
-// (whose message says why).
+// (whose message says why). `rank` ("rank 1 of 2: ") precedes the message in what(), for
+// whoever prints one rank's error; message() is without it, for whoever compares the ranks'.
 class ErrorOnEveryRank : public Error {
  public:
-  explicit ErrorOnEveryRank(const std::string& what, bool own = true) : Error(what), own_(own) {}
+  explicit ErrorOnEveryRank(const std::string& message, bool own = true,
+                            const std::string& rank = "")
+      : Error(rank + message), message_(message), own_(own) {}
   bool own() const { return own_; }
+  const std::string& message() const { return message_; }
 
  private:
+  std::string message_;
   bool own_;
 };
 

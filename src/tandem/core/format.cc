@@ -55,6 +55,16 @@ size_t utf8_sequence_length(std::string_view bytes, size_t i) {
 
 }  // namespace
 
+std::string shell_word(std::string_view word) {
+  constexpr std::string_view kPlain =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=.,/:@%";
+  if (!word.empty() && word.find_first_not_of(kPlain) == std::string_view::npos)
+    return std::string(word);
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string_view("'\\''") : std::string_view(&c, 1);
+  return quoted + "'";
+}
+
 std::string printable_text(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size());

@@ -19,4 +19,9 @@ std::string format_fixed(double value, int decimals);
 // control bytes into a log.
 std::string printable_text(std::string_view bytes);
 
+// A word as a POSIX shell reads it back: as it is when it holds only letters, digits and
+// _-+=.,/:@%, else in single quotes (a quote inside as '\''), so that a command printed for
+// the user to paste runs with exactly these arguments.
+std::string shell_word(std::string_view word);
+
 }  // namespace tandem

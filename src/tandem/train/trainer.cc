@@ -658,10 +658,9 @@ TrainResult train(const TrainConfig& config, const TrainOptions& options, Commun
     std::string what = e.what();
     const std::string own = cat("rank ", comm.rank(), ": ");
     if (what.rfind(own, 0) == 0) what = what.substr(own.size());
-    what = cat(rank_of_world(comm), what);
     if (const auto* together = dynamic_cast<const ErrorOnEveryRank*>(&e))
-      throw ErrorOnEveryRank(what, together->own());
-    throw Error(what);
+      throw ErrorOnEveryRank(what, together->own(), rank_of_world(comm));
+    throw Error(cat(rank_of_world(comm), what));
   }
 }
 
