@@ -45,12 +45,14 @@ class CheckpointDirTest : public ::testing::Test {
 using testing::error_of;
 
 CheckpointFileWriter text_file(std::string name, std::string content) {
-  return {name, [content](const fs::path& where) { write_file_atomic(where, content); }};
+  return {name, [content](File& out) { out.write_all(content); }};
 }
 
-// A writer that uses a plain buffered File (no fsync of its own).
+// A writer in pieces: the checksum of the pieces is the file's.
 CheckpointFileWriter plain_file(std::string name, std::string content) {
-  return {name, [content](const fs::path& where) { File(where, "wb").write_all(content); }};
+  return {name, [content](File& out) {
+            for (char c : content) out.write_all(&c, 1);
+          }};
 }
 
 struct WriterFailed : std::runtime_error {
@@ -59,8 +61,8 @@ struct WriterFailed : std::runtime_error {
 
 // Writes part of its file, then fails, as a writer hitting a full disk would.
 CheckpointFileWriter failing_file(std::string name) {
-  return {name, [](const fs::path& where) {
-            File(where, "wb").write_all("partial");
+  return {name, [](File& out) {
+            out.write_all("partial");
             throw WriterFailed("disk full");
           }};
 }
@@ -167,10 +169,10 @@ TEST_F(CheckpointDirTest, FailingWriterLeavesEverythingAsItWas) {
   verify_checkpoint(dir);
   EXPECT_EQ(resolve_checkpoint(run_), dir);
 
-  // A writer that "succeeds" without creating its file is an error too.
-  const CheckpointFileWriter lazy{"model.safetensors", [](const fs::path&) {}};
+  // A writer that "succeeds" without writing its file is an error too.
+  const CheckpointFileWriter lazy{"model.safetensors", [](File&) {}};
   EXPECT_CONTAINS(error_of([&] { save_checkpoint_dir(root_, 300, {lazy}); }),
-                  "returned without creating it");
+                  "returned without writing anything");
   EXPECT_EQ(root_entries(), (std::set<std::string>{"latest", "step_00000100"}));
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "tandem/bench/scratch_dir.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/timer.h"
@@ -15,36 +16,10 @@ namespace tandem {
 namespace fs = std::filesystem;
 namespace {
 
-// A scratch directory, removed with everything in it.
-class ScratchRun {
- public:
-  explicit ScratchRun(const std::string& tag)
-      : path_(fs::temp_directory_path() / cat("tandem_bench_checkpoint_", ::getpid(), "_", tag)) {
-    fs::remove_all(path_);
-  }
-  ~ScratchRun() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  ScratchRun(const ScratchRun&) = delete;
-  ScratchRun& operator=(const ScratchRun&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-uint64_t directory_bytes(const fs::path& dir) {
-  uint64_t bytes = 0;
-  for (const fs::directory_entry& entry : fs::directory_iterator(dir))
-    if (entry.is_regular_file()) bytes += entry.file_size();
-  return bytes;
-}
-
 // `pool_mb` 0: a full copy of the state; else the pool it streams through.
 CheckpointModeResult measure(const CheckpointBenchOptions& options, const std::string& name,
                              bool lazy, int64_t pool_mb, CheckpointBenchResult& result) {
-  const ScratchRun scratch(name);
+  const ScratchDir scratch(cat("tandem_bench_checkpoint_", ::getpid(), "_", name));
   TrainConfig config = options.config;
   config.train.steps = options.steps;
   config.train.checkpoint_interval = options.interval;

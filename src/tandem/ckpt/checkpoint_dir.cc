@@ -149,6 +149,18 @@ std::string checkpoint_dir_name(int64_t step) {
   return name;
 }
 
+CheckpointFileRecord write_checkpoint_file(const fs::path& path,
+                                           const std::function<void(File& out)>& write) {
+  File out(path, "wb");
+  out.checksum_writes();
+  write(out);
+  TANDEM_CHECK(out.bytes_written() > 0, path.string(),
+               ": the writer returned without writing anything");
+  out.sync();
+  out.close();
+  return {path.filename().string(), out.bytes_written(), checksum_hex(out.written_checksum())};
+}
+
 CheckpointFileRecord record_checkpoint_file(const fs::path& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec))
@@ -195,9 +207,7 @@ void StagedCheckpoint::write(const CheckpointFileWriter& file) {
   check_new_name(file.file_name);
   TANDEM_CHECK(static_cast<bool>(file.write), root_.string(), ": checkpoint file '", file.file_name,
                "' has no writer");
-  const fs::path where = staging_ / file.file_name;
-  file.write(where);
-  files_.push_back(record_checkpoint_file(where));
+  files_.push_back(write_checkpoint_file(staging_ / file.file_name, file.write));
 }
 
 void StagedCheckpoint::add_written(const CheckpointFileRecord& record) {
@@ -283,32 +293,67 @@ fs::path resolve_checkpoint(const fs::path& path) {
 
 void verify_checkpoint(const fs::path& checkpoint_dir) { verify_checkpoint(checkpoint_dir, {}); }
 
+namespace {
+
+const ManifestFile& listed_file(const fs::path& checkpoint_dir, const Manifest& manifest,
+                                const std::string& name) {
+  for (const ManifestFile& f : manifest.files)
+    if (f.name == name) return f;
+  fail((checkpoint_dir / kManifestName).string(), ": does not list '", name,
+       "'; the checkpoint is incomplete — use another checkpoint");
+}
+
+// The file's size against the manifest's, before anything is read.
+uint64_t checked_size(const fs::path& path, const ManifestFile& f) {
+  const std::string where = path.string();
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    fail(where, ": missing (listed in ", kManifestName,
+         "); the checkpoint is incomplete — use another checkpoint");
+  const uint64_t bytes = fs::file_size(path, ec);
+  if (ec) fail(where, ": cannot read its size (", ec.message(), ")");
+  if (bytes != f.bytes)
+    fail(where, ": size is ", bytes, " bytes (manifest says ", f.bytes,
+         "); the file is truncated or was modified — use another checkpoint");
+  return bytes;
+}
+
+void check_checksum(const fs::path& path, const ManifestFile& f, uint64_t checksum) {
+  const std::string actual = checksum_hex(checksum);
+  if (actual != f.xxh3_64)
+    fail(path.string(), ": checksum mismatch (manifest says ", f.xxh3_64, ", file has ", actual,
+         "); the file is corrupted or was modified — use another checkpoint");
+}
+
+}  // namespace
+
 void verify_checkpoint(const fs::path& checkpoint_dir, const std::vector<std::string>& only) {
   const Manifest manifest = read_manifest(checkpoint_dir);
-  for (const std::string& name : only) {
-    bool listed = false;
-    for (const ManifestFile& f : manifest.files) listed = listed || f.name == name;
-    TANDEM_CHECK(listed, (checkpoint_dir / kManifestName).string(), ": does not list '", name,
-                 "'; the checkpoint is incomplete — use another checkpoint");
-  }
+  for (const std::string& name : only) listed_file(checkpoint_dir, manifest, name);
   for (const ManifestFile& f : manifest.files) {
     if (!only.empty() && std::find(only.begin(), only.end(), f.name) == only.end()) continue;
     const fs::path path = checkpoint_dir / f.name;
-    const std::string where = path.string();
-    std::error_code ec;
-    if (!fs::is_regular_file(path, ec))
-      fail(where, ": missing (listed in ", kManifestName,
-           "); the checkpoint is incomplete — use another checkpoint");
-    const uint64_t bytes = fs::file_size(path, ec);
-    if (ec) fail(where, ": cannot read its size (", ec.message(), ")");
-    if (bytes != f.bytes)
-      fail(where, ": size is ", bytes, " bytes (manifest says ", f.bytes,
-           "); the file is truncated or was modified — use another checkpoint");
-    const std::string actual = checksum_hex(checksum64_file(path));
-    if (actual != f.xxh3_64)
-      fail(where, ": checksum mismatch (manifest says ", f.xxh3_64, ", file has ", actual,
-           "); the file is corrupted or was modified — use another checkpoint");
+    checked_size(path, f);
+    check_checksum(path, f, checksum64_file(path));
   }
+}
+
+std::vector<uint8_t> read_verified_file(const fs::path& checkpoint_dir, const std::string& name) {
+  const Manifest manifest = read_manifest(checkpoint_dir);
+  const ManifestFile& f = listed_file(checkpoint_dir, manifest, name);
+  const fs::path path = checkpoint_dir / name;
+  std::vector<uint8_t> bytes(checked_size(path, f));
+  File file(path, "rb");
+  Checksum64Stream checksum;
+  // In blocks that stay in the cache between the read and the checksum.
+  constexpr size_t kBlock = size_t{4} << 20;
+  for (size_t at = 0; at < bytes.size(); at += kBlock) {
+    const size_t n = std::min(kBlock, bytes.size() - at);
+    file.read_exact(bytes.data() + at, n);
+    checksum.update(bytes.data() + at, n);
+  }
+  check_checksum(path, f, checksum.digest());
+  return bytes;
 }
 
 int64_t checkpoint_step(const fs::path& checkpoint_dir) {

@@ -19,11 +19,14 @@
 
 namespace tandem {
 
-// One file of a checkpoint: `write` must create the file at `where` (a path inside a
-// staging directory) or throw.
+class File;
+
+// One file of a checkpoint: `write` fills `out`, the file opened for it in the staging
+// directory, in order, or throws. Its bytes are checksummed as they go out, so a save never
+// reads its files back.
 struct CheckpointFileWriter {
   std::string file_name;
-  std::function<void(const std::filesystem::path& where)> write;
+  std::function<void(File& out)> write;
 };
 
 // "step_00000500"
@@ -45,7 +48,15 @@ struct CheckpointFileRecord {
   std::string xxh3_64;
 };
 
-// fsyncs a file written into a staging directory and returns its record.
+// Creates `path` and has `write` fill it, in order, checksumming its bytes as they go out;
+// then fsyncs it and returns its record (no read-back). An empty file is an error: the
+// writer forgot its work.
+CheckpointFileRecord write_checkpoint_file(const std::filesystem::path& path,
+                                           const std::function<void(File& out)>& write);
+
+// fsyncs a file written into a staging directory by other means than a CheckpointFileWriter
+// (another rank; a streamed writer) and returns its record, reading the file back for its
+// checksum.
 CheckpointFileRecord record_checkpoint_file(const std::filesystem::path& path);
 
 // A checkpoint being written: "<root>/step_%08d.tmp-<pid>", filled by this process
@@ -84,6 +95,11 @@ std::filesystem::path resolve_checkpoint(const std::filesystem::path& path);
 // Checks the manifest and the size and checksum of every file it lists; throws
 // tandem::Error naming the first bad file.
 void verify_checkpoint(const std::filesystem::path& checkpoint_dir);
+// The bytes of the file `name` of a checkpoint, read once: checksummed as they come in and
+// held against the manifest's size and XXH3-64 before they are returned, with
+// verify_checkpoint's messages (a damaged or unlisted file is refused, named).
+std::vector<uint8_t> read_verified_file(const std::filesystem::path& checkpoint_dir,
+                                        const std::string& name);
 // The same for the listed files only (each must be in the manifest): a rank reading its
 // part of a sharded checkpoint need not read every shard.
 void verify_checkpoint(const std::filesystem::path& checkpoint_dir,

@@ -29,7 +29,9 @@ void write_hf_safetensors(const std::filesystem::path& path, const ParamLayout& 
                           const float* params) {
   WeightShard all{path.filename().string(), {}};
   for (size_t i = 0; i < layout.views().size(); i++) all.views.push_back(i);
-  write_weight_shard(path, layout, params, all);
+  AtomicFileWriter out(path);
+  write_weight_shard(out.file(), layout, params, all);
+  out.commit();
 }
 
 namespace {
@@ -100,37 +102,55 @@ std::vector<WeightShard> plan_weight_shards(const ParamLayout& layout, int64_t m
 
 namespace {
 
-// The writer of `shard`'s file; `data` gives each view's tensor (in HF layout), or null
-// when only the placement is wanted.
-SafetensorsWriter shard_writer(const ParamLayout& layout, const WeightShard& shard,
-                               const std::function<const float*(const ParamView&)>& data) {
+// The layout of `shard`'s file (its tensors in Hugging Face's shapes; their bytes are
+// written by write_hf_tensor, in this order).
+SafetensorsWriter shard_layout(const ParamLayout& layout, const WeightShard& shard) {
   SafetensorsWriter writer;
   for (size_t i : shard.views) {
     const ParamView& view = layout.views().at(i);
-    writer.add(view.name, DType::kF32, hf_shape(view), data ? data(view) : nullptr);
+    writer.add(view.name, DType::kF32, hf_shape(view), nullptr);
   }
   writer.set_metadata("format", "pt");
   return writer;
 }
 
+// Writes `view`'s tensor (`data`, tandem layout) in Hugging Face's: as it is, or, for a
+// Conv1D weight ([out, in] here, [in, out] there), transposed one band of its rows at a time
+// through `band`, so that no copy of the whole weight is made.
+void write_hf_tensor(File& out, const ParamView& view, const float* data,
+                     std::vector<float>& band) {
+  if (!view.hf_transposed) {
+    out.write_all(data, view.numel * sizeof(float));
+    return;
+  }
+  const auto rows = static_cast<size_t>(view.shape[0]), cols = static_cast<size_t>(view.shape[1]);
+  // Hugging Face's row j is our column j; a band is about 1 MiB of them.
+  const size_t band_rows = std::max<size_t>(1, (size_t{1} << 18) / rows);
+  band.resize(band_rows * rows);
+  for (size_t j0 = 0; j0 < cols; j0 += band_rows) {
+    const size_t j1 = std::min(cols, j0 + band_rows);
+    for (size_t r = 0; r < rows; r++)
+      for (size_t j = j0; j < j1; j++) band[(j - j0) * rows + r] = data[r * cols + j];
+    out.write_all(band.data(), (j1 - j0) * rows * sizeof(float));
+  }
+}
+
 }  // namespace
 
-void write_weight_shard(const std::filesystem::path& path, const ParamLayout& layout,
-                        const float* params, const WeightShard& shard) {
-  std::vector<std::vector<float>> transposed;
-  transposed.reserve(shard.views.size());
-  shard_writer(layout, shard, [&](const ParamView& view) {
-    const float* data = params + view.offset;
-    if (!view.hf_transposed) return data;
-    transposed.emplace_back(view.numel);
-    transpose(data, transposed.back().data(), view.shape[0], view.shape[1]);
-    return static_cast<const float*>(transposed.back().data());
-  }).write(path);
+void write_weight_shard(File& out, const ParamLayout& layout, const float* params,
+                        const WeightShard& shard) {
+  // The header as the writer lays it out, then the tensors packed in the shard's order.
+  out.write_all(place_weight_shard(layout, shard).prefix);
+  std::vector<float> band;
+  for (size_t i : shard.views) {
+    const ParamView& view = layout.views().at(i);
+    write_hf_tensor(out, view, params + view.offset, band);
+  }
 }
 
 SafetensorsWriter::Placement place_weight_shard(const ParamLayout& layout,
                                                 const WeightShard& shard) {
-  return shard_writer(layout, shard, nullptr).placement(shard.file);
+  return shard_layout(layout, shard).placement(shard.file);
 }
 
 nlohmann::json weight_index(const ParamLayout& layout, const std::vector<WeightShard>& plan) {
@@ -171,9 +191,14 @@ std::vector<std::string> weight_files(const std::filesystem::path& dir) {
   return files;
 }
 
-void read_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params) {
+void read_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params,
+                     const WeightFileReader& read) {
+  const auto open = [&](const std::string& file) {
+    return SafetensorsFile::parse(read ? read(file) : read_file_bytes(dir / file),
+                                  (dir / file).string());
+  };
   if (!std::filesystem::exists(dir / kWeightIndexFile)) {
-    read_hf_safetensors(SafetensorsFile::read(dir / "model.safetensors"), layout, params);
+    read_hf_safetensors(open("model.safetensors"), layout, params);
     return;
   }
   const nlohmann::json map = read_index(dir)["weight_map"];
@@ -188,7 +213,7 @@ void read_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout
   for (const auto& [file, views] : by_file) {
     TANDEM_CHECK(file.find('/') == std::string::npos && file != ".." && !file.empty(),
                  (dir / kWeightIndexFile).string(), ": invalid shard name '", file, "'");
-    const SafetensorsFile shard = SafetensorsFile::read(dir / file);
+    const SafetensorsFile shard = open(file);
     for (const ParamView* view : views) read_view(shard, *view, params, "");
   }
 }

@@ -4,7 +4,9 @@
 // loads in tandem.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -17,13 +19,13 @@ namespace tandem {
 // Writes params (host, flat, tandem layout) as F32 tensors with Hugging Face names.
 // Conv1D weights (ParamView::hf_transposed) are written transposed, [in, out].
 void write_hf_safetensors(const std::filesystem::path& path, const ParamLayout& layout,
-                            const float* params);
+                          const float* params);
 
 // Fills params (host, flat, tandem layout) from a file with Hugging Face names and
 // layout. Errors name the file and the missing or mis-shaped tensor. A `prefix` reads
 // tensors stored as prefix + name (e.g. "grad." in test fixtures).
 void read_hf_safetensors(const SafetensorsFile& file, const ParamLayout& layout, float* params,
-                           const std::string& prefix = "");
+                         const std::string& prefix = "");
 
 // The weight files of a checkpoint, as Hugging Face's save_pretrained cuts them: one
 // model.safetensors when the tensors take at most max_shard_bytes, else shards
@@ -34,23 +36,27 @@ struct WeightShard {
   std::string file;
   std::vector<size_t> views;
 };
-std::vector<WeightShard> plan_weight_shards(const ParamLayout& layout,
-                                                 int64_t max_shard_bytes);
+std::vector<WeightShard> plan_weight_shards(const ParamLayout& layout, int64_t max_shard_bytes);
 inline constexpr const char* kWeightIndexFile = "model.safetensors.index.json";
 
-// Writes the tensors of `shard` (all of them for the one-file plan).
-void write_weight_shard(const std::filesystem::path& path, const ParamLayout& layout,
-                             const float* params, const WeightShard& shard);
+// Writes the tensors of `shard` (all of them for the one-file plan) into `out`, in order.
+void write_weight_shard(File& out, const ParamLayout& layout, const float* params,
+                        const WeightShard& shard);
 // Where write_weight_shard puts `shard`'s bytes: its header and, in the order of
 // shard.views, each tensor's file offset (Hugging Face layout: a Conv1D weight transposed).
 SafetensorsWriter::Placement place_weight_shard(const ParamLayout& layout,
-                                                     const WeightShard& shard);
+                                                const WeightShard& shard);
 // The index for a sharded plan: {"metadata": {"total_size"}, "weight_map": {name: file}}.
 nlohmann::json weight_index(const ParamLayout& layout, const std::vector<WeightShard>& plan);
 
 // The weight files in `dir`: {"model.safetensors"}, or the index and every shard it names.
 std::vector<std::string> weight_files(const std::filesystem::path& dir);
-// Reads params (host, flat, tandem layout) from a directory holding either form.
-void read_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params);
+// The bytes of a weight file of a directory, by its name (a checkpoint's reader verifies
+// them as it reads: ckpt/checkpoint_dir.h, read_verified_file).
+using WeightFileReader = std::function<std::vector<uint8_t>(const std::string& file)>;
+// Reads params (host, flat, tandem layout) from a directory holding either form; each file
+// through `read` (empty: read as it is).
+void read_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params,
+                     const WeightFileReader& read = {});
 
 }  // namespace tandem

@@ -186,14 +186,18 @@ SafetensorsWriter::Placement SafetensorsWriter::placement(const std::string& sou
 }
 
 void SafetensorsWriter::write(const fs::path& path) const {
-  for (const Entry& e : entries_)
-    TANDEM_CHECK(e.data != nullptr || e.bytes == 0, path.string(), ": tensor '", e.name,
-                 "' has no data");
-  const Placement placed = placement(path.string());
+  // A tensor without data throws inside: the temporary file goes with `out`.
   AtomicFileWriter out(path);
-  out.write(placed.prefix);
-  for (const Entry& e : entries_) out.write(e.data, e.bytes);
+  write(out.file());
   out.commit();
+}
+
+void SafetensorsWriter::write(File& out) const {
+  for (const Entry& e : entries_)
+    TANDEM_CHECK(e.data != nullptr || e.bytes == 0, out.path().string(), ": tensor '", e.name,
+                 "' has no data");
+  out.write_all(placement(out.path().string()).prefix);
+  for (const Entry& e : entries_) out.write_all(e.data, e.bytes);
 }
 
 // ---------------------------------------------------------------------------- reader

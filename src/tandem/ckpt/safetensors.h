@@ -25,6 +25,8 @@
 
 namespace tandem {
 
+class File;
+
 // The element types tandem writes or reads (a subset of those safetensors defines).
 enum class DType { kF64, kF32, kF16, kBF16, kI64, kI32, kU16, kU8 };
 
@@ -64,6 +66,9 @@ class SafetensorsWriter {
   // Writes atomically (temp file, fsync, rename): a crash leaves the old file or the
   // new one. Tensor bytes stream straight from the callers' buffers.
   void write(const std::filesystem::path& path) const;
+  // Writes into `out`, in order, from where it stands (a file of a staged checkpoint, whose
+  // directory makes it atomic).
+  void write(File& out) const;
 
   size_t num_tensors() const { return entries_.size(); }
 

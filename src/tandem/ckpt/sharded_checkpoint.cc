@@ -157,9 +157,9 @@ ShardReport write_rank_checkpoint_files(ShardedStaging& staging, int rank, int w
       writer.set_metadata("begin", std::to_string(shard.range.begin));
       writer.set_metadata("end", std::to_string(shard.range.end));
       writer.set_metadata("step", std::to_string(staging.step));
-      const fs::path path = staging.dir / shard_file_name(rank, world_size);
-      writer.write(path);
-      const CheckpointFileRecord record = record_checkpoint_file(path);
+      const CheckpointFileRecord record =
+          write_checkpoint_file(staging.dir / shard_file_name(rank, world_size),
+                                [&writer](File& out) { writer.write(out); });
       mine.written = 1;
       mine.bytes = record.bytes;
       copy_text(mine.xxh3_64, sizeof mine.xxh3_64, record.xxh3_64);
@@ -199,8 +199,8 @@ fs::path commit_sharded_checkpoint(Communicator& comm, ShardedStaging& staging,
           const ParamLayout layout = model_layout(staging.streamed->config.model);
           const std::vector<WeightShard> plan =
               plan_weight_shards(layout, staging.streamed->config.train.max_shard_size);
-          staging.staged->write({kWeightIndexFile, [&](const fs::path& p) {
-                                   write_file_atomic(p, weight_index(layout, plan).dump(2) + "\n");
+          staging.staged->write({kWeightIndexFile, [&](File& out) {
+                                   out.write_all(weight_index(layout, plan).dump(2) + "\n");
                                  }});
         }
         for (const CheckpointFileWriter& file : training_checkpoint_json_files(*staging.streamed))

@@ -199,9 +199,8 @@ fs::path StreamedTrainingCheckpoint::publish() {
     const ParamLayout layout = model_layout(state_.config.model);
     const std::vector<WeightShard> shards =
         plan_weight_shards(layout, state_.config.train.max_shard_size);
-    staged_.write({kWeightIndexFile, [&](const fs::path& p) {
-                     write_file_atomic(p, weight_index(layout, shards).dump(2) + "\n");
-                   }});
+    staged_.write({kWeightIndexFile,
+                   [&](File& out) { out.write_all(weight_index(layout, shards).dump(2) + "\n"); }});
   }
   for (const CheckpointFileWriter& file : training_checkpoint_json_files(state_))
     staged_.write(file);

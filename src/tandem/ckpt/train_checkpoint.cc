@@ -50,8 +50,8 @@ CheckpointLineage lineage_of_json(const nlohmann::json& json) {
   return lineage;
 }
 
-void write_optimizer(const fs::path& path, const TrainingState& state, const ParamLayout& layout) {
-  optimizer_file_writer(state, layout).write(path);
+void write_optimizer(File& out, const TrainingState& state, const ParamLayout& layout) {
+  optimizer_file_writer(state, layout).write(out);
 }
 
 // Reads rank `slice.rank`'s state from the per-rank shards of a data-parallel DeMo run.
@@ -67,8 +67,8 @@ void read_per_rank_shards(const fs::path& dir, const nlohmann::json& sharded,
   for (const nlohmann::json& shard : sharded.at("shards")) {
     if (shard.at("rank").get<int>() != slice.rank) continue;
     const std::string file = shard.at("file").get<std::string>();
-    verify_checkpoint(dir, {file});
-    const SafetensorsFile f = SafetensorsFile::read(dir / file);
+    const SafetensorsFile f =
+        SafetensorsFile::parse(read_verified_file(dir, file), (dir / file).string());
     const std::vector<int64_t> shape = {static_cast<int64_t>(state.params.size())};
     for (size_t k = 0; k < names.size(); k++)
       state.optimizer_state[k] = f.read_f32(names[k], shape);
@@ -140,13 +140,12 @@ SafetensorsWriter optimizer_file_writer(const TrainingState& state, const ParamL
 std::vector<CheckpointFileWriter> training_checkpoint_json_files(const TrainingState& state) {
   return {
       {"config.json",
-       [&state](const fs::path& p) {
-         write_file_atomic(
-             p,
+       [&state](File& out) {
+         out.write_all(
              model_family(state.config.model.type).to_hf_config(state.config.model).dump(2) + "\n");
        }},
       {"trainer_state.json",
-       [&state](const fs::path& p) { write_file_atomic(p, state_json(state).dump(2) + "\n"); }},
+       [&state](File& out) { out.write_all(state_json(state).dump(2) + "\n"); }},
   };
 }
 
@@ -177,18 +176,18 @@ std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState&
       plan_weight_shards(*layout, state.config.train.max_shard_size);
   std::vector<CheckpointFileWriter> files;
   for (const WeightShard& shard : shards)
-    files.push_back({shard.file, [&state, layout, shard](const fs::path& p) {
-                       write_weight_shard(p, *layout, state.params.data(), shard);
+    files.push_back({shard.file, [&state, layout, shard](File& out) {
+                       write_weight_shard(out, *layout, state.params.data(), shard);
                      }});
   if (shards.size() > 1)
-    files.push_back({kWeightIndexFile, [layout, shards](const fs::path& p) {
-                       write_file_atomic(p, weight_index(*layout, shards).dump(2) + "\n");
+    files.push_back({kWeightIndexFile, [layout, shards](File& out) {
+                       out.write_all(weight_index(*layout, shards).dump(2) + "\n");
                      }});
   const std::vector<CheckpointFileWriter> rest = training_checkpoint_json_files(state);
   files.insert(files.end(), rest.begin(), rest.end());
   if (with_optimizer)
     files.push_back({"optimizer.safetensors",
-                     [&state, layout](const fs::path& p) { write_optimizer(p, state, *layout); }});
+                     [&state, layout](File& out) { write_optimizer(out, state, *layout); }});
   return files;
 }
 
@@ -198,13 +197,16 @@ fs::path save_training_checkpoint(const fs::path& checkpoints_root, const Traini
 
 TrainingState load_checkpoint_weights(const fs::path& path) {
   const fs::path dir = resolve_checkpoint(path);
-  std::vector<std::string> files = weight_files(dir);
-  files.push_back("trainer_state.json");
-  verify_checkpoint(dir, files);
+  // The small files verified first; the weights as they are read (read_verified_file).
+  std::vector<std::string> small = {"trainer_state.json"};
+  for (const std::string& file : weight_files(dir))
+    if (file == kWeightIndexFile) small.push_back(file);
+  verify_checkpoint(dir, small);
   TrainingState state = read_state(dir);
   const ParamLayout layout = model_layout(state.config.model);
   state.params.resize(layout.num_elements());
-  read_hf_weights(dir, layout, state.params.data());
+  read_hf_weights(dir, layout, state.params.data(),
+                  [&dir](const std::string& file) { return read_verified_file(dir, file); });
   return state;
 }
 
@@ -271,8 +273,8 @@ TrainingState load_training_checkpoint(const fs::path& path, const OptimizerStat
         covered += end - begin;
         const size_t b = std::max(begin, keep.begin), e = std::min(end, keep.end);
         if (b >= e) continue;
-        verify_checkpoint(dir, {file});
-        const SafetensorsFile f = SafetensorsFile::read(dir / file);
+        const SafetensorsFile f =
+            SafetensorsFile::parse(read_verified_file(dir, file), (dir / file).string());
         const std::vector<int64_t> shape = {static_cast<int64_t>(end - begin)};
         for (size_t k = 0; k < names.size(); k++) {
           const std::vector<float> array = f.read_f32(names[k], shape);
@@ -291,8 +293,8 @@ TrainingState load_training_checkpoint(const fs::path& path, const OptimizerStat
                optimizer_type_name(state.config.optimizer.type),
                " state of one rank (every rank keeps its own); resume it with 1 rank, not ",
                slice.world_size);
-  verify_checkpoint(dir, {"optimizer.safetensors"});
-  const SafetensorsFile optimizer = SafetensorsFile::read(dir / "optimizer.safetensors");
+  const SafetensorsFile optimizer = SafetensorsFile::parse(
+      read_verified_file(dir, "optimizer.safetensors"), (dir / "optimizer.safetensors").string());
   for (const ParamView& view : layout.views())
     for (size_t k = 0; k < names.size(); k++)
       optimizer.copy_f32(

@@ -7,6 +7,7 @@
 
 #include "tandem/bench/adamw_bench.h"
 #include "tandem/bench/checkpoint_bench.h"
+#include "tandem/bench/checkpoint_io_bench.h"
 #include "tandem/bench/cuda/memcpy_peak.h"
 #include "tandem/bench/demo_bench.h"
 #include "tandem/bench/device_bench.h"
@@ -163,6 +164,34 @@ void register_bench(CLI::App& app) {
     options.pool_mb = checkpoint_args->pool_mb;
     const CheckpointBenchResult result = run_checkpoint_bench(options);
     print_result(result, checkpoint_args->json);
+  });
+
+  struct CheckpointIoArgs {
+    std::string config;
+    std::vector<std::string> overrides;
+    std::string dir;
+    int rounds = 5;
+    bool json = false;
+  };
+  auto io_args = std::make_shared<CheckpointIoArgs>();
+  CLI::App* checkpoint_io = bench->add_subcommand(
+      "checkpoint-io",
+      "A checkpoint's synchronous save and the resume's read of it, alone (no training): "
+      "milliseconds and GB/s of each");
+  checkpoint_io->add_option("--config", io_args->config, "Run configuration (JSON)")->required();
+  checkpoint_io->add_option("--set", io_args->overrides, "Override a config value (repeatable)");
+  checkpoint_io->add_option("--dir", io_args->dir,
+                            "Where to write (an existing directory on the disk to measure; "
+                            "default: the system's temporary directory)");
+  checkpoint_io->add_option("--rounds", io_args->rounds, "Saves and loads, alternating")
+      ->check(CLI::Range(1, 1000));
+  checkpoint_io->add_flag("--json", io_args->json, "Print one JSON object");
+  checkpoint_io->callback([io_args] {
+    CheckpointIoBenchOptions options;
+    options.config = load_train_config(io_args->config, io_args->overrides);
+    options.dir = io_args->dir;
+    options.rounds = io_args->rounds;
+    print_result(run_checkpoint_io_bench(options), io_args->json);
   });
 
   struct PcieArgs {

@@ -27,7 +27,11 @@ File::~File() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
-File::File(File&& other) noexcept : path_(std::move(other.path_)), file_(other.file_) {
+File::File(File&& other) noexcept
+    : path_(std::move(other.path_)),
+      file_(other.file_),
+      checksum_(std::move(other.checksum_)),
+      bytes_written_(other.bytes_written_) {
   other.file_ = nullptr;
 }
 
@@ -36,9 +40,19 @@ File& File::operator=(File&& other) noexcept {
     if (file_ != nullptr) std::fclose(file_);
     path_ = std::move(other.path_);
     file_ = other.file_;
+    checksum_ = std::move(other.checksum_);
+    bytes_written_ = other.bytes_written_;
     other.file_ = nullptr;
   }
   return *this;
+}
+
+void File::checksum_writes() { checksum_ = std::make_unique<Checksum64Stream>(); }
+
+uint64_t File::written_checksum() const {
+  TANDEM_CHECK(checksum_ != nullptr, path_.string(),
+               ": written_checksum() without checksum_writes() before the writes");
+  return checksum_->digest();
 }
 
 void File::read_exact(void* dst, size_t bytes) {
@@ -56,9 +70,13 @@ void File::write_all(const void* src, size_t bytes) {
   if (bytes == 0) return;
   if (std::fwrite(src, 1, bytes, file_) != bytes)
     fail(path_.string(), ": write failed (", errno_text(), "); is the disk full?");
+  if (checksum_) checksum_->update(src, bytes);
+  bytes_written_ += bytes;
 }
 
 void File::seek(uint64_t offset) {
+  TANDEM_CHECK(checksum_ == nullptr, path_.string(),
+               ": cannot seek in a file whose writes are checksummed (it is written in order)");
   if (fseeko(file_, static_cast<off_t>(offset), SEEK_SET) != 0)
     fail(path_.string(), ": cannot seek to offset ", offset, " (", errno_text(), ")");
 }

@@ -5,10 +5,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "tandem/core/checksum.h"
 
 namespace tandem {
 
@@ -37,12 +40,21 @@ class File {
   // Closes now and reports a failed close (buffered data that could not be written).
   void close();
 
+  // From now on, every byte written goes into an XXH3-64 as well (written_checksum()), so
+  // that a writer records what it wrote without reading the file back. The file must then
+  // be written in order: seek() throws.
+  void checksum_writes();
+  uint64_t written_checksum() const;
+  uint64_t bytes_written() const { return bytes_written_; }
+
   const std::filesystem::path& path() const { return path_; }
   FILE* get() { return file_; }
 
  private:
   std::filesystem::path path_;
   FILE* file_ = nullptr;
+  std::unique_ptr<Checksum64Stream> checksum_;
+  uint64_t bytes_written_ = 0;
 };
 
 std::vector<uint8_t> read_file_bytes(const std::filesystem::path& path);
@@ -62,6 +74,8 @@ class AtomicFileWriter {
 
   void write(const void* src, size_t bytes) { file_.write_all(src, bytes); }
   void write(std::string_view text) { file_.write_all(text); }
+  // The temporary file, for writers that take a File.
+  File& file() { return file_; }
   void commit();
 
   const std::filesystem::path& temp_path() const { return temp_path_; }
