@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -242,6 +243,57 @@ TEST_F(SafetensorsTest, ReadF32ChecksShapeDtypeAndName) {
   EXPECT_EQ(file.read_f32("transformer.wte.weight", {256, 64}), wte);
 }
 
+// read_into: each tensor's bytes land where the caller says (or are read past), every byte
+// of the file passes the observer once and in order, and what comes back is the header alone.
+TEST_F(SafetensorsTest, ReadIntoPutsEachTensorInPlaceAndObservesEveryByteOnce) {
+  std::vector<float> big(3 * (1 << 20) + 5);  // past read_into's 4 MiB chunks
+  for (size_t i = 0; i < big.size(); i++) big[i] = static_cast<float>(i % 977) * 0.25f;
+  const std::vector<float> small = {1.5f, -2.0f, 3.25f};
+  const int32_t step = 7;
+  SafetensorsWriter writer;
+  writer.add("small", DType::kF32, {3}, small.data());
+  writer.add("skipped", DType::kI32, {}, &step);
+  writer.add("big", DType::kF32, {static_cast<int64_t>(big.size())}, big.data());
+  writer.set_metadata("k", "v");
+  const fs::path path = dir_ / "into.safetensors";
+  writer.write(path);
+  const std::vector<uint8_t> file_bytes = read_file_bytes(path);
+
+  std::vector<float> small_out(3), big_out(big.size());
+  std::vector<uint8_t> observed;
+  File in(path, "rb");
+  const SafetensorsFile header = SafetensorsFile::read_into(
+      in, file_bytes.size(), path.string(),
+      [&](const TensorInfo& t) {
+        if (t.name == "skipped") return std::span<uint8_t>();
+        std::vector<float>& out = t.name == "small" ? small_out : big_out;
+        return std::span<uint8_t>(reinterpret_cast<uint8_t*>(out.data()), out.size() * 4);
+      },
+      [&](const void* bytes, size_t n) {
+        const auto* b = static_cast<const uint8_t*>(bytes);
+        observed.insert(observed.end(), b, b + n);
+      });
+  EXPECT_EQ(small_out, small);
+  EXPECT_EQ(big_out, big);
+  EXPECT_EQ(observed, file_bytes);
+  EXPECT_EQ(header.names(), (std::vector<std::string>{"small", "skipped", "big"}));
+  EXPECT_EQ(header.metadata().at("k"), "v");
+  EXPECT_EQ(header.info("big").numel, static_cast<int64_t>(big.size()));
+  EXPECT_CONTAINS(error_of([&] { header.bytes("small"); }), "was read into place");
+  // A destination of the wrong size is refused before anything lands in it.
+  File again(path, "rb");
+  std::vector<float> wrong(2);
+  EXPECT_CONTAINS(error_of([&] {
+                    SafetensorsFile::read_into(
+                        again, file_bytes.size(), path.string(),
+                        [&](const TensorInfo&) {
+                          return std::span<uint8_t>(reinterpret_cast<uint8_t*>(wrong.data()), 8);
+                        },
+                        [](const void*, size_t) {});
+                  }),
+                  "tensor 'small' has 12 bytes, its destination 8");
+}
+
 // One hand-made bad file per check the reader makes; each message names the file.
 TEST_F(SafetensorsTest, RejectsMalformedFiles) {
   const std::string entry_ok = R"("dtype":"F32","shape":[2],"data_offsets":[0,8])";
@@ -300,6 +352,14 @@ TEST_F(SafetensorsTest, RejectsMalformedFiles) {
     File(path, "wb").write_all(c.bytes.data(), c.bytes.size());
     const std::string message = error_of([&] { SafetensorsFile::read(path); });
     EXPECT_CONTAINS(message, path.string() + c.expected) << "case " << c.label;
+    // Read into place, the header alone is in memory when it is validated: the same checks.
+    const std::string streamed = error_of([&] {
+      File in(path, "rb");
+      SafetensorsFile::read_into(
+          in, c.bytes.size(), path.string(), [](const TensorInfo&) { return std::span<uint8_t>(); },
+          [](const void*, size_t) {});
+    });
+    EXPECT_CONTAINS(streamed, path.string() + c.expected) << "case " << c.label << ", read_into";
   }
   // The same checks on a valid hand-made file pass, so the cases above fail for their
   // own reason only.

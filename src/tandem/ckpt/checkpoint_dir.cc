@@ -338,21 +338,36 @@ void verify_checkpoint(const fs::path& checkpoint_dir, const std::vector<std::st
   }
 }
 
-std::vector<uint8_t> read_verified_file(const fs::path& checkpoint_dir, const std::string& name) {
+void read_verified(const fs::path& checkpoint_dir, const std::string& name,
+                   const VerifiedReader& read) {
   const Manifest manifest = read_manifest(checkpoint_dir);
   const ManifestFile& f = listed_file(checkpoint_dir, manifest, name);
   const fs::path path = checkpoint_dir / name;
-  std::vector<uint8_t> bytes(checked_size(path, f));
+  const uint64_t bytes = checked_size(path, f);
   File file(path, "rb");
   Checksum64Stream checksum;
-  // In blocks that stay in the cache between the read and the checksum.
-  constexpr size_t kBlock = size_t{4} << 20;
-  for (size_t at = 0; at < bytes.size(); at += kBlock) {
-    const size_t n = std::min(kBlock, bytes.size() - at);
-    file.read_exact(bytes.data() + at, n);
-    checksum.update(bytes.data() + at, n);
-  }
+  uint64_t observed = 0;
+  read(file, bytes, [&](const void* data, size_t n) {
+    checksum.update(data, n);
+    observed += n;
+  });
+  TANDEM_CHECK(observed == bytes, path.string(), ": the reader passed ", observed, " of its ",
+               bytes, " bytes to the checksum");
   check_checksum(path, f, checksum.digest());
+}
+
+std::vector<uint8_t> read_verified_file(const fs::path& checkpoint_dir, const std::string& name) {
+  std::vector<uint8_t> bytes;
+  read_verified(checkpoint_dir, name, [&bytes](File& in, uint64_t size, const auto& observe) {
+    bytes.resize(size);
+    // In blocks that stay in the cache between the read and the checksum.
+    constexpr size_t kBlock = size_t{4} << 20;
+    for (size_t at = 0; at < bytes.size(); at += kBlock) {
+      const size_t n = std::min(kBlock, bytes.size() - at);
+      in.read_exact(bytes.data() + at, n);
+      observe(bytes.data() + at, n);
+    }
+  });
   return bytes;
 }
 

@@ -100,6 +100,14 @@ void verify_checkpoint(const std::filesystem::path& checkpoint_dir);
 // verify_checkpoint's messages (a damaged or unlisted file is refused, named).
 std::vector<uint8_t> read_verified_file(const std::filesystem::path& checkpoint_dir,
                                         const std::string& name);
+// The same for a reader that puts the bytes where they belong (a safetensors file read into
+// place: SafetensorsFile::read_into): `read` gets the file open at its start and its size,
+// reads all of it once and passes every byte to `observe`; the bytes observed are then held
+// against the manifest. Where they do not match, whatever `read` filled must be dropped.
+using VerifiedReader = std::function<void(File& in, uint64_t bytes,
+                                          const std::function<void(const void*, size_t)>& observe)>;
+void read_verified(const std::filesystem::path& checkpoint_dir, const std::string& name,
+                   const VerifiedReader& read);
 // The same for the listed files only (each must be in the manifest): a rank reading its
 // part of a sharded checkpoint need not read every shard.
 void verify_checkpoint(const std::filesystem::path& checkpoint_dir,

@@ -207,11 +207,53 @@ SafetensorsFile SafetensorsFile::read(const fs::path& path) {
 }
 
 SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, std::string source) {
+  const uint64_t size = bytes.size();
+  return parse_prefix(std::move(bytes), size, std::move(source));
+}
+
+SafetensorsFile SafetensorsFile::read_into(File& in, uint64_t file_bytes, const std::string& source,
+                                           const Placer& place, const Observer& observe) {
+  // The header: its length, then the JSON (a length past the file fails in parse_prefix
+  // before anything more is read).
+  std::vector<uint8_t> header(static_cast<size_t>(std::min<uint64_t>(8, file_bytes)));
+  in.read_exact(header.data(), header.size());
+  observe(header.data(), header.size());
+  if (header.size() == 8 && load_le64(header.data()) <= file_bytes - 8) {
+    const auto length = static_cast<size_t>(load_le64(header.data()));
+    header.resize(8 + length);
+    in.read_exact(header.data() + 8, length);
+    observe(header.data() + 8, length);
+  }
+  SafetensorsFile file = parse_prefix(std::move(header), file_bytes, source);
+  file.holds_data_ = false;
+  // The tensors tile the data buffer (parse_prefix checked), so walking them in file order
+  // reads every remaining byte once.
+  constexpr size_t kChunk = size_t{4} << 20;
+  std::vector<uint8_t> skipped;
+  for (const std::string& name : file.order_) {
+    const TensorInfo& tensor = file.tensors_.at(name);
+    const auto n = static_cast<size_t>(tensor.end - tensor.begin);
+    const std::span<uint8_t> to = place(tensor);
+    TANDEM_CHECK(to.empty() || to.size() == n, source, ": tensor '", name, "' has ", n,
+                 " bytes, its destination ", to.size());
+    if (to.empty()) skipped.resize(std::min(n, kChunk));
+    for (size_t at = 0; at < n; at += kChunk) {
+      const size_t chunk = std::min(kChunk, n - at);
+      uint8_t* into = to.empty() ? skipped.data() : to.data() + at;
+      in.read_exact(into, chunk);
+      observe(into, chunk);
+    }
+  }
+  return file;
+}
+
+SafetensorsFile SafetensorsFile::parse_prefix(std::vector<uint8_t> bytes, uint64_t file_bytes,
+                                              std::string source) {
   SafetensorsFile file;
   file.source_ = std::move(source);
   file.bytes_ = std::move(bytes);
   const std::string& where = file.source_;
-  const uint64_t size = file.bytes_.size();
+  const uint64_t size = file_bytes;
 
   if (size < 8)
     fail(where, ": too short for safetensors (", size,
@@ -289,19 +331,25 @@ const TensorInfo& SafetensorsFile::info(const std::string& name) const {
 
 std::span<const uint8_t> SafetensorsFile::bytes(const std::string& name) const {
   const TensorInfo& t = info(name);
+  TANDEM_CHECK(holds_data_, source_, ": tensor '", name,
+               "' was read into place (read_into); its bytes are not held here");
   return {bytes_.data() + data_begin_ + t.begin, static_cast<size_t>(t.end - t.begin)};
 }
 
 std::span<const uint8_t> SafetensorsFile::checked_bytes(
     const std::string& name, DType dtype, const std::vector<int64_t>& expected_shape) const {
-  const TensorInfo& t = info(name);
+  check_tensor(source_, info(name), dtype, expected_shape);
+  return bytes(name);
+}
+
+void SafetensorsFile::check_tensor(const std::string& source, const TensorInfo& t, DType dtype,
+                                   const std::vector<int64_t>& expected_shape) {
   if (t.dtype != dtype)
-    fail(source_, ": tensor '", name, "' has dtype ", dtype_name(t.dtype), ", expected ",
+    fail(source, ": tensor '", t.name, "' has dtype ", dtype_name(t.dtype), ", expected ",
          dtype_name(dtype), "; convert the checkpoint to ", dtype_name(dtype), " first");
   if (t.shape != expected_shape)
-    fail(source_, ": tensor '", name, "' has shape ", shape_string(t.shape), ", expected ",
+    fail(source, ": tensor '", t.name, "' has shape ", shape_string(t.shape), ", expected ",
          shape_string(expected_shape), "; was this checkpoint made with another model config?");
-  return bytes(name);
 }
 
 std::vector<float> SafetensorsFile::read_f32(const std::string& name,

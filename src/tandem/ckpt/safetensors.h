@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -100,6 +101,20 @@ class SafetensorsFile {
   static SafetensorsFile read(const std::filesystem::path& path);
   // Validates bytes already in memory; `source` names them in error messages.
   static SafetensorsFile parse(std::vector<uint8_t> bytes, std::string source);
+  // Reads the file open in `in` (`file_bytes` long, at its start) once, front to back: its
+  // header, validated as parse() validates a whole file, then each tensor's bytes in file
+  // order straight into place(info), a span of exactly that tensor's bytes (an empty span:
+  // read past through a bounded buffer). Every byte read also goes to `observe` (a running
+  // checksum), a few MiB at a time while they are in the cache. Returns the header alone:
+  // info(), names() and metadata() work; the tensors' data is where `place` put it.
+  using Placer = std::function<std::span<uint8_t>(const TensorInfo& tensor)>;
+  using Observer = std::function<void(const void* bytes, size_t n)>;
+  static SafetensorsFile read_into(File& in, uint64_t file_bytes, const std::string& source,
+                                   const Placer& place, const Observer& observe);
+  // Throws, naming `source`, the tensor and what was expected, unless `tensor` has `dtype`
+  // and `expected_shape` (what every typed accessor checks).
+  static void check_tensor(const std::string& source, const TensorInfo& tensor, DType dtype,
+                           const std::vector<int64_t>& expected_shape);
 
   const std::string& source() const { return source_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -132,8 +147,14 @@ class SafetensorsFile {
   std::span<const uint8_t> checked_bytes(const std::string& name, DType dtype,
                                          const std::vector<int64_t>& expected_shape) const;
 
+  // Validates a file of `file_bytes` whose first bytes are `bytes` (all of them, or the
+  // header alone).
+  static SafetensorsFile parse_prefix(std::vector<uint8_t> bytes, uint64_t file_bytes,
+                                      std::string source);
+
   std::string source_;
-  std::vector<uint8_t> bytes_;
+  std::vector<uint8_t> bytes_;  // the whole file, or (read_into) its header alone
+  bool holds_data_ = true;
   uint64_t data_begin_ = 0;  // offset of the data buffer in bytes_
   std::map<std::string, std::string> metadata_;
   std::map<std::string, TensorInfo> tensors_;
