@@ -12,6 +12,14 @@ of the comparison see the same tokens; without it, on uniformly random tokens.
 
   python3 bench/pytorch_gpt2_train.py --device cuda --data run/tokens.bin   # GPT-2 124M
   python3 bench/pytorch_gpt2_train.py --device cpu --model tiny --steps 3   # smoke test
+
+On the CPU (tandem's CPU step is fp32), --config takes the model's shape, the micro-batch and
+the sequence length from a tandem GPT-2 config, --precision fp32 (the CPU's default) trains
+without autocast, --threads sets torch's threads, and --compile runs the model through
+torch.compile (the first steps compile: give --warmup enough of them):
+
+  python3 bench/pytorch_gpt2_train.py --device cpu --config configs/shakespeare-char.json \
+      --threads 2 --compile --warmup 5 --steps 10
 """
 import argparse
 import json
@@ -75,6 +83,24 @@ class GPT(nn.Module):
             x = block(x)
         logits = self.lm_head(self.ln_f(x))
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+
+def config_shape(path):
+    """(model shape, micro-batch, sequence length) of a tandem GPT-2 config, or exit saying why."""
+    try:
+        config = json.load(open(path))
+        model = config["model"]
+        if str(model.get("type", "gpt2")).lower() != "gpt2":
+            sys.exit(f"{path}: model.type is {model['type']!r}; this baseline trains a GPT-2 "
+                     "(bench/pytorch_llama_train.py trains a Llama)")
+        shape = {k: int(model[k]) for k in ("vocab_size", "context_length", "n_layer", "n_head",
+                                            "n_embd")}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"{path}: not a tandem GPT-2 config ({e!r}); pass one such as "
+                 "configs/shakespeare-char.json")
+    batch = int(config.get("train_micro_batch_size_per_gpu", 1))
+    seq_len = int(config.get("train", {}).get("seq_len", shape["context_length"]))
+    return shape, batch, seq_len
 
 
 SHARD_FORMATS = {20240520: (1, "H"), 20240801: (7, "I")}  # magic: version, array typecode
@@ -162,12 +188,24 @@ def main():
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5, help="steps not timed")
     parser.add_argument("--data", help="llm.c token shard to train on (default: random tokens)")
+    parser.add_argument("--config", help="a tandem GPT-2 config: its model shape, micro-batch "
+                        "and sequence length (instead of --model, --batch and --seq-len)")
+    parser.add_argument("--precision", choices=["bf16", "fp32"],
+                        help="bf16 autocast, or fp32 throughout (default: bf16 on a GPU, fp32 "
+                             "on the CPU)")
+    parser.add_argument("--threads", type=int, help="torch's CPU threads (default: torch's)")
+    parser.add_argument("--compile", action="store_true", help="the model through torch.compile")
     args = parser.parse_args()
 
     torch.manual_seed(1337)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cfg = MODELS[args.model]
+    if args.config:
+        cfg, args.batch, args.seq_len = config_shape(args.config)
     T = args.seq_len or cfg["context_length"]
     device = torch.device(args.device)
+    precision = args.precision or ("bf16" if device.type == "cuda" else "fp32")
     model = GPT(**cfg).to(device)
     decay = [p for n, p in model.named_parameters() if p.dim() == 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -177,16 +215,22 @@ def main():
         lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=fused)
     batch = batch_maker(args.data, cfg["vocab_size"], args.batch, T, device)
 
+    forward = torch.compile(model) if args.compile else model
+
     def loss_of(x, y):
+        if precision == "fp32":
+            return forward(x, y)
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
-            return model(x, y)
+            return forward(x, y)
 
     rates, losses = timed_steps(loss_of, model, optimizer, batch, args.warmup, args.steps,
                                 device, args.batch * T)
     params = sum(p.numel() for p in model.parameters())
     print(json.dumps({"framework": "pytorch", "torch": torch.__version__, "device": str(device),
                       "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
-                      "model": args.model, "params": params, "batch": args.batch, "seq_len": T,
+                      "model": args.config or args.model, "params": params, "batch": args.batch,
+                      "seq_len": T, "precision": precision, "compiled": args.compile,
+                      "threads": torch.get_num_threads(),
                       "data": args.data or "random tokens",
                       "tokens_per_s": statistics.median(rates) if rates else None,
                       "losses": [round(l, 4) for l in losses]}))

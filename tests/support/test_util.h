@@ -21,6 +21,7 @@
 #include "tandem/core/file_io.h"
 #include "tandem/core/half.h"
 #include "tandem/core/rng.h"
+#include "tandem/core/scratch_dir.h"
 
 // Where the build put the repository and the tandem binary (CMakeLists.txt); only the
 // last resort of source_dir() and tandem_binary() below.
@@ -94,28 +95,20 @@ std::string error_of(Fn&& fn) {
 // A fresh directory under the system temp dir, removed with everything in it.
 class ScratchDir {
  public:
-  explicit ScratchDir(const std::string& tag) {
-    path_ =
-        std::filesystem::temp_directory_path() /
-        ("tandem_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
+  explicit ScratchDir(const std::string& tag)
+      : dir_("tandem_" + tag + "_" + std::to_string(::getpid()) + "_" +
+             std::to_string(counter()++)) {
+    std::filesystem::create_directories(dir_.path());
   }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+  const std::filesystem::path& path() const { return dir_.path(); }
+  std::filesystem::path operator/(const std::string& name) const { return dir_.path() / name; }
 
  private:
   static int& counter() {
     static int n = 0;
     return n;
   }
-  std::filesystem::path path_;
+  tandem::ScratchDir dir_;
 };
 
 struct CommandResult {

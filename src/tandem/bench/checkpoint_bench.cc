@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "tandem/bench/scratch_dir.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
+#include "tandem/core/scratch_dir.h"
 #include "tandem/core/timer.h"
 #include "tandem/optim/optimizer_family.h"
 #include "tandem/train/trainer.h"

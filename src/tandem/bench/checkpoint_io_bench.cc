@@ -4,11 +4,11 @@
 
 #include <cstring>
 
-#include "tandem/bench/scratch_dir.h"
 #include "tandem/ckpt/train_checkpoint.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/rng.h"
+#include "tandem/core/scratch_dir.h"
 #include "tandem/core/timer.h"
 #include "tandem/model/model_family.h"
 #include "tandem/optim/optimizer_family.h"
@@ -55,8 +55,7 @@ CheckpointIoBenchResult run_checkpoint_io_bench(const CheckpointIoBenchOptions& 
   result.array_bytes = (1 + state.optimizer_state.size()) * state.params.size() * sizeof(float);
   result.dir = parent;
   const ParamLayout layout = model_layout(options.config.model);
-  for (const ParamView& view : layout.views())
-    result.tensors.emplace_back(view.name, view.shape);
+  for (const ParamView& view : layout.views()) result.tensors.emplace_back(view.name, view.shape);
   result.optimizer_arrays = optimizer_family(options.config.optimizer.type).state_names();
   for (int round = 0; round < options.rounds; round++) {
     const fs::path root = scratch.path() / cat("round_", round);

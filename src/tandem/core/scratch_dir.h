@@ -1,5 +1,5 @@
-// Scratch space for the benchmarks that write files: a directory removed with everything in
-// it, and the bytes a directory's files hold.
+// Scratch space for whatever writes files it does not keep (the benchmarks, the tests): a
+// directory removed with everything in it, and the bytes a directory's files hold.
 #pragma once
 
 #include <cstdint>
