@@ -23,8 +23,8 @@ mkdir -p "$dir"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-field() { python3 -c "import json, sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])[sys.argv[2]])" "$@"; }
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+source bench/side_by_side.sh
+field() { last_field "$2" <"$1"; }
 
 echo "$("$build/tandem" --version) vs torch $(python3 -c 'import torch; print(torch.__version__, torch.get_num_threads(), "threads")'), in $dir, $rounds rounds"
 declare -A sets=([0.84M]="" [10.8M]="--set model.n_layer=6 --set model.n_embd=384")

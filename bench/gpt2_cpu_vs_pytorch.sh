@@ -22,40 +22,22 @@ python3 -c "import torch" 2>/dev/null || { echo "needs python3 with torch: pip i
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# A copy of configs/shakespeare-char.json with `key=value` overrides (dotted keys), for every side.
-sized() {
-  local out=$1
-  shift
-  python3 - "$out" "$@" <<'PY'
-import json, sys
-config = json.load(open("configs/shakespeare-char.json"))
-for item in sys.argv[2:]:
-    key, value = item.split("=", 1)
-    *path, last = key.split(".")
-    node = config
-    for part in path:
-        node = node.setdefault(part, {})
-    node[last] = json.loads(value)
-json.dump(config, open(sys.argv[1], "w"))
-PY
-}
-sized "$work/small.json"
-sized "$work/medium.json" model.n_layer=6 model.n_embd=384
+source bench/side_by_side.sh
+sized configs/shakespeare-char.json "$work/small.json"
+sized configs/shakespeare-char.json "$work/medium.json" model.n_layer=6 model.n_embd=384
 
-tokens_per_s() { python3 -c "import json, sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['tokens_per_s'])"; }
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 pytorch() {  # config, extra arguments...
   local config=$1
   shift
   python3 bench/pytorch_gpt2_train.py --device cpu --config "$config" --precision fp32 \
-    --threads "$threads" "$@" 2>/dev/null | tokens_per_s
+    --threads "$threads" "$@" 2>/dev/null | last_field tokens_per_s
 }
 
 echo "$("$build/tandem" --version) vs torch $(python3 -c 'import torch; print(torch.__version__)'), fp32, $threads threads, $rounds rounds"
 for size in small medium; do
   ours=() eager=() compiled=()
   for ((r = 0; r < rounds; r++)); do
-    ours+=("$("$build/tandem" bench step --config "$work/$size.json" --warmup 3 --steps 10 --json 2>/dev/null | tokens_per_s)")
+    ours+=("$("$build/tandem" bench step --config "$work/$size.json" --warmup 3 --steps 10 --json 2>/dev/null | last_field tokens_per_s)")
     eager+=("$(pytorch "$work/$size.json" --warmup 3 --steps 10)")
     compiled+=("$(pytorch "$work/$size.json" --compile --warmup 5 --steps 10)")
   done
