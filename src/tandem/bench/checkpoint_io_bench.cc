@@ -92,14 +92,12 @@ nlohmann::json CheckpointIoBenchResult::to_json() const {
           {"load_ms", load_ms},
           {"save_ms_median", save_ms_median},
           {"load_ms_median", load_ms_median},
-          {"save_gb_per_s", save_ms_median > 0 ? checkpoint_bytes / save_ms_median / 1e6 : 0.0},
-          {"load_gb_per_s", load_ms_median > 0 ? checkpoint_bytes / load_ms_median / 1e6 : 0.0}};
+          {"save_gb_per_s", gb_per_s(save_ms_median)},
+          {"load_gb_per_s", gb_per_s(load_ms_median)}};
 }
 
 std::string CheckpointIoBenchResult::to_text() const {
-  const auto rate = [this](double ms) {
-    return ms > 0 ? format_fixed(static_cast<double>(checkpoint_bytes) / ms / 1e6, 2) : "-";
-  };
+  const auto rate = [this](double ms) { return format_fixed(gb_per_s(ms), 2); };
   return cat(params, " parameters, a checkpoint of ", format_bytes(checkpoint_bytes), " in ",
              dir.string(), ", ", save_ms.size(), " rounds\n",
              "save (synchronous, fsync'ed): ", format_fixed(save_ms_median, 1), " ms median, ",

@@ -38,6 +38,9 @@ struct CheckpointIoBenchResult {
   std::vector<double> save_ms, load_ms;
   double save_ms_median = 0, load_ms_median = 0;
 
+  // One checkpoint's bytes over `ms` milliseconds, in GB/s (0 for no time).
+  double gb_per_s(double ms) const { return ms > 0 ? checkpoint_bytes / ms / 1e6 : 0.0; }
+
   nlohmann::json to_json() const;
   std::string to_text() const;
 };
