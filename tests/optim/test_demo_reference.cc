@@ -23,6 +23,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -233,6 +234,95 @@ TEST(DemoTransform, EverySimdTargetGivesTheScalarBits) {
           << simd_target_name(target) << " inverse, " << shape[0];
     }
   }
+}
+
+// The inverse of a sparse Z (as the error feedback and the decode see it: a few nonzeros,
+// most rows of the block empty) against its definition written out here: each sum from +0
+// in ascending index with one fma per term, skipping the terms whose Z (first stage) or Y
+// (second stage) is 0. Every target, the row-compacting kernels included, gives its bits;
+// so does a block whose every coefficient is 0 (all +0).
+TEST(DemoTransform, TheInverseOfASparseBlockIsItsDefinition) {
+  for (const std::vector<int64_t>& shape :
+       std::vector<std::vector<int64_t>>{{128, 64}, {96, 80}, {37}, {45, 24}}) {
+    std::vector<SimdTarget> targets = {SimdTarget::kScalar};
+    for (SimdTarget target : {SimdTarget::kAvx2, SimdTarget::kAvx512})
+      if (cpu_supports(target)) targets.push_back(target);
+    const DemoBlocks geometry(shape, 64, "w", SimdTarget::kScalar);
+    const int64_t cm = geometry.block_rows(), cn = geometry.block_cols(), bs = cm * cn;
+    const std::vector<float> c_m = dct_matrix(cm), c_n = dct_matrix(cn);
+    for (int64_t nonzeros : {int64_t{0}, int64_t{1}, int64_t{7}, std::min<int64_t>(32, bs)}) {
+      std::vector<float> z(static_cast<size_t>(bs), 0.0f);
+      for (int64_t j = 0; j < nonzeros; j++)
+        z[static_cast<size_t>((j * 1237 + 5) % bs)] = std::sin(0.7f * static_cast<float>(j + 1));
+      std::vector<float> y(static_cast<size_t>(bs)), want(static_cast<size_t>(bs));
+      for (int64_t k = 0; k < cm; k++)
+        for (int64_t b = 0; b < cn; b++) {
+          float acc = 0.0f;
+          for (int64_t l = 0; l < cn; l++)
+            if (z[k * cn + l] != 0.0f) acc = std::fma(z[k * cn + l], c_n[l * cn + b], acc);
+          y[k * cn + b] = acc;
+        }
+      for (int64_t a = 0; a < cm; a++)
+        for (int64_t b = 0; b < cn; b++) {
+          float acc = 0.0f;
+          for (int64_t k = 0; k < cm; k++)
+            if (y[k * cn + b] != 0.0f) acc = std::fma(c_m[k * cm + a], y[k * cn + b], acc);
+          want[a * cn + b] = acc;
+        }
+      for (SimdTarget target : targets) {
+        const DemoBlocks blocks(shape, 64, "w", target);
+        std::vector<float> out(static_cast<size_t>(blocks.num_elements()), 9.0f);
+        blocks.inverse(z.data(), 0, out.data());  // block 0 starts at element 0
+        for (int64_t a = 0; a < cm; a++)
+          EXPECT_EQ(std::memcmp(out.data() + a * blocks.cols(), want.data() + a * cn,
+                                static_cast<size_t>(cn) * sizeof(float)),
+                    0)
+              << simd_target_name(target) << ", " << shape[0] << ", " << nonzeros
+              << " nonzeros, row " << a;
+      }
+    }
+  }
+}
+
+// Top-k sends the k largest |Z| of each block, largest first, equal magnitudes lower index
+// first: here against std::partial_sort under that order. Block 0's momentum is +0 and -0,
+// so every |Z| ties at 0 and the lowest 40 indices go in order; the other blocks hold a
+// handful of magnitudes of both signs.
+TEST(DemoTensor, TopkSendsTheLargestMagnitudesLowerIndexFirstOnTies) {
+  const std::vector<int64_t> shape = {128, 128};  // 4 blocks of 64 x 64
+  const int64_t n = 128 * 128;
+  DemoHyper hyper;
+  hyper.compression_topk = 40;
+  const DemoTensor rule("w", shape, hyper);
+  const DemoBlocks& blocks = rule.blocks();
+  std::vector<float> p(n, 0.0f), delta(n), grad(n, 0.0f);
+  for (int64_t i = 0; i < n; i++) {
+    const int64_t level = (i * 7919) % 13;
+    const bool in_block_0 = i / 128 < 64 && i % 128 < 64;
+    delta[i] = level == 0 || in_block_0 ? (i % 2 ? -0.0f : 0.0f)
+                                        : (i % 3 ? 1.0f : -1.0f) * static_cast<float>(level % 4);
+  }
+  std::vector<float> momentum = delta;  // what the transform sees: beta * delta, exactly
+  for (float& d : momentum) d = std::fma(rule.compression_decay(), d, 0.0f);
+  DemoMessage sent;
+  rule.compress(DemoArrays{p.data(), delta.data(), grad.data()}, 0.0, sent);
+  std::vector<float> z(static_cast<size_t>(blocks.block_size()));
+  int ties_crossed = 0;
+  for (int64_t b = 0; b < blocks.count(); b++) {
+    blocks.forward(momentum.data(), b, z.data());
+    std::vector<int32_t> order(z.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + rule.topk(), order.end(),
+                      [&](int32_t x, int32_t y) {
+                        const float ax = std::fabs(z[x]), ay = std::fabs(z[y]);
+                        return ax > ay || (ax == ay && x < y);
+                      });
+    for (int64_t j = 0; j < rule.topk(); j++) {
+      ASSERT_EQ(sent.indices[b * rule.topk() + j], order[j]) << "block " << b << ", place " << j;
+      if (j > 0 && std::fabs(z[order[j]]) == std::fabs(z[order[j - 1]])) ties_crossed++;
+    }
+  }
+  EXPECT_GT(ties_crossed, 0) << "the data was meant to put equal magnitudes among those sent";
 }
 
 TEST(DemoWire, IndicesTakeTheFewestBitsAndFp32ValuesAreLossless) {

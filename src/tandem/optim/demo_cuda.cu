@@ -107,12 +107,16 @@ __global__ void inverse_rows_kernel(Geometry g, const float* z, float* y) {
   }
 }
 
-// Inverse, second stage: X[a][b] = sum over k of C_m[k][a] Y[k][b].
+// Inverse, second stage, skipping zero terms: X[a][b] = sum over k of C_m[k][a] Y[k][b].
 __device__ __forceinline__ float inverse_cols_at(const Geometry& g, const float* y, int64_t e) {
   int64_t a, b;
   const int64_t o = block_origin(g, e, a, b);
   float acc = 0.0f;
-  for (int64_t k = 0; k < g.cm; k++) acc = fmaf(g.c_m[k * g.cm + a], y[o + k * g.cols + b], acc);
+  for (int64_t k = 0; k < g.cm; k++) {
+    const float yk = y[o + k * g.cols + b];
+    if (yk == 0.0f) continue;
+    acc = fmaf(g.c_m[k * g.cm + a], yk, acc);
+  }
   return acc;
 }
 

@@ -4,7 +4,7 @@
 //   - momentum: p * decay, fma(beta, delta, lr * (grad_scale * grad)), as on the CPU;
 //   - the DCT and its inverse: one thread per output of each of the two stages, summing
 //     from +0 in ascending index with one fma per term (demo_simd.h's combine_rows), the
-//     inverse's first stage skipping zero coefficients;
+//     inverse's first stage skipping zero coefficients and its second zero terms of Y;
 //   - top-k: one thread block per DCT block picks the k largest |Z| one at a time, ties to
 //     the lower index, so the indices come out in the CPU's order;
 //   - the decode: one thread block per DCT block adds the ranks' values rank by rank, then

@@ -3,12 +3,15 @@
 //
 //   out[r][i] = sum over j = 0, 1, ..., m - 1 of coeffs[r][j] * rows[j][i]   (r < R, i < n)
 //
-// each term added with one fma into an accumulator that starts at +0, in ascending j; with
-// skip_zero_coefficients, a term whose coefficient is 0 is skipped (a sparse left factor
-// then costs only its nonzeros; the result differs from not skipping at most in the sign
-// of a zero, or where rows hold an infinity or a NaN). The SIMD kernels work on tiles of several r
-// and i at once, but every output element goes through exactly the scalar sequence, so every target
-// (and a GPU thread per output) gives the same bits.
+// each term added with one fma into an accumulator that starts at +0, in ascending j. Which
+// terms are skipped (CombineSkip): none; those whose coefficient is 0 (a sparse left factor
+// then costs only its nonzeros); or those whose rows[j][i] is 0 (a sparse right factor: the
+// caller leaves out its all-zero rows, and the zeros of the rows it passes are skipped
+// element by element, so leaving a row out or passing it gives the same bits). A skipped
+// term changes nothing a computed one would not, except the sign of a zero sum, or where the
+// other factor is an infinity or a NaN. The SIMD kernels work on tiles of several r and i at
+// once, but every output element goes through exactly the scalar sequence, so every target
+// (and a GPU thread per output, skipping the same terms) gives the same bits.
 //
 // Layouts: out[r][i] at out + r * out_stride + i; coeffs[r][j] at coeffs + r * coeff_row
 // + j * coeff_col (so a transposed matrix is a pair of strides); rows[j][i] at rows +
@@ -21,6 +24,8 @@
 
 namespace tandem {
 
+enum class CombineSkip { kNone, kZeroCoefficients, kZeroRowElements };
+
 struct CombineLayout {
   size_t out_stride = 0;
   size_t coeff_row = 0, coeff_col = 1;
@@ -28,7 +33,6 @@ struct CombineLayout {
 };
 
 void combine_rows(SimdTarget target, float* out, const float* coeffs, const float* rows,
-                  const CombineLayout& layout, size_t R, size_t m, size_t n,
-                  bool skip_zero_coefficients);
+                  const CombineLayout& layout, size_t R, size_t m, size_t n, CombineSkip skip);
 
 }  // namespace tandem

@@ -1,6 +1,7 @@
 #include "tandem/optim/demo_transform.h"
 
 #include <cmath>
+#include <memory>
 #include <numbers>
 
 #include "tandem/core/error.h"
@@ -63,34 +64,51 @@ int64_t DemoBlocks::block_origin(int64_t block) const {
 void DemoBlocks::forward(const float* x, int64_t block, float* z) const {
   const float* origin = x + block_origin(block);
   const auto cm = static_cast<size_t>(cm_), cn = static_cast<size_t>(cn_);
-  std::vector<float> y(cm * cn);
+  const std::unique_ptr<float[]> y(new float[cm * cn]);  // every element written below
   // Along rows: Y[a][l] = sum_b X[a][b] C_n[l][b] = sum_b X[a][b] C_n^T[b][l].
   combine_rows(
-      target_, y.data(), origin, c_n_t_.data(),
+      target_, y.get(), origin, c_n_t_.data(),
       {.out_stride = cn, .coeff_row = static_cast<size_t>(cols_), .coeff_col = 1, .row_stride = cn},
-      cm, cn, cn, false);
+      cm, cn, cn, CombineSkip::kNone);
   // Along columns: Z[k][l] = sum_a C_m[k][a] Y[a][l].
-  combine_rows(target_, z, c_m_.data(), y.data(),
+  combine_rows(target_, z, c_m_.data(), y.get(),
                {.out_stride = cn, .coeff_row = cm, .coeff_col = 1, .row_stride = cn}, cm, cm, cn,
-               false);
+               CombineSkip::kNone);
 }
 
 void DemoBlocks::inverse_block(const float* z, float* x) const {
   const auto cm = static_cast<size_t>(cm_), cn = static_cast<size_t>(cn_);
-  std::vector<float> y(cm * cn);
-  // Y[k][b] = sum_l Z[k][l] C_n[l][b].
-  combine_rows(target_, y.data(), z, c_n_.data(),
-               {.out_stride = cn, .coeff_row = cn, .coeff_col = 1, .row_stride = cn}, cm, cn, cn,
-               true);
-  // X[a][b] = sum_k C_m[k][a] Y[k][b]: the coefficients are C_m transposed.
-  combine_rows(target_, x, c_m_.data(), y.data(),
-               {.out_stride = cn, .coeff_row = 1, .coeff_col = cm, .row_stride = cn}, cm, cm, cn,
-               false);
+  // Only the rows of Z with a nonzero coefficient (at most topk of cm for the kept
+  // coefficients) take part: a row of zeros gives a row of +0 in Y, whose terms the second
+  // stage skips. zr, y: those rows of Z and Y; cr: the same rows of C_m.
+  const std::unique_ptr<float[]> scratch(new float[2 * cm * cn + cm * cm]);
+  float* zr = scratch.get();
+  float* y = zr + cm * cn;
+  float* cr = y + cm * cn;
+  size_t live = 0;
+  for (size_t k = 0; k < cm; k++) {
+    const float* zk = z + k * cn;
+    bool nonzero = false;
+    for (size_t l = 0; l < cn; l++) nonzero |= zk[l] != 0.0f;
+    if (!nonzero) continue;
+    std::copy(zk, zk + cn, zr + live * cn);
+    std::copy(c_m_.data() + k * cm, c_m_.data() + (k + 1) * cm, cr + live * cm);
+    live++;
+  }
+  // Y[k][b] = sum_l Z[k][l] C_n[l][b], skipping the zero Z[k][l].
+  combine_rows(target_, y, zr, c_n_.data(),
+               {.out_stride = cn, .coeff_row = cn, .coeff_col = 1, .row_stride = cn}, live, cn, cn,
+               CombineSkip::kZeroCoefficients);
+  // X[a][b] = sum_k C_m[k][a] Y[k][b] over the live k, skipping the zero Y[k][b]: the
+  // coefficients are the live rows of C_m, transposed.
+  combine_rows(target_, x, cr, y,
+               {.out_stride = cn, .coeff_row = 1, .coeff_col = cm, .row_stride = cn}, cm, live, cn,
+               CombineSkip::kZeroRowElements);
 }
 
 void DemoBlocks::inverse_add(const float* z, int64_t block, float sign, float* out) const {
-  std::vector<float> x(static_cast<size_t>(cm_ * cn_));
-  inverse_block(z, x.data());
+  const std::unique_ptr<float[]> x(new float[cm_ * cn_]);
+  inverse_block(z, x.get());
   float* origin = out + block_origin(block);
   for (int64_t a = 0; a < cm_; a++) {
     float* oa = origin + a * cols_;
@@ -99,8 +117,8 @@ void DemoBlocks::inverse_add(const float* z, int64_t block, float sign, float* o
 }
 
 void DemoBlocks::inverse(const float* z, int64_t block, float* out) const {
-  std::vector<float> x(static_cast<size_t>(cm_ * cn_));
-  inverse_block(z, x.data());
+  const std::unique_ptr<float[]> x(new float[cm_ * cn_]);
+  inverse_block(z, x.get());
   float* origin = out + block_origin(block);
   for (int64_t a = 0; a < cm_; a++)
     for (int64_t b = 0; b < cn_; b++) origin[a * cols_ + b] = x[a * cn_ + b];

@@ -15,9 +15,10 @@
 // over a of C_m[k][a] Y[a][l]. The inverse is X = C_m^T Z C_n in the same pattern:
 // Y[k][b] = sum over l of Z[k][l] C_n[l][b], X[a][b] = sum over k of C_m[k][a] Y[k][b].
 // Every sum is combine_rows's (demo_simd.h): it starts at +0 and adds its terms in
-// ascending index, each with one fma; the inverse's first stage skips the terms whose Z is
-// 0, so the inverse of a sparse Z (the top-k kept, the decoded means) costs what its
-// nonzeros cost. Every SIMD target gives the same bits.
+// ascending index, each with one fma. The inverse's first stage skips the terms whose Z is
+// 0, its second the terms whose Y is 0 (and so every row k of Z that holds no nonzero), so
+// the inverse of a sparse Z (the top-k kept, the decoded means) costs what its nonzeros and
+// their rows cost. Every SIMD target gives the same bits.
 #pragma once
 
 #include <cstddef>
