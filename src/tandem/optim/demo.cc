@@ -57,11 +57,21 @@ void split_work(ThreadPool* pool, int64_t n, Fn&& fn) {
 // path, so every clone gives the same bits.
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void
 decay_and_accumulate(float* __restrict params, float* __restrict delta,
-                     const float* __restrict grad, int64_t begin, int64_t end, float decay,
-                     float beta, float lr, float grad_scale) {
-  for (int64_t i = begin; i < end; i++) {
+                     const float* __restrict grad, int64_t n, float decay, float beta, float lr,
+                     float grad_scale) {
+  for (int64_t i = 0; i < n; i++) {
     params[i] = params[i] * decay;
     delta[i] = std::fma(beta, delta[i], lr * (grad_scale * grad[i]));
+  }
+}
+
+// Step 5's p = p - lr * sign(u) over [begin, end), sign(0) = 0, vectorised as
+// decay_and_accumulate is.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void sign_step(
+    float* __restrict params, const float* __restrict u, int64_t n, float lr) {
+  for (int64_t i = 0; i < n; i++) {
+    const float s = u[i] > 0.0f ? 1.0f : u[i] < 0.0f ? -1.0f : 0.0f;
+    params[i] = params[i] - lr * s;
   }
 }
 
@@ -110,20 +120,22 @@ void top_k_by_magnitude(const float* z, int64_t n, int64_t k, uint32_t* magnitud
 
 void DemoTensor::compress(const DemoArrays& arrays, double step_lr, DemoMessage& sent,
                           ThreadPool* pool, float grad_scale) const {
-  const int64_t n = blocks_.num_elements(), bs = blocks_.block_size(), count = blocks_.count();
+  const int64_t bs = blocks_.block_size(), count = blocks_.count();
   const float decay = decay_factor(step_lr), lr = static_cast<float>(step_lr);
   sent.indices.resize(static_cast<size_t>(count * topk_));
   sent.values.resize(static_cast<size_t>(count * topk_));
-  split_work(pool, n, [&](int64_t begin, int64_t end) {
-    decay_and_accumulate(arrays.params, arrays.delta, arrays.grad, begin, end, decay, beta_, lr,
-                         grad_scale);
-  });
+  const int64_t cm = blocks_.block_rows(), cn = blocks_.block_cols(), cols = blocks_.cols();
   split_work(pool, count, [&](int64_t first, int64_t last) {
     std::vector<float> z(static_cast<size_t>(bs)), kept(static_cast<size_t>(bs), 0.0f);
     std::vector<uint32_t> magnitude(static_cast<size_t>(bs));
     std::vector<uint64_t> heap(static_cast<size_t>(topk_));
     std::vector<int32_t> order(static_cast<size_t>(topk_));
     for (int64_t b = first; b < last; b++) {
+      // Steps 1 and 2 on the block's elements, just before its DCT reads them (the blocks
+      // tile the tensor, so every element gets them once).
+      for (int64_t a = 0, o = blocks_.block_origin(b); a < cm; a++, o += cols)
+        decay_and_accumulate(arrays.params + o, arrays.delta + o, arrays.grad + o, cn, decay, beta_,
+                             lr, grad_scale);
       blocks_.forward(arrays.delta, b, z.data());
       // Largest |Z| first; equal magnitudes: the lower index first (every rank, every
       // device).
@@ -144,32 +156,36 @@ void DemoTensor::apply(const std::vector<const DemoMessage*>& by_rank, double st
                        float* params, float* u, ThreadPool* pool) const {
   const auto lr = static_cast<float>(step_lr);
   const int64_t bs = blocks_.block_size(), count = blocks_.count();
-  std::vector<float> decoded(u == nullptr ? blocks_.num_elements() : 0);
-  float* out = u != nullptr ? u : decoded.data();
+  const int64_t cm = blocks_.block_rows(), cn = blocks_.block_cols(), cols = blocks_.cols();
   split_work(pool, count, [&](int64_t first, int64_t last) {
-    std::vector<float> q(static_cast<size_t>(bs));
-    std::vector<int32_t> senders(static_cast<size_t>(bs));
+    // q and senders are all zero between blocks: a block clears what it touched.
+    std::vector<float> q(static_cast<size_t>(bs), 0.0f), x(static_cast<size_t>(bs));
+    std::vector<int32_t> senders(static_cast<size_t>(bs), 0);
+    std::vector<int32_t> touched;
+    touched.reserve(static_cast<size_t>(topk_) * by_rank.size());
     for (int64_t b = first; b < last; b++) {
-      std::fill(q.begin(), q.end(), 0.0f);
-      std::fill(senders.begin(), senders.end(), 0);
+      touched.clear();
       for (const DemoMessage* message : by_rank) {
         for (int64_t j = 0; j < topk_; j++) {
           const int32_t i = message->indices[b * topk_ + j];
           TANDEM_CHECK(i >= 0 && i < bs, "DeMo: ", name_, ": a rank sent coefficient ", i,
                        " of a block of ", bs);
           q[i] = q[i] + message->values[b * topk_ + j];
-          senders[i]++;
+          if (senders[i]++ == 0) touched.push_back(i);
         }
       }
-      for (int64_t i = 0; i < bs; i++)
+      for (int32_t i : touched)
         if (senders[i] > 1) q[i] = q[i] / static_cast<float>(senders[i]);
-      blocks_.inverse(q.data(), b, out);
-    }
-  });
-  split_work(pool, blocks_.num_elements(), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; i++) {
-      const float s = out[i] > 0.0f ? 1.0f : out[i] < 0.0f ? -1.0f : 0.0f;
-      params[i] = params[i] - lr * s;
+      blocks_.inverse_block(q.data(), x.data());  // u, for this block
+      for (int64_t a = 0, o = blocks_.block_origin(b); a < cm; a++, o += cols) {
+        const float* ua = x.data() + a * cn;
+        sign_step(params + o, ua, cn, lr);
+        if (u != nullptr) std::copy(ua, ua + cn, u + o);
+      }
+      for (int32_t i : touched) {
+        q[i] = 0.0f;
+        senders[i] = 0;
+      }
     }
   });
 }

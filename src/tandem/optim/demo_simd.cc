@@ -163,6 +163,46 @@ void combine_vectors(SimdTarget target, float* out, const float* coeffs, const f
   }
 }
 
+// combine_sparse_row's columns [i0, n) one at a time, and its vector kernels: 4 vectors of
+// columns per pass (64 floats on AVX-512, a 64-wide block's row in one pass), then single
+// vectors; `done` says how far they got.
+void combine_sparse_scalar(float* out, const float* coeffs, const int32_t* js, size_t count,
+                           const float* rows, size_t row_stride, size_t i0, size_t n) {
+  for (size_t i = i0; i < n; i++) {
+    float acc = 0.0f;
+    for (size_t t = 0; t < count; t++)
+      acc = std::fma(coeffs[t], rows[static_cast<size_t>(js[t]) * row_stride + i], acc);
+    out[i] = acc;
+  }
+}
+
+#define TANDEM_SPARSE_KERNEL(NAME, ATTR, VEC, V, LOAD, STORE, FMA, ZERO, SET1)                   \
+  template <size_t kVecs>                                                                        \
+  ATTR inline void NAME##_pass(float* out, const float* coeffs, const int32_t* js, size_t count, \
+                               const float* rows, size_t row_stride, size_t i) {                 \
+    VEC acc[kVecs];                                                                              \
+    for (size_t v = 0; v < kVecs; v++) acc[v] = ZERO();                                          \
+    for (size_t t = 0; t < count; t++) {                                                         \
+      const VEC c = SET1(coeffs[t]);                                                             \
+      const float* row = rows + static_cast<size_t>(js[t]) * row_stride + i;                     \
+      for (size_t v = 0; v < kVecs; v++) acc[v] = FMA(c, LOAD(row + v * V), acc[v]);             \
+    }                                                                                            \
+    for (size_t v = 0; v < kVecs; v++) STORE(out + i + v * V, acc[v]);                           \
+  }                                                                                              \
+  ATTR void NAME(float* out, const float* coeffs, const int32_t* js, size_t count,               \
+                 const float* rows, size_t row_stride, size_t n, size_t& done) {                 \
+    size_t i = 0;                                                                                \
+    for (; i + 4 * V <= n; i += 4 * V)                                                           \
+      NAME##_pass<4>(out, coeffs, js, count, rows, row_stride, i);                               \
+    for (; i + V <= n; i += V) NAME##_pass<1>(out, coeffs, js, count, rows, row_stride, i);      \
+    done = i;                                                                                    \
+  }
+
+TANDEM_SPARSE_KERNEL(sparse_avx2, TANDEM_AVX2, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps,
+                     _mm256_fmadd_ps, _mm256_setzero_ps, _mm256_set1_ps)
+TANDEM_SPARSE_KERNEL(sparse_avx512, TANDEM_AVX512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps,
+                     _mm512_fmadd_ps, _mm512_setzero_ps, _mm512_set1_ps)
+
 }  // namespace
 
 void combine_rows(SimdTarget target, float* out, const float* coeffs, const float* rows,
@@ -182,6 +222,29 @@ void combine_rows(SimdTarget target, float* out, const float* coeffs, const floa
       break;
   }
   if (done < n) combine_scalar(out, coeffs, rows, layout, skip, 0, R, m, done, n);
+}
+
+void combine_sparse_row(SimdTarget target, float* out, const float* coeffs, const int32_t* js,
+                        size_t count, const float* rows, size_t row_stride, size_t n) {
+  size_t done = 0;  // columns [0, done) computed by a vector kernel
+  switch (target) {
+    case SimdTarget::kAvx512:
+      sparse_avx512(out, coeffs, js, count, rows, row_stride, n, done);
+      if (done < n) {
+        size_t more = 0;
+        sparse_avx2(out + done, coeffs, js, count, rows + done, row_stride, n - done, more);
+        done += more;
+      }
+      break;
+    case SimdTarget::kAvx2:
+      sparse_avx2(out, coeffs, js, count, rows, row_stride, n, done);
+      break;
+    case SimdTarget::kScalar:
+      break;
+    default:
+      fail("combine_sparse_row: unknown SIMD target");
+  }
+  if (done < n) combine_sparse_scalar(out, coeffs, js, count, rows, row_stride, done, n);
 }
 
 }  // namespace tandem

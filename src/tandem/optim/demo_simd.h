@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "tandem/core/cpu_features.h"
 
@@ -34,5 +35,12 @@ struct CombineLayout {
 
 void combine_rows(SimdTarget target, float* out, const float* coeffs, const float* rows,
                   const CombineLayout& layout, size_t R, size_t m, size_t n, CombineSkip skip);
+
+// One output row of combine_rows with CombineSkip::kZeroCoefficients, from its nonzero
+// coefficients alone: out[i] = sum over t < count of coeffs[t] * rows[js[t]][i] (i < n),
+// from +0, one fma per term, in ascending t. With js ascending and coeffs[t] the nonzero
+// coefficients at js[t], these are combine_rows's bits at the cost of the nonzeros only.
+void combine_sparse_row(SimdTarget target, float* out, const float* coeffs, const int32_t* js,
+                        size_t count, const float* rows, size_t row_stride, size_t n);
 
 }  // namespace tandem

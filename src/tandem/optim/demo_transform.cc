@@ -1,5 +1,6 @@
 #include "tandem/optim/demo_transform.h"
 
+#include <bit>
 #include <cmath>
 #include <memory>
 #include <numbers>
@@ -78,27 +79,32 @@ void DemoBlocks::forward(const float* x, int64_t block, float* z) const {
 
 void DemoBlocks::inverse_block(const float* z, float* x) const {
   const auto cm = static_cast<size_t>(cm_), cn = static_cast<size_t>(cn_);
-  // Only the rows of Z with a nonzero coefficient (at most topk of cm for the kept
-  // coefficients) take part: a row of zeros gives a row of +0 in Y, whose terms the second
-  // stage skips. zr, y: those rows of Z and Y; cr: the same rows of C_m.
-  const std::unique_ptr<float[]> scratch(new float[2 * cm * cn + cm * cm]);
-  float* zr = scratch.get();
-  float* y = zr + cm * cn;
-  float* cr = y + cm * cn;
+  // Only the rows of Z with a nonzero coefficient take part (at most topk of cm for the
+  // kept coefficients): a row of zeros gives a row of +0 in Y, whose terms the second stage
+  // skips. Per live row: its nonzeros (ls, zs), its row of Y, and its row of C_m (cr).
+  const size_t bs = cm * cn;
+  const std::unique_ptr<float[]> scratch(new float[2 * bs + cm * cm]);
+  float* y = scratch.get();
+  float* zs = y + bs;
+  float* cr = zs + bs;
+  const std::unique_ptr<int32_t[]> ls(new int32_t[bs]);
   size_t live = 0;
   for (size_t k = 0; k < cm; k++) {
     const float* zk = z + k * cn;
-    bool nonzero = false;
-    for (size_t l = 0; l < cn; l++) nonzero |= zk[l] != 0.0f;
-    if (!nonzero) continue;
-    std::copy(zk, zk + cn, zr + live * cn);
+    uint32_t magnitude_bits = 0;  // nonzero unless every Z[k][l] is +0 or -0: one vector pass
+    for (size_t l = 0; l < cn; l++) magnitude_bits |= std::bit_cast<uint32_t>(zk[l]) & 0x7fffffffu;
+    if (magnitude_bits == 0) continue;
+    size_t count = 0;
+    for (size_t l = 0; l < cn; l++) {  // branch-free: the nonzeros are few and anywhere
+      zs[count] = zk[l];
+      ls[count] = static_cast<int32_t>(l);
+      count += zk[l] != 0.0f;
+    }
+    // Y[k][b] = sum_l Z[k][l] C_n[l][b] over the nonzero Z[k][l].
+    combine_sparse_row(target_, y + live * cn, zs, ls.get(), count, c_n_.data(), cn, cn);
     std::copy(c_m_.data() + k * cm, c_m_.data() + (k + 1) * cm, cr + live * cm);
     live++;
   }
-  // Y[k][b] = sum_l Z[k][l] C_n[l][b], skipping the zero Z[k][l].
-  combine_rows(target_, y, zr, c_n_.data(),
-               {.out_stride = cn, .coeff_row = cn, .coeff_col = 1, .row_stride = cn}, live, cn, cn,
-               CombineSkip::kZeroCoefficients);
   // X[a][b] = sum_k C_m[k][a] Y[k][b] over the live k, skipping the zero Y[k][b]: the
   // coefficients are the live rows of C_m, transposed.
   combine_rows(target_, x, cr, y,

@@ -59,13 +59,14 @@ class DemoBlocks {
   void inverse_add(const float* z, int64_t block, float sign, float* out) const;
   // out[element of block `block`] = IDCT(z).
   void inverse(const float* z, int64_t block, float* out) const;
-
- private:
-  // The block's IDCT into x [block_size], row-major within the block.
+  // IDCT(z) into x [block_size], row-major within the block (block_rows() rows of
+  // block_cols()): for a caller that uses the block's values where they are made.
   void inverse_block(const float* z, float* x) const;
-  // Where block `block` starts in a [rows, cols] tensor.
+  // Where block `block` starts in a [rows, cols] tensor: its row a is the block_cols()
+  // elements from block_origin(block) + a * cols().
   int64_t block_origin(int64_t block) const;
 
+ private:
   int64_t rows_ = 1, cols_ = 1, cm_ = 1, cn_ = 1;
   std::vector<float> c_m_, c_n_;  // [cm, cm], [cn, cn]
   std::vector<float> c_n_t_;      // C_n transposed: the rows of the forward's first stage
