@@ -59,10 +59,10 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
 decay_and_accumulate(float* __restrict params, float* __restrict delta,
                      const float* __restrict grad, int64_t n, float decay, float beta, float lr,
                      float grad_scale) {
-  for (int64_t i = 0; i < n; i++) {
-    params[i] = params[i] * decay;
-    delta[i] = std::fma(beta, delta[i], lr * (grad_scale * grad[i]));
-  }
+  // p * 1 is p: without weight decay the parameters are neither read nor written here.
+  if (decay != 1.0f)
+    for (int64_t i = 0; i < n; i++) params[i] = params[i] * decay;
+  for (int64_t i = 0; i < n; i++) delta[i] = std::fma(beta, delta[i], lr * (grad_scale * grad[i]));
 }
 
 // Step 5's p = p - lr * sign(u) over [begin, end), sign(0) = 0, vectorised as
@@ -126,10 +126,11 @@ void DemoTensor::compress(const DemoArrays& arrays, double step_lr, DemoMessage&
   sent.values.resize(static_cast<size_t>(count * topk_));
   const int64_t cm = blocks_.block_rows(), cn = blocks_.block_cols(), cols = blocks_.cols();
   split_work(pool, count, [&](int64_t first, int64_t last) {
-    std::vector<float> z(static_cast<size_t>(bs)), kept(static_cast<size_t>(bs), 0.0f);
+    std::vector<float> z(static_cast<size_t>(bs)), x(static_cast<size_t>(bs));
     std::vector<uint32_t> magnitude(static_cast<size_t>(bs));
     std::vector<uint64_t> heap(static_cast<size_t>(topk_));
     std::vector<int32_t> order(static_cast<size_t>(topk_));
+    std::vector<float> kept(static_cast<size_t>(topk_));
     for (int64_t b = first; b < last; b++) {
       // Steps 1 and 2 on the block's elements, just before its DCT reads them (the blocks
       // tile the tensor, so every element gets them once).
@@ -141,13 +142,18 @@ void DemoTensor::compress(const DemoArrays& arrays, double step_lr, DemoMessage&
       // device).
       top_k_by_magnitude(z.data(), bs, topk_, magnitude.data(), heap.data(), order.data());
       for (int64_t j = 0; j < topk_; j++) {
-        const int32_t i = order[j];
-        sent.indices[b * topk_ + j] = i;
-        sent.values[b * topk_ + j] = z[i];
-        kept[i] = z[i];
+        sent.indices[b * topk_ + j] = order[j];
+        sent.values[b * topk_ + j] = z[order[j]];
       }
-      blocks_.inverse_add(kept.data(), b, -1.0f, arrays.delta);  // error feedback
-      for (int64_t j = 0; j < topk_; j++) kept[order[j]] = 0.0f;
+      // Error feedback, delta += -1 * IDCT(Z restricted to the kept): the kept by index.
+      std::sort(order.begin(), order.end());
+      for (int64_t j = 0; j < topk_; j++) kept[j] = z[order[j]];
+      blocks_.inverse_sparse(order.data(), kept.data(), static_cast<size_t>(topk_), x.data());
+      for (int64_t a = 0, o = blocks_.block_origin(b); a < cm; a++, o += cols) {
+        float* delta = arrays.delta + o;
+        const float* xa = x.data() + a * cn;
+        for (int64_t c = 0; c < cn; c++) delta[c] = delta[c] + -1.0f * xa[c];
+      }
     }
   });
 }
@@ -163,6 +169,7 @@ void DemoTensor::apply(const std::vector<const DemoMessage*>& by_rank, double st
     std::vector<int32_t> senders(static_cast<size_t>(bs), 0);
     std::vector<int32_t> touched;
     touched.reserve(static_cast<size_t>(topk_) * by_rank.size());
+    std::vector<float> means(static_cast<size_t>(topk_) * by_rank.size());
     for (int64_t b = first; b < last; b++) {
       touched.clear();
       for (const DemoMessage* message : by_rank) {
@@ -174,9 +181,13 @@ void DemoTensor::apply(const std::vector<const DemoMessage*>& by_rank, double st
           if (senders[i]++ == 0) touched.push_back(i);
         }
       }
-      for (int32_t i : touched)
-        if (senders[i] > 1) q[i] = q[i] / static_cast<float>(senders[i]);
-      blocks_.inverse_block(q.data(), x.data());  // u, for this block
+      // The means, by coefficient index, and u for this block from them.
+      std::sort(touched.begin(), touched.end());
+      for (size_t t = 0; t < touched.size(); t++) {
+        const int32_t i = touched[t];
+        means[t] = senders[i] > 1 ? q[i] / static_cast<float>(senders[i]) : q[i];
+      }
+      blocks_.inverse_sparse(touched.data(), means.data(), touched.size(), x.data());
       for (int64_t a = 0, o = blocks_.block_origin(b); a < cm; a++, o += cols) {
         const float* ua = x.data() + a * cn;
         sign_step(params + o, ua, cn, lr);

@@ -1,6 +1,5 @@
 #include "tandem/optim/demo_transform.h"
 
-#include <bit>
 #include <cmath>
 #include <memory>
 #include <numbers>
@@ -78,38 +77,53 @@ void DemoBlocks::forward(const float* x, int64_t block, float* z) const {
 }
 
 void DemoBlocks::inverse_block(const float* z, float* x) const {
+  const auto bs = static_cast<size_t>(cm_ * cn_);
+  const std::unique_ptr<int32_t[]> indices(new int32_t[bs]);
+  const std::unique_ptr<float[]> values(new float[bs]);
+  size_t count = 0;
+  for (size_t i = 0; i < bs; i++) {  // branch-free: the nonzeros are few and anywhere
+    indices[count] = static_cast<int32_t>(i);
+    values[count] = z[i];
+    count += z[i] != 0.0f;
+  }
+  inverse_sparse(indices.get(), values.get(), count, x);
+}
+
+void DemoBlocks::inverse_sparse(const int32_t* indices, const float* values, size_t count,
+                                float* x) const {
   const auto cm = static_cast<size_t>(cm_), cn = static_cast<size_t>(cn_);
   // Only the rows of Z with a nonzero coefficient take part (at most topk of cm for the
   // kept coefficients): a row of zeros gives a row of +0 in Y, whose terms the second stage
   // skips. Per live row: its nonzeros (ls, zs), its row of Y, and its row of C_m (cr).
-  const size_t bs = cm * cn;
-  const std::unique_ptr<float[]> scratch(new float[2 * bs + cm * cm]);
+  const std::unique_ptr<float[]> scratch(new float[cm * cn + cn + cm * cm]);
   float* y = scratch.get();
-  float* zs = y + bs;
-  float* cr = zs + bs;
-  const std::unique_ptr<int32_t[]> ls(new int32_t[bs]);
+  float* zs = y + cm * cn;
+  float* cr = zs + cn;
+  const std::unique_ptr<int32_t[]> ls(new int32_t[cn]);
   size_t live = 0;
-  for (size_t k = 0; k < cm; k++) {
-    const float* zk = z + k * cn;
-    uint32_t magnitude_bits = 0;  // nonzero unless every Z[k][l] is +0 or -0: one vector pass
-    for (size_t l = 0; l < cn; l++) magnitude_bits |= std::bit_cast<uint32_t>(zk[l]) & 0x7fffffffu;
-    if (magnitude_bits == 0) continue;
-    size_t count = 0;
-    for (size_t l = 0; l < cn; l++) {  // branch-free: the nonzeros are few and anywhere
-      zs[count] = zk[l];
-      ls[count] = static_cast<int32_t>(l);
-      count += zk[l] != 0.0f;
+  bool y_has_zeros = false;
+  for (size_t t = 0; t < count;) {
+    const size_t k = static_cast<size_t>(indices[t]) / cn;
+    size_t nonzeros = 0;
+    for (; t < count && static_cast<size_t>(indices[t]) / cn == k; t++) {
+      if (values[t] == 0.0f) continue;  // as a dense Z's zeros: skipped
+      zs[nonzeros] = values[t];
+      ls[nonzeros++] = static_cast<int32_t>(static_cast<size_t>(indices[t]) % cn);
     }
+    if (nonzeros == 0) continue;
     // Y[k][b] = sum_l Z[k][l] C_n[l][b] over the nonzero Z[k][l].
-    combine_sparse_row(target_, y + live * cn, zs, ls.get(), count, c_n_.data(), cn, cn);
+    float* yk = y + live * cn;
+    combine_sparse_row(target_, yk, zs, ls.get(), nonzeros, c_n_.data(), cn, cn);
+    for (size_t b = 0; b < cn; b++) y_has_zeros |= yk[b] == 0.0f;
     std::copy(c_m_.data() + k * cm, c_m_.data() + (k + 1) * cm, cr + live * cm);
     live++;
   }
-  // X[a][b] = sum_k C_m[k][a] Y[k][b] over the live k, skipping the zero Y[k][b]: the
-  // coefficients are the live rows of C_m, transposed.
+  // X[a][b] = sum_k C_m[k][a] Y[k][b] over the live k, skipping the zero Y[k][b] (with none,
+  // nothing is skipped, and the unmasked kernel gives the same bits): the coefficients are
+  // the live rows of C_m, transposed.
   combine_rows(target_, x, cr, y,
                {.out_stride = cn, .coeff_row = 1, .coeff_col = cm, .row_stride = cn}, cm, live, cn,
-               CombineSkip::kZeroRowElements);
+               y_has_zeros ? CombineSkip::kZeroRowElements : CombineSkip::kNone);
 }
 
 void DemoBlocks::inverse_add(const float* z, int64_t block, float sign, float* out) const {

@@ -62,6 +62,10 @@ class DemoBlocks {
   // IDCT(z) into x [block_size], row-major within the block (block_rows() rows of
   // block_cols()): for a caller that uses the block's values where they are made.
   void inverse_block(const float* z, float* x) const;
+  // The same from z's nonzeros alone: values[t] at coefficient indices[t], t < count, the
+  // indices ascending (a value 0 is skipped, as a dense z's zeros are). A caller that holds
+  // the few coefficients it kept or received saves the scan of the block for them.
+  void inverse_sparse(const int32_t* indices, const float* values, size_t count, float* x) const;
   // Where block `block` starts in a [rows, cols] tensor: its row a is the block_cols()
   // elements from block_origin(block) + a * cols().
   int64_t block_origin(int64_t block) const;
