@@ -75,45 +75,55 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   }
 }
 
-// Whether any of magnitude[0, 16) is above `floor`: one vector compare where the CPU has one.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) bool any_above(
-    const uint32_t* magnitude, uint32_t floor) {
-  bool any = false;
-  for (int j = 0; j < 16; j++) any |= magnitude[j] > floor;
-  return any;
+// out[i] = out[i] + -1 * x[i] for i < n: the error feedback's subtraction of IDCT(kept),
+// vectorised as decay_and_accumulate is.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void
+subtract_feedback(float* __restrict out, const float* __restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = out[i] + -1.0f * x[i];
 }
 
+// Elements of top_k_by_magnitude's chunks: one 16-wide vector on AVX-512.
+constexpr int64_t kTopkChunk = 16;
+
 // order[0, k) = the indices of the k largest |z[i]| of z[0, n), largest first, equal
-// magnitudes lower index first: partial_sort's result under that order, found in one pass.
+// magnitudes lower index first: partial_sort's result under that order.
+//
 // A key holds |z|'s bits (ordered as the magnitudes are) above the complement of the index,
-// so a larger key is a larger magnitude or an equal one at a lower index. A min-heap keeps
-// the k best keys seen; as the indices only grow, a later element displaces the heap's
-// least only with a larger magnitude, so runs of 16 whose magnitudes are all at most the
-// least's are passed over with one compare. magnitude[n] and heap[k] are scratch.
-void top_k_by_magnitude(const float* z, int64_t n, int64_t k, uint32_t* magnitude, uint64_t* heap,
-                        int32_t* order) {
+// so a larger key is a larger magnitude or an equal one at a lower index. The k-th largest
+// of the chunks' maxima is a floor: those k maxima are k elements at least that large, so
+// every one of the k largest is at or above it. Only the elements at or above the floor
+// (in a block of DCT coefficients, about k of them) become keys, and only those are sorted.
+// magnitude[n], maxima[n / kTopkChunk + 1] and keys[n] are scratch.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void
+top_k_by_magnitude(const float* z, int64_t n, int64_t k, uint32_t* magnitude, uint32_t* maxima,
+                   uint64_t* keys, int32_t* order) {
   for (int64_t i = 0; i < n; i++) magnitude[i] = std::bit_cast<uint32_t>(z[i]) & 0x7fffffffu;
-  const auto key = [&](int64_t i) {
-    return static_cast<uint64_t>(magnitude[i]) << 32 |
-           static_cast<uint32_t>(~static_cast<uint32_t>(i));
-  };
-  for (int64_t i = 0; i < k; i++) heap[i] = key(i);
-  std::make_heap(heap, heap + k, std::greater<>());
-  const auto offer = [&](int64_t i) {
-    const uint64_t candidate = key(i);
-    if (candidate <= heap[0]) return;
-    std::pop_heap(heap, heap + k, std::greater<>());
-    heap[k - 1] = candidate;
-    std::push_heap(heap, heap + k, std::greater<>());
-  };
-  int64_t i = k;
-  for (; i + 16 <= n; i += 16) {
-    if (!any_above(magnitude + i, static_cast<uint32_t>(heap[0] >> 32))) continue;
-    for (int64_t j = i; j < i + 16; j++) offer(j);
+  const int64_t chunks = (n + kTopkChunk - 1) / kTopkChunk;
+  uint32_t floor = 0;  // with fewer chunks than k, every element is a candidate
+  if (chunks >= k) {
+    for (int64_t c = 0; c < chunks; c++) {
+      uint32_t most = 0;
+      for (int64_t i = c * kTopkChunk; i < std::min(n, (c + 1) * kTopkChunk); i++)
+        most = std::max(most, magnitude[i]);
+      maxima[c] = most;
+    }
+    std::nth_element(maxima, maxima + (k - 1), maxima + chunks, std::greater<>());
+    floor = maxima[k - 1];
   }
-  for (; i < n; i++) offer(i);
-  std::sort(heap, heap + k, std::greater<>());
-  for (int64_t j = 0; j < k; j++) order[j] = static_cast<int32_t>(~static_cast<uint32_t>(heap[j]));
+  int64_t count = 0;
+  for (int64_t c = 0; c < chunks; c++) {
+    const int64_t begin = c * kTopkChunk, end = std::min(n, begin + kTopkChunk);
+    bool any = false;  // one vector compare per chunk where the CPU has 16-wide vectors
+    for (int64_t i = begin; i < end; i++) any |= magnitude[i] >= floor;
+    if (!any) continue;
+    for (int64_t i = begin; i < end; i++) {
+      if (magnitude[i] < floor) continue;
+      keys[count++] = static_cast<uint64_t>(magnitude[i]) << 32 |
+                      static_cast<uint32_t>(~static_cast<uint32_t>(i));
+    }
+  }
+  std::partial_sort(keys, keys + k, keys + count, std::greater<>());
+  for (int64_t j = 0; j < k; j++) order[j] = static_cast<int32_t>(~static_cast<uint32_t>(keys[j]));
 }
 
 }  // namespace
@@ -128,7 +138,8 @@ void DemoTensor::compress(const DemoArrays& arrays, double step_lr, DemoMessage&
   split_work(pool, count, [&](int64_t first, int64_t last) {
     std::vector<float> z(static_cast<size_t>(bs)), x(static_cast<size_t>(bs));
     std::vector<uint32_t> magnitude(static_cast<size_t>(bs));
-    std::vector<uint64_t> heap(static_cast<size_t>(topk_));
+    std::vector<uint32_t> maxima(static_cast<size_t>(bs / kTopkChunk + 1));
+    std::vector<uint64_t> keys(static_cast<size_t>(bs));
     std::vector<int32_t> order(static_cast<size_t>(topk_));
     std::vector<float> kept(static_cast<size_t>(topk_));
     for (int64_t b = first; b < last; b++) {
@@ -140,7 +151,8 @@ void DemoTensor::compress(const DemoArrays& arrays, double step_lr, DemoMessage&
       blocks_.forward(arrays.delta, b, z.data());
       // Largest |Z| first; equal magnitudes: the lower index first (every rank, every
       // device).
-      top_k_by_magnitude(z.data(), bs, topk_, magnitude.data(), heap.data(), order.data());
+      top_k_by_magnitude(z.data(), bs, topk_, magnitude.data(), maxima.data(), keys.data(),
+                         order.data());
       for (int64_t j = 0; j < topk_; j++) {
         sent.indices[b * topk_ + j] = order[j];
         sent.values[b * topk_ + j] = z[order[j]];
@@ -149,11 +161,8 @@ void DemoTensor::compress(const DemoArrays& arrays, double step_lr, DemoMessage&
       std::sort(order.begin(), order.end());
       for (int64_t j = 0; j < topk_; j++) kept[j] = z[order[j]];
       blocks_.inverse_sparse(order.data(), kept.data(), static_cast<size_t>(topk_), x.data());
-      for (int64_t a = 0, o = blocks_.block_origin(b); a < cm; a++, o += cols) {
-        float* delta = arrays.delta + o;
-        const float* xa = x.data() + a * cn;
-        for (int64_t c = 0; c < cn; c++) delta[c] = delta[c] + -1.0f * xa[c];
-      }
+      for (int64_t a = 0, o = blocks_.block_origin(b); a < cm; a++, o += cols)
+        subtract_feedback(arrays.delta + o, x.data() + a * cn, cn);
     }
   });
 }
