@@ -9,10 +9,10 @@ This script performs its per-tensor torch operations, in its order, on one rank:
     encode: blocks by reshape, then einsum with the DCT basis on both block axes
     compress: torch.topk(|Z|, k, sorted=False) over each block's coefficients, gather
     error feedback: zeros + scatter_reduce(mean), einsum with the inverse basis, delta.sub_
-    all-gather: on one rank the gathered message is the rank's own (the reference's
-            concatenation of one list entry), so the decode decompresses it again
+    all-gather: on one rank, the reference's receive lists (zeros_like) take the rank's
+            own message, and the decode decompresses their concatenation
     decode: zeros + scatter_reduce(mean), einsum with the inverse basis
-    sign, then the SGD step p -= lr * sign(u)
+    grad.copy_(u), grad.sign_(), then SGD's step p.add_(grad, alpha=-lr)
 
 It is not the reference's code (which needs torch.distributed and einops): the same
 operations, written from the algorithm, on the tensors `tandem bench demo` uses (one GPT-2
@@ -62,7 +62,8 @@ def dct_basis(n):
 class Tensor:
     def __init__(self, shape, chunk, topk, generator):
         self.p = torch.randn(shape, generator=generator) * 0.02
-        self.grad = torch.randn(shape, generator=generator) * 0.01
+        self.gradient = torch.randn(shape, generator=generator) * 0.01  # the same every step
+        self.grad = torch.empty(shape)  # p.grad, which the reference overwrites with u
         self.delta = torch.zeros(shape)
         self.blocks = [chunk_for(n, chunk) for n in shape]
         self.forward = [dct_basis(c) for c in self.blocks]
@@ -100,13 +101,20 @@ class Tensor:
         if wd != 0.0:
             self.p.mul_(1.0 - lr * wd)
         self.delta.mul_(beta)
-        self.delta.add_(self.grad, alpha=lr)
+        self.delta.add_(self.gradient, alpha=lr)
         idx, val, shape = self.compress(self.encode(self.delta))
         self.delta.sub_(self.decode(self.decompress(idx, val, shape)))
-        # One rank: the all-gather returns this rank's own message, decoded once more.
-        gathered_idx, gathered_val = torch.cat([idx], -1), torch.cat([val], -1)
-        u = self.decode(self.decompress(gathered_idx, gathered_val, shape))
-        self.p.add_(torch.sign(u), alpha=-lr)
+        # The all-gather on one rank: the reference's receive lists (zeros_like), filled with
+        # this rank's own message, concatenated, decoded once more.
+        idx_list, val_list = [torch.zeros_like(idx)], [torch.zeros_like(val)]
+        idx_list[0].copy_(idx)
+        val_list[0].copy_(val)
+        u = self.decode(self.decompress(torch.cat(idx_list, -1), torch.cat(val_list, -1), shape))
+        # The reference sets the gradient to u, takes its sign in place, and leaves the step
+        # to torch.optim.SGD (foreach=False: one add per tensor).
+        self.grad.copy_(u)
+        self.grad.sign_()
+        self.p.add_(self.grad, alpha=-lr)
 
 
 def main():
