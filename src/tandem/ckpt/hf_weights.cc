@@ -8,28 +8,10 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/transpose.h"
 
 namespace tandem {
 namespace {
-
-// Rows [c0, c1) of the transpose of in [rows, cols], into out ((c1 - c0) x rows). In tiles
-// of 32 x 32, whose reads and writes both stay in the cache: a row-by-row walk writes a
-// column of `out` a cache line apart per element.
-void transpose_rows(const float* in, int64_t rows, int64_t cols, int64_t c0, int64_t c1,
-                    float* out) {
-  constexpr int64_t kTile = 32;
-  for (int64_t ct = c0; ct < c1; ct += kTile)
-    for (int64_t rt = 0; rt < rows; rt += kTile) {
-      const int64_t ce = std::min(c1, ct + kTile), re = std::min(rows, rt + kTile);
-      for (int64_t c = ct; c < ce; c++)
-        for (int64_t r = rt; r < re; r++) out[(c - c0) * rows + r] = in[r * cols + c];
-    }
-}
-
-// [rows, cols] -> [cols, rows]
-void transpose(const float* in, float* out, int64_t rows, int64_t cols) {
-  transpose_rows(in, rows, cols, 0, cols, out);
-}
 
 std::vector<int64_t> hf_shape(const ParamView& view) {
   if (!view.hf_transposed) return view.shape;
@@ -203,6 +185,33 @@ std::vector<std::string> weight_files(const std::filesystem::path& dir) {
   return files;
 }
 
+namespace {
+
+// Which views sit in which weight file of `dir`: all in model.safetensors, or as its index
+// maps them.
+std::map<std::string, std::vector<const ParamView*>> views_by_file(const std::filesystem::path& dir,
+                                                                   const ParamLayout& layout) {
+  std::map<std::string, std::vector<const ParamView*>> by_file;
+  if (!std::filesystem::exists(dir / kWeightIndexFile)) {
+    for (const ParamView& view : layout.views()) by_file["model.safetensors"].push_back(&view);
+    return by_file;
+  }
+  const nlohmann::json map = read_index(dir)["weight_map"];
+  for (const ParamView& view : layout.views()) {
+    const std::string name =
+        stored_name(view, [&](const std::string& n) { return map.contains(n); });
+    TANDEM_CHECK(map.contains(name), (dir / kWeightIndexFile).string(), ": no entry for ",
+                 view.name, "; the checkpoint does not hold this model's weights");
+    const std::string file = map[name].get<std::string>();
+    TANDEM_CHECK(file.find('/') == std::string::npos && file != ".." && !file.empty(),
+                 (dir / kWeightIndexFile).string(), ": invalid shard name '", file, "'");
+    by_file[file].push_back(&view);
+  }
+  return by_file;
+}
+
+}  // namespace
+
 void read_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params,
                      const WeightFileReader& read) {
   const auto open = [&](const std::string& file) {
@@ -213,20 +222,49 @@ void read_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout
     read_hf_safetensors(open("model.safetensors"), layout, params);
     return;
   }
-  const nlohmann::json map = read_index(dir)["weight_map"];
-  std::map<std::string, std::vector<const ParamView*>> by_file;
-  for (const ParamView& view : layout.views()) {
-    const std::string name =
-        stored_name(view, [&](const std::string& n) { return map.contains(n); });
-    TANDEM_CHECK(map.contains(name), (dir / kWeightIndexFile).string(), ": no entry for ",
-                 view.name, "; the checkpoint does not hold this model's weights");
-    by_file[map[name].get<std::string>()].push_back(&view);
-  }
-  for (const auto& [file, views] : by_file) {
-    TANDEM_CHECK(file.find('/') == std::string::npos && file != ".." && !file.empty(),
-                 (dir / kWeightIndexFile).string(), ": invalid shard name '", file, "'");
+  for (const auto& [file, views] : views_by_file(dir, layout)) {
     const SafetensorsFile shard = open(file);
     for (const ParamView* view : views) read_view(shard, *view, params, "");
+  }
+}
+
+void stream_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params,
+                       const WeightFileOpener& open) {
+  std::vector<float> conv1d;  // one Conv1D weight in Hugging Face's layout
+  for (const auto& [file, views] : views_by_file(dir, layout)) {
+    // A tensor is found under its view's name or, as in GPT-2's published files, without
+    // the base model's prefix (stored_name).
+    std::map<std::string, const ParamView*> by_name;
+    for (const ParamView* view : views) {
+      by_name[view->name] = view;
+      by_name[stored_name(*view, [&](const std::string& n) { return n != view->name; })] = view;
+    }
+    const std::string source = (dir / file).string();
+    open(file, [&](File& in, uint64_t bytes,
+                   const std::function<void(const void*, size_t)>& observe) {
+      const SafetensorsFile header = SafetensorsFile::read_into(
+          in, bytes, source,
+          [&](const TensorInfo& tensor) {
+            const auto it = by_name.find(tensor.name);
+            if (it == by_name.end()) return std::span<uint8_t>();  // not this model's: skipped
+            const ParamView& view = *it->second;
+            SafetensorsFile::check_tensor(source, tensor, DType::kF32, hf_shape(view));
+            float* to = params + view.offset;
+            if (view.hf_transposed) {
+              conv1d.resize(view.numel);
+              to = conv1d.data();
+            }
+            return std::span<uint8_t>(reinterpret_cast<uint8_t*>(to), view.numel * sizeof(float));
+          },
+          observe,
+          [&](const TensorInfo& tensor, std::span<uint8_t>) {
+            const ParamView& view = *by_name.at(tensor.name);
+            if (view.hf_transposed)
+              transpose(conv1d.data(), params + view.offset, view.shape[1], view.shape[0]);
+          });
+      for (const ParamView* view : views)  // each one there (throws naming the first missing)
+        header.info(stored_name(*view, [&](const std::string& n) { return header.contains(n); }));
+    });
   }
 }
 

@@ -58,5 +58,16 @@ using WeightFileReader = std::function<std::vector<uint8_t>(const std::string& f
 // through `read` (empty: read as it is).
 void read_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params,
                      const WeightFileReader& read = {});
+// Opens a weight file of a directory, by name, and has `read` read it: the file open at its
+// start, its size, and an observer for every byte read (a checkpoint's reader checksums
+// them as they come: ckpt/checkpoint_dir.h, read_verified).
+using WeightFileRead =
+    std::function<void(File& in, uint64_t bytes, const std::function<void(const void*, size_t)>&)>;
+using WeightFileOpener = std::function<void(const std::string& file, const WeightFileRead& read)>;
+// read_hf_weights for tandem's own fp32 weight files, with bounded memory: each file is read
+// once, front to back, every tensor straight into params, except a Conv1D weight, which
+// lands in a buffer of its size and is transposed into place from there.
+void stream_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params,
+                       const WeightFileOpener& open);
 
 }  // namespace tandem

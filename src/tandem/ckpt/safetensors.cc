@@ -212,7 +212,8 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, std::string s
 }
 
 SafetensorsFile SafetensorsFile::read_into(File& in, uint64_t file_bytes, const std::string& source,
-                                           const Placer& place, const Observer& observe) {
+                                           const Placer& place, const Observer& observe,
+                                           const Landed& landed) {
   // The header: its length, then the JSON (a length past the file fails in parse_prefix
   // before anything more is read).
   std::vector<uint8_t> header(static_cast<size_t>(std::min<uint64_t>(8, file_bytes)));
@@ -243,6 +244,7 @@ SafetensorsFile SafetensorsFile::read_into(File& in, uint64_t file_bytes, const 
       in.read_exact(into, chunk);
       observe(into, chunk);
     }
+    if (!to.empty() && landed) landed(tensor, to);
   }
   return file;
 }

@@ -105,12 +105,16 @@ class SafetensorsFile {
   // header, validated as parse() validates a whole file, then each tensor's bytes in file
   // order straight into place(info), a span of exactly that tensor's bytes (an empty span:
   // read past through a bounded buffer). Every byte read also goes to `observe` (a running
-  // checksum), a few MiB at a time while they are in the cache. Returns the header alone:
-  // info(), names() and metadata() work; the tensors' data is where `place` put it.
+  // checksum), a few MiB at a time while they are in the cache. Once a placed tensor's bytes
+  // are all in, `landed` (if set) gets it and its span, before the next tensor is placed (a
+  // caller may reuse one buffer for several tensors). Returns the header alone: info(),
+  // names() and metadata() work; the tensors' data is where `place` put it.
   using Placer = std::function<std::span<uint8_t>(const TensorInfo& tensor)>;
   using Observer = std::function<void(const void* bytes, size_t n)>;
+  using Landed = std::function<void(const TensorInfo& tensor, std::span<uint8_t> bytes)>;
   static SafetensorsFile read_into(File& in, uint64_t file_bytes, const std::string& source,
-                                   const Placer& place, const Observer& observe);
+                                   const Placer& place, const Observer& observe,
+                                   const Landed& landed = {});
   // Throws, naming `source`, the tensor and what was expected, unless `tensor` has `dtype`
   // and `expected_shape` (what every typed accessor checks).
   static void check_tensor(const std::string& source, const TensorInfo& tensor, DType dtype,

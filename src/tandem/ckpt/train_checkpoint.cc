@@ -13,6 +13,7 @@
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/huge_pages.h"
 #include "tandem/model/model_family.h"
 #include "tandem/optim/optimizer_family.h"
 
@@ -212,16 +213,18 @@ fs::path save_training_checkpoint(const fs::path& checkpoints_root, const Traini
 
 TrainingState load_checkpoint_weights(const fs::path& path) {
   const fs::path dir = resolve_checkpoint(path);
-  // The small files verified first; the weights as they are read (read_verified_file).
+  // The small files verified first; the weights as they are read (read_verified).
   std::vector<std::string> small = {"trainer_state.json"};
   for (const std::string& file : weight_files(dir))
     if (file == kWeightIndexFile) small.push_back(file);
   verify_checkpoint(dir, small);
   TrainingState state = read_state(dir);
   const ParamLayout layout = model_layout(state.config.model);
-  state.params.resize(layout.num_elements());
-  read_hf_weights(dir, layout, state.params.data(),
-                  [&dir](const std::string& file) { return read_verified_file(dir, file); });
+  resize_on_huge_pages(state.params, layout.num_elements());
+  stream_hf_weights(dir, layout, state.params.data(),
+                    [&dir](const std::string& file, const WeightFileRead& read) {
+                      read_verified(dir, file, read);
+                    });
   return state;
 }
 
@@ -263,7 +266,8 @@ TrainingState load_training_checkpoint(const fs::path& path, const OptimizerStat
   const std::vector<std::string> names =
       optimizer_family(state.config.optimizer.type).state_names();
   const ParamRange keep{slice.keep.begin, std::min(slice.keep.end, P)};
-  state.optimizer_state.assign(names.size(), std::vector<float>(P, 0.0f));
+  state.optimizer_state.resize(names.size());  // each array made once (no copies of a first)
+  for (std::vector<float>& array : state.optimizer_state) resize_on_huge_pages(array, P);
   const nlohmann::json manifest = checkpoint_manifest(dir);
   const bool per_rank = optimizer_family(state.config.optimizer.type).state_per_rank;
   if (manifest.contains("optimizer_shards")) {
