@@ -29,10 +29,8 @@ import math
 import sys
 import time
 
-try:
-    import torch
-except ImportError:
-    sys.exit("pytorch_demo_step.py: needs torch (pip install torch)")
+torch = None  # main() imports it, once the arguments are checked
+
 
 # (shape) of the tensors of one GPT-2 small layer, as tandem bench demo lists them.
 GPT2_SMALL_LAYER = [
@@ -118,6 +116,7 @@ class Tensor:
 
 
 def main():
+    global torch
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--warmup", type=int, default=2)
@@ -127,6 +126,12 @@ def main():
     args = parser.parse_args()
     if args.threads < 0 or args.warmup < 0 or args.steps < 1:
         parser.error("--threads >= 0, --warmup >= 0 and --steps >= 1")
+    if args.topk < 1 or args.chunk < 1:
+        parser.error("--topk and --chunk must be at least 1")
+    try:
+        import torch
+    except ImportError:
+        sys.exit("pytorch_demo_step.py: needs torch (pip install torch)")
     if args.threads:
         torch.set_num_threads(args.threads)
     generator = torch.Generator().manual_seed(0)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tandem/core/format.h"
+#include "tandem/core/huge_pages.h"
 #include "tandem/device/cpu/cpu_stream.h"
 
 namespace tandem {
@@ -39,6 +40,7 @@ class CpuDevice final : public Device {
     try {
       // Never size 0, so that every allocation has its own address.
       data = ::operator new(bytes == 0 ? 1 : bytes, kAlignment);
+      advise_huge_pages(data, bytes);  // before anything touches it
     } catch (const std::bad_alloc&) {
       if (space == MemorySpace::kDevice) in_use_.fetch_sub(bytes);
       fail("host out of memory: could not allocate ", format_bytes(bytes), " of ",
