@@ -21,19 +21,21 @@ python3 -c "import torch, transformers" 2>/dev/null ||
   { echo "needs python3 with torch and transformers: pip install torch transformers" >&2; exit 2; }
 [[ -x $build/tandem ]] || { echo "no $build/tandem: build it first (cmake --build $build)" >&2; exit 2; }
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
 
-run() {  # title, script, arguments...
-  local title=$1
-  shift
+out=$(mktemp)
+trap 'rm -f "$log" "$out"' EXIT
+run() {  # tag, title, script, arguments...
+  local tag=$1 title=$2
+  shift 2
   echo "== $title"
-  bash "$@" | tee -a "$log"
+  bash "$@" | tee "$out"
+  grep -E 'ratio' "$out" | sed "s/^/$tag /" >>"$log"
 }
-run "GPT-2 training step" bench/gpt2_cpu_vs_pytorch.sh "$build" "$rounds"
-run "Llama training step" bench/llama_cpu_vs_pytorch.sh "$build" "$rounds"
-run "checkpoint save and load" bench/checkpoint_vs_pytorch.sh "$build" "$((rounds + 2))" "$dir"
-run "DeMo step" bench/demo_vs_pytorch.sh "$build" "$((rounds + 4))"
+run "gpt2 " "GPT-2 training step" bench/gpt2_cpu_vs_pytorch.sh "$build" "$rounds"
+run "llama" "Llama training step" bench/llama_cpu_vs_pytorch.sh "$build" "$rounds"
+run "ckpt " "checkpoint save and load" bench/checkpoint_vs_pytorch.sh "$build" "$((rounds + 2))" "$dir"
+run "demo " "DeMo step" bench/demo_vs_pytorch.sh "$build" "$((rounds + 4))"
 
 echo
 echo "== summary ($(date -u +%Y-%m-%d), $(nproc) threads; ratios above 1: tandem the faster)"
-grep -E 'ratio' "$log" | sed 's/^/  /'
+cat "$log"

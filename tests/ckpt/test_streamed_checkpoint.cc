@@ -111,6 +111,36 @@ TEST(StreamedCheckpoint, ShardedWeightsAndDemoStateToo) {
   expect_same_files(sync, dir / "streamed" / sync.filename());
 }
 
+// A synchronous save that reads each tensor from where the state lives (the update
+// engine's memory; here a source that hands out pointers into the arrays for the params and
+// fills the scratch for the optimizer's) writes the files of the save from whole arrays.
+TEST(SourcedCheckpoint, ASaveFromWhereTheStateLivesIsTheSynchronousSaveByteForByte) {
+  testing::ScratchDir dir("sourced");
+  for (const bool demo : {false, true}) {
+    nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "run");
+    if (demo) {
+      json["train"]["max_shard_size"] = 5000;  // several weight shards and an index
+      json["optimizer"] = {{"type", "DeMo"}, {"params", {{"lr", 1e-3}}}};
+    }
+    const TrainingState state = random_state(json, demo ? 3 : 4);
+    const fs::path sync = save_training_checkpoint(dir / cat("sync_", demo), state);
+    size_t asked = 0;
+    const fs::path sourced = save_training_checkpoint(
+        dir / cat("sourced_", demo), state.without_arrays(),
+        [&](size_t array, ParamRange range, float* scratch) -> const float* {
+          asked += range.size();
+          if (array == 0) return state.params.data() + range.begin;
+          const std::vector<float>& values = state.optimizer_state.at(array - 1);
+          std::copy(values.begin() + range.begin, values.begin() + range.end, scratch);
+          return scratch;
+        });
+    SCOPED_TRACE(demo ? "DeMo, sharded weights" : "AdamW");
+    expect_same_files(sync, sourced);
+    verify_checkpoint(sourced);
+    EXPECT_EQ(asked, state.params.size() * (1 + state.optimizer_state.size()));  // each once
+  }
+}
+
 TEST(StreamedCheckpoint, MissingPiecesAreRefusedAndLeaveNothing) {
   testing::ScratchDir dir("streamed_missing");
   const TrainingState state =

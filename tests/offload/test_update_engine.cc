@@ -424,6 +424,41 @@ TEST(UpdateEngine, ASkippedStepLeavesTheStateAsItWas) {
   }
 }
 
+// state_span hands out each array's elements as read_state gives them: a pointer into the
+// engine's memory for a range inside one subgroup (every subgroup is readable on the cpu
+// device), the scratch filled for a range across subgroups; a range past the partition is
+// refused.
+TEST(UpdateEngine, StateSpansAreTheStateReadStateGives) {
+  const Problem problem;
+  for (const OffloadSettings& settings : std::vector<OffloadSettings>{
+           {.schedule = UpdateSchedule::kCpu, .sub_group_size = 777},
+           {.schedule = UpdateSchedule::kInterleave, .sub_group_size = 500, .stride = 2}}) {
+    EngineRun run(problem, settings);
+    run.upload_grads(problem.grads[0]);
+    run.engine->step(Problem::lr(0), Problem::scale(0));
+    std::vector<float> p, m, v, w;
+    run.read(problem, p, m, v, w);
+    const std::vector<float>* arrays[] = {&p, &m, &v};
+    std::vector<float> scratch(problem.P, -1.0f);
+    for (const ParamRange range : {ParamRange{0, 10}, ParamRange{770, 790},
+                                   ParamRange{100, problem.P}, ParamRange{0, problem.P}}) {
+      for (size_t k = 0; k < 3; k++) {
+        const float* got = run.engine->state_span(k, range, scratch.data());
+        const bool within_one =
+            range.begin / settings.sub_group_size == (range.end - 1) / settings.sub_group_size;
+        EXPECT_EQ(got == scratch.data(), !within_one) << describe(settings) << ", array " << k;
+        EXPECT_TRUE(std::equal(got, got + range.size(), arrays[k]->begin() + range.begin))
+            << describe(settings) << ", array " << k << ", [" << range.begin << ", " << range.end
+            << ")";
+      }
+    }
+    EXPECT_CONTAINS(testing::error_of([&] {
+                      run.engine->state_span(0, {problem.P - 1, problem.P + 1}, scratch.data());
+                    }),
+                    "run past this engine's partition");
+  }
+}
+
 // A GPU's backward is still running when it announces gradients: the engine must order
 // its copies after the producer stream's work with an event. Here the producer writes
 // each step's gradients only after a delay, while the engine is told at once.

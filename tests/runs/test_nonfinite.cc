@@ -148,6 +148,20 @@ TEST(NonFinite, ASaveRefusesANonFiniteStateNamingTheTensor) {
     }
   }
   EXPECT_TRUE(fs::is_empty(dir / "streamed"));
+  // And when the save reads the state from where it lives, tensor by tensor: no checkpoint.
+  try {
+    save_training_checkpoint(
+        dir / "sourced", state.without_arrays(), [&](size_t array, ParamRange range, float*) {
+          return (array == 0 ? state.params : state.optimizer_state[array - 1]).data() +
+                 range.begin;
+        });
+    ADD_FAILURE() << "saved a state holding inf from its source";
+  } catch (const Error& e) {
+    EXPECT_CONTAINS(e.what(), "refusing to save step 5: " + tensor);
+  }
+  EXPECT_FALSE(fs::exists(dir / "sourced" / "latest"));
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir / "sourced"))
+    ADD_FAILURE() << "left behind: " << entry.path();
 }
 
 }  // namespace

@@ -133,12 +133,18 @@ void write_hf_tensor(File& out, const ParamView& view, const float* data,
 
 void write_weight_shard(File& out, const ParamLayout& layout, const float* params,
                         const WeightShard& shard) {
+  write_weight_shard(out, layout, shard,
+                     [params](const ParamView& view) { return params + view.offset; });
+}
+
+void write_weight_shard(File& out, const ParamLayout& layout, const WeightShard& shard,
+                        const ViewValues& values_of) {
   // The header as the writer lays it out, then the tensors packed in the shard's order.
   out.write_all(place_weight_shard(layout, shard).prefix);
   std::vector<float> band;
   for (size_t i : shard.views) {
     const ParamView& view = layout.views().at(i);
-    write_hf_tensor(out, view, params + view.offset, band);
+    write_hf_tensor(out, view, values_of(view), band);
   }
 }
 

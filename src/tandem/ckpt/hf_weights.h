@@ -42,6 +42,12 @@ inline constexpr const char* kWeightIndexFile = "model.safetensors.index.json";
 // Writes the tensors of `shard` (all of them for the one-file plan) into `out`, in order.
 void write_weight_shard(File& out, const ParamLayout& layout, const float* params,
                         const WeightShard& shard);
+// The same with each view's values (tandem layout, view.numel floats) from `values_of`,
+// asked once per view in the shard's order; a pointer need stay valid only until the next
+// call.
+using ViewValues = std::function<const float*(const ParamView& view)>;
+void write_weight_shard(File& out, const ParamLayout& layout, const WeightShard& shard,
+                        const ViewValues& values_of);
 // Where write_weight_shard puts `shard`'s bytes: its header and, in the order of
 // shard.views, each tensor's file offset (Hugging Face layout: a Conv1D weight transposed).
 SafetensorsWriter::Placement place_weight_shard(const ParamLayout& layout,

@@ -54,8 +54,28 @@ CheckpointLineage lineage_of_json(const nlohmann::json& json) {
   return lineage;
 }
 
-void write_optimizer(File& out, const TrainingState& state, const ParamLayout& layout) {
-  optimizer_file_writer(state, layout).write(out);
+// optimizer.safetensors from `arrays`: the header optimizer_file_writer lays out, then each
+// view's optimizer arrays in its order, each checked finite as it goes out.
+void write_optimizer(File& out, const TrainingState& state, const ParamLayout& layout,
+                     const StateSource& arrays) {
+  const std::vector<std::string> names =
+      optimizer_family(state.config.optimizer.type).state_names();
+  const SafetensorsWriter::Placement placement =
+      optimizer_file_writer(state.without_arrays(), layout).placement("optimizer.safetensors");
+  out.write_all(placement.prefix);
+  std::vector<float> scratch;
+  size_t tensor = 0;
+  for (const ParamView& view : layout.views())
+    for (size_t k = 0; k < names.size(); k++) {
+      // The tensors are packed in this order (the placement the reader checks).
+      TANDEM_CHECK(out.bytes_written() == placement.offsets.at(tensor++),
+                   "optimizer.safetensors: ", names[k], ".", view.name,
+                   " is not where its header puts it");
+      scratch.resize(view.numel);
+      const float* values = arrays(1 + k, {view.offset, view.offset + view.numel}, scratch.data());
+      check_finite_tensor(names[k] + "." + view.name, values, view.numel, state.step);
+      out.write_all(values, view.numel * sizeof(float));
+    }
 }
 
 // Reads rank `slice.rank`'s state from the per-rank shards of a data-parallel DeMo run.
@@ -165,10 +185,48 @@ std::vector<CheckpointFileWriter> training_checkpoint_json_files(const TrainingS
   };
 }
 
+namespace {
+
+// The files of a checkpoint of `state` (all but its arrays) with the arrays from `arrays`;
+// both must outlive the writers.
+std::vector<CheckpointFileWriter> checkpoint_files_from(const TrainingState& state,
+                                                        const StateSource& arrays,
+                                                        bool with_optimizer) {
+  const auto layout = std::make_shared<ParamLayout>(model_layout(state.config.model));
+  // The weights: one model.safetensors, or shards and their index past max_shard_size.
+  const std::vector<WeightShard> shards =
+      plan_weight_shards(*layout, state.config.train.max_shard_size);
+  std::vector<CheckpointFileWriter> files;
+  for (const WeightShard& shard : shards)
+    files.push_back({shard.file, [&state, &arrays, layout, shard](File& out) {
+                       std::vector<float> scratch;
+                       write_weight_shard(out, *layout, shard, [&](const ParamView& view) {
+                         scratch.resize(view.numel);
+                         const float* values =
+                             arrays(0, {view.offset, view.offset + view.numel}, scratch.data());
+                         check_finite_tensor(view.name, values, view.numel, state.step);
+                         return values;
+                       });
+                     }});
+  if (shards.size() > 1)
+    files.push_back({kWeightIndexFile, [layout, shards](File& out) {
+                       out.write_all(weight_index(*layout, shards).dump(2) + "\n");
+                     }});
+  const std::vector<CheckpointFileWriter> rest = training_checkpoint_json_files(state);
+  files.insert(files.end(), rest.begin(), rest.end());
+  if (with_optimizer)
+    files.push_back({"optimizer.safetensors", [&state, &arrays, layout](File& out) {
+                       write_optimizer(out, state, *layout, arrays);
+                     }});
+  return files;
+}
+
+}  // namespace
+
 std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState& state,
                                                             bool with_optimizer) {
-  const auto layout = std::make_shared<ParamLayout>(model_layout(state.config.model));
-  const size_t P = layout->num_elements();
+  const ParamLayout layout = model_layout(state.config.model);
+  const size_t P = layout.num_elements();
   bool sizes_match = state.params.size() == P;
   if (with_optimizer) {
     sizes_match =
@@ -178,37 +236,37 @@ std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState&
       sizes_match = sizes_match && array.size() == P;
   }
   TANDEM_CHECK(sizes_match, "checkpoint state does not match the model's ", P, " parameters");
+  // Every array checked before the first byte goes out: a state that cannot be resumed
+  // leaves no files at all.
   const std::vector<std::string> names =
       optimizer_family(state.config.optimizer.type).state_names();
-  for (const ParamView& view : layout->views()) {
+  for (const ParamView& view : layout.views()) {
     check_finite_tensor(view.name, state.params.data() + view.offset, view.numel, state.step);
     if (with_optimizer)
       for (size_t k = 0; k < names.size(); k++)
         check_finite_tensor(names[k] + "." + view.name,
                             state.optimizer_state[k].data() + view.offset, view.numel, state.step);
   }
-  // The weights: one model.safetensors, or shards and their index past max_shard_size.
-  const std::vector<WeightShard> shards =
-      plan_weight_shards(*layout, state.config.train.max_shard_size);
-  std::vector<CheckpointFileWriter> files;
-  for (const WeightShard& shard : shards)
-    files.push_back({shard.file, [&state, layout, shard](File& out) {
-                       write_weight_shard(out, *layout, state.params.data(), shard);
-                     }});
-  if (shards.size() > 1)
-    files.push_back({kWeightIndexFile, [layout, shards](File& out) {
-                       out.write_all(weight_index(*layout, shards).dump(2) + "\n");
-                     }});
-  const std::vector<CheckpointFileWriter> rest = training_checkpoint_json_files(state);
-  files.insert(files.end(), rest.begin(), rest.end());
-  if (with_optimizer)
-    files.push_back({"optimizer.safetensors",
-                     [&state, layout](File& out) { write_optimizer(out, state, *layout); }});
+  // The source outlives the writers: they hold it.
+  auto vectors = std::make_shared<StateSource>([&state](size_t array, ParamRange range, float*) {
+    const std::vector<float>& values =
+        array == 0 ? state.params : state.optimizer_state.at(array - 1);
+    return values.data() + range.begin;
+  });
+  std::vector<CheckpointFileWriter> files = checkpoint_files_from(state, *vectors, with_optimizer);
+  for (CheckpointFileWriter& file : files)
+    file.write = [write = std::move(file.write), vectors](File& out) { write(out); };
   return files;
 }
 
 fs::path save_training_checkpoint(const fs::path& checkpoints_root, const TrainingState& state) {
   return save_checkpoint_dir(checkpoints_root, state.step, training_checkpoint_files(state, true));
+}
+
+fs::path save_training_checkpoint(const fs::path& checkpoints_root, const TrainingState& state,
+                                  const StateSource& arrays) {
+  return save_checkpoint_dir(checkpoints_root, state.step,
+                             checkpoint_files_from(state, arrays, true));
 }
 
 TrainingState load_checkpoint_weights(const fs::path& path) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "tandem/core/rng.h"
 #include "tandem/data/loader.h"
 #include "tandem/model/param_layout.h"
+#include "tandem/model/param_range.h"
 #include "tandem/offload/offload_plan.h"
 
 namespace tandem {
@@ -74,6 +76,18 @@ inline constexpr const char* kNotFiniteMessage = "is not finite";
 // save_checkpoint_dir) and returns its path.
 std::filesystem::path save_training_checkpoint(const std::filesystem::path& checkpoints_root,
                                                const TrainingState& state);
+
+// Where a checkpoint's arrays are read from, one tensor at a time: array 0 the fp32 params,
+// 1 + k optimizer array k; `range` a tensor's elements (flat layout order); `scratch`
+// room for range.size() floats that the source may fill and point into. The pointer need
+// stay valid only until the next call.
+using StateSource = std::function<const float*(size_t array, ParamRange range, float* scratch)>;
+// The same checkpoint with every array read from `arrays` (`state`'s own are not used):
+// a synchronous save from where the state lives (UpdateEngine::state_span), with no copy
+// of it. Each tensor is checked finite as it is written.
+std::filesystem::path save_training_checkpoint(const std::filesystem::path& checkpoints_root,
+                                               const TrainingState& state,
+                                               const StateSource& arrays);
 
 // The files of a checkpoint of `state`: model.safetensors, config.json,
 // trainer_state.json and, with_optimizer, optimizer.safetensors (sharded_checkpoint.h

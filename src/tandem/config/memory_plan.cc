@@ -299,7 +299,8 @@ std::string TrainingMemoryPlan::to_text() const {
           ")\n", "  host:        ", format_bytes(total.host),
           snapshot.streamed ? " (no copy of the state for checkpoints: see below)"
                             : " (the checkpoint snapshot: lazy checkpoints keep it for the "
-                              "run, synchronous ones while they save)",
+                              "run; a synchronous save of several ranks takes it while it "
+                              "saves, of one rank not at all)",
           "\n");
   if (machine_host_bytes > 0)
     text +=

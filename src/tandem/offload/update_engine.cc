@@ -355,6 +355,38 @@ void UpdateEngine::read_state(const StateSink& sink) {
   }
 }
 
+const float* UpdateEngine::state_span(size_t k, ParamRange range, float* scratch) {
+  finish_update();
+  TANDEM_CHECK(k < state_floats_, "state_span: array ", k, " of the ", rule_->name(),
+               " rule, which keeps ", state_floats_);
+  // The subgroups tile the partition in flat order: the first one ending past range.begin.
+  const auto first = std::partition_point(
+      subgroups_.begin(), subgroups_.end(),
+      [&](const std::unique_ptr<SubgroupState>& sg) { return sg->range.end <= range.begin; });
+  TANDEM_CHECK(first != subgroups_.end() && (*first)->range.begin <= range.begin,
+               "state_span: elements [", range.begin, ", ", range.end,
+               ") are not in this engine's partition");
+  const SubgroupState& sg = **first;
+  const bool host_readable =
+      sg.range.site != UpdateSite::kDeviceResident || device_.kind() == DeviceKind::kHostOnly;
+  if (host_readable && range.end <= sg.range.end)
+    return sg.array(k) + (range.begin - sg.range.begin);
+  const auto stream = device_.create_stream("state_span");
+  size_t copied = 0;
+  for (auto it = first; it != subgroups_.end() && (*it)->range.begin < range.end; ++it) {
+    const SubgroupState& piece = **it;
+    const size_t b = std::max(range.begin, piece.range.begin);
+    const size_t e = std::min(range.end, piece.range.end);
+    device_.copy_async(scratch + (b - range.begin), piece.array(k) + (b - piece.range.begin),
+                       (e - b) * sizeof(float), *stream);
+    copied += e - b;
+  }
+  stream->synchronize();
+  TANDEM_CHECK(copied == range.size(), "state_span: elements [", range.begin, ", ", range.end,
+               ") run past this engine's partition");
+  return scratch;
+}
+
 std::vector<UpdateEngine::SubgroupState*> UpdateEngine::update_order() const {
   std::vector<SubgroupState*> order;
   for (const auto& sg : subgroups_)

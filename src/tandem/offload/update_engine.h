@@ -107,6 +107,12 @@ class UpdateEngine {
   // flat order, one array after the other.
   using StateSink = std::function<void(size_t k, ParamRange range, const float* values)>;
   void read_state(const StateSink& sink);
+  // State array k (0: the fp32 params) over `range` (within the plan's partition), for a
+  // reader between steps: a pointer into the engine's own memory where one subgroup whose
+  // state the host can read (host subgroups; every subgroup on the cpu device) holds all of
+  // it, else `scratch` (range.size() floats) filled from the subgroups holding it. Valid
+  // until the next step. A synchronous checkpoint writes from it with no copy of the state.
+  const float* state_span(size_t k, ParamRange range, float* scratch);
   // AdamW's three arrays.
   void load_state(const float* params, const float* m, const float* v, int64_t step) {
     const float* arrays[] = {params, m, v};

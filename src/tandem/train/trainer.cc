@@ -562,12 +562,18 @@ class Trainer {
   // writes the checkpoint (the others return an empty path).
   fs::path save() {
     TrainingState state = trainer_state();
+    if (comm_.world_size() == 1) {
+      // Written from the engine's own memory, tensor by tensor: no copy of the state.
+      return save_training_checkpoint(checkpoints_root(), state,
+                                      [this](size_t array, ParamRange range, float* scratch) {
+                                        return engine_.state_span(array, range, scratch);
+                                      });
+    }
     std::vector<std::vector<float>> arrays =
         read_engine_state(engine_, model_.layout().num_elements());
     state.params = std::move(arrays[0]);
     state.optimizer_state.assign(std::make_move_iterator(arrays.begin() + 1),
                                  std::make_move_iterator(arrays.end()));
-    if (comm_.world_size() == 1) return save_training_checkpoint(checkpoints_root(), state);
     // Rank 0 writes the weights (all partitions of the fp32 params gathered), each rank its
     // own part of the optimizer state (rank_checkpoint_layout).
     data_parallel_.gather_partitions(state.params.data(), sizeof(float));
