@@ -236,17 +236,6 @@ std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState&
       sizes_match = sizes_match && array.size() == P;
   }
   TANDEM_CHECK(sizes_match, "checkpoint state does not match the model's ", P, " parameters");
-  // Every array checked before the first byte goes out: a state that cannot be resumed
-  // leaves no files at all.
-  const std::vector<std::string> names =
-      optimizer_family(state.config.optimizer.type).state_names();
-  for (const ParamView& view : layout.views()) {
-    check_finite_tensor(view.name, state.params.data() + view.offset, view.numel, state.step);
-    if (with_optimizer)
-      for (size_t k = 0; k < names.size(); k++)
-        check_finite_tensor(names[k] + "." + view.name,
-                            state.optimizer_state[k].data() + view.offset, view.numel, state.step);
-  }
   // The source outlives the writers: they hold it.
   auto vectors = std::make_shared<StateSource>([&state](size_t array, ParamRange range, float*) {
     const std::vector<float>& values =

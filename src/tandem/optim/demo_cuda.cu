@@ -120,7 +120,7 @@ __device__ __forceinline__ float inverse_cols_at(const Geometry& g, const float*
   return acc;
 }
 
-// 4: the error feedback, delta += -1 * IDCT(kept) (DemoBlocks::inverse_add with sign -1).
+// 4: the error feedback, delta += -1 * IDCT(kept) (DemoTensor::compress: delta + -1 * x).
 __global__ void feedback_kernel(Geometry g, const float* y, float* delta) {
   TANDEM_GRID_STRIDE(e, g.rows * g.cols) { delta[e] = delta[e] + -1.0f * inverse_cols_at(g, y, e); }
 }

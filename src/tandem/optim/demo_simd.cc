@@ -5,10 +5,9 @@
 // The vector kernels compute tiles of 6 output rows x 2 vectors: per j, two loads of
 // rows[j] and six broadcast coefficients (one per output row) feed up to 12 fmas into 12
 // independent accumulators, which keep both fma units busy through their latency and, with
-// the two loaded vectors and the broadcast, fit AVX2's 16 registers. When zero coefficients
-// are skipped, a zero coefficient leaves its row's accumulators alone, as the scalar code
-// does; when zero row elements are, each lane whose element is 0 keeps its accumulator (a
-// masked fma on AVX-512, a blend on AVX2).
+// the two loaded vectors and the broadcast, fit AVX2's 16 registers. When zero row elements
+// are skipped, each lane whose element is 0 keeps its accumulator (a masked fma on AVX-512,
+// a blend on AVX2), as the scalar code does.
 #include "tandem/optim/demo_simd.h"
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -39,7 +38,6 @@ void combine_scalar(float* out, const float* coeffs, const float* rows, const Co
     for (size_t i = i0; i < i1; i++) o[i] = 0.0f;
     for (size_t j = 0; j < m; j++) {
       const float c = coeff_at(coeffs, l, r, j);
-      if (skip == CombineSkip::kZeroCoefficients && c == 0.0f) continue;
       const float* row = rows + j * l.row_stride;
       for (size_t i = i0; i < i1; i++) {
         if (skip == CombineSkip::kZeroRowElements && row[i] == 0.0f) continue;
@@ -78,7 +76,6 @@ TANDEM_AVX512 inline __m512 fma_unless_zero_avx512(__m512 c, __m512 x, __m512 ac
       for (size_t v = 0; v < kVecs; v++) x[v] = LOAD(row + v * V);                               \
       for (size_t t = 0; t < kRows; t++) {                                                       \
         const float c = c0[t * l.coeff_row];                                                     \
-        if (kSkip == CombineSkip::kZeroCoefficients && c == 0.0f) continue;                      \
         const VEC cv = SET1(c);                                                                  \
         for (size_t v = 0; v < kVecs; v++) {                                                     \
           if constexpr (kSkip == CombineSkip::kZeroRowElements) {                                \
@@ -211,10 +208,6 @@ void combine_rows(SimdTarget target, float* out, const float* coeffs, const floa
   switch (skip) {
     case CombineSkip::kNone:
       combine_vectors<CombineSkip::kNone>(target, out, coeffs, rows, layout, R, m, n, done);
-      break;
-    case CombineSkip::kZeroCoefficients:
-      combine_vectors<CombineSkip::kZeroCoefficients>(target, out, coeffs, rows, layout, R, m, n,
-                                                      done);
       break;
     case CombineSkip::kZeroRowElements:
       combine_vectors<CombineSkip::kZeroRowElements>(target, out, coeffs, rows, layout, R, m, n,

@@ -126,16 +126,6 @@ void DemoBlocks::inverse_sparse(const int32_t* indices, const float* values, siz
                y_has_zeros ? CombineSkip::kZeroRowElements : CombineSkip::kNone);
 }
 
-void DemoBlocks::inverse_add(const float* z, int64_t block, float sign, float* out) const {
-  const std::unique_ptr<float[]> x(new float[cm_ * cn_]);
-  inverse_block(z, x.get());
-  float* origin = out + block_origin(block);
-  for (int64_t a = 0; a < cm_; a++) {
-    float* oa = origin + a * cols_;
-    for (int64_t b = 0; b < cn_; b++) oa[b] = oa[b] + sign * x[a * cn_ + b];
-  }
-}
-
 void DemoBlocks::inverse(const float* z, int64_t block, float* out) const {
   const std::unique_ptr<float[]> x(new float[cm_ * cn_]);
   inverse_block(z, x.get());

@@ -53,10 +53,6 @@ class DemoBlocks {
 
   // z[block_size] = the DCT of block `block` of x (row-major [rows, cols]).
   void forward(const float* x, int64_t block, float* z) const;
-  // out[element of block `block`] += sign * IDCT(z) for each element of the block (sign
-  // +1 or -1; the IDCT is rounded to float first, then added): with z the kept
-  // coefficients and sign -1, the error feedback delta -= IDCT(z).
-  void inverse_add(const float* z, int64_t block, float sign, float* out) const;
   // out[element of block `block`] = IDCT(z).
   void inverse(const float* z, int64_t block, float* out) const;
   // IDCT(z) into x [block_size], row-major within the block (block_rows() rows of
