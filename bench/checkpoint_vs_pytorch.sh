@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tandem's checkpoint I/O against PyTorch's on the same arrays, in the same directory, in one
 # run: `tandem bench checkpoint-io` (a run's synchronous save: files, checksums, fsync,
-# renames; and a resume's read, checksums verified) and bench/pytorch_checkpoint_io.py
-# (torch.save of {"model", "optimizer"} + flush + fsync; torch.load), ROUNDS rounds each, the
-# two sides alternating, the median of each side. ratio = PyTorch ms / tandem ms: above 1,
+# renames; the read into arrays, checksums verified; and a resume's stream of the files into
+# a new update engine) and bench/pytorch_checkpoint_io.py (torch.save of {"model",
+# "optimizer"} + flush + fsync; torch.load, which both reads are set against), ROUNDS rounds
+# each, the two sides alternating, the median of each side. ratio = PyTorch ms / tandem ms: above 1,
 # tandem is the faster (the machines are shared and noisy: one run's ratios, not absolute
 # figures).
 #
@@ -29,7 +30,7 @@ field() { last_field "$2" <"$1"; }
 echo "$("$build/tandem" --version) vs torch $(python3 -c 'import torch; print(torch.__version__, torch.get_num_threads(), "threads")'), in $dir, $rounds rounds"
 declare -A sets=([0.84M]="" [10.8M]="--set model.n_layer=6 --set model.n_embd=384")
 for size in 0.84M 10.8M; do
-  ours_save=() ours_load=() theirs_save=() theirs_load=()
+  ours_save=() ours_load=() ours_resume=() theirs_save=() theirs_load=()
   for ((r = 0; r < rounds; r++)); do
     # shellcheck disable=SC2086
     "$build/tandem" bench checkpoint-io --config configs/shakespeare-char.json ${sets[$size]} \
@@ -38,15 +39,16 @@ for size in 0.84M 10.8M; do
       >"$work/torch.json"
     ours_save+=("$(field "$work/tandem.json" save_ms_median)")
     ours_load+=("$(field "$work/tandem.json" load_ms_median)")
+    ours_resume+=("$(field "$work/tandem.json" resume_ms_median)")
     theirs_save+=("$(field "$work/torch.json" save_ms_median)")
     theirs_load+=("$(field "$work/torch.json" load_ms_median)")
   done
   mb_ours=$(python3 -c "print(round($(field "$work/tandem.json" checkpoint_bytes) / 1e6, 1))")
   mb_theirs=$(python3 -c "print(round($(field "$work/torch.json" checkpoint_bytes) / 1e6, 1))")
-  for what in save load; do
-    ours_name="ours_$what[@]" theirs_name="theirs_$what[@]"
+  for what in save load resume; do
+    ours_name="ours_$what[@]" theirs_name="theirs_${what/resume/load}[@]"
     t=$(median "${!ours_name}") p=$(median "${!theirs_name}")
-    printf '%-6s %-4s tandem %8.1f ms (%s MB)  PyTorch %8.1f ms (%s MB)  ratio %.3f\n' "$size" \
+    printf '%-6s %-6s tandem %8.1f ms (%s MB)  PyTorch %8.1f ms (%s MB)  ratio %.3f\n' "$size" \
       "$what" "$t" "$mb_ours" "$p" "$mb_theirs" "$(python3 -c "print($p / $t)")"
   done
 done

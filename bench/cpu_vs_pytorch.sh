@@ -4,7 +4,8 @@
 #
 #   training step, GPT-2    bench/gpt2_cpu_vs_pytorch.sh   tandem / torch.compile  (goal 1.2)
 #   training step, Llama    bench/llama_cpu_vs_pytorch.sh  tandem / transformers   (goal 1.2)
-#   checkpoint save, load   bench/checkpoint_vs_pytorch.sh torch.save+fsync / tandem, torch.load / tandem (goal 1)
+#   checkpoint save         bench/checkpoint_vs_pytorch.sh torch.save+fsync / tandem (goal 1)
+#   checkpoint load, resume                                torch.load / tandem     (goal 1)
 #   DeMo step               bench/demo_vs_pytorch.sh       tandem / the reference's ops (goal 4)
 #
 #   bench/cpu_vs_pytorch.sh [BUILD_DIR] [ROUNDS] [DIR]   (defaults: build, 3, runs/)
@@ -33,7 +34,7 @@ run() {  # tag, title, script, arguments...
 }
 run "gpt2 " "GPT-2 training step" bench/gpt2_cpu_vs_pytorch.sh "$build" "$rounds"
 run "llama" "Llama training step" bench/llama_cpu_vs_pytorch.sh "$build" "$rounds"
-run "ckpt " "checkpoint save and load" bench/checkpoint_vs_pytorch.sh "$build" "$((rounds + 2))" "$dir"
+run "ckpt " "checkpoint save, load and resume" bench/checkpoint_vs_pytorch.sh "$build" "$((rounds + 2))" "$dir"
 run "demo " "DeMo step" bench/demo_vs_pytorch.sh "$build" "$((rounds + 4))"
 
 echo

@@ -1,6 +1,7 @@
 // A checkpoint streamed in pieces (ckpt/streamed_checkpoint.h) is the synchronous save,
 // byte for byte, whatever the pieces and their order: pieces that cut a transposed
-// Conv1D weight mid-row, single floats, sharded weights, DeMo's arrays.
+// Conv1D weight mid-row, single floats, sharded weights, DeMo's arrays. A resume streams
+// it back in bounded pieces (stream_training_arrays).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -139,6 +140,73 @@ TEST(SourcedCheckpoint, ASaveFromWhereTheStateLivesIsTheSynchronousSaveByteForBy
     verify_checkpoint(sourced);
     EXPECT_EQ(asked, state.params.size() * (1 + state.optimizer_state.size()));  // each once
   }
+}
+
+// A resume streams a checkpoint's files into the engine with bounded memory: every element
+// of every array comes once, with the bits saved, in pieces of at most one read's 4 MiB
+// though tensors are larger (a Conv1D weight, gathered whole to transpose it, comes in
+// bands); the optimizer state from one file, or from the weights' shards and DeMo's.
+TEST(StreamedResume, EveryElementComesOnceInBoundedPiecesWithTheSavedBits) {
+  testing::ScratchDir dir("streamed_resume");
+  for (const bool demo : {false, true}) {
+    nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "run");
+    if (demo) {
+      json["train"]["max_shard_size"] = 5000;  // several weight shards and an index
+      json["optimizer"] = {{"type", "DeMo"}, {"params", {{"lr", 1e-3}}}};
+    } else {
+      json["model"]["n_layer"] = 1;
+      json["model"]["n_embd"] = 640;  // mlp.c_fc.weight: 1.6 M floats, 6.5 MB
+    }
+    SCOPED_TRACE(demo ? "DeMo, sharded weights" : "AdamW");
+    const TrainingState state = random_state(json, demo ? 6 : 7);
+    const size_t P = state.params.size();
+    const fs::path saved = save_training_checkpoint(dir / cat("ckpt_", demo), state);
+    const size_t arrays = 1 + state.optimizer_state.size();
+    std::vector<std::vector<float>> got(arrays, std::vector<float>(P, -1.0f));
+    std::vector<std::vector<uint8_t>> times(arrays, std::vector<uint8_t>(P, 0));
+    size_t largest = 0;
+    stream_training_arrays(saved, read_training_state(saved), {},
+                           [&](size_t array, ParamRange range, const float* values) {
+                             ASSERT_LT(array, arrays);
+                             ASSERT_LE(range.end, P);
+                             largest = std::max(largest, range.size());
+                             std::copy(values, values + range.size(),
+                                       got[array].begin() + range.begin);
+                             for (size_t i = range.begin; i < range.end; i++) times[array][i]++;
+                           });
+    for (size_t k = 0; k < arrays; k++) {
+      EXPECT_EQ(std::count(times[k].begin(), times[k].end(), 1), static_cast<ptrdiff_t>(P)) << k;
+      EXPECT_TRUE(got[k] == (k == 0 ? state.params : state.optimizer_state[k - 1])) << k;
+    }
+    constexpr size_t kReadFloats = (size_t{4} << 20) / sizeof(float);
+    EXPECT_LE(largest, kReadFloats);
+    if (!demo) {
+      const ParamLayout layout = model_layout(state.config.model);
+      EXPECT_TRUE(std::any_of(
+          layout.views().begin(), layout.views().end(),
+          [&](const ParamView& view) { return view.hf_transposed && view.numel > kReadFloats; }));
+    }
+  }
+}
+
+// A file whose bytes differ from the manifest's checksum is refused, named, once read.
+TEST(StreamedResume, ADamagedFileIsRefusedNamingIt) {
+  testing::ScratchDir dir("streamed_resume_damaged");
+  const TrainingState state =
+      random_state(testing::tiny_run_config(dir / "data.txt", dir / "run"), 8);
+  const fs::path saved = save_training_checkpoint(dir / "ckpt", state);
+  {
+    std::vector<uint8_t> bytes = read_file_bytes(saved / "optimizer.safetensors");
+    bytes[bytes.size() - 3] ^= 0x10;  // a bit of the last tensor's last float
+    File out(saved / "optimizer.safetensors", "wb");
+    out.write_all(bytes.data(), bytes.size());
+  }
+  const std::string error = testing::error_of([&] {
+    stream_training_arrays(saved, read_training_state(saved), {},
+                           [](size_t, ParamRange, const float*) {});
+  });
+  EXPECT_CONTAINS(error, "optimizer.safetensors: checksum mismatch");
+  EXPECT_CONTAINS(error, "use another checkpoint");
 }
 
 TEST(StreamedCheckpoint, MissingPiecesAreRefusedAndLeaveNothing) {

@@ -459,6 +459,75 @@ TEST(UpdateEngine, StateSpansAreTheStateReadStateGives) {
   }
 }
 
+// A resume hands the engine pieces in the order its files hold them: any cut of the
+// arrays, in any order, mixed, some read where the engine keeps them, loads the bits
+// loading whole arrays loads (the working copy too, in its dtype); a piece missing or given
+// twice is refused.
+TEST(UpdateEngine, StateLoadedInPiecesOfAnyOrderIsTheStateOfWholeArrays) {
+  const Problem problem;
+  for (const WorkingDType dtype : {WorkingDType::kF32, WorkingDType::kBF16})
+    for (const OffloadSettings& settings : std::vector<OffloadSettings>{
+             {.schedule = UpdateSchedule::kCpu, .sub_group_size = 777},
+             {.schedule = UpdateSchedule::kInterleave, .sub_group_size = 500, .stride = 2},
+             {.schedule = UpdateSchedule::kDevice, .sub_group_size = 300}}) {
+      SCOPED_TRACE(describe(settings) + (dtype == WorkingDType::kBF16 ? ", bf16" : ", fp32"));
+      // The state after a step, read whole.
+      EngineRun stepped(problem, settings, CpuDeviceOptions{}, dtype);
+      stepped.upload_grads(problem.grads[0]);
+      stepped.engine->step(Problem::lr(0), Problem::scale(0));
+      std::vector<float> p, m, v, w;
+      stepped.read(problem, p, m, v, w);
+      const std::vector<float>* arrays[] = {&p, &m, &v};
+      // The same in pieces of 7, 1000 and 1 floats (across subgroups), shuffled over all
+      // three arrays.
+      std::vector<std::pair<size_t, ParamRange>> cut;
+      for (size_t k = 0; k < 3; k++)
+        for (size_t b = 0, i = 0; b < problem.P; i++) {
+          const size_t e = std::min(problem.P, b + std::array<size_t, 3>{7, 1000, 1}[i % 3]);
+          cut.push_back({k, {b, e}});
+          b = e;
+        }
+      Rng rng(5);
+      for (size_t i = cut.size(); i > 1; i--) std::swap(cut[i - 1], cut[rng.next_u64() % i]);
+      size_t placed = 0;
+      const auto feed = [&](size_t skip, size_t twice) {
+        return [&, skip, twice](const UpdateEngine::StateSink& put,
+                                const UpdateEngine::StatePlace& place) {
+          for (size_t i = 0; i < cut.size(); i++) {
+            const auto& [k, range] = cut[i];
+            // Each piece from a buffer of its own, gone after the call; every other one,
+            // where the engine has room for it in its own memory, written there.
+            std::vector<float> piece(arrays[k]->begin() + range.begin,
+                                     arrays[k]->begin() + range.end);
+            const float* values = piece.data();
+            if (float* in_place = i % 2 ? place(k, range) : nullptr) {
+              std::copy(piece.begin(), piece.end(), in_place);
+              values = in_place;
+              placed++;
+            }
+            if (i != skip) put(k, range, values);
+            if (i == twice) put(k, range, values);
+          }
+        };
+      };
+      EngineRun loaded(problem, settings, CpuDeviceOptions{}, dtype);
+      loaded.engine->load_state(feed(SIZE_MAX, SIZE_MAX), 1);
+      std::vector<float> lp, lm, lv, lw;
+      loaded.read(problem, lp, lm, lv, lw);
+      EXPECT_TRUE(bitwise_equal(lp, p));
+      EXPECT_TRUE(bitwise_equal(lm, m));
+      EXPECT_TRUE(bitwise_equal(lv, v));
+      EXPECT_TRUE(bitwise_equal(lw, w));
+      EXPECT_EQ(loaded.engine->step_count(), 1);
+      // On the cpu device the host holds every subgroup: the pieces within one were placed.
+      EXPECT_GT(placed, cut.size() / 4);
+      EXPECT_CONTAINS(testing::error_of([&] { loaded.engine->load_state(feed(3, SIZE_MAX), 1); }),
+                      "were given, of the");
+      EXPECT_CONTAINS(testing::error_of([&] { loaded.engine->load_state(feed(SIZE_MAX, 4), 1); }),
+                      "each must come once");
+    }
+}
+
 // A GPU's backward is still running when it announces gradients: the engine must order
 // its copies after the producer stream's work with an event. Here the producer writes
 // each step's gradients only after a delay, while the engine is told at once.

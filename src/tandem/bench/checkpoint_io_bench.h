@@ -2,10 +2,11 @@
 // read of it, alone (no training): the state of F's model (params and optimizer state,
 // random, finite), saved as a run's checkpoint (save_training_checkpoint: the files, their
 // checksums, fsync, the renames) and read back as a resume reads it
-// (load_training_checkpoint: checksums verified first), --rounds times in alternation, each
-// round into a fresh directory under --dir. The bytes of one checkpoint, the median of each
-// side's milliseconds and their GB/s. bench/checkpoint_vs_pytorch.sh sets torch.save + fsync
-// and torch.load of the same arrays beside it, in the same directory.
+// (load_training_checkpoint: checksums verified first) and as a resume streams it into the
+// update engine of a run on the cpu device (stream_training_arrays, bounded memory),
+// --rounds times in alternation, each round into a fresh directory under --dir. The bytes of one
+// checkpoint, the median of each side's milliseconds and their GB/s. bench/checkpoint_vs_pytorch.sh
+// sets torch.save + fsync and torch.load of the same arrays beside it, in the same directory.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +36,8 @@ struct CheckpointIoBenchResult {
   // The model's tensors (tandem layout), for a peer that saves the same arrays.
   std::vector<std::pair<std::string, std::vector<int64_t>>> tensors;
   std::vector<std::string> optimizer_arrays;  // OptimizerFamily::state_names
-  std::vector<double> save_ms, load_ms;
-  double save_ms_median = 0, load_ms_median = 0;
+  std::vector<double> save_ms, load_ms, resume_ms;
+  double save_ms_median = 0, load_ms_median = 0, resume_ms_median = 0;
 
   // One checkpoint's bytes over `ms` milliseconds, in GB/s (0 for no time).
   double gb_per_s(double ms) const { return ms > 0 ? checkpoint_bytes / ms / 1e6 : 0.0; }

@@ -234,9 +234,10 @@ void read_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout
   }
 }
 
-void stream_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params,
-                       const WeightFileOpener& open) {
-  std::vector<float> conv1d;  // one Conv1D weight in Hugging Face's layout
+void stream_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout,
+                       const ParamSink& sink, const WeightFileOpener& open,
+                       const ParamPlace& place) {
+  std::vector<float> conv1d, band;  // one Conv1D weight in Hugging Face's layout; rows of ours
   for (const auto& [file, views] : views_by_file(dir, layout)) {
     // A tensor is found under its view's name or, as in GPT-2's published files, without
     // the base model's prefix (stored_name).
@@ -248,30 +249,63 @@ void stream_hf_weights(const std::filesystem::path& dir, const ParamLayout& layo
     const std::string source = (dir / file).string();
     open(file, [&](File& in, uint64_t bytes,
                    const std::function<void(const void*, size_t)>& observe) {
-      const SafetensorsFile header = SafetensorsFile::read_into(
+      const SafetensorsFile header = SafetensorsFile::read_pieces(
           in, bytes, source,
           [&](const TensorInfo& tensor) {
             const auto it = by_name.find(tensor.name);
-            if (it == by_name.end()) return std::span<uint8_t>();  // not this model's: skipped
-            const ParamView& view = *it->second;
-            SafetensorsFile::check_tensor(source, tensor, DType::kF32, hf_shape(view));
-            float* to = params + view.offset;
-            if (view.hf_transposed) {
-              conv1d.resize(view.numel);
-              to = conv1d.data();
-            }
-            return std::span<uint8_t>(reinterpret_cast<uint8_t*>(to), view.numel * sizeof(float));
+            if (it == by_name.end()) return false;  // not this model's: skipped
+            SafetensorsFile::check_tensor(source, tensor, DType::kF32, hf_shape(*it->second));
+            return true;
           },
           observe,
-          [&](const TensorInfo& tensor, std::span<uint8_t>) {
+          [&](const TensorInfo& tensor, uint64_t at, std::span<const uint8_t> piece) {
             const ParamView& view = *by_name.at(tensor.name);
-            if (view.hf_transposed)
-              transpose(conv1d.data(), params + view.offset, view.shape[1], view.shape[0]);
+            const auto* values = reinterpret_cast<const float*>(piece.data());
+            const size_t first = at / sizeof(float), n = piece.size() / sizeof(float);
+            if (!view.hf_transposed) {
+              sink({view.offset + first, view.offset + first + n}, values);
+              return;
+            }
+            // Hugging Face's [in, out], read into conv1d (below): whole before our [out, in]
+            // rows can be made from it.
+            if (first + n < view.numel) return;
+            const int64_t rows = view.shape[0], cols = view.shape[1];
+            const int64_t band_rows = std::max<int64_t>(1, (int64_t{1} << 18) / cols);
+            band.resize(static_cast<size_t>(band_rows * cols));
+            for (int64_t r0 = 0; r0 < rows; r0 += band_rows) {
+              const int64_t r1 = std::min(rows, r0 + band_rows);
+              transpose_rows(conv1d.data(), cols, rows, r0, r1, band.data());
+              sink({view.offset + static_cast<size_t>(r0 * cols),
+                    view.offset + static_cast<size_t>(r1 * cols)},
+                   band.data());
+            }
+          },
+          [&](const TensorInfo& tensor, uint64_t at, size_t n) -> uint8_t* {
+            const ParamView& view = *by_name.at(tensor.name);
+            if (view.hf_transposed) {
+              conv1d.resize(view.numel);
+              return reinterpret_cast<uint8_t*>(conv1d.data()) + at;
+            }
+            const size_t first = view.offset + at / sizeof(float);
+            return place ? reinterpret_cast<uint8_t*>(place({first, first + n / sizeof(float)}))
+                         : nullptr;
           });
       for (const ParamView* view : views)  // each one there (throws naming the first missing)
         header.info(stored_name(*view, [&](const std::string& n) { return header.contains(n); }));
     });
   }
+}
+
+void stream_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params,
+                       const WeightFileOpener& open) {
+  stream_hf_weights(
+      dir, layout,
+      [params](ParamRange range, const float* values) {
+        // Read in place, but for a Conv1D weight's transposed bands.
+        if (values != params + range.begin)
+          std::copy(values, values + range.size(), params + range.begin);
+      },
+      open, [params](ParamRange range) { return params + range.begin; });
 }
 
 }  // namespace tandem

@@ -13,6 +13,7 @@
 
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/model/param_layout.h"
+#include "tandem/model/param_range.h"
 
 namespace tandem {
 
@@ -71,8 +72,18 @@ using WeightFileRead =
     std::function<void(File& in, uint64_t bytes, const std::function<void(const void*, size_t)>&)>;
 using WeightFileOpener = std::function<void(const std::string& file, const WeightFileRead& read)>;
 // read_hf_weights for tandem's own fp32 weight files, with bounded memory: each file is read
-// once, front to back, every tensor straight into params, except a Conv1D weight, which
-// lands in a buffer of its size and is transposed into place from there.
+// once, front to back, and its tensors handed to `sink` in pieces of the flat params
+// (tandem layout) as they are read, a few MiB at a time; a Conv1D weight is gathered whole
+// (the only buffer of a tensor's size) and handed over transposed, a band of rows at a time.
+// The pieces cover every parameter once; `values` is valid during the call. `place`, if
+// set, may name host memory of a piece's size to read it straight into (null: through the
+// buffer), which `sink` is then handed as `values`: where the params end up, to save a copy.
+using ParamSink = std::function<void(ParamRange range, const float* values)>;
+using ParamPlace = std::function<float*(ParamRange range)>;
+void stream_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout,
+                       const ParamSink& sink, const WeightFileOpener& open,
+                       const ParamPlace& place = {});
+// The same into params (host, flat, tandem layout).
 void stream_hf_weights(const std::filesystem::path& dir, const ParamLayout& layout, float* params,
                        const WeightFileOpener& open);
 

@@ -7,6 +7,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
+#include "tandem/optim/optimizer_family.h"
 
 namespace tandem {
 namespace fs = std::filesystem;
@@ -136,6 +137,16 @@ std::vector<std::string> check_resumable(const fs::path& path, const TrainingSta
   TANDEM_CHECK(state.step <= now.train.steps, path.string(), ": the checkpoint is at step ",
                state.step, ", beyond train.steps = ", now.train.steps,
                "; raise train.steps to continue");
+  // State every rank keeps its own (DeMo's) exists for the world size that wrote it only:
+  // no flag can make up the others'.
+  const int then_ranks = state.world_size;
+  TANDEM_CHECK(!optimizer_family(state.config.optimizer.type).state_per_rank || then_ranks == 0 ||
+                   then_ranks == data.world_size,
+               path.string(), ": the checkpoint holds the ",
+               optimizer_type_name(state.config.optimizer.type), " state of ",
+               then_ranks == 1 ? std::string("one rank") : cat("each of ", then_ranks, " ranks"),
+               " (every rank keeps its own); resume it with ", then_ranks,
+               then_ranks == 1 ? " rank" : " ranks", ", not ", data.world_size);
   std::vector<std::string> notes;
   // Everything bit-exact continuation depends on, or the user's word that it may differ.
   const std::vector<ResumeMismatch> mismatches = resume_mismatches(state, now, data);

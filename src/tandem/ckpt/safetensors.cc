@@ -211,11 +211,10 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, std::string s
   return parse_prefix(std::move(bytes), size, std::move(source));
 }
 
-SafetensorsFile SafetensorsFile::read_into(File& in, uint64_t file_bytes, const std::string& source,
-                                           const Placer& place, const Observer& observe,
-                                           const Landed& landed) {
-  // The header: its length, then the JSON (a length past the file fails in parse_prefix
-  // before anything more is read).
+SafetensorsFile SafetensorsFile::read_header(File& in, uint64_t file_bytes,
+                                             const std::string& source, const Observer& observe) {
+  // Its length, then the JSON (a length past the file fails in parse_prefix before anything
+  // more is read).
   std::vector<uint8_t> header(static_cast<size_t>(std::min<uint64_t>(8, file_bytes)));
   in.read_exact(header.data(), header.size());
   observe(header.data(), header.size());
@@ -227,9 +226,20 @@ SafetensorsFile SafetensorsFile::read_into(File& in, uint64_t file_bytes, const 
   }
   SafetensorsFile file = parse_prefix(std::move(header), file_bytes, source);
   file.holds_data_ = false;
+  return file;
+}
+
+namespace {
+// What a reader reads at once: a few MiB, still in the cache when they are observed.
+constexpr size_t kReadChunk = size_t{4} << 20;
+}  // namespace
+
+SafetensorsFile SafetensorsFile::read_into(File& in, uint64_t file_bytes, const std::string& source,
+                                           const Placer& place, const Observer& observe,
+                                           const Landed& landed) {
+  SafetensorsFile file = read_header(in, file_bytes, source, observe);
   // The tensors tile the data buffer (parse_prefix checked), so walking them in file order
   // reads every remaining byte once.
-  constexpr size_t kChunk = size_t{4} << 20;
   std::vector<uint8_t> skipped;
   for (const std::string& name : file.order_) {
     const TensorInfo& tensor = file.tensors_.at(name);
@@ -237,14 +247,39 @@ SafetensorsFile SafetensorsFile::read_into(File& in, uint64_t file_bytes, const 
     const std::span<uint8_t> to = place(tensor);
     TANDEM_CHECK(to.empty() || to.size() == n, source, ": tensor '", name, "' has ", n,
                  " bytes, its destination ", to.size());
-    if (to.empty()) skipped.resize(std::min(n, kChunk));
-    for (size_t at = 0; at < n; at += kChunk) {
-      const size_t chunk = std::min(kChunk, n - at);
+    if (to.empty()) skipped.resize(std::min(n, kReadChunk));
+    for (size_t at = 0; at < n; at += kReadChunk) {
+      const size_t chunk = std::min(kReadChunk, n - at);
       uint8_t* into = to.empty() ? skipped.data() : to.data() + at;
       in.read_exact(into, chunk);
       observe(into, chunk);
     }
     if (!to.empty() && landed) landed(tensor, to);
+  }
+  return file;
+}
+
+SafetensorsFile SafetensorsFile::read_pieces(File& in, uint64_t file_bytes,
+                                             const std::string& source, const Wanted& wanted,
+                                             const Observer& observe, const Taker& take,
+                                             const PieceInto& into) {
+  SafetensorsFile file = read_header(in, file_bytes, source, observe);
+  std::vector<uint8_t> buffer;
+  for (const std::string& name : file.order_) {
+    const TensorInfo& tensor = file.tensors_.at(name);
+    const auto n = static_cast<size_t>(tensor.end - tensor.begin);
+    const bool taken = wanted(tensor);
+    for (size_t at = 0; at < n; at += kReadChunk) {
+      const size_t chunk = std::min(kReadChunk, n - at);
+      uint8_t* to = taken && into ? into(tensor, at, chunk) : nullptr;
+      if (to == nullptr) {
+        buffer.resize(std::max(buffer.size(), chunk));
+        to = buffer.data();
+      }
+      in.read_exact(to, chunk);
+      observe(to, chunk);
+      if (taken) take(tensor, at, std::span<const uint8_t>(to, chunk));
+    }
   }
   return file;
 }

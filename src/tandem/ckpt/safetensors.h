@@ -115,6 +115,20 @@ class SafetensorsFile {
   static SafetensorsFile read_into(File& in, uint64_t file_bytes, const std::string& source,
                                    const Placer& place, const Observer& observe,
                                    const Landed& landed = {});
+  // read_into for a reader that takes tensors in pieces rather than whole (into memory it
+  // does not have room to give at once): the bytes of each tensor `wanted` accepts go to
+  // `take(tensor, at, bytes)`, bytes [at, at + bytes.size()) of it, in order, a few MiB at
+  // a time through one buffer (`bytes` is valid during the call; a piece of a tensor of
+  // 4-byte elements holds whole ones); the others are read past. `observe` gets every byte
+  // before `take` does. `into`, if set, may name where a piece is read instead of the buffer
+  // (`bytes` then points there): memory of the piece's size, or null for the buffer.
+  using Wanted = std::function<bool(const TensorInfo& tensor)>;
+  using Taker =
+      std::function<void(const TensorInfo& tensor, uint64_t at, std::span<const uint8_t> bytes)>;
+  using PieceInto = std::function<uint8_t*(const TensorInfo& tensor, uint64_t at, size_t bytes)>;
+  static SafetensorsFile read_pieces(File& in, uint64_t file_bytes, const std::string& source,
+                                     const Wanted& wanted, const Observer& observe,
+                                     const Taker& take, const PieceInto& into = {});
   // Throws, naming `source`, the tensor and what was expected, unless `tensor` has `dtype`
   // and `expected_shape` (what every typed accessor checks).
   static void check_tensor(const std::string& source, const TensorInfo& tensor, DType dtype,
@@ -151,6 +165,10 @@ class SafetensorsFile {
   std::span<const uint8_t> checked_bytes(const std::string& name, DType dtype,
                                          const std::vector<int64_t>& expected_shape) const;
 
+  // Reads and validates the header of the file open in `in` (at its start), every byte
+  // through `observe`: a SafetensorsFile that holds no data.
+  static SafetensorsFile read_header(File& in, uint64_t file_bytes, const std::string& source,
+                                     const Observer& observe);
   // Validates a file of `file_bytes` whose first bytes are `bytes` (all of them, or the
   // header alone).
   static SafetensorsFile parse_prefix(std::vector<uint8_t> bytes, uint64_t file_bytes,

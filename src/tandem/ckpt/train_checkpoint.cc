@@ -78,30 +78,6 @@ void write_optimizer(File& out, const TrainingState& state, const ParamLayout& l
     }
 }
 
-// Reads rank `slice.rank`'s state from the per-rank shards of a data-parallel DeMo run.
-void read_per_rank_shards(const fs::path& dir, const nlohmann::json& sharded,
-                          const std::vector<std::string>& names, const OptimizerStateSlice& slice,
-                          TrainingState& state) {
-  const fs::path where = dir / "manifest.json";
-  const int world = sharded.at("world_size").get<int>();
-  TANDEM_CHECK(world == slice.world_size, dir.string(), ": the checkpoint holds the ",
-               optimizer_type_name(state.config.optimizer.type), " state of each of ", world,
-               " ranks (every rank keeps its own); resume it with ", world, " ranks, not ",
-               slice.world_size);
-  for (const nlohmann::json& shard : sharded.at("shards")) {
-    if (shard.at("rank").get<int>() != slice.rank) continue;
-    const std::string file = shard.at("file").get<std::string>();
-    const SafetensorsFile f =
-        SafetensorsFile::parse(read_verified_file(dir, file), (dir / file).string());
-    const std::vector<int64_t> shape = {static_cast<int64_t>(state.params.size())};
-    for (size_t k = 0; k < names.size(); k++)
-      state.optimizer_state[k] = f.read_f32(names[k], shape);
-    return;
-  }
-  fail(where.string(), ": no optimizer shard of rank ", slice.rank,
-       "; the checkpoint is incomplete — use another checkpoint");
-}
-
 // Reads trainer_state.json into everything but the tensors.
 TrainingState read_state(const fs::path& dir) {
   const fs::path path = dir / "trainer_state.json";
@@ -258,17 +234,21 @@ fs::path save_training_checkpoint(const fs::path& checkpoints_root, const Traini
                              checkpoint_files_from(state, arrays, true));
 }
 
-TrainingState load_checkpoint_weights(const fs::path& path) {
+TrainingState read_training_state(const fs::path& path) {
   const fs::path dir = resolve_checkpoint(path);
-  // The small files verified first; the weights as they are read (read_verified).
+  // The small files verified first; the arrays as they are read (read_verified).
   std::vector<std::string> small = {"trainer_state.json"};
   for (const std::string& file : weight_files(dir))
     if (file == kWeightIndexFile) small.push_back(file);
   verify_checkpoint(dir, small);
-  TrainingState state = read_state(dir);
-  const ParamLayout layout = model_layout(state.config.model);
-  resize_on_huge_pages(state.params, layout.num_elements());
-  stream_hf_weights(dir, layout, state.params.data(),
+  return read_state(dir);
+}
+
+TrainingState load_checkpoint_weights(const fs::path& path) {
+  TrainingState state = read_training_state(path);
+  const fs::path dir = resolve_checkpoint(path);
+  resize_on_huge_pages(state.params, model_layout(state.config.model).num_elements());
+  stream_hf_weights(dir, model_layout(state.config.model), state.params.data(),
                     [&dir](const std::string& file, const WeightFileRead& read) {
                       read_verified(dir, file, read);
                     });
@@ -305,31 +285,109 @@ const std::vector<float>& TrainingState::optimizer_array(const std::string& name
        name, "'");
 }
 
-TrainingState load_training_checkpoint(const fs::path& path, const OptimizerStateSlice& slice) {
-  TrainingState state = load_checkpoint_weights(path);
+namespace {
+
+// Where a tensor of an optimizer file goes: state array `array` (1 + the optimizer's k) from
+// flat index `begin`, `shape` as the writer laid it out.
+struct OptimizerTensor {
+  size_t array;
+  size_t begin;
+  std::vector<int64_t> shape;
+};
+
+// Reads one optimizer file of `dir` front to back, checksummed as it is read, handing each
+// listed tensor to `sink` in pieces clipped to `keep` (every listed tensor must be there).
+void stream_optimizer_file(const fs::path& dir, const std::string& file,
+                           const std::map<std::string, OptimizerTensor>& tensors, ParamRange keep,
+                           const StateSink& sink, const StatePlace& place) {
+  const std::string source = (dir / file).string();
+  read_verified(dir, file, [&](File& in, uint64_t bytes, const auto& observe) {
+    const SafetensorsFile header = SafetensorsFile::read_pieces(
+        in, bytes, source,
+        [&](const TensorInfo& tensor) {
+          const auto it = tensors.find(tensor.name);
+          if (it == tensors.end()) return false;
+          SafetensorsFile::check_tensor(source, tensor, DType::kF32, it->second.shape);
+          return true;
+        },
+        observe,
+        [&](const TensorInfo& tensor, uint64_t at, std::span<const uint8_t> piece) {
+          const OptimizerTensor& to = tensors.at(tensor.name);
+          const auto* values = reinterpret_cast<const float*>(piece.data());
+          const size_t b = to.begin + at / sizeof(float);
+          const size_t e = b + piece.size() / sizeof(float);
+          const size_t kb = std::max(b, keep.begin), ke = std::min(e, keep.end);
+          if (kb < ke) sink(to.array, {kb, ke}, values + (kb - b));
+        },
+        [&](const TensorInfo& tensor, uint64_t at, size_t n) -> uint8_t* {
+          const OptimizerTensor& to = tensors.at(tensor.name);
+          const size_t b = to.begin + at / sizeof(float), e = b + n / sizeof(float);
+          if (!place || b < keep.begin || e > keep.end) return nullptr;
+          return reinterpret_cast<uint8_t*>(place(to.array, {b, e}));
+        });
+    for (const auto& [name, tensor] : tensors) header.info(name);  // each one there
+  });
+}
+
+}  // namespace
+
+void stream_training_arrays(const fs::path& path, const TrainingState& state,
+                            const OptimizerStateSlice& slice, const StateSink& sink,
+                            const StatePlace& place) {
   const fs::path dir = resolve_checkpoint(path);
   const ParamLayout layout = model_layout(state.config.model);
   const size_t P = layout.num_elements();
+  stream_hf_weights(
+      dir, layout, [&sink](ParamRange range, const float* values) { sink(0, range, values); },
+      [&dir](const std::string& file, const WeightFileRead& read) {
+        read_verified(dir, file, read);
+      },
+      place ? ParamPlace([&place](ParamRange range) { return place(0, range); }) : ParamPlace());
   const std::vector<std::string> names =
       optimizer_family(state.config.optimizer.type).state_names();
-  const ParamRange keep{slice.keep.begin, std::min(slice.keep.end, P)};
-  state.optimizer_state.resize(names.size());  // each array made once (no copies of a first)
-  for (std::vector<float>& array : state.optimizer_state) resize_on_huge_pages(array, P);
-  const nlohmann::json manifest = checkpoint_manifest(dir);
   const bool per_rank = optimizer_family(state.config.optimizer.type).state_per_rank;
-  if (manifest.contains("optimizer_shards")) {
-    // Written by the ranks of a data-parallel run: read the shards overlapping `keep`, or
-    // this rank's own.
-    const fs::path where = dir / "manifest.json";
-    try {
-      const nlohmann::json& sharded = manifest.at("optimizer_shards");
-      TANDEM_CHECK(sharded.at("num_params").get<size_t>() == P, where.string(),
-                   ": the optimizer shards cover ", sharded.at("num_params").get<size_t>(),
-                   " parameters, the model has ", P);
-      if (per_rank) {
-        read_per_rank_shards(dir, sharded, names, slice, state);
-        return state;
-      }
+  // A rank's own state is whole; partitioned state only its part.
+  const ParamRange keep =
+      per_rank ? ParamRange{0, P} : ParamRange{slice.keep.begin, std::min(slice.keep.end, P)};
+  const nlohmann::json manifest = checkpoint_manifest(dir);
+  if (!manifest.contains("optimizer_shards")) {
+    TANDEM_CHECK(!per_rank || slice.world_size == 1, dir.string(), ": the checkpoint holds the ",
+                 optimizer_type_name(state.config.optimizer.type),
+                 " state of one rank (every rank keeps its own); resume it with 1 rank, not ",
+                 slice.world_size);
+    std::map<std::string, OptimizerTensor> tensors;
+    for (const ParamView& view : layout.views())
+      for (size_t k = 0; k < names.size(); k++)
+        tensors[names[k] + "." + view.name] = {1 + k, view.offset, view.shape};
+    stream_optimizer_file(dir, "optimizer.safetensors", tensors, keep, sink, place);
+    return;
+  }
+  // Written by the ranks of a data-parallel run: the shards overlapping `keep`, or this
+  // rank's own.
+  const fs::path where = dir / "manifest.json";
+  struct Shard {
+    std::string file;
+    size_t begin, end;
+  };
+  std::vector<Shard> shards;
+  try {
+    const nlohmann::json& sharded = manifest.at("optimizer_shards");
+    TANDEM_CHECK(sharded.at("num_params").get<size_t>() == P, where.string(),
+                 ": the optimizer shards cover ", sharded.at("num_params").get<size_t>(),
+                 " parameters, the model has ", P);
+    if (per_rank) {
+      const int world = sharded.at("world_size").get<int>();
+      TANDEM_CHECK(world == slice.world_size, dir.string(), ": the checkpoint holds the ",
+                   optimizer_type_name(state.config.optimizer.type), " state of each of ", world,
+                   " ranks (every rank keeps its own); resume it with ", world, " ranks, not ",
+                   slice.world_size);
+      for (const nlohmann::json& shard : sharded.at("shards"))
+        if (shard.at("rank").get<int>() == slice.rank)
+          shards.push_back({shard.at("file").get<std::string>(), 0, P});
+      TANDEM_CHECK(!shards.empty(), where.string(), ": no optimizer shard of rank ", slice.rank,
+                   "; the checkpoint is incomplete — use another checkpoint");
+      shards.resize(1);
+    } else {
       size_t covered = 0;
       for (const nlohmann::json& shard : sharded.at("shards")) {
         const std::string file = shard.at("file").get<std::string>();
@@ -337,54 +395,42 @@ TrainingState load_training_checkpoint(const fs::path& path, const OptimizerStat
         TANDEM_CHECK(begin <= end && end <= P, where.string(), ": shard ", file, " covers [", begin,
                      ", ", end, "), outside the ", P, " parameters");
         covered += end - begin;
-        const size_t b = std::max(begin, keep.begin), e = std::min(end, keep.end);
-        if (b >= e) continue;
-        const SafetensorsFile f =
-            SafetensorsFile::parse(read_verified_file(dir, file), (dir / file).string());
-        const std::vector<int64_t> shape = {static_cast<int64_t>(end - begin)};
-        for (size_t k = 0; k < names.size(); k++) {
-          const std::vector<float> array = f.read_f32(names[k], shape);
-          std::copy(array.begin() + (b - begin), array.begin() + (e - begin),
-                    state.optimizer_state[k].begin() + b);
-        }
+        if (std::max(begin, keep.begin) < std::min(end, keep.end))
+          shards.push_back({file, begin, end});
       }
       TANDEM_CHECK(covered == P, where.string(), ": the optimizer shards cover ", covered, " of ",
                    P, " parameters; the checkpoint is incomplete — use another checkpoint");
-    } catch (const nlohmann::json::exception& e) {
-      fail(where.string(), ": malformed optimizer_shards (", e.what(), ")");
     }
-    return state;
+  } catch (const nlohmann::json::exception& e) {
+    fail(where.string(), ": malformed optimizer_shards (", e.what(), ")");
   }
-  TANDEM_CHECK(!per_rank || slice.world_size == 1, dir.string(), ": the checkpoint holds the ",
-               optimizer_type_name(state.config.optimizer.type),
-               " state of one rank (every rank keeps its own); resume it with 1 rank, not ",
-               slice.world_size);
-  // Each tensor read straight into its array, checksummed as it lands (no copy of the file).
-  struct Destination {
-    std::span<uint8_t> bytes;
-    const ParamView* view;
-  };
-  std::map<std::string, Destination> destinations;
-  for (const ParamView& view : layout.views())
+  for (const Shard& shard : shards) {
+    std::map<std::string, OptimizerTensor> tensors;
     for (size_t k = 0; k < names.size(); k++)
-      destinations[names[k] + "." + view.name] = {
-          std::span<uint8_t>(
-              reinterpret_cast<uint8_t*>(state.optimizer_state[k].data() + view.offset),
-              view.numel * sizeof(float)),
-          &view};
-  const std::string source = (dir / "optimizer.safetensors").string();
-  read_verified(dir, "optimizer.safetensors", [&](File& in, uint64_t bytes, const auto& observe) {
-    const SafetensorsFile header = SafetensorsFile::read_into(
-        in, bytes, source,
-        [&](const TensorInfo& tensor) {
-          const auto it = destinations.find(tensor.name);
-          if (it == destinations.end()) return std::span<uint8_t>();
-          SafetensorsFile::check_tensor(source, tensor, DType::kF32, it->second.view->shape);
-          return it->second.bytes;
-        },
-        observe);
-    for (const auto& [name, destination] : destinations) header.info(name);  // each one there
-  });
+      tensors[names[k]] = {1 + k, shard.begin, {static_cast<int64_t>(shard.end - shard.begin)}};
+    stream_optimizer_file(dir, shard.file, tensors, keep, sink, place);
+  }
+}
+
+TrainingState load_training_checkpoint(const fs::path& path, const OptimizerStateSlice& slice) {
+  TrainingState state = read_training_state(path);
+  const size_t P = model_layout(state.config.model).num_elements();
+  // Each array made once, on huge pages before the first byte lands; state outside `keep`
+  // stays zero.
+  resize_on_huge_pages(state.params, P);
+  state.optimizer_state.resize(optimizer_family(state.config.optimizer.type).state_names().size());
+  for (std::vector<float>& array : state.optimizer_state) resize_on_huge_pages(array, P);
+  const auto at = [&state](size_t array, ParamRange range) {
+    return (array == 0 ? state.params : state.optimizer_state.at(array - 1)).data() + range.begin;
+  };
+  // Read in place, but for a Conv1D weight's transposed bands.
+  stream_training_arrays(
+      path, state, slice,
+      [&at](size_t array, ParamRange range, const float* values) {
+        float* to = at(array, range);
+        if (values != to) std::copy(values, values + range.size(), to);
+      },
+      at);
   return state;
 }
 

@@ -104,10 +104,31 @@ std::vector<CheckpointFileWriter> training_checkpoint_json_files(const TrainingS
 // (null for arrays `state` does not hold: enough for SafetensorsWriter::placement).
 SafetensorsWriter optimizer_file_writer(const TrainingState& state, const ParamLayout& layout);
 
-// Loads from a checkpoint directory, a checkpoints root or a run directory. The
-// checksums of the files read are verified first: a damaged checkpoint is refused with
-// the file named. Reads one optimizer.safetensors or the shards of a data-parallel run
-// (sharded_checkpoint.h); partitioned state whatever world size wrote it.
+// Everything in a checkpoint but its arrays (trainer_state.json, verified against the
+// manifest), from a checkpoint directory, a checkpoints root or a run directory.
+TrainingState read_training_state(const std::filesystem::path& path);
+
+// Where a resume's arrays go, piece by piece: array 0 the fp32 params, 1 + k optimizer array
+// k; `values` holds range.size() floats of flat layout order, valid during the call.
+using StateSink = std::function<void(size_t array, ParamRange range, const float* values)>;
+// Streams the arrays of the checkpoint at `path` (whose state read_training_state gave)
+// into `sink` with bounded memory: each file read once, front to back, a few MiB at a time
+// (and a Conv1D weight whole, to transpose it), checksummed as it is read. The params come
+// whole; the optimizer state from one optimizer.safetensors or the shards of a
+// data-parallel run (sharded_checkpoint.h), whatever world size wrote it: only within
+// slice.keep (partitioned state), or rank slice.rank's own. Every element of what is asked
+// comes once. A file whose checksum differs from the manifest's throws, naming it, once it
+// has been read: whatever `sink` took must then be dropped (a resume has checked every
+// file first: newest_verified_checkpoint). `place`, if set, may name host memory of a
+// piece's size to read it straight into (null: through the buffer), which `sink` is then
+// handed as `values`: where the state ends up, to save a copy.
+using StatePlace = std::function<float*(size_t array, ParamRange range)>;
+void stream_training_arrays(const std::filesystem::path& path, const TrainingState& state,
+                            const OptimizerStateSlice& slice, const StateSink& sink,
+                            const StatePlace& place = {});
+
+// read_training_state and stream_training_arrays into host arrays: a damaged file is
+// refused with its name. State outside slice.keep is zero.
 TrainingState load_training_checkpoint(const std::filesystem::path& path,
                                        const OptimizerStateSlice& slice = {});
 

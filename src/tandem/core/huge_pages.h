@@ -18,6 +18,13 @@ namespace tandem {
 // are off, or the range holds no whole huge page, nothing changes.
 void advise_huge_pages(void* data, size_t bytes);
 
+// Faults the pages of [data, data + bytes) in now (madvise MADV_POPULATE_WRITE, or a write
+// to each page), on huge pages where advised: for memory that stands for a GPU's, which is
+// committed when it is allocated, so that its first use pays no faults (a page first
+// touched by another thread measured up to 10 times slower, and that thread is the one a
+// copy runs on) and a host short of memory fails here, not mid-step.
+void populate_pages(void* data, size_t bytes);
+
 // v resized to n elements (value-initialised, as resize does), its new storage advised
 // before anything touches it: for large arrays about to be filled.
 template <typename T>

@@ -271,6 +271,29 @@ void UpdateEngine::load_state(std::span<const float* const> arrays, int64_t step
 }
 
 void UpdateEngine::load_state(const StateFill& fill, int64_t step) {
+  const ParamRange held = working_range();
+  std::vector<float> piece(std::min(kPieceFloats, std::max<size_t>(held.size(), 1)));
+  load_state(
+      [&](const StateSink& put, const StatePlace&) {
+        // The params over all the working copy holds (which covers the plan's partition),
+        // then the rule's other arrays, subgroup by subgroup.
+        for (size_t begin = held.begin; begin < held.end; begin += piece.size()) {
+          const ParamRange range{begin, std::min(begin + piece.size(), held.end)};
+          fill(0, range, piece.data());
+          put(0, range, piece.data());
+        }
+        for (size_t k = 1; k < state_floats_; k++)
+          for (const auto& sg : subgroups_)
+            for (size_t b = sg->range.begin; b < sg->range.end; b += piece.size()) {
+              const ParamRange range{b, std::min(b + piece.size(), sg->range.end)};
+              fill(k, range, piece.data());
+              put(k, range, piece.data());
+            }
+      },
+      step);
+}
+
+void UpdateEngine::load_state(const StateFeed& feed, int64_t step) {
   finish_update();
   TANDEM_CHECK(!failed_, "the update engine stopped after a failed step; resume from a checkpoint");
   finish_capture();
@@ -278,46 +301,72 @@ void UpdateEngine::load_state(const StateFill& fill, int64_t step) {
   // The working parameters may still be being zeroed on the model's stream (a new model's
   // buffers are), or read by the last forward.
   wait_for_producer({stream.get()});
-  std::vector<float> piece(std::min(kPieceFloats, std::max<size_t>(working_range().size(), 1)));
-  std::vector<uint16_t> piece16(is_16_bit(buffers_.working_dtype) ? piece.size() : 0);
-  // The fp32 params, each piece once: into the working copy (every parameter it holds,
-  // which covers the plan's partition) and into the state of the subgroups it overlaps.
   const ParamRange held = working_range();
-  size_t next = 0;  // the first subgroup that may overlap the piece
-  for (size_t begin = held.begin; begin < held.end; begin += piece.size()) {
-    const ParamRange range{begin, std::min(begin + piece.size(), held.end)};
-    fill(0, range, piece.data());
-    const void* working = piece.data();
-    if (is_16_bit(buffers_.working_dtype)) {
-      const bool bf16 = buffers_.working_dtype == WorkingDType::kBF16;
+  std::vector<uint16_t> piece16;
+  size_t working_landed = 0;
+  std::vector<size_t> landed(state_floats_, 0);
+  // The subgroups tile the partition in flat order: the first one ending past `begin`.
+  const auto first_past = [&](size_t begin) {
+    return std::partition_point(
+        subgroups_.begin(), subgroups_.end(),
+        [&](const std::unique_ptr<SubgroupState>& sg) { return sg->range.end <= begin; });
+  };
+  const auto put = [&](size_t k, ParamRange range, const float* values) {
+    TANDEM_CHECK(k < state_floats_, "load_state: state array ", k, " of the ", rule_->name(),
+                 " rule, which keeps ", state_floats_);
+    if (k == 0) {
+      // The params: into the working copy (in its dtype) where it holds them...
+      const size_t b = std::max(range.begin, held.begin), e = std::min(range.end, held.end);
+      for (size_t at = b; at < e; at += kPieceFloats) {
+        const size_t n = std::min(kPieceFloats, e - at);
+        const float* from = values + (at - range.begin);
+        const void* working = from;
+        if (is_16_bit(buffers_.working_dtype)) {
+          const bool bf16 = buffers_.working_dtype == WorkingDType::kBF16;
+          stream->synchronize();  // piece16's last copy has left
+          piece16.resize(n);
 #pragma omp parallel for
-      for (size_t i = 0; i < range.size(); i++)
-        piece16[i] = bf16 ? float_to_bf16(piece[i]) : float_to_fp16(piece[i]);
-      working = piece16.data();
-    }
-    device_.copy_async(working_at(range.begin), working, range.size() * working_bytes(), *stream);
-    while (next < subgroups_.size() && subgroups_[next]->range.end <= range.begin) next++;
-    for (size_t g = next; g < subgroups_.size() && subgroups_[g]->range.begin < range.end; g++) {
-      const SubgroupState& sg = *subgroups_[g];
-      const size_t b = std::max(range.begin, sg.range.begin);
-      const size_t e = std::min(range.end, sg.range.end);
-      device_.copy_async(sg.params() + (b - sg.range.begin), piece.data() + (b - range.begin),
-                         (e - b) * sizeof(float), *stream);
-    }
-    stream->synchronize();  // the piece is reused
-  }
-  // The rule's other arrays, subgroup by subgroup.
-  for (size_t k = 1; k < state_floats_; k++) {
-    for (auto& sg : subgroups_) {
-      for (size_t b = sg->range.begin; b < sg->range.end; b += piece.size()) {
-        const ParamRange range{b, std::min(b + piece.size(), sg->range.end)};
-        fill(k, range, piece.data());
-        device_.copy_async(sg->array(k) + (b - sg->range.begin), piece.data(),
-                           range.size() * sizeof(float), *stream);
-        stream->synchronize();
+          for (size_t i = 0; i < n; i++)
+            piece16[i] = bf16 ? float_to_bf16(from[i]) : float_to_fp16(from[i]);
+          working = piece16.data();
+        }
+        device_.copy_async(working_at(at), working, n * working_bytes(), *stream);
+        working_landed += n;
       }
     }
-  }
+    // ... and every array into the subgroups it overlaps (but where it was read in place).
+    for (auto it = first_past(range.begin);
+         it != subgroups_.end() && (*it)->range.begin < range.end; ++it) {
+      const SubgroupState& sg = **it;
+      const size_t b = std::max(range.begin, sg.range.begin);
+      const size_t e = std::min(range.end, sg.range.end);
+      float* to = sg.array(k) + (b - sg.range.begin);
+      const float* from = values + (b - range.begin);
+      if (to != from) device_.copy_async(to, from, (e - b) * sizeof(float), *stream);
+      landed[k] += e - b;
+    }
+    stream->synchronize();  // `values` is the caller's again
+  };
+  const auto place = [&](size_t k, ParamRange range) -> float* {
+    TANDEM_CHECK(k < state_floats_, "load_state: state array ", k, " of the ", rule_->name(),
+                 " rule, which keeps ", state_floats_);
+    const auto it = first_past(range.begin);
+    if (it == subgroups_.end() || (*it)->range.begin > range.begin || range.end > (*it)->range.end)
+      return nullptr;
+    const SubgroupState& sg = **it;
+    const bool host_writable =
+        sg.range.site != UpdateSite::kDeviceResident || device_.kind() == DeviceKind::kHostOnly;
+    return host_writable ? sg.array(k) + (range.begin - sg.range.begin) : nullptr;
+  };
+  feed(put, place);
+  size_t partition = 0;
+  for (const auto& sg : subgroups_) partition += sg->size();
+  TANDEM_CHECK(working_landed == held.size(), "load_state: ", working_landed,
+               " working parameters were given, of the ", held.size(),
+               " the engine holds (each must come once)");
+  for (size_t k = 0; k < state_floats_; k++)
+    TANDEM_CHECK(landed[k] == partition, "load_state: ", landed[k], " elements of state array ", k,
+                 " were given, of the ", partition, " the engine holds (each must come once)");
   release_to_producer({stream.get()});
   stream->synchronize();
   step_ = step;

@@ -103,9 +103,22 @@ class UpdateEngine {
   static constexpr size_t kPieceFloats = size_t{1} << 22;
   using StateFill = std::function<void(size_t k, ParamRange range, float* out)>;
   void load_state(const StateFill& fill, int64_t step);
+  // Pieces of state: values[0, range.size()) of array k over `range` (flat order), valid
+  // during the call.
+  using StateSink = std::function<void(size_t k, ParamRange range, const float* values)>;
+  // The same from pieces in whatever order a source has them (a checkpoint's files, read
+  // front to back): `feed` calls put(k, range, values) for pieces that together give every
+  // element of the plan's partition of every array, and the params over all that
+  // DeviceBuffers::working_range holds, once (throws when any was missed or given twice);
+  // the engine takes of each piece what it holds and drops the rest. place(k, range) is
+  // where the engine keeps array k over `range` in host memory itself (one subgroup the
+  // host can write holds all of it), else null: a source may read a piece there and put it
+  // from there, which saves a copy.
+  using StatePlace = std::function<float*(size_t k, ParamRange range)>;
+  using StateFeed = std::function<void(const StateSink& put, const StatePlace& place)>;
+  void load_state(const StateFeed& feed, int64_t step);
   // The state piece by piece: sink(k, range, values) for array k, the plan's partition in
   // flat order, one array after the other.
-  using StateSink = std::function<void(size_t k, ParamRange range, const float* values)>;
   void read_state(const StateSink& sink);
   // State array k (0: the fp32 params) over `range` (within the plan's partition), for a
   // reader between steps: a pointer into the engine's own memory where one subgroup whose

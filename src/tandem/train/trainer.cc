@@ -310,9 +310,7 @@ class Trainer {
     if (!chosen.passed_over.empty())
       report_.note(cat("tandem: passed over checkpoints that do not verify (", chosen.passed_over,
                        "); resuming from ", path.string()));
-    TrainingState state = load_training_checkpoint(path, {.keep = data_parallel_.state_range(),
-                                                          .rank = comm_.rank(),
-                                                          .world_size = comm_.world_size()});
+    const TrainingState state = read_training_state(path);
     for (const std::string& note : check_resumable(path, state, config_,
                                                    {.train_tokens_xxh3 = train_tokens_xxh3_,
                                                    .train_tokens = data_.train.size(),
@@ -321,12 +319,19 @@ class Trainer {
       report_.note(note);
     resumed_from_ = path;
     lineage_.continue_from(state.lineage);
-    // Every rank reads the weights whole and its optimizer state (its partition, from the
-    // shards that overlap it; or its own): any world size and stage resumes any other's
-    // partitioned checkpoint.
-    std::vector<const float*> arrays = {state.params.data()};
-    for (const std::vector<float>& array : state.optimizer_state) arrays.push_back(array.data());
-    engine_.load_state(arrays, state.step);
+    // Every rank streams the weights whole and its optimizer state (its partition, from the
+    // shards that overlap it; or its own) from the files into the engine, a few MiB at a
+    // time, read in place where the host holds the state: any world size and stage resumes
+    // any other's partitioned checkpoint, and no copy of the state is made on the way.
+    engine_.load_state(
+        [&](const UpdateEngine::StateSink& put, const UpdateEngine::StatePlace& place) {
+          stream_training_arrays(path, state,
+                                 {.keep = data_parallel_.state_range(),
+                                  .rank = comm_.rank(),
+                                  .world_size = comm_.world_size()},
+                                 put, place);
+        },
+        state.step);
     data_parallel_.parameters_loaded();
     train_loader_.set_position(state.train_position);
     sample_rng_.set_state(state.sample_rng);

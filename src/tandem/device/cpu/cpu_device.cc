@@ -41,6 +41,8 @@ class CpuDevice final : public Device {
       // Never size 0, so that every allocation has its own address.
       data = ::operator new(bytes == 0 ? 1 : bytes, kAlignment);
       advise_huge_pages(data, bytes);  // before anything touches it
+      // Committed now, as cudaMalloc and cudaHostAlloc commit a GPU's memory.
+      populate_pages(data, bytes);
     } catch (const std::bad_alloc&) {
       if (space == MemorySpace::kDevice) in_use_.fetch_sub(bytes);
       fail("host out of memory: could not allocate ", format_bytes(bytes), " of ",
