@@ -433,9 +433,11 @@ TEST_F(CliTest, BenchStepReportsThroughputAndPhasesWithoutWritingCheckpoints) {
   const auto json = nlohmann::json::parse(result.output);
   for (const char* key : {"tokens_per_s", "ms", "forward_ms", "backward_ms", "update_ms"})
     EXPECT_GT(json[key].get<double>(), 0.0) << key;
-  // Each step's phases are parts of its time, so each phase's median is at most the
-  // median step (their sum need not be: medians of different steps).
-  for (const char* key : {"forward_ms", "backward_ms", "update_ms"})
+  // Forward and backward are parts of their step's time, so each one's median is at most
+  // the median step (their sum need not be: medians of different steps). The update is not:
+  // it counts its time hidden behind the next step's forward too (overlap_forward), which a
+  // loaded machine can stretch past a whole step.
+  for (const char* key : {"forward_ms", "backward_ms"})
     EXPECT_LE(json[key].get<double>(), json["ms"].get<double>()) << key;
   // Every step's loss, warm-up included.
   ASSERT_EQ(json["losses"].size(), 4u);

@@ -153,6 +153,7 @@ CheckpointFileRecord write_checkpoint_file(const fs::path& path,
                                            const std::function<void(File& out)>& write) {
   File out(path, "wb");
   out.checksum_writes();
+  out.write_behind();  // the disk writes while the writer makes the next bytes
   write(out);
   TANDEM_CHECK(out.bytes_written() > 0, path.string(),
                ": the writer returned without writing anything");
@@ -360,13 +361,7 @@ std::vector<uint8_t> read_verified_file(const fs::path& checkpoint_dir, const st
   std::vector<uint8_t> bytes;
   read_verified(checkpoint_dir, name, [&bytes](File& in, uint64_t size, const auto& observe) {
     bytes.resize(size);
-    // In blocks that stay in the cache between the read and the checksum.
-    constexpr size_t kBlock = size_t{4} << 20;
-    for (size_t at = 0; at < bytes.size(); at += kBlock) {
-      const size_t n = std::min(kBlock, bytes.size() - at);
-      in.read_exact(bytes.data() + at, n);
-      observe(bytes.data() + at, n);
-    }
+    in.read_observed(bytes.data(), bytes.size(), observe);
   });
   return bytes;
 }

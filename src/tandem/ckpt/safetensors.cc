@@ -216,13 +216,11 @@ SafetensorsFile SafetensorsFile::read_header(File& in, uint64_t file_bytes,
   // Its length, then the JSON (a length past the file fails in parse_prefix before anything
   // more is read).
   std::vector<uint8_t> header(static_cast<size_t>(std::min<uint64_t>(8, file_bytes)));
-  in.read_exact(header.data(), header.size());
-  observe(header.data(), header.size());
+  in.read_observed(header.data(), header.size(), observe);
   if (header.size() == 8 && load_le64(header.data()) <= file_bytes - 8) {
     const auto length = static_cast<size_t>(load_le64(header.data()));
     header.resize(8 + length);
-    in.read_exact(header.data() + 8, length);
-    observe(header.data() + 8, length);
+    in.read_observed(header.data() + 8, length, observe);
   }
   SafetensorsFile file = parse_prefix(std::move(header), file_bytes, source);
   file.holds_data_ = false;
@@ -230,7 +228,7 @@ SafetensorsFile SafetensorsFile::read_header(File& in, uint64_t file_bytes,
 }
 
 namespace {
-// What a reader reads at once: a few MiB, still in the cache when they are observed.
+// The pieces read_pieces hands over: a few MiB, still in the cache when they are taken.
 constexpr size_t kReadChunk = size_t{4} << 20;
 }  // namespace
 
@@ -240,21 +238,18 @@ SafetensorsFile SafetensorsFile::read_into(File& in, uint64_t file_bytes, const 
   SafetensorsFile file = read_header(in, file_bytes, source, observe);
   // The tensors tile the data buffer (parse_prefix checked), so walking them in file order
   // reads every remaining byte once.
-  std::vector<uint8_t> skipped;
   for (const std::string& name : file.order_) {
     const TensorInfo& tensor = file.tensors_.at(name);
     const auto n = static_cast<size_t>(tensor.end - tensor.begin);
     const std::span<uint8_t> to = place(tensor);
     TANDEM_CHECK(to.empty() || to.size() == n, source, ": tensor '", name, "' has ", n,
                  " bytes, its destination ", to.size());
-    if (to.empty()) skipped.resize(std::min(n, kReadChunk));
-    for (size_t at = 0; at < n; at += kReadChunk) {
-      const size_t chunk = std::min(kReadChunk, n - at);
-      uint8_t* into = to.empty() ? skipped.data() : to.data() + at;
-      in.read_exact(into, chunk);
-      observe(into, chunk);
+    if (to.empty()) {
+      in.read_past(n, observe);
+      continue;
     }
-    if (!to.empty() && landed) landed(tensor, to);
+    in.read_observed(to.data(), n, observe);
+    if (landed) landed(tensor, to);
   }
   return file;
 }
@@ -276,8 +271,7 @@ SafetensorsFile SafetensorsFile::read_pieces(File& in, uint64_t file_bytes,
         buffer.resize(std::max(buffer.size(), chunk));
         to = buffer.data();
       }
-      in.read_exact(to, chunk);
-      observe(to, chunk);
+      in.read_observed(to, chunk, observe);
       if (taken) take(tensor, at, std::span<const uint8_t>(to, chunk));
     }
   }

@@ -31,20 +31,10 @@ void Checksum64Stream::update(const void* data, size_t bytes) {
 uint64_t Checksum64Stream::digest() const { return XXH3_64bits_digest(state_->xxh3.get()); }
 
 uint64_t checksum64_file(const std::filesystem::path& path) {
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
-                                                                 &XXH3_freeState);
-  TANDEM_CHECK(state != nullptr, "out of memory creating a checksum state");
-  XXH3_64bits_reset(state.get());
+  Checksum64Stream checksum;
   File file(path, "rb");
-  uint64_t remaining = file.size();
-  std::vector<uint8_t> block(1 << 20);
-  while (remaining > 0) {
-    const size_t n = remaining < block.size() ? static_cast<size_t>(remaining) : block.size();
-    file.read_exact(block.data(), n);
-    XXH3_64bits_update(state.get(), block.data(), n);
-    remaining -= n;
-  }
-  return XXH3_64bits_digest(state.get());
+  file.read_past(file.size(), [&](const void* data, size_t n) { checksum.update(data, n); });
+  return checksum.digest();
 }
 
 std::string checksum_hex(uint64_t checksum) {
