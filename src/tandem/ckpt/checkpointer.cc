@@ -125,7 +125,7 @@ void Checkpointer::after_step(const UpdateStepStats& stats) {
     writer_.start(snapshot_.step, [this] {
       copy_out_of_pinned();
       report_ = write_rank_checkpoint_files(*staging_, comm_.rank(), comm_.world_size(), snapshot_,
-                                            layout_.shard_of(snapshot_));
+                                            layout_.shard_of(arrays_source(snapshot_)));
       return fs::path();
     });
   }
@@ -194,7 +194,7 @@ void Checkpointer::try_commit(bool wait) {
   Stopwatch commit;
   try {
     outcome->path = commit_sharded_checkpoint(comm_, *staging_, report_, engine_.plan().num_params,
-                                              layout_.shard_of(snapshot_));
+                                              layout_.shard_of());
     if (comm_.rank() == 0) {
       prune_checkpoints(root_, config_.train.keep_checkpoints, checkpoint_lineage);
     } else {
@@ -221,13 +221,12 @@ RankCheckpointLayout RankCheckpointLayout::of(const TrainConfig& config, int ran
   return layout;
 }
 
-ShardedOptimizerState RankCheckpointLayout::shard_of(const TrainingState& state) const {
-  ShardedOptimizerState shard{.zero_stage = zero_stage, .per_rank = per_rank, .range = range};
-  // A streamed snapshot's state holds no arrays: the names alone.
-  for (size_t k = 0; k < names.size(); k++)
-    shard.arrays.emplace_back(
-        names[k], k < state.optimizer_state.size() ? state.optimizer_state[k].data() : nullptr);
-  return shard;
+ShardedOptimizerState RankCheckpointLayout::shard_of(StateSource source) const {
+  return {.zero_stage = zero_stage,
+          .per_rank = per_rank,
+          .range = range,
+          .names = names,
+          .source = std::move(source)};
 }
 
 CheckpointRecord Checkpointer::finished(const BackgroundCheckpointWriter::Outcome& outcome) {
@@ -306,14 +305,13 @@ fs::path Checkpointer::save_streamed_now(TrainingState state) {
   const ShardReport mine = write_rank_streamed(staging);
   engine_.finish_capture();
   const fs::path path = commit_sharded_checkpoint(comm_, staging, mine, engine_.plan().num_params,
-                                                  layout_.shard_of(snapshot_));
+                                                  layout_.shard_of());
   return comm_.rank() == 0 ? path : fs::path();
 }
 
 ShardReport Checkpointer::write_rank_streamed(const ShardedStaging& staging) {
   try {
-    RankStreamedFiles files(staging, comm_.rank(), comm_.world_size(), config_,
-                            layout_.shard_of(snapshot_));
+    RankStreamedFiles files(staging, comm_.rank(), comm_.world_size(), config_, layout_.shard_of());
     if (pool_)
       drain_pool([&](ParamRange range, std::span<const float* const> arrays) {
         files.write(range, arrays);

@@ -64,8 +64,9 @@ struct RankCheckpointLayout {
   // empty where every rank holds them all.
   std::function<void(float* params)> gather_params;
 
-  // The shard this rank writes of `state`'s optimizer arrays (which must outlive it).
-  ShardedOptimizerState shard_of(const TrainingState& state) const;
+  // The shard this rank writes, its arrays read from `source` (a streamed snapshot's
+  // writer reads none: the pieces bring them).
+  ShardedOptimizerState shard_of(StateSource source = {}) const;
 
   // What rank `rank` writes of a checkpoint of `config`: its partition of the optimizer
   // state (`held`; at stage 0 the state is whole on every rank, and rank 0's shard is all

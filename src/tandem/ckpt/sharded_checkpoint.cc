@@ -83,7 +83,7 @@ RankStreamedFiles::RankStreamedFiles(const ShardedStaging& staging, int rank, in
   Files& f = *files_;
   f.range = shard.range;
   f.files.set_step(staging.step);
-  const size_t names = shard.arrays.size();
+  const size_t names = shard.names.size();
   if (writes_params(shard.zero_stage, rank)) {
     place_streamed_weights(f.files, staging.dir, config, false);
     f.expected += shard.range.size();
@@ -91,7 +91,7 @@ RankStreamedFiles::RankStreamedFiles(const ShardedStaging& staging, int rank, in
   if (shard.range.size() > 0) {
     const auto n = static_cast<int64_t>(shard.range.size());
     SafetensorsWriter writer;
-    for (const auto& entry : shard.arrays) writer.add(entry.first, DType::kF32, {n}, nullptr);
+    for (const std::string& name : shard.names) writer.add(name, DType::kF32, {n}, nullptr);
     writer.set_metadata("begin", std::to_string(shard.range.begin));
     writer.set_metadata("end", std::to_string(shard.range.end));
     writer.set_metadata("step", std::to_string(staging.step));
@@ -100,7 +100,7 @@ RankStreamedFiles::RankStreamedFiles(const ShardedStaging& staging, int rank, in
     const size_t file = f.files.create(f.shard_path, placement);
     for (size_t k = 0; k < names; k++)
       f.files.place(1 + k, shard.range, file, placement.offsets[k],
-                    cat(shard.arrays[k].first, "[", shard.range.begin, ":", shard.range.end, ")"));
+                    cat(shard.names[k], "[", shard.range.begin, ":", shard.range.end, ")"));
     f.expected += shard.range.size() * names;
   }
 }
@@ -149,17 +149,27 @@ ShardReport write_rank_checkpoint_files(ShardedStaging& staging, int rank, int w
     if (shard.range.size() > 0) {
       const auto n = static_cast<int64_t>(shard.range.size());
       SafetensorsWriter writer;
-      for (const auto& [name, array] : shard.arrays) {
-        check_finite_tensor(cat(name, "[", shard.range.begin, ":", shard.range.end, ")"),
-                            array + shard.range.begin, shard.range.size(), staging.step);
-        writer.add(name, DType::kF32, {n}, array + shard.range.begin);
-      }
+      for (const std::string& name : shard.names) writer.add(name, DType::kF32, {n}, nullptr);
       writer.set_metadata("begin", std::to_string(shard.range.begin));
       writer.set_metadata("end", std::to_string(shard.range.end));
       writer.set_metadata("step", std::to_string(staging.step));
-      const CheckpointFileRecord record =
-          write_checkpoint_file(staging.dir / shard_file_name(rank, world_size),
-                                [&writer](File& out) { writer.write(out); });
+      const fs::path path = staging.dir / shard_file_name(rank, world_size);
+      const SafetensorsWriter::Placement placement = writer.placement(path.string());
+      const CheckpointFileRecord record = write_checkpoint_file(path, [&](File& out) {
+        // Each array in pieces from its source, checked finite as it goes out: no copy of
+        // the partition is made.
+        out.write_all(placement.prefix);
+        constexpr size_t kPiece = size_t{1} << 20;
+        std::vector<float> scratch(std::min(kPiece, shard.range.size()));
+        for (size_t k = 0; k < shard.names.size(); k++)
+          for (size_t b = shard.range.begin; b < shard.range.end; b += kPiece) {
+            const ParamRange piece{b, std::min(b + kPiece, shard.range.end)};
+            const float* values = shard.source(1 + k, piece, scratch.data());
+            check_finite_tensor(cat(shard.names[k], "[", piece.begin, ":", piece.end, ")"), values,
+                                piece.size(), staging.step);
+            out.write_all(values, piece.size() * sizeof(float));
+          }
+      });
       mine.written = 1;
       mine.bytes = record.bytes;
       copy_text(mine.xxh3_64, sizeof mine.xxh3_64, record.xxh3_64);

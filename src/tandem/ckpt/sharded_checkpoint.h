@@ -35,9 +35,11 @@ struct ShardedOptimizerState {
   int zero_stage = 0;
   bool per_rank = false;  // every rank writes state of its own (OptimizerFamily::state_per_rank)
   ParamRange range;       // what this rank writes: its partition, or all parameters
-  // Flat arrays over all parameters, valid on `range`, with their names
-  // (OptimizerFamily::state_names).
-  std::vector<std::pair<std::string, const float*>> arrays = {};
+  // The optimizer's arrays by name (OptimizerFamily::state_names), and where each is read
+  // over pieces of `range`: array 1 + k for names[k] (StateSource, train_checkpoint.h; a
+  // synchronous save reads the update engine's own memory, a lazy one its snapshot).
+  std::vector<std::string> names = {};
+  StateSource source = {};
 };
 
 // A collective. `state` is read on rank 0 only (config, step, positions and the full fp32
@@ -97,7 +99,7 @@ class RankStreamedFiles {
  public:
   // Whether rank `rank` writes part of the weights at `zero_stage`.
   static bool writes_params(int zero_stage, int rank) { return zero_stage > 0 || rank == 0; }
-  // `shard`'s arrays are not read (the pieces bring them).
+  // `shard`'s source is not read (the pieces bring the arrays).
   RankStreamedFiles(const ShardedStaging& staging, int rank, int world_size,
                     const TrainConfig& config, const ShardedOptimizerState& shard);
   ~RankStreamedFiles();

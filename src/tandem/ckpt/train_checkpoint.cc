@@ -213,15 +213,19 @@ std::vector<CheckpointFileWriter> training_checkpoint_files(const TrainingState&
   }
   TANDEM_CHECK(sizes_match, "checkpoint state does not match the model's ", P, " parameters");
   // The source outlives the writers: they hold it.
-  auto vectors = std::make_shared<StateSource>([&state](size_t array, ParamRange range, float*) {
-    const std::vector<float>& values =
-        array == 0 ? state.params : state.optimizer_state.at(array - 1);
-    return values.data() + range.begin;
-  });
+  auto vectors = std::make_shared<StateSource>(arrays_source(state));
   std::vector<CheckpointFileWriter> files = checkpoint_files_from(state, *vectors, with_optimizer);
   for (CheckpointFileWriter& file : files)
     file.write = [write = std::move(file.write), vectors](File& out) { write(out); };
   return files;
+}
+
+StateSource arrays_source(const TrainingState& state) {
+  return [&state](size_t array, ParamRange range, float*) {
+    const std::vector<float>& values =
+        array == 0 ? state.params : state.optimizer_state.at(array - 1);
+    return values.data() + range.begin;
+  };
 }
 
 fs::path save_training_checkpoint(const fs::path& checkpoints_root, const TrainingState& state) {

@@ -82,6 +82,8 @@ std::filesystem::path save_training_checkpoint(const std::filesystem::path& chec
 // room for range.size() floats that the source may fill and point into. The pointer need
 // stay valid only until the next call.
 using StateSource = std::function<const float*(size_t array, ParamRange range, float* scratch)>;
+// `state`'s own arrays as a source (`state` must outlive it).
+StateSource arrays_source(const TrainingState& state);
 // The same checkpoint with every array read from `arrays` (`state`'s own are not used):
 // a synchronous save from where the state lives (UpdateEngine::state_span), with no copy
 // of it. Each tensor is checked finite as it is written.

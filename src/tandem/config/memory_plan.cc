@@ -299,8 +299,8 @@ std::string TrainingMemoryPlan::to_text() const {
           ")\n", "  host:        ", format_bytes(total.host),
           snapshot.streamed ? " (no copy of the state for checkpoints: see below)"
                             : " (the checkpoint snapshot: lazy checkpoints keep it for the "
-                              "run; a synchronous save of several ranks takes it while it "
-                              "saves, of one rank not at all)",
+                              "run; a synchronous save of several ranks takes the fp32 "
+                              "params' part of it to gather them, of one rank none)",
           "\n");
   if (machine_host_bytes > 0)
     text +=

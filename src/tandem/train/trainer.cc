@@ -574,15 +574,22 @@ class Trainer {
                                         return engine_.state_span(array, range, scratch);
                                       });
     }
-    std::vector<std::vector<float>> arrays =
-        read_engine_state(engine_, model_.layout().num_elements());
-    state.params = std::move(arrays[0]);
-    state.optimizer_state.assign(std::make_move_iterator(arrays.begin() + 1),
-                                 std::make_move_iterator(arrays.end()));
-    // Rank 0 writes the weights (all partitions of the fp32 params gathered), each rank its
-    // own part of the optimizer state (rank_checkpoint_layout).
+    // Rank 0 writes the weights: every rank's partition of the fp32 params, gathered (the
+    // only copy of the state made). Each rank writes its part of the optimizer state from
+    // the engine's own memory (rank_checkpoint_layout).
+    state.params.resize(model_.layout().num_elements());
+    const ParamRange held = engine_.plan().partition;
+    for (size_t b = held.begin; b < held.end; b += UpdateEngine::kPieceFloats) {
+      const ParamRange piece{b, std::min(b + UpdateEngine::kPieceFloats, held.end)};
+      float* to = state.params.data() + b;  // also the scratch state_span may fill
+      const float* values = engine_.state_span(0, piece, to);
+      if (values != to) std::copy(values, values + piece.size(), to);
+    }
     data_parallel_.gather_partitions(state.params.data(), sizeof(float));
-    const ShardedOptimizerState shard = rank_checkpoint_layout().shard_of(state);
+    const ShardedOptimizerState shard =
+        rank_checkpoint_layout().shard_of([this](size_t array, ParamRange range, float* scratch) {
+          return engine_.state_span(array, range, scratch);
+        });
     const fs::path path = save_sharded_training_checkpoint(comm_, checkpoints_root(), state, shard);
     return comm_.rank() == 0 ? path : fs::path();
   }
