@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `tandem bench checkpoint-io` on the demo model: two rounds of save and load (their round
-# trip checked bit for bit inside), a JSON with the fields bench/checkpoint_vs_pytorch.sh
+# `tandem bench checkpoint-io` on the demo model: two rounds of save, load and resume into
+# an update engine (each round trip checked bit for bit inside), a JSON with the fields bench/checkpoint_vs_pytorch.sh
 # reads, nothing left behind in --dir; a --dir that is not a directory refused by name; and
 # bench/pytorch_checkpoint_io.py's refusals of bad input, which come before it needs torch.
 set -euo pipefail
@@ -20,8 +20,8 @@ mkdir -p "$work/disk"
 python3 - "$work/io.json" "$work/disk" <<'PY' || fail "its JSON: $(cat "$work/io.json")"
 import json, math, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-assert r["rounds"] == 2 and len(r["save_ms"]) == 2 and len(r["load_ms"]) == 2, r
-assert r["save_ms_median"] > 0 and r["load_ms_median"] > 0, r
+assert r["rounds"] == 2 and all(len(r[k]) == 2 for k in ("save_ms", "load_ms", "resume_ms")), r
+assert all(r[k] > 0 for k in ("save_ms_median", "load_ms_median", "resume_ms_median")), r
 # params, exp_avg and exp_avg_sq as fp32, and a checkpoint a little larger (headers, JSON).
 assert r["array_bytes"] == 3 * 4 * r["params"], r
 assert r["array_bytes"] < r["checkpoint_bytes"] < r["array_bytes"] + (1 << 20), r
