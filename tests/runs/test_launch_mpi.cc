@@ -186,6 +186,8 @@ TEST_F(LaunchMpi, DemoOnThreeRanksGivesInProcessRanksBitsAndResumesBitExactly) {
                            (dir_ / "split.jsonl").string());
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed"), std::string::npos) << resumed.output;
+  // Each rank streamed the weights and its own DeMo state: the bytes and the time, said.
+  EXPECT_NE(resumed.output.find(" read in "), std::string::npos) << resumed.output;
   EXPECT_EQ(digest(dir_ / "split.jsonl"), digests[0]);
 }
 

@@ -301,11 +301,13 @@ struct OptimizerTensor {
 
 // Reads one optimizer file of `dir` front to back, checksummed as it is read, handing each
 // listed tensor to `sink` in pieces clipped to `keep` (every listed tensor must be there).
-void stream_optimizer_file(const fs::path& dir, const std::string& file,
-                           const std::map<std::string, OptimizerTensor>& tensors, ParamRange keep,
-                           const StateSink& sink, const StatePlace& place) {
+uint64_t stream_optimizer_file(const fs::path& dir, const std::string& file,
+                               const std::map<std::string, OptimizerTensor>& tensors,
+                               ParamRange keep, const StateSink& sink, const StatePlace& place) {
   const std::string source = (dir / file).string();
+  uint64_t read = 0;
   read_verified(dir, file, [&](File& in, uint64_t bytes, const auto& observe) {
+    read = bytes;
     const SafetensorsFile header = SafetensorsFile::read_pieces(
         in, bytes, source,
         [&](const TensorInfo& tensor) {
@@ -331,20 +333,25 @@ void stream_optimizer_file(const fs::path& dir, const std::string& file,
         });
     for (const auto& [name, tensor] : tensors) header.info(name);  // each one there
   });
+  return read;
 }
 
 }  // namespace
 
-void stream_training_arrays(const fs::path& path, const TrainingState& state,
-                            const OptimizerStateSlice& slice, const StateSink& sink,
-                            const StatePlace& place) {
+uint64_t stream_training_arrays(const fs::path& path, const TrainingState& state,
+                                const OptimizerStateSlice& slice, const StateSink& sink,
+                                const StatePlace& place) {
   const fs::path dir = resolve_checkpoint(path);
   const ParamLayout layout = model_layout(state.config.model);
   const size_t P = layout.num_elements();
+  uint64_t read = 0;
   stream_hf_weights(
       dir, layout, [&sink](ParamRange range, const float* values) { sink(0, range, values); },
-      [&dir](const std::string& file, const WeightFileRead& read) {
-        read_verified(dir, file, read);
+      [&](const std::string& file, const WeightFileRead& read_file) {
+        read_verified(dir, file, [&](File& in, uint64_t bytes, const auto& observe) {
+          read += bytes;
+          read_file(in, bytes, observe);
+        });
       },
       place ? ParamPlace([&place](ParamRange range) { return place(0, range); }) : ParamPlace());
   const std::vector<std::string> names =
@@ -363,8 +370,7 @@ void stream_training_arrays(const fs::path& path, const TrainingState& state,
     for (const ParamView& view : layout.views())
       for (size_t k = 0; k < names.size(); k++)
         tensors[names[k] + "." + view.name] = {1 + k, view.offset, view.shape};
-    stream_optimizer_file(dir, "optimizer.safetensors", tensors, keep, sink, place);
-    return;
+    return read + stream_optimizer_file(dir, "optimizer.safetensors", tensors, keep, sink, place);
   }
   // Written by the ranks of a data-parallel run: the shards overlapping `keep`, or this
   // rank's own.
@@ -412,8 +418,9 @@ void stream_training_arrays(const fs::path& path, const TrainingState& state,
     std::map<std::string, OptimizerTensor> tensors;
     for (size_t k = 0; k < names.size(); k++)
       tensors[names[k]] = {1 + k, shard.begin, {static_cast<int64_t>(shard.end - shard.begin)}};
-    stream_optimizer_file(dir, shard.file, tensors, keep, sink, place);
+    read += stream_optimizer_file(dir, shard.file, tensors, keep, sink, place);
   }
+  return read;
 }
 
 TrainingState load_training_checkpoint(const fs::path& path, const OptimizerStateSlice& slice) {

@@ -123,11 +123,11 @@ using StateSink = std::function<void(size_t array, ParamRange range, const float
 // has been read: whatever `sink` took must then be dropped (a resume has checked every
 // file first: newest_verified_checkpoint). `place`, if set, may name host memory of a
 // piece's size to read it straight into (null: through the buffer), which `sink` is then
-// handed as `values`: where the state ends up, to save a copy.
+// handed as `values`: where the state ends up, to save a copy. Returns the bytes read.
 using StatePlace = std::function<float*(size_t array, ParamRange range)>;
-void stream_training_arrays(const std::filesystem::path& path, const TrainingState& state,
-                            const OptimizerStateSlice& slice, const StateSink& sink,
-                            const StatePlace& place = {});
+uint64_t stream_training_arrays(const std::filesystem::path& path, const TrainingState& state,
+                                const OptimizerStateSlice& slice, const StateSink& sink,
+                                const StatePlace& place = {});
 
 // read_training_state and stream_training_arrays into host arrays: a damaged file is
 // refused with its name. State outside slice.keep is zero.

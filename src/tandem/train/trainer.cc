@@ -323,21 +323,26 @@ class Trainer {
     // shards that overlap it; or its own) from the files into the engine, a few MiB at a
     // time, read in place where the host holds the state: any world size and stage resumes
     // any other's partitioned checkpoint, and no copy of the state is made on the way.
+    Stopwatch reading;
+    uint64_t bytes_read = 0;
     engine_.load_state(
         [&](const UpdateEngine::StateSink& put, const UpdateEngine::StatePlace& place) {
-          stream_training_arrays(path, state,
-                                 {.keep = data_parallel_.state_range(),
-                                  .rank = comm_.rank(),
-                                  .world_size = comm_.world_size()},
-                                 put, place);
+          bytes_read = stream_training_arrays(path, state,
+                                              {.keep = data_parallel_.state_range(),
+                                               .rank = comm_.rank(),
+                                               .world_size = comm_.world_size()},
+                                              put, place);
         },
         state.step);
     data_parallel_.parameters_loaded();
     train_loader_.set_position(state.train_position);
     sample_rng_.set_state(state.sample_rng);
     step_ = state.step;
-    report_.note(
-        cat("tandem: resumed ", path.string(), " at step ", step_, " of ", config_.train.steps));
+    const double seconds = reading.millis() / 1e3;
+    report_.note(cat("tandem: resumed ", path.string(), " at step ", step_, " of ",
+                     config_.train.steps, " (", format_bytes(bytes_read), " read in ",
+                     format_fixed(seconds, 2), " s, ",
+                     format_fixed(seconds > 0 ? bytes_read / seconds / 1e9 : 0.0, 2), " GB/s)"));
   }
 
   // A resumed run already at train.steps: say so, rather than write the same checkpoint
