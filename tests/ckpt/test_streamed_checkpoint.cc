@@ -38,6 +38,12 @@ TrainingState random_state(const nlohmann::json& json, uint64_t seed) {
   return state;
 }
 
+// DeMo's state (one array) and weights cut into several shards with an index.
+void as_demo_with_sharded_weights(nlohmann::json& json) {
+  json["train"]["max_shard_size"] = 5000;  // bytes
+  json["optimizer"] = {{"type", "DeMo"}, {"params", {{"lr", 1e-3}}}};
+}
+
 // Cuts [0, P) into pieces of the given sizes (cycled) and shuffles them.
 std::vector<ParamRange> pieces(size_t P, const std::vector<size_t>& sizes, uint64_t seed) {
   std::vector<ParamRange> out;
@@ -102,8 +108,7 @@ TEST(StreamedCheckpoint, AnyPiecesInAnyOrderGiveTheSynchronousSaveByteForByte) {
 TEST(StreamedCheckpoint, ShardedWeightsAndDemoStateToo) {
   testing::ScratchDir dir("streamed_sharded");
   nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "run");
-  json["train"]["max_shard_size"] = 5000;  // bytes: several weight shards and an index
-  json["optimizer"] = {{"type", "DeMo"}, {"params", {{"lr", 1e-3}}}};
+  as_demo_with_sharded_weights(json);
   const TrainingState state = random_state(json, 9);
   ASSERT_EQ(state.optimizer_state.size(), 1u);
   const fs::path sync = save_training_checkpoint(dir / "sync", state);
@@ -119,10 +124,7 @@ TEST(SourcedCheckpoint, ASaveFromWhereTheStateLivesIsTheSynchronousSaveByteForBy
   testing::ScratchDir dir("sourced");
   for (const bool demo : {false, true}) {
     nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "run");
-    if (demo) {
-      json["train"]["max_shard_size"] = 5000;  // several weight shards and an index
-      json["optimizer"] = {{"type", "DeMo"}, {"params", {{"lr", 1e-3}}}};
-    }
+    if (demo) as_demo_with_sharded_weights(json);
     const TrainingState state = random_state(json, demo ? 3 : 4);
     const fs::path sync = save_training_checkpoint(dir / cat("sync_", demo), state);
     size_t asked = 0;
@@ -151,8 +153,7 @@ TEST(StreamedResume, EveryElementComesOnceInBoundedPiecesWithTheSavedBits) {
   for (const bool demo : {false, true}) {
     nlohmann::json json = testing::tiny_run_config(dir / "data.txt", dir / "run");
     if (demo) {
-      json["train"]["max_shard_size"] = 5000;  // several weight shards and an index
-      json["optimizer"] = {{"type", "DeMo"}, {"params", {{"lr", 1e-3}}}};
+      as_demo_with_sharded_weights(json);
     } else {
       json["model"]["n_layer"] = 1;
       json["model"]["n_embd"] = 640;  // mlp.c_fc.weight: 1.6 M floats, 6.5 MB

@@ -74,7 +74,9 @@ void File::write_all(const void* src, size_t bytes) {
     fail(path_.string(), ": write failed (", errno_text(), "); is the disk full?");
   if (checksum_) checksum_->update(src, bytes);
   bytes_written_ += bytes;
-  if (handed_to_disk_ && tell() >= *handed_to_disk_ + kWriteBehindBytes) {
+  not_handed_ += bytes;
+  if (handed_to_disk_ && not_handed_ >= kWriteBehindBytes) {
+    not_handed_ = 0;
     flush();
     const uint64_t end = tell();
     // Starts the write-out without waiting for it; sync() waits (and reports its errors).
@@ -84,7 +86,10 @@ void File::write_all(const void* src, size_t bytes) {
   }
 }
 
-void File::write_behind() { handed_to_disk_ = tell(); }
+void File::write_behind() {
+  handed_to_disk_ = tell();
+  not_handed_ = 0;
+}
 
 void File::seek(uint64_t offset) {
   TANDEM_CHECK(checksum_ == nullptr, path_.string(),

@@ -67,8 +67,10 @@ class File {
   std::unique_ptr<FILE, Close> file_;
   std::unique_ptr<Checksum64Stream> checksum_;
   uint64_t bytes_written_ = 0;
-  // write_behind(): the file offset up to which the bytes have been handed to the disk.
+  // write_behind(): the file offset up to which the bytes have been handed to the disk,
+  // and the bytes written since (counted, so that no write asks the position).
   std::optional<uint64_t> handed_to_disk_;
+  uint64_t not_handed_ = 0;
 };
 
 std::vector<uint8_t> read_file_bytes(const std::filesystem::path& path);
