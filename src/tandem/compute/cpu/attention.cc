@@ -36,11 +36,45 @@ inline float dot_in_order(const float* a, const float* b, int n) {
   return sum;
 }
 
+// Eight floats in one AVX register (two SSE registers in the baseline build). The kernels
+// that keep running sums in registers across a loop, instead of loading and storing them
+// at every term, hold them in these; each lane is its own sum, so the width changes no
+// result.
+using f32x8 = float __attribute__((vector_size(32)));
+// The same at any address (4-byte aligned, like the floats it is read from or written to).
+typedef float f32x8_unaligned __attribute__((vector_size(32), aligned(4), may_alias));
+
+inline const f32x8_unaligned* vector_at(const float* p) {
+  return reinterpret_cast<const f32x8_unaligned*>(p);
+}
+inline f32x8_unaligned* vector_at(float* p) { return reinterpret_cast<f32x8_unaligned*>(p); }
+
+// Rows of a head transposed per tile: 8 rows read, then written as 8 contiguous floats of
+// each column, so the writes go to a few lines at a time instead of one float to each of hs
+// lines per row.
+constexpr int kTransposeTile = 8;
+
 // kt[hs, T] = the transpose of x's rows t = 0..T-1, x[t * stride + i], i < hs.
 inline void transpose_head(float* __restrict kt, const float* __restrict x, size_t stride, int T,
                            int hs) {
-  for (int t = 0; t < T; t++) {
-    for (int i = 0; i < hs; i++) kt[static_cast<size_t>(i) * T + t] = x[t * stride + i];
+  for (int t0 = 0; t0 < T; t0 += kTransposeTile) {
+    const int rows = std::min(kTransposeTile, T - t0);
+    for (int i = 0; i < hs; i++) {
+      for (int j = 0; j < rows; j++)
+        kt[static_cast<size_t>(i) * T + t0 + j] = x[(t0 + j) * stride + i];
+    }
+  }
+}
+
+// The inverse: x[t * stride + i] = kt[i, t] for t < T, i < hs.
+inline void untranspose_head(float* __restrict x, size_t stride, const float* __restrict kt, int T,
+                             int hs) {
+  for (int t0 = 0; t0 < T; t0 += kTransposeTile) {
+    const int rows = std::min(kTransposeTile, T - t0);
+    for (int j = 0; j < rows; j++) {
+      for (int i = 0; i < hs; i++)
+        x[(t0 + j) * stride + i] = kt[static_cast<size_t>(i) * T + t0 + j];
+    }
   }
 }
 
@@ -117,44 +151,43 @@ inline void scores_in_order_block(float* __restrict s, const float* const* a, in
   }
 }
 
-// y[hs] = sum_t2 c[t2] * x[t2 * stride + i] over t2 < n, for rows x[t2] of length hs.
-// Row t2 goes into partial sum t2 % 4, and the four are added at the end in a fixed
-// order. One running sum per element would be a chain of n dependent adds through
-// memory (hs is small, so there are few elements to overlap); four chains keep the
-// loads and adds busy. partial[4 * hs] is scratch.
-inline void weighted_row_sum(float* __restrict y, float* __restrict partial,
-                             const float* __restrict c, const float* __restrict x, size_t stride,
-                             int n, int hs) {
-  float* p0 = partial;
-  float* p1 = p0 + hs;
-  float* p2 = p1 + hs;
-  float* p3 = p2 + hs;
-#pragma omp simd
-  for (int i = 0; i < 4 * hs; i++) partial[i] = 0.0f;
+// weighted_row_sum's columns i .. i + 8 kVectors - 1: each column's four partial sums stay in
+// registers across all n rows.
+template <int kVectors>
+inline void weighted_row_sum_columns(float* __restrict y, const float* __restrict c,
+                                     const float* __restrict x, size_t stride, int n) {
+  f32x8 partial[4][kVectors] = {};
   int t2 = 0;
   for (; t2 + 4 <= n; t2 += 4) {
-    const float c0 = c[t2], c1 = c[t2 + 1], c2 = c[t2 + 2], c3 = c[t2 + 3];
-    const float* x0 = x + t2 * stride;
-    const float* x1 = x0 + stride;
-    const float* x2 = x1 + stride;
-    const float* x3 = x2 + stride;
-#pragma omp simd
-    for (int i = 0; i < hs; i++) {
-      p0[i] += c0 * x0[i];
-      p1[i] += c1 * x1[i];
-      p2[i] += c2 * x2[i];
-      p3[i] += c3 * x3[i];
+    for (int r = 0; r < 4; r++) {
+      const float* row = x + (t2 + r) * stride;
+      for (int v = 0; v < kVectors; v++) partial[r][v] += c[t2 + r] * *vector_at(row + 8 * v);
     }
   }
-  for (int j = 0; t2 + j < n; j++) {  // the last n % 4 rows, into partials 0..2
-    const float cj = c[t2 + j];
-    const float* xj = x + (t2 + j) * stride;
-    float* pj = partial + j * hs;
-#pragma omp simd
-    for (int i = 0; i < hs; i++) pj[i] += cj * xj[i];
+  for (int r = 0; t2 + r < n; r++) {  // the last n % 4 rows, into partials 0..2
+    const float* row = x + (t2 + r) * stride;
+    for (int v = 0; v < kVectors; v++) partial[r][v] += c[t2 + r] * *vector_at(row + 8 * v);
   }
-#pragma omp simd
-  for (int i = 0; i < hs; i++) y[i] = (p0[i] + p1[i]) + (p2[i] + p3[i]);
+  for (int v = 0; v < kVectors; v++) {
+    *vector_at(y + 8 * v) = (partial[0][v] + partial[1][v]) + (partial[2][v] + partial[3][v]);
+  }
+}
+
+// y[hs] = sum_t2 c[t2] * x[t2 * stride + i] over t2 < n, for rows x[t2] of length hs.
+// Row t2 goes into partial sum t2 % 4, and the four are added at the end in a fixed
+// order, (p0 + p1) + (p2 + p3). One running sum per element would be a chain of n
+// dependent adds; four chains keep the adders busy. Columns go 16 at a time (then 8, then
+// one), their partial sums in registers.
+inline void weighted_row_sum(float* __restrict y, const float* __restrict c,
+                             const float* __restrict x, size_t stride, int n, int hs) {
+  int i = 0;
+  for (; i + 16 <= hs; i += 16) weighted_row_sum_columns<2>(y + i, c, x + i, stride, n);
+  for (; i + 8 <= hs; i += 8) weighted_row_sum_columns<1>(y + i, c, x + i, stride, n);
+  for (; i < hs; i++) {
+    float partial[4] = {};
+    for (int t2 = 0; t2 < n; t2++) partial[t2 % 4] += c[t2] * x[t2 * stride + i];
+    y[i] = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+  }
 }
 
 // Sum of x[n] in 8 interleaved partial sums (x[j], x[j+8], ... into lane j), then the
@@ -193,10 +226,10 @@ HeadView head_view(int h, int NH, int KVH, int HS) {
 }
 
 // One (batch b, query head h) of the forward pass, kQueryBlock queries at a time. kt[HS, T],
-// w[kQueryBlock, T] and partial[4 HS] are scratch.
+// w[kQueryBlock, T] are scratch.
 __attribute__((target_clones("avx2", "default"))) void attention_forward_head(
     float* out, float* lse, const float* qkv, int b, int h, int T, int NH, int KVH, int hs,
-    float* kt, float* w, float* partial) {
+    float* kt, float* w) {
   const HeadView view = head_view(h, NH, KVH, hs);
   const size_t W = view.stride;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -228,7 +261,7 @@ __attribute__((target_clones("avx2", "default"))) void attention_forward_head(
 #pragma omp simd
       for (int t2 = 0; t2 < n; t2++) wj[t2] *= inv_sum;  // the probabilities
       float* o = out + (static_cast<size_t>(b) * T + t) * view.out_stride + view.o;
-      weighted_row_sum(o, partial, wj, row0 + view.v, W, n, hs);  // sum_t2 p[t2] v[t2]
+      weighted_row_sum(o, wj, row0 + view.v, W, n, hs);  // sum_t2 p[t2] v[t2]
       lse[(static_cast<size_t>(b) * NH + h) * T + t] = max_score + std::log(sum);
     }
   }
@@ -281,14 +314,14 @@ inline void add_query_block(float* __restrict dkt, float* __restrict dvt, const 
 
 // One (batch b, key/value head g) of the backward pass: its NH/KVH query heads in order,
 // each writing its dq and adding to the group's dk and dv. kt, vt, dkt, dvt [HS, T], p,
-// ds [kQueryBlock, T] and partial[4 HS] are scratch. dk and dv gather over all later
+// ds [kQueryBlock, T] are scratch. dk and dv gather over all later
 // queries of every query head of the group, so they accumulate in the transposed layout
 // (contiguous over t2, like the scores), kQueryBlock queries at a time, and are written
 // out at the end.
 __attribute__((target_clones("avx2", "default"))) void attention_backward_group(
     float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int b,
     int g, int T, int NH, int KVH, int hs, float* kt, float* vt, float* dkt, float* dvt, float* p,
-    float* ds, float* partial) {
+    float* ds) {
   const int group = NH / KVH;
   const HeadView first = head_view(g * group, NH, KVH, hs);
   const size_t W = first.stride;
@@ -325,20 +358,13 @@ __attribute__((target_clones("avx2", "default"))) void attention_backward_group(
           pj[t2] = fast_exp(exp_arg(pj[t2] * scale - row_lse));
           dsj[t2] = pj[t2] * (dsj[t2] - d_dot_o) * scale;  // dL/d(q . k[t2])
         }
-        weighted_row_sum(drow0 + t * W + view.q, partial, dsj, row0 + view.k, W, n,
-                         hs);  // dq = sum ds k
+        weighted_row_sum(drow0 + t * W + view.q, dsj, row0 + view.k, W, n, hs);  // dq = sum ds k
       }
       add_query_block(dkt, dvt, p, ds, q, d_o, t0, m, T, hs);
     }
   }
-  for (int t = 0; t < T; t++) {
-    float* dk = drow0 + t * W + first.k;
-    float* dv = drow0 + t * W + first.v;
-    for (int i = 0; i < hs; i++) {
-      dk[i] = dkt[static_cast<size_t>(i) * T + t];
-      dv[i] = dvt[static_cast<size_t>(i) * T + t];
-    }
-  }
+  untranspose_head(drow0 + first.k, W, dkt, T, hs);
+  untranspose_head(drow0 + first.v, W, dvt, T, hs);
 }
 
 }  // namespace
@@ -350,12 +376,10 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
   {
     std::vector<float> kt(hs * T);  // this thread's scratch
     std::vector<float> w(kQueryBlock * static_cast<size_t>(T));
-    std::vector<float> partial(4 * hs);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int h = 0; h < NH; h++) {
-        attention_forward_head(out, lse, qkv, b, h, T, NH, KVH, HS, kt.data(), w.data(),
-                               partial.data());
+        attention_forward_head(out, lse, qkv, b, h, T, NH, KVH, HS, kt.data(), w.data());
       }
     }
   }
@@ -368,13 +392,11 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   {
     std::vector<float> kt(hs * T), vt(hs * T), dkt(hs * T), dvt(hs * T);
     std::vector<float> p(kQueryBlock * static_cast<size_t>(T)), ds(p.size());
-    std::vector<float> partial(4 * hs);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int g = 0; g < KVH; g++) {
         attention_backward_group(dqkv, dout, qkv, out, lse, b, g, T, NH, KVH, HS, kt.data(),
-                                 vt.data(), dkt.data(), dvt.data(), p.data(), ds.data(),
-                                 partial.data());
+                                 vt.data(), dkt.data(), dvt.data(), p.data(), ds.data());
       }
     }
   }
