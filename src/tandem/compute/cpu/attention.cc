@@ -29,11 +29,19 @@
 namespace tandem::cpu {
 namespace {
 
-// Sums a[i] * b[i] in index order.
-inline float dot_in_order(const float* a, const float* b, int n) {
-  float sum = 0.0f;
-  for (int i = 0; i < n; i++) sum += a[i] * b[i];
-  return sum;
+// dot[t] = sum_i a[t * stride + i] * b[t * stride + i] over i < n in index order, for rows
+// t < T. Eight rows go together, so that their eight chains of dependent adds overlap.
+inline void row_dots_in_order(float* __restrict dot, const float* a, const float* b, size_t stride,
+                              int T, int n) {
+  constexpr int kRows = 8;
+  for (int t0 = 0; t0 < T; t0 += kRows) {
+    const int rows = std::min(kRows, T - t0);
+    float sum[kRows] = {};
+    for (int i = 0; i < n; i++) {
+      for (int j = 0; j < rows; j++) sum[j] += a[(t0 + j) * stride + i] * b[(t0 + j) * stride + i];
+    }
+    for (int j = 0; j < rows; j++) dot[t0 + j] = sum[j];
+  }
 }
 
 // Eight floats in one AVX register (two SSE registers in the baseline build). The kernels
@@ -314,14 +322,14 @@ inline void add_query_block(float* __restrict dkt, float* __restrict dvt, const 
 
 // One (batch b, key/value head g) of the backward pass: its NH/KVH query heads in order,
 // each writing its dq and adding to the group's dk and dv. kt, vt, dkt, dvt [HS, T], p,
-// ds [kQueryBlock, T] are scratch. dk and dv gather over all later
+// ds [kQueryBlock, T] and d_dot_out[T] are scratch. dk and dv gather over all later
 // queries of every query head of the group, so they accumulate in the transposed layout
 // (contiguous over t2, like the scores), kQueryBlock queries at a time, and are written
 // out at the end.
 __attribute__((target_clones("avx2", "default"))) void attention_backward_group(
     float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int b,
     int g, int T, int NH, int KVH, int hs, float* kt, float* vt, float* dkt, float* dvt, float* p,
-    float* ds) {
+    float* ds, float* d_dot_out) {
   const int group = NH / KVH;
   const HeadView first = head_view(g * group, NH, KVH, hs);
   const size_t W = first.stride;
@@ -335,6 +343,9 @@ __attribute__((target_clones("avx2", "default"))) void attention_backward_group(
   const ClampRange exp_arg = opaque_clamp_range(kExpMinArg, kExpMaxArg);
   for (int h = g * group; h < (g + 1) * group; h++) {
     const HeadView view = head_view(h, NH, KVH, hs);
+    // sum_t2 p[t2] * dp[t2] equals dout . out, which is cheaper to form.
+    const size_t out0 = static_cast<size_t>(b) * T * view.out_stride + view.o;
+    row_dots_in_order(d_dot_out, dout + out0, out + out0, view.out_stride, T, hs);
     for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
       const int m = std::min(kQueryBlock, T - t0);
       const float* q[kQueryBlock];
@@ -349,9 +360,7 @@ __attribute__((target_clones("avx2", "default"))) void attention_backward_group(
         const int t = t0 + j, n = t + 1;
         float* pj = p + static_cast<size_t>(j) * T;
         float* dsj = ds + static_cast<size_t>(j) * T;
-        const size_t orow = (static_cast<size_t>(b) * T + t) * view.out_stride + view.o;
-        // sum_t2 p[t2] * dp[t2] equals dout . out, which is cheaper to form.
-        const float d_dot_o = dot_in_order(d_o[j], out + orow, hs);
+        const float d_dot_o = d_dot_out[t];
         const float row_lse = lse[(static_cast<size_t>(b) * NH + h) * T + t];
 #pragma omp simd
         for (int t2 = 0; t2 < n; t2++) {
@@ -391,12 +400,13 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 #pragma omp parallel
   {
     std::vector<float> kt(hs * T), vt(hs * T), dkt(hs * T), dvt(hs * T);
-    std::vector<float> p(kQueryBlock * static_cast<size_t>(T)), ds(p.size());
+    std::vector<float> p(kQueryBlock * static_cast<size_t>(T)), ds(p.size()), d_dot_out(T);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int g = 0; g < KVH; g++) {
         attention_backward_group(dqkv, dout, qkv, out, lse, b, g, T, NH, KVH, HS, kt.data(),
-                                 vt.data(), dkt.data(), dvt.data(), p.data(), ds.data());
+                                 vt.data(), dkt.data(), dvt.data(), p.data(), ds.data(),
+                                 d_dot_out.data());
       }
     }
   }
