@@ -159,42 +159,56 @@ inline void scores_in_order_block(float* __restrict s, const float* const* a, in
   }
 }
 
-// weighted_row_sum's columns i .. i + 8 kVectors - 1: each column's four partial sums stay in
-// registers across all n rows.
-template <int kVectors>
-inline void weighted_row_sum_columns(float* __restrict y, const float* __restrict c,
-                                     const float* __restrict x, size_t stride, int n) {
-  f32x8 partial[4][kVectors] = {};
-  int t2 = 0;
-  for (; t2 + 4 <= n; t2 += 4) {
-    for (int r = 0; r < 4; r++) {
-      const float* row = x + (t2 + r) * stride;
-      for (int v = 0; v < kVectors; v++) partial[r][v] += c[t2 + r] * *vector_at(row + 8 * v);
+// Columns per panel of pack_panels: two vectors, whose four partial sums each (eight
+// registers) weighted_row_sum keeps across all the rows.
+constexpr int kPanel = 16;
+
+int panel_floats(int T, int hs) { return (hs + kPanel - 1) / kPanel * kPanel * T; }
+
+// A head's rows x[t * stride + i] (t < T, i < hs) as panels of kPanel columns: panel c holds
+// columns c kPanel .. c kPanel + kPanel - 1 of row 0, then of row 1, ... (columns past hs are
+// 0). A sum over rows then reads a panel front to back; read in place, it would take a piece
+// of each row a qkv row apart, addresses that share a few cache sets and evict each other.
+inline void pack_panels(float* __restrict panels, const float* __restrict x, size_t stride, int T,
+                        int hs) {
+  for (int c0 = 0; c0 < hs; c0 += kPanel) {
+    const int cols = std::min(kPanel, hs - c0);
+    float* panel = panels + static_cast<size_t>(c0) * T;
+    for (int t = 0; t < T; t++) {
+      float* row = panel + static_cast<size_t>(t) * kPanel;
+      std::memcpy(row, x + t * stride + c0, sizeof(float) * cols);
+      std::fill(row + cols, row + kPanel, 0.0f);
     }
-  }
-  for (int r = 0; t2 + r < n; r++) {  // the last n % 4 rows, into partials 0..2
-    const float* row = x + (t2 + r) * stride;
-    for (int v = 0; v < kVectors; v++) partial[r][v] += c[t2 + r] * *vector_at(row + 8 * v);
-  }
-  for (int v = 0; v < kVectors; v++) {
-    *vector_at(y + 8 * v) = (partial[0][v] + partial[1][v]) + (partial[2][v] + partial[3][v]);
   }
 }
 
-// y[hs] = sum_t2 c[t2] * x[t2 * stride + i] over t2 < n, for rows x[t2] of length hs.
+// y[hs] = sum_t2 c[t2] * x[t2, i] over t2 < n, with x's rows packed by pack_panels (T rows).
 // Row t2 goes into partial sum t2 % 4, and the four are added at the end in a fixed
 // order, (p0 + p1) + (p2 + p3). One running sum per element would be a chain of n
-// dependent adds; four chains keep the adders busy. Columns go 16 at a time (then 8, then
-// one), their partial sums in registers.
+// dependent adds; four chains keep the adders busy. A panel's partial sums stay in registers
+// across all n rows; each lane is its own column's sum, so the padding changes nothing.
 inline void weighted_row_sum(float* __restrict y, const float* __restrict c,
-                             const float* __restrict x, size_t stride, int n, int hs) {
-  int i = 0;
-  for (; i + 16 <= hs; i += 16) weighted_row_sum_columns<2>(y + i, c, x + i, stride, n);
-  for (; i + 8 <= hs; i += 8) weighted_row_sum_columns<1>(y + i, c, x + i, stride, n);
-  for (; i < hs; i++) {
-    float partial[4] = {};
-    for (int t2 = 0; t2 < n; t2++) partial[t2 % 4] += c[t2] * x[t2 * stride + i];
-    y[i] = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+                             const float* __restrict panels, int n, int T, int hs) {
+  constexpr int kVectors = kPanel / 8;
+  for (int c0 = 0; c0 < hs; c0 += kPanel) {
+    const float* panel = panels + static_cast<size_t>(c0) * T;
+    f32x8 partial[4][kVectors] = {};
+    int t2 = 0;
+    for (; t2 + 4 <= n; t2 += 4) {
+      for (int r = 0; r < 4; r++) {
+        const float* row = panel + (t2 + r) * kPanel;
+        for (int v = 0; v < kVectors; v++) partial[r][v] += c[t2 + r] * *vector_at(row + 8 * v);
+      }
+    }
+    for (int r = 0; t2 + r < n; r++) {  // the last n % 4 rows, into partials 0..2
+      const float* row = panel + (t2 + r) * kPanel;
+      for (int v = 0; v < kVectors; v++) partial[r][v] += c[t2 + r] * *vector_at(row + 8 * v);
+    }
+    float sum[kPanel];
+    for (int v = 0; v < kVectors; v++) {
+      *vector_at(sum + 8 * v) = (partial[0][v] + partial[1][v]) + (partial[2][v] + partial[3][v]);
+    }
+    std::memcpy(y + c0, sum, sizeof(float) * std::min(kPanel, hs - c0));
   }
 }
 
@@ -237,12 +251,13 @@ HeadView head_view(int h, int NH, int KVH, int HS) {
 // w[kQueryBlock, T] are scratch.
 __attribute__((target_clones("avx2", "default"))) void attention_forward_head(
     float* out, float* lse, const float* qkv, int b, int h, int T, int NH, int KVH, int hs,
-    float* kt, float* w) {
+    float* kt, float* vp, float* w) {
   const HeadView view = head_view(h, NH, KVH, hs);
   const size_t W = view.stride;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const float* row0 = qkv + static_cast<size_t>(b) * T * W;
   transpose_head(kt, row0 + view.k, W, T, hs);
+  pack_panels(vp, row0 + view.v, W, T, hs);
   const ClampRange exp_arg = opaque_clamp_range(kExpMinArg, kExpMaxArg);
   for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
     const int m = std::min(kQueryBlock, T - t0);
@@ -269,7 +284,7 @@ __attribute__((target_clones("avx2", "default"))) void attention_forward_head(
 #pragma omp simd
       for (int t2 = 0; t2 < n; t2++) wj[t2] *= inv_sum;  // the probabilities
       float* o = out + (static_cast<size_t>(b) * T + t) * view.out_stride + view.o;
-      weighted_row_sum(o, wj, row0 + view.v, W, n, hs);  // sum_t2 p[t2] v[t2]
+      weighted_row_sum(o, wj, vp, n, T, hs);  // sum_t2 p[t2] v[t2]
       lse[(static_cast<size_t>(b) * NH + h) * T + t] = max_score + std::log(sum);
     }
   }
@@ -329,7 +344,7 @@ inline void add_query_block(float* __restrict dkt, float* __restrict dvt, const 
 __attribute__((target_clones("avx2", "default"))) void attention_backward_group(
     float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int b,
     int g, int T, int NH, int KVH, int hs, float* kt, float* vt, float* dkt, float* dvt, float* p,
-    float* ds, float* d_dot_out) {
+    float* ds, float* d_dot_out, float* kp) {
   const int group = NH / KVH;
   const HeadView first = head_view(g * group, NH, KVH, hs);
   const size_t W = first.stride;
@@ -337,6 +352,7 @@ __attribute__((target_clones("avx2", "default"))) void attention_backward_group(
   const float* row0 = qkv + static_cast<size_t>(b) * T * W;
   float* drow0 = dqkv + static_cast<size_t>(b) * T * W;
   transpose_head(kt, row0 + first.k, W, T, hs);
+  pack_panels(kp, row0 + first.k, W, T, hs);
   transpose_head(vt, row0 + first.v, W, T, hs);
   std::memset(dkt, 0, sizeof(float) * hs * T);
   std::memset(dvt, 0, sizeof(float) * hs * T);
@@ -367,7 +383,7 @@ __attribute__((target_clones("avx2", "default"))) void attention_backward_group(
           pj[t2] = fast_exp(exp_arg(pj[t2] * scale - row_lse));
           dsj[t2] = pj[t2] * (dsj[t2] - d_dot_o) * scale;  // dL/d(q . k[t2])
         }
-        weighted_row_sum(drow0 + t * W + view.q, dsj, row0 + view.k, W, n, hs);  // dq = sum ds k
+        weighted_row_sum(drow0 + t * W + view.q, dsj, kp, n, T, hs);  // dq = sum ds k
       }
       add_query_block(dkt, dvt, p, ds, q, d_o, t0, m, T, hs);
     }
@@ -383,12 +399,12 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
   const size_t hs = HS;
 #pragma omp parallel
   {
-    std::vector<float> kt(hs * T);  // this thread's scratch
+    std::vector<float> kt(hs * T), vp(panel_floats(T, HS));  // this thread's scratch
     std::vector<float> w(kQueryBlock * static_cast<size_t>(T));
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int h = 0; h < NH; h++) {
-        attention_forward_head(out, lse, qkv, b, h, T, NH, KVH, HS, kt.data(), w.data());
+        attention_forward_head(out, lse, qkv, b, h, T, NH, KVH, HS, kt.data(), vp.data(), w.data());
       }
     }
   }
@@ -399,14 +415,14 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   const size_t hs = HS;
 #pragma omp parallel
   {
-    std::vector<float> kt(hs * T), vt(hs * T), dkt(hs * T), dvt(hs * T);
+    std::vector<float> kt(hs * T), vt(hs * T), dkt(hs * T), dvt(hs * T), kp(panel_floats(T, HS));
     std::vector<float> p(kQueryBlock * static_cast<size_t>(T)), ds(p.size()), d_dot_out(T);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int g = 0; g < KVH; g++) {
         attention_backward_group(dqkv, dout, qkv, out, lse, b, g, T, NH, KVH, HS, kt.data(),
                                  vt.data(), dkt.data(), dvt.data(), p.data(), ds.data(),
-                                 d_dot_out.data());
+                                 d_dot_out.data(), kp.data());
       }
     }
   }
