@@ -9,8 +9,10 @@
 // against all keys are hs passes of a contiguous multiply-add over t2: that loop vectorises, and
 // each score still sums its hs products in index order, whatever the vector width. Queries go
 // kQueryBlock at a time, sharing each pass over the keys (and, backward, over dk and dv),
-// with every sum in the order one query at a time would take. The exps use fast_math.h's
-// vectorisable exp.
+// with every sum in the order one query at a time would take. The sums over keys (P V
+// forward, dS K backward) read the values (keys) from panels of 16 columns packed once per
+// work item, and hold each column's partial sums in registers across the keys. The exps use
+// fast_math.h's vectorisable exp.
 //
 // Determinism: every sum here runs in an order fixed by the code (no `omp simd
 // reduction` on a sum, whose grouping would follow the vector width), no work item's
@@ -163,7 +165,9 @@ inline void scores_in_order_block(float* __restrict s, const float* const* a, in
 // registers) weighted_row_sum keeps across all the rows.
 constexpr int kPanel = 16;
 
-int panel_floats(int T, int hs) { return (hs + kPanel - 1) / kPanel * kPanel * T; }
+size_t panel_floats(int T, int hs) {
+  return static_cast<size_t>((hs + kPanel - 1) / kPanel) * kPanel * T;
+}
 
 // A head's rows x[t * stride + i] (t < T, i < hs) as panels of kPanel columns: panel c holds
 // columns c kPanel .. c kPanel + kPanel - 1 of row 0, then of row 1, ... (columns past hs are
@@ -248,7 +252,7 @@ HeadView head_view(int h, int NH, int KVH, int HS) {
 }
 
 // One (batch b, query head h) of the forward pass, kQueryBlock queries at a time. kt[HS, T],
-// w[kQueryBlock, T] are scratch.
+// vp[panel_floats(T, HS)] and w[kQueryBlock, T] are scratch.
 __attribute__((target_clones("avx2", "default"))) void attention_forward_head(
     float* out, float* lse, const float* qkv, int b, int h, int T, int NH, int KVH, int hs,
     float* kt, float* vp, float* w) {
@@ -337,8 +341,8 @@ inline void add_query_block(float* __restrict dkt, float* __restrict dvt, const 
 
 // One (batch b, key/value head g) of the backward pass: its NH/KVH query heads in order,
 // each writing its dq and adding to the group's dk and dv. kt, vt, dkt, dvt [HS, T], p,
-// ds [kQueryBlock, T] and d_dot_out[T] are scratch. dk and dv gather over all later
-// queries of every query head of the group, so they accumulate in the transposed layout
+// ds [kQueryBlock, T], d_dot_out[T] and kp[panel_floats(T, HS)] are scratch. dk and dv gather over
+// all later queries of every query head of the group, so they accumulate in the transposed layout
 // (contiguous over t2, like the scores), kQueryBlock queries at a time, and are written
 // out at the end.
 __attribute__((target_clones("avx2", "default"))) void attention_backward_group(
