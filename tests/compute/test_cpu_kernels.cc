@@ -1,4 +1,5 @@
-// The CPU backend's GELU and attention kernels against double-precision references.
+// The CPU backend's GELU, attention and head RMSNorm kernels against double-precision
+// references.
 //
 // GELU runs on a vectorised polynomial exp (fast_math.h) instead of libm's tanhf, and
 // attention on a reorganised loop nest; these tests pin both to the math, not to the
@@ -257,6 +258,87 @@ TEST(CpuKernels, GroupedQueryAttentionMatchesDoubleReference) {
 TEST(CpuKernels, AttentionMatchesDoubleReferenceAtWideHeads) {
   check_attention(2, 37, 54, 2, 1);
   check_attention(1, 21, 160, 4, 4);
+}
+
+}  // namespace
+}  // namespace tandem::cpu
+
+namespace tandem::cpu {
+namespace {
+
+// head_rmsnorm (Qwen3's q and k norms) against a double reference: H heads of HS columns in
+// rows of `stride` columns whose other columns hold sentinels the kernels must not touch;
+// the backward pass both into another buffer and in place (dinp = dout), the weight
+// gradient accumulated onto a non-zero start.
+TEST(CpuKernels, HeadRmsNormMatchesDoubleReferenceAndLeavesOtherColumns) {
+  const int N = 7, H = 3, HS = 10, stride = 47, offset = 5;  // heads at columns [5, 35)
+  const float eps = 1e-6f, sentinel = 1234.5f;
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> x(N * stride), dout(N * stride), weight(HS);
+  for (float& v : x) v = normal(gen);
+  for (float& v : dout) v = normal(gen);
+  for (float& v : weight) v = 1.0f + 0.3f * normal(gen);
+  std::vector<float> out(N * stride, sentinel), rstd(N * H);
+  head_rmsnorm_forward(out.data() + offset, rstd.data(), x.data() + offset, weight.data(), eps, N,
+                       H, HS, stride);
+
+  std::vector<double> want_dw(HS, 0.25);
+  for (int n = 0; n < N; n++) {
+    for (int c = 0; c < stride; c++) {
+      const bool in_head = c >= offset && c < offset + H * HS;
+      if (!in_head) {
+        ASSERT_EQ(out[n * stride + c], sentinel) << n << ", " << c;
+      }
+    }
+    for (int h = 0; h < H; h++) {
+      const size_t at = static_cast<size_t>(n) * stride + offset + h * HS;
+      double square = 0.0;
+      for (int c = 0; c < HS; c++) square += static_cast<double>(x[at + c]) * x[at + c];
+      const double s = 1.0 / std::sqrt(square / HS + eps);
+      EXPECT_NEAR(rstd[n * H + h], s, 1e-6 * s);
+      for (int c = 0; c < HS; c++) {
+        const double y = x[at + c] * s * weight[c];
+        EXPECT_NEAR(out[at + c], y, 1e-5 * (1.0 + std::fabs(y)));
+        want_dw[c] += static_cast<double>(dout[at + c]) * x[at + c] * s;
+      }
+    }
+  }
+
+  for (const bool in_place : {false, true}) {
+    SCOPED_TRACE(in_place ? "in place" : "into another buffer");
+    std::vector<float> grad = in_place ? dout : std::vector<float>(N * stride, sentinel);
+    std::vector<float> dweight(HS, 0.25f);
+    const std::vector<float> dout_copy = dout;
+    head_rmsnorm_backward(grad.data() + offset, dweight.data(),
+                          (in_place ? grad.data() : dout_copy.data()) + offset, x.data() + offset,
+                          weight.data(), rstd.data(), N, H, HS, stride);
+    for (int c = 0; c < HS; c++)
+      EXPECT_NEAR(dweight[c], want_dw[c], 1e-4 * (1.0 + std::fabs(want_dw[c]))) << "dweight " << c;
+    for (int n = 0; n < N; n++) {
+      for (int c = 0; c < stride; c++) {
+        const bool in_head = c >= offset && c < offset + H * HS;
+        if (!in_head) {
+          ASSERT_EQ(grad[n * stride + c], in_place ? dout[n * stride + c] : sentinel)
+              << n << ", " << c;
+        }
+      }
+      for (int h = 0; h < H; h++) {
+        const size_t at = static_cast<size_t>(n) * stride + offset + h * HS;
+        double square = 0.0, dot = 0.0;
+        for (int c = 0; c < HS; c++) {
+          square += static_cast<double>(x[at + c]) * x[at + c];
+          dot += static_cast<double>(dout[at + c]) * weight[c] * x[at + c];
+        }
+        const double s = 1.0 / std::sqrt(square / HS + eps);
+        for (int c = 0; c < HS; c++) {
+          // d(x s w)/dx applied to dout: (dout w - x s^2 (sum of dout w x) / HS) s
+          const double want = (dout[at + c] * weight[c] - x[at + c] * s * s * dot / HS) * s;
+          EXPECT_NEAR(grad[at + c], want, 1e-5 * (1.0 + std::fabs(want))) << n << ", " << h << ", " << c;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

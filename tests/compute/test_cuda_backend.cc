@@ -158,6 +158,28 @@ void expect_every_kernel_matches(const Sizes& s, double rel, double attention_re
                                         w.second, rstd.second, N, C);
   t.expect_near(rms_dx, N * C, rel, "rmsnorm_backward dinp");
   t.expect_near(rms_dw, C, rel, "rmsnorm_backward dweight");
+  // Head RMSNorm (Qwen3's q/k norms) on the NH query heads of a qkv [N, W] (head size C /
+  // NH); its backward in place, as the model runs it.
+  {
+    const int HS = C / NH, W = (NH + 2 * s.KVH) * HS;
+    const auto qkv_in = t.upload(data(N * W, 29)), qkv_out = t.upload(data(N * W, 30));
+    const auto hw = t.upload(data(HS, 31, 0.5f));
+    const auto head_rstd = t.floats(std::vector<float>(N * NH));
+    cpu->kernels<Elem>().head_rmsnorm_forward(qkv_out.first, head_rstd.first, qkv_in.first,
+                                              hw.first, 1e-6f, N, NH, HS, W);
+    gpu->kernels<Elem>().head_rmsnorm_forward(qkv_out.second, head_rstd.second, qkv_in.second,
+                                              hw.second, 1e-6f, N, NH, HS, W);
+    t.expect_near(qkv_out, N * W, rel, "head_rmsnorm_forward");
+    t.expect_near(head_rstd, N * NH, rel, "head_rmsnorm_forward rstd");
+    const auto dqkv = t.upload(data(N * W, 32)), hdw = t.upload(data(HS, 33, 0.1f));
+    cpu->kernels<Elem>().head_rmsnorm_backward(dqkv.first, hdw.first, dqkv.first, qkv_in.first,
+                                               hw.first, head_rstd.first, N, NH, HS, W);
+    gpu->kernels<Elem>().head_rmsnorm_backward(dqkv.second, hdw.second, dqkv.second,
+                                               qkv_in.second, hw.second, head_rstd.second, N, NH,
+                                               HS, W);
+    t.expect_near(dqkv, N * W, rel, "head_rmsnorm_backward dinp (in place)");
+    t.expect_near(hdw, HS, rel, "head_rmsnorm_backward dweight");
+  }
 
   // RoPE on a qkv of NH query and KVH key/value heads (head size C / NH), in place.
   {
@@ -522,7 +544,9 @@ TEST(CudaBackend, TinyBf16ModelLossAndGradientsMatchTheCpuWithinBf16Accuracy) {
 // A tiny Llama (grouped-query heads: 4 query, 2 key/value, head size 8; RMSNorm, RoPE,
 // SwiGLU; an LM head of its own) on both backends, from random weights (norm weights away
 // from 1, so that every term of RMSNorm's backward counts).
-void expect_tiny_llama_matches(StorageDType dtype, double loss_rel, double grad_rel) {
+// `options` sets the Llama family's options on top (model_config.h).
+void expect_tiny_llama_matches(StorageDType dtype, double loss_rel, double grad_rel,
+                               const std::function<void(ModelConfig&)>& options = {}) {
   ModelConfig config;
   config.type = ModelType::kLlama;
   config.vocab_size = 64;
@@ -534,6 +558,8 @@ void expect_tiny_llama_matches(StorageDType dtype, double loss_rel, double grad_
   config.intermediate_size = 40;
   config.rope_theta = 100.0;  // large angles over 16 positions
   config.tie_word_embeddings = false;
+  if (options) options(config);
+  config.validate();
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend();
   Llama a(config, *cpu, 2, 16, dtype), b(config, *gpu, 2, 16, dtype);
@@ -554,6 +580,43 @@ TEST(CudaBackend, TinyLlamaLossAndGradientsMatchTheCpu) {
 TEST(CudaBackend, TinyBf16LlamaLossAndGradientsMatchTheCpuWithinBf16Accuracy) {
   SKIP_WITHOUT_GPU();
   expect_tiny_llama_matches(StorageDType::kBF16, 1e-2, 5e-2);
+}
+
+// The Llama family's types on both backends: Qwen2's q, k, v biases; Qwen3's q/k norms
+// (head_rmsnorm) with heads wider than C / NH and biases on q, k, v and o; Mistral's
+// narrower heads; Llama 3's scaled rotation (a host-made table both backends read).
+TEST(CudaBackend, TheLlamaFamilysTypesMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::pair<const char*, std::function<void(ModelConfig&)>> types[] = {
+      {"qwen2",
+       [](ModelConfig& c) {
+         c.type = ModelType::kQwen2;
+         c.qkv_bias = true;
+       }},
+      {"qwen3",
+       [](ModelConfig& c) {
+         c.type = ModelType::kQwen3;
+         c.head_dim = 16;
+         c.qk_norm = c.qkv_bias = c.o_bias = true;
+         c.tie_word_embeddings = true;
+       }},
+      {"mistral",
+       [](ModelConfig& c) {
+         c.type = ModelType::kMistral;
+         c.head_dim = 4;
+       }},
+      {"llama3", [](ModelConfig& c) {
+         c.rope_scaling = {.type = RopeType::kLlama3,
+                           .factor = 8.0,
+                           .low_freq_factor = 1.0,
+                           .high_freq_factor = 4.0,
+                           .original_max_position_embeddings = 16};
+       }}};
+  for (const auto& [name, options] : types) {
+    SCOPED_TRACE(name);
+    expect_tiny_llama_matches(StorageDType::kF32, 1e-5, 1e-4, options);
+    expect_tiny_llama_matches(StorageDType::kBF16, 1e-2, 5e-2, options);
+  }
 }
 
 // Activation recompute on the GPU (ModelOwnBuffers::recompute_interval): its kernels are

@@ -60,6 +60,24 @@ TEST(BigModelPlans, ParameterCountsAreThePublishedShapes) {
   }
 }
 
+// The fine-tuning configs of the Llama family's types: the counts transformers 5.24 gives
+// for the published config.json of each (AutoModelForCausalLM.from_config on the meta
+// device, summing every parameter's numel).
+TEST(BigModelPlans, TheFineTuneConfigsHaveThePublishedParameterCounts) {
+  EXPECT_EQ(big("llama3.1-8b").model.num_parameters(), 8'030'261'248);
+  EXPECT_EQ(big("llama3.2-1b").model.num_parameters(), 1'235'814'400);  // tied head
+  EXPECT_EQ(big("qwen2.5-7b").model.num_parameters(), 7'615'616'512);   // q, k, v biases
+  EXPECT_EQ(big("qwen3-8b").model.num_parameters(), 8'190'735'360);     // q/k norms
+  for (const char* name : {"llama3.1-8b", "llama3.2-1b", "qwen2.5-7b", "qwen3-8b"}) {
+    const TrainConfig c = big(name);
+    EXPECT_EQ(model_layout(c.model).num_elements(), static_cast<size_t>(c.model.num_parameters()))
+        << name;
+  }
+  EXPECT_EQ(big("llama3.1-8b").model.rope_scaling.type, RopeType::kLlama3);
+  EXPECT_EQ(big("qwen2.5-7b").model.type, ModelType::kQwen2);
+  EXPECT_EQ(big("qwen3-8b").model.type, ModelType::kQwen3);
+}
+
 TEST(BigModelPlans, EveryTierIsItsFormulaWithTheStateOnTheCpu) {
   ThreadPool pool(1);
   for (const char* name : {"llama2-7b", "llama2-13b"}) {

@@ -294,6 +294,48 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     keep(results, "rmsnorm_backward dinp", got_dx.data(), NC);
     keep(results, "rmsnorm_backward dweight", got_dw.data(), C);
   }
+  // Head RMSNorm (Qwen3's q/k norms): H = 2 heads of HS = C / 2 columns in rows of C + 3
+  // (odd: the scalar path) or C + kPack (the vector path where C / 2 allows), the columns
+  // outside the heads NaN on the way in and left so; its backward in place.
+  for (const int pad : {3, 8}) {
+    const int H = 2, HS = C / 2, stride = C + pad;
+    const size_t span = static_cast<size_t>(N) * stride;
+    const std::vector<Elem> hx = data(span, 33, 3.0f), hd = data(span, 34), hw = data(HS, 35, 0.5f);
+    std::vector<Elem> want = nans<Elem>(span);
+    std::vector<float> head_rstd(static_cast<size_t>(N) * H);
+    cpu::head_rmsnorm_forward(want.data(), head_rstd.data(), hx.data(), hw.data(), eps, N, H, HS,
+                              stride);
+    Array<Elem> got(nans<Elem>(span)), in(hx), w(hw);
+    Array<float> got_rstd(std::vector<float>(head_rstd.size(), NAN));
+    cuda::head_rmsnorm_forward(got.data(), got_rstd.data(), in.data(), w.data(), eps, N, H, HS,
+                               stride, nullptr);
+    size_t written_outside = 0;
+    for (size_t i = 0; i < span; i++)
+      if (std::isnan(to_float(want[i])) && !std::isnan(to_float(got.data()[i]))) written_outside++;
+    EXPECT_EQ(written_outside, 0u) << "head_rmsnorm_forward wrote outside the heads";
+    std::vector<Elem> want_heads, got_heads;
+    for (size_t i = 0; i < span; i++)
+      if (!std::isnan(to_float(want[i]))) {
+        want_heads.push_back(want[i]);
+        got_heads.push_back(got.data()[i]);
+      }
+    EXPECT_EQ(want_heads.size(), static_cast<size_t>(N) * H * HS);
+    expect_near(want_heads.data(), got_heads.data(), want_heads.size(), rel,
+                "head_rmsnorm_forward");
+    expect_near(head_rstd.data(), got_rstd.data(), head_rstd.size(), rel,
+                "head_rmsnorm_forward rstd");
+    std::vector<Elem> dx = hd, dw = data(HS, 36, 0.1f);
+    Array<Elem> got_dx(hd), got_dw(dw);
+    Array<float> r(head_rstd);
+    cpu::head_rmsnorm_backward(dx.data(), dw.data(), dx.data(), hx.data(), hw.data(),
+                               head_rstd.data(), N, H, HS, stride);
+    Scratch scratch(cuda::head_rmsnorm_backward_scratch_bytes(N, H, HS));
+    cuda::head_rmsnorm_backward(got_dx.data(), got_dw.data(), got_dx.data(), in.data(), w.data(),
+                                r.data(), N, H, HS, stride, scratch.get(), nullptr);
+    expect_near(dx.data(), got_dx.data(), span, rel, "head_rmsnorm_backward dinp (in place)");
+    expect_near(dw.data(), got_dw.data(), HS, rel, "head_rmsnorm_backward dweight");
+    EXPECT_TRUE(scratch.intact()) << "head_rmsnorm_backward wrote past its scratch";
+  }
 
   // RoPE in place on qkv [N, (NH + 2 KVH) HS] and SwiGLU on [N, 2I] with I = C: aligned
   // (16-byte packs when HS/2 and I allow) and one element in (the scalar path).

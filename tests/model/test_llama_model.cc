@@ -1,11 +1,14 @@
 // tandem's Llama on the CPU: finite differences of every tensor's gradient (grouped-query
-// and multi-query heads, tied and untied heads), gradients that accumulate, the blocks'
+// and multi-query heads, tied and untied heads, and the family's options: Qwen2's biases,
+// Qwen3's q/k norms with heads wider than C / NH, Mistral's narrower heads, Llama 3's
+// scaled rotation), gradients that accumulate, the blocks'
 // gradients announced last layer first, the activation formula against what the model
 // allocates, bf16 storage against fp32, and the config checks. The PyTorch comparison is
 // test_llama_fixture.cc.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,9 +45,38 @@ ModelConfig llama(int n_head, int n_kv_head, bool tied, int intermediate) {
   return c;
 }
 
+// The Llama family's options (model_config.h), each on a tiny model of its type.
+ModelConfig with(ModelConfig c, ModelType type, const std::function<void(ModelConfig&)>& set) {
+  c.type = type;
+  set(c);
+  c.validate();
+  return c;
+}
+
 const Case kCases[] = {
     {"grouped_query_untied", llama(4, 2, false, 20)},
     {"multi_query_tied", llama(2, 1, true, 13)},
+    {"qwen2_qkv_biases", with(llama(4, 2, false, 20), ModelType::kQwen2,
+                              [](ModelConfig& c) { c.qkv_bias = true; })},
+    // Heads wider than C / NH (Q = 40 > C = 24), q/k norms, biases on q, k, v and o.
+    {"qwen3_qk_norms_wide_heads", with(llama(4, 2, true, 20), ModelType::kQwen3,
+                                       [](ModelConfig& c) {
+                                         c.head_dim = 10;
+                                         c.qk_norm = c.qkv_bias = c.o_bias = true;
+                                       })},
+    // Heads narrower than C / NH (Q = 16 < C = 24), a window no shorter than the sequence.
+    {"mistral_narrow_heads", with(llama(4, 2, false, 20), ModelType::kMistral,
+                                  [](ModelConfig& c) {
+                                    c.head_dim = 4;
+                                    c.sliding_window = 8;
+                                  })},
+    {"llama3_scaled_rotation", with(llama(4, 2, false, 20), ModelType::kLlama, [](ModelConfig& c) {
+       c.rope_scaling = {.type = RopeType::kLlama3,
+                         .factor = 4.0,
+                         .low_freq_factor = 1.0,
+                         .high_freq_factor = 4.0,
+                         .original_max_position_embeddings = 16};
+     })},
 };
 
 struct TinyLlama {
@@ -179,6 +211,40 @@ TEST(LlamaModel, TheLayoutHasHuggingFaceNamesAndTheParameterCount) {
   EXPECT_EQ(model_layout(kCases[1].config).find("lm_head.weight"), nullptr) << "tied";
 }
 
+TEST(LlamaModel, EveryOptionHasItsHuggingFaceTensorsAndTheParameterCount) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    const ParamLayout layout = model_layout(c.config);
+    EXPECT_EQ(layout.num_elements(), static_cast<size_t>(c.config.num_parameters()));
+    const int64_t C = c.config.n_embd, HS = c.config.head_size();
+    const int64_t Q = c.config.n_head * HS, KV = c.config.kv_heads() * HS;
+    const std::string p = "model.layers.1.self_attn.";
+    EXPECT_EQ(layout.at(p + "q_proj.weight").shape, (std::vector<int64_t>{Q, C}));
+    EXPECT_EQ(layout.at(p + "o_proj.weight").shape, (std::vector<int64_t>{C, Q}));
+    EXPECT_EQ(layout.find(p + "q_proj.bias") != nullptr, c.config.qkv_bias);
+    EXPECT_EQ(layout.find(p + "v_proj.bias") != nullptr, c.config.qkv_bias);
+    EXPECT_EQ(layout.find(p + "o_proj.bias") != nullptr, c.config.o_bias);
+    EXPECT_EQ(layout.find(p + "q_norm.weight") != nullptr, c.config.qk_norm);
+    if (c.config.qkv_bias) {
+      EXPECT_EQ(layout.at(p + "k_proj.bias").shape, (std::vector<int64_t>{KV}));
+    }
+    if (c.config.qk_norm) {
+      EXPECT_EQ(layout.at(p + "k_norm.weight").shape, (std::vector<int64_t>{HS}));
+    }
+  }
+}
+
+TEST(LlamaModel, ASequenceLongerThanTheSlidingWindowIsRefusedNamingIt) {
+  ModelConfig mistral = kCases[4].config;
+  mistral.sliding_window = 5;
+  auto backend = make_cpu_backend();
+  EXPECT_NO_THROW(Llama(mistral, *backend, 1, 5));
+  const std::string message = testing::error_of([&] { Llama(mistral, *backend, 1, 6); });
+  EXPECT_NE(message.find("model.sliding_window = 5 is shorter than the sequence (6 positions)"),
+            std::string::npos)
+      << message;
+}
+
 TEST(LlamaModel, BadConfigsAreRefusedNamingTheField) {
   auto message = [](ModelConfig c) { return testing::error_of([&] { c.validate(); }); };
   ModelConfig c = kCases[0].config;
@@ -192,7 +258,23 @@ TEST(LlamaModel, BadConfigsAreRefusedNamingTheField) {
   c = kCases[0].config;
   c.rms_norm_eps = 0;
   EXPECT_NE(message(c).find("model.rms_norm_eps"), std::string::npos) << message(c);
+  c = kCases[0].config;
+  c.o_bias = true;  // without q, k, v biases
+  EXPECT_NE(message(c).find("an output projection bias without"), std::string::npos)
+      << message(c);
+  c = kCases[0].config;
+  c.rope_scaling = {.type = RopeType::kLlama3, .factor = 8.0, .low_freq_factor = 4.0,
+                    .high_freq_factor = 1.0, .original_max_position_embeddings = 8192};
+  EXPECT_NE(message(c).find("must be numbers with 0 < low < high"), std::string::npos)
+      << message(c);
+  c = kCases[0].config;
+  c.head_dim = 7;
+  EXPECT_NE(message(c).find("the head size 7 (model.head_dim) is odd"), std::string::npos)
+      << message(c);
   ModelConfig gpt;
+  gpt.qk_norm = true;
+  EXPECT_NE(message(gpt).find("GPT-2 has none of head_dim"), std::string::npos) << message(gpt);
+  gpt = ModelConfig{};
   gpt.n_kv_head = 2;
   EXPECT_NE(message(gpt).find("GPT-2 has as many key/value heads"), std::string::npos)
       << message(gpt);

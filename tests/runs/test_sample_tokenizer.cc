@@ -112,8 +112,8 @@ TEST(SampleTokens, BadInputIsNamed) {
   EXPECT_CONTAINS(error_of([&] { sample_tokens(small.model, std::vector<int32_t>{}, 3, rng); }),
                   "sampling needs a prompt of at least one token");
   EXPECT_CONTAINS(
-      error_of([&] { sample_tokens(small.model, std::vector<int32_t>{0}, 3, rng, 0.0f); }),
-      "temperature must be > 0");
+      error_of([&] { sample_tokens(small.model, std::vector<int32_t>{0}, 3, rng, -1.0f); }),
+      "temperature must be >= 0 (0: greedy)");
 }
 
 // `tandem sample` on a checkpoint of a 260-token model (bytes, three merges and

@@ -128,8 +128,9 @@ void register_sample(CLI::App& app) {
   CLI::Option* bytes =
       cmd->add_option("--bytes", args->bytes, "Bytes to generate (byte-level models)")
           ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--temperature", args->temperature, "Sampling temperature (> 0)")
-      ->check(positive_number());
+  cmd->add_option("--temperature", args->temperature,
+                  "Sampling temperature (0: greedy, the most likely token each time)")
+      ->check(non_negative_number());
   cmd->add_option("--seed", args->seed, "Random seed");
   cmd->add_option("--tokenizer", args->tokenizer,
                   "A byte-level BPE tokenizer.json (as tools/tokenize_bpe.py writes next to the "

@@ -100,6 +100,12 @@ class StorageKernels {
   // as for attention_forward; the value heads are untouched), Hugging Face's rotate-half
   // form: for i < HS/2, (x[i], x[i + HS/2]) at position t turns by the angle whose cosine
   // and sine are cos_sin[t, i, 0..1] (host-computed, fp32, [T, HS/2, 2]).
+  // RMSNorm of each of H heads of HS columns in each of N rows of row_stride columns (Qwen3's
+  // q and k norms, on the query or the key heads of qkv): out[n, h HS + c] = inp[n, h HS +
+  // c] * rstd[n, h] * weight[c], rstd = 1 / sqrt(mean over the head's HS columns of inp^2 +
+  // eps); saves rstd[N, H]. Columns past H * HS of each row are left alone.
+  virtual void head_rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight,
+                                    float eps, int N, int H, int HS, int row_stride) = 0;
   virtual void rope_forward(Elem* qkv, const float* cos_sin, int B, int T, int NH, int KVH,
                             int HS) = 0;
   // out[N,I] = silu(inp[n, :I]) * inp[n, I:] for inp[N,2I] = [gate | up] per row (SwiGLU).
@@ -131,6 +137,11 @@ class StorageKernels {
   // Accumulates: dinp[N,C] += d(rmsnorm)/d(inp); dweight[C] +=.
   virtual void rmsnorm_backward(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* inp,
                                 const Elem* weight, const float* rstd, int N, int C) = 0;
+  // dinp = d(head_rmsnorm)/d(inp) * dout over the heads (overwritten, not accumulated;
+  // dinp may be dout: in place); dweight[HS] += over every row and head.
+  virtual void head_rmsnorm_backward(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* inp,
+                                     const Elem* weight, const float* rstd, int N, int H, int HS,
+                                     int row_stride) = 0;
   // The inverse rotation of rope_forward, in place on the query and key heads' gradients.
   virtual void rope_backward(Elem* dqkv, const float* cos_sin, int B, int T, int NH, int KVH,
                              int HS) = 0;

@@ -1,7 +1,9 @@
 #include "tandem/model/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
 
 #include "tandem/core/error.h"
 
@@ -15,8 +17,8 @@ std::string layer_prefix(int l) { return "model.layers." + std::to_string(l) + "
 
 ParamLayout llama_layout(const ModelConfig& config) {
   const int64_t V = config.vocab_size, C = config.n_embd, I = config.mlp_width();
-  const int64_t Q = static_cast<int64_t>(config.n_head) * config.head_size();
-  const int64_t KV = static_cast<int64_t>(config.kv_heads()) * config.head_size();
+  const int64_t HS = config.head_size(), Q = static_cast<int64_t>(config.n_head) * HS;
+  const int64_t KV = static_cast<int64_t>(config.kv_heads()) * HS;
   ParamLayout layout;
   layout.begin_block();
   layout.add("model.embed_tokens.weight", {V, C}, true);
@@ -28,7 +30,17 @@ ParamLayout llama_layout(const ModelConfig& config) {
     layout.add(p + "self_attn.q_proj.weight", {Q, C}, true);
     layout.add(p + "self_attn.k_proj.weight", {KV, C}, true);
     layout.add(p + "self_attn.v_proj.weight", {KV, C}, true);
+    if (config.qkv_bias) {  // adjacent likewise: one fused bias
+      layout.add(p + "self_attn.q_proj.bias", {Q}, false);
+      layout.add(p + "self_attn.k_proj.bias", {KV}, false);
+      layout.add(p + "self_attn.v_proj.bias", {KV}, false);
+    }
+    if (config.qk_norm) {
+      layout.add(p + "self_attn.q_norm.weight", {HS}, false);
+      layout.add(p + "self_attn.k_norm.weight", {HS}, false);
+    }
     layout.add(p + "self_attn.o_proj.weight", {C, Q}, true);
+    if (config.o_bias) layout.add(p + "self_attn.o_proj.bias", {C}, false);
     layout.add(p + "post_attention_layernorm.weight", {C}, false);
     layout.add(p + "mlp.gate_proj.weight", {I, C}, true);  // gate, up adjacent: fused
     layout.add(p + "mlp.up_proj.weight", {I, C}, true);
@@ -40,16 +52,49 @@ ParamLayout llama_layout(const ModelConfig& config) {
   return layout;
 }
 
-std::vector<float> rope_cos_sin(const ModelConfig& config, int T) {
+std::vector<float> rope_inverse_frequencies(const ModelConfig& config) {
   const int HS = config.head_size(), half = HS / 2;
-  std::vector<float> table(static_cast<size_t>(T) * half * 2);
+  const RopeScaling& scaling = config.rope_scaling;
+  const float factor = static_cast<float>(scaling.factor);
+  std::vector<float> inverse(half);
   for (int i = 0; i < half; i++) {
     // As LlamaRotaryEmbedding: 1 / theta ** (arange(0, HS, 2).float() / HS), all in fp32.
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(HS);
     const float power = static_cast<float>(std::pow(config.rope_theta, double{exponent}));
-    const float inv_freq = 1.0f / power;
+    inverse[i] = 1.0f / power;
+  }
+  if (scaling.type == RopeType::kLinear)
+    for (float& f : inverse) f /= factor;
+  if (scaling.type == RopeType::kLlama3) {
+    // transformers' _compute_llama3_parameters, one fp32 operation at a time as torch runs
+    // them (x / tensor is reciprocal(tensor) * x; Python scalars rounded to fp32).
+    const float old_context = static_cast<float>(scaling.original_max_position_embeddings);
+    const float low = static_cast<float>(scaling.low_freq_factor);
+    const float low_freq_wavelen = static_cast<float>(
+        static_cast<double>(scaling.original_max_position_embeddings) / scaling.low_freq_factor);
+    const float high_freq_wavelen = static_cast<float>(
+        static_cast<double>(scaling.original_max_position_embeddings) / scaling.high_freq_factor);
+    const float band = static_cast<float>(scaling.high_freq_factor - scaling.low_freq_factor);
+    const float two_pi = static_cast<float>(2.0 * std::numbers::pi);
+    for (float& f : inverse) {
+      const float wavelen = (1.0f / f) * two_pi;
+      const float kept = wavelen > low_freq_wavelen ? f / factor : f;
+      const float smooth = ((1.0f / wavelen) * old_context - low) / band;
+      const float smoothed = (1.0f - smooth) * kept / factor + smooth * kept;
+      const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+      f = medium ? smoothed : kept;
+    }
+  }
+  return inverse;
+}
+
+std::vector<float> rope_cos_sin(const ModelConfig& config, int T) {
+  const int half = config.head_size() / 2;
+  const std::vector<float> inverse = rope_inverse_frequencies(config);
+  std::vector<float> table(static_cast<size_t>(T) * half * 2);
+  for (int i = 0; i < half; i++) {
     for (int t = 0; t < T; t++) {
-      const float angle = static_cast<float>(t) * inv_freq;
+      const float angle = static_cast<float>(t) * inverse[i];
       float* cs = table.data() + (static_cast<size_t>(t) * half + i) * 2;
       cs[0] = static_cast<float>(std::cos(double{angle}));
       cs[1] = static_cast<float>(std::sin(double{angle}));
@@ -64,8 +109,14 @@ Llama::Llama(const ModelConfig& config, ComputeBackend& backend, int max_batch, 
       segments_{.layers = config.n_layer,
                 .interval = own.recompute_interval,
                 .kept_on_host = own.recompute_kept_on_host} {
-  TANDEM_CHECK(config.type == ModelType::kLlama, "Llama needs a Llama config, got model.type ",
-               model_type_name(config.type));
+  TANDEM_CHECK(is_llama_family(config.type), "Llama needs a config of the Llama family, got "
+               "model.type ", model_type_name(config.type));
+  TANDEM_CHECK(config.sliding_window == 0 || max_seq_len <= config.sliding_window,
+               "model.sliding_window = ", config.sliding_window, " is shorter than the sequence (",
+               max_seq_len,
+               " positions): tandem's attention sees every earlier position, so it would not "
+               "compute this model; train on sequences of at most ",
+               config.sliding_window, " (train.seq_len)");
   TANDEM_CHECK(segments_.interval >= 0, "recompute interval ", segments_.interval,
                ": must be 0 (off) or a number of layers");
   TANDEM_CHECK(!segments_.kept_on_host || segments_.recomputes(),
@@ -73,24 +124,33 @@ Llama::Llama(const ModelConfig& config, ComputeBackend& backend, int max_batch, 
   embed_ = offset_in_block("model.embed_tokens.weight", embedding_block());
   normw_ = offset_in_block("model.norm.weight", head_block());
   if (!config.tie_word_embeddings) lm_head_ = offset_in_block("lm_head.weight", head_block());
+  struct LayerTensor {
+    const char* name;
+    size_t* offset;
+    bool present;
+  };
+  const LayerTensor tensors[] = {
+      {"input_layernorm.weight", &ln1w_, true},
+      {"self_attn.q_proj.weight", &qkvw_, true},
+      {"self_attn.q_proj.bias", &qkvb_, config.qkv_bias},
+      {"self_attn.q_norm.weight", &qnormw_, config.qk_norm},
+      {"self_attn.k_norm.weight", &knormw_, config.qk_norm},
+      {"self_attn.o_proj.weight", &attprojw_, true},
+      {"self_attn.o_proj.bias", &attprojb_, config.o_bias},
+      {"post_attention_layernorm.weight", &ln2w_, true},
+      {"mlp.gate_proj.weight", &gateupw_, true},
+      {"mlp.down_proj.weight", &downw_, true}};
   for (int l = 0; l < config.n_layer; l++) {
-    const std::string p = layer_prefix(l);
-    const size_t offsets[] = {
-        offset_in_block(p + "input_layernorm.weight", layer_block(l)),
-        offset_in_block(p + "self_attn.q_proj.weight", layer_block(l)),
-        offset_in_block(p + "self_attn.o_proj.weight", layer_block(l)),
-        offset_in_block(p + "post_attention_layernorm.weight", layer_block(l)),
-        offset_in_block(p + "mlp.gate_proj.weight", layer_block(l)),
-        offset_in_block(p + "mlp.down_proj.weight", layer_block(l))};
-    size_t* mine[] = {&ln1w_, &qkvw_, &attprojw_, &ln2w_, &gateupw_, &downw_};
-    for (size_t i = 0; i < std::size(offsets); i++) {
-      TANDEM_CHECK(l == 0 || offsets[i] == *mine[i],
+    for (const LayerTensor& tensor : tensors) {
+      if (!tensor.present) continue;
+      const size_t offset = offset_in_block(layer_prefix(l) + tensor.name, layer_block(l));
+      TANDEM_CHECK(l == 0 || offset == *tensor.offset,
                    "Llama layers must share one layout within the block");
-      *mine[i] = offsets[i];
+      *tensor.offset = offset;
     }
   }
   const size_t L = segments_.slots(), C = config.n_embd, NH = config.n_head;
-  const size_t W = config.qkv_width(), I = config.mlp_width();
+  const size_t W = config.qkv_width(), Q = config.attention_width(), I = config.mlp_width();
   const size_t BT = static_cast<size_t>(max_batch) * max_seq_len;
   auto elems = [&](size_t n) { return allocate_elems(n); };
   // None at all where recompute leaves no slot (k = 1) or keeps nothing (off).
@@ -102,8 +162,12 @@ Llama::Llama(const ModelConfig& config, ComputeBackend& backend, int max_batch, 
   encoded_ = elems(BT * C);
   ln1_ = elems(L * BT * C);
   ln1_rstd_ = floats(L * BT);
+  if (config.qk_norm) {
+    qkv_projected_ = elems(L * BT * W);
+    qk_rstd_ = floats(L * BT * (NH + config.kv_heads()));
+  }
   qkv_ = elems(L * BT * W);
-  atty_ = elems(L * BT * C);
+  atty_ = elems(L * BT * Q);
   lse_ = floats(L * NH * BT);
   attproj_ = elems(L * BT * C);
   residual2_ = elems(L * BT * C);
@@ -120,7 +184,7 @@ Llama::Llama(const ModelConfig& config, ComputeBackend& backend, int max_batch, 
   lnf_ = elems(BT * C);
   lnf_rstd_ = floats(BT);
   dresidual_ = elems(BT * C);
-  dbt_c_ = elems(BT * C);
+  dbt_c_ = elems(BT * std::max(C, Q));
   dqkv_ = elems(BT * W);
   dgateup_ = elems(BT * 2 * I);
   dswiglu_ = elems(BT * I);
@@ -131,16 +195,18 @@ size_t Llama::activation_bytes(const ModelConfig& config, int max_batch, int max
   const RecomputeSegments segments{
       .layers = config.n_layer, .interval = recompute_interval, .kept_on_host = kept_on_host};
   const size_t L = segments.slots(), C = config.n_embd, NH = config.n_head;
-  const size_t W = config.qkv_width(), I = config.mlp_width();
+  const size_t W = config.qkv_width(), Q = config.attention_width(), I = config.mlp_width();
   const size_t BT = static_cast<size_t>(max_batch) * max_seq_len;
+  const size_t qk_norm_elems = config.qk_norm ? W /*qkv_projected*/ : 0;
+  const size_t qk_norm_floats = config.qk_norm ? NH + config.kv_heads() /*qk_rstd*/ : 0;
   const size_t per_layer_elems =
-      BT * (C /*ln1*/ + W /*qkv*/ + C /*atty*/ + C /*attproj*/ + C /*residual2*/ + C /*ln2*/ +
-            2 * I /*gateup*/ + I /*swiglu*/ + C /*down*/);
+      BT * (C /*ln1*/ + qk_norm_elems + W /*qkv*/ + Q /*atty*/ + C /*attproj*/ + C /*residual2*/ +
+            C /*ln2*/ + 2 * I /*gateup*/ + I /*swiglu*/ + C /*down*/);
   const size_t once_elems =
       BT * (C /*encoded*/ + C /*lnf*/) + BT * C * (segments.output_slots() + segments.kept_rows());
-  const size_t backward_elems =
-      BT * (2 * C /*dresidual, dbt_c*/ + W /*dqkv*/ + 3 * I /*dgateup, dswiglu*/);
-  const size_t per_layer_floats = BT * (2 /*ln1, ln2 rstd*/ + NH /*lse*/);
+  const size_t backward_elems = BT * (C /*dresidual*/ + std::max(C, Q) /*dbt_c*/ + W /*dqkv*/ +
+                                      3 * I /*dgateup, dswiglu*/);
+  const size_t per_layer_floats = BT * (2 /*ln1, ln2 rstd*/ + qk_norm_floats + NH /*lse*/);
   const size_t once_floats =
       BT /*lnf rstd*/ + static_cast<size_t>(max_seq_len) * config.head_size() /*cos_sin*/;
   return (L * per_layer_elems + once_elems + backward_elems) * storage_dtype_bytes(dtype) +
@@ -148,27 +214,33 @@ size_t Llama::activation_bytes(const ModelConfig& config, int max_batch, int max
 }
 
 Model::TensorInit Llama::tensor_init(const ParamView& view) const {
+  if (view.name.ends_with(".bias")) return {.kind = TensorInit::Kind::kZeros};
   if (view.shape.size() == 1) return {.kind = TensorInit::Kind::kOnes};  // an RMSNorm weight
   return {.kind = TensorInit::Kind::kNormal, .std = 0.02f};
 }
 
 template <typename Elem>
 Llama::LayerParams<Elem> Llama::layer_at(Elem* base) const {
-  return {base + ln1w_, base + qkvw_,    base + attprojw_,
-          base + ln2w_, base + gateupw_, base + downw_};
+  auto optional = [&](size_t offset) { return offset == kAbsent ? nullptr : base + offset; };
+  return {base + ln1w_,       base + qkvw_,        base + attprojw_,  base + ln2w_,
+          base + gateupw_,    base + downw_,       optional(qkvb_),   optional(attprojb_),
+          optional(qnormw_),  optional(knormw_)};
 }
 
 template <typename Elem>
 Llama::LayerActs<Elem> Llama::layer_acts(int l) const {
-  const size_t C = config().n_embd, NH = config().n_head;
-  const size_t W = config().qkv_width(), I = config().mlp_width();
+  const size_t C = config().n_embd, NH = config().n_head, KVH = config().kv_heads();
+  const size_t W = config().qkv_width(), Q = config().attention_width(), I = config().mlp_width();
   const size_t BT = static_cast<size_t>(max_batch()) * max_seq_len();
   const size_t row = segments_.slot(l) * BT;  // first row of the slot in [A, BT, ...]
   Elem* residual3 = segments_.output_of(l, residual3_.as<Elem>(), kept_.as<Elem>(), BT * C);
+  const bool qk_norm = config().qk_norm;
   return {ln1_.as<Elem>() + row * C,
           ln1_rstd_.as<float>() + row,
+          qk_norm ? qkv_projected_.as<Elem>() + row * W : nullptr,
+          qk_norm ? qk_rstd_.as<float>() + row * (NH + KVH) : nullptr,
           qkv_.as<Elem>() + row * W,
-          atty_.as<Elem>() + row * C,
+          atty_.as<Elem>() + row * Q,
           lse_.as<float>() + row * NH,
           attproj_.as<Elem>() + row * C,
           residual2_.as<Elem>() + row * C,
@@ -233,7 +305,7 @@ template <typename Elem>
 void Llama::forward_layer(int l, int B, int T) {
   const ModelConfig& m = config();
   const int C = m.n_embd, NH = m.n_head, KVH = m.kv_heads(), HS = m.head_size();
-  const int W = m.qkv_width(), I = m.mlp_width();
+  const int W = m.qkv_width(), Q = m.attention_width(), I = m.mlp_width();
   const float eps = static_cast<float>(m.rms_norm_eps);
   const int N = B * T;
   const size_t NC = static_cast<size_t>(N) * C;
@@ -243,10 +315,19 @@ void Llama::forward_layer(int l, int B, int T) {
   const auto w = layer_at(acquire_params_as<Elem>(layer_block(l)));
   const LayerActs<Elem> a = layer_acts<Elem>(l);
   k.rmsnorm_forward(a.ln1, a.ln1_rstd, residual, w.ln1w, eps, N, C);
-  k.matmul_forward(a.qkv, a.ln1, w.qkvw, nullptr, N, C, W);  // [N, W]
+  if (m.qk_norm) {
+    // The projection kept for the norms' backward; qkv gets its v heads and the normed q, k.
+    k.matmul_forward(a.qkv_projected, a.ln1, w.qkvw, w.qkvb, N, C, W);  // [N, W]
+    backend().copy(a.qkv, a.qkv_projected, static_cast<size_t>(N) * W * sizeof(Elem));
+    k.head_rmsnorm_forward(a.qkv, a.qk_rstd, a.qkv_projected, w.qnormw, eps, N, NH, HS, W);
+    k.head_rmsnorm_forward(a.qkv + Q, a.qk_rstd + static_cast<size_t>(N) * NH,
+                           a.qkv_projected + Q, w.knormw, eps, N, KVH, HS, W);
+  } else {
+    k.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, W);  // [N, W]
+  }
   k.rope_forward(a.qkv, cos_sin, B, T, NH, KVH, HS);
-  k.attention_forward(a.atty, a.lse, a.qkv, B, T, NH, KVH, HS);       // [N, C]
-  k.matmul_forward(a.attproj, a.atty, w.attprojw, nullptr, N, C, C);  // [N, C]
+  k.attention_forward(a.atty, a.lse, a.qkv, B, T, NH, KVH, HS);         // [N, Q]
+  k.matmul_forward(a.attproj, a.atty, w.attprojw, w.attprojb, N, Q, C);  // [N, C]
   k.residual_forward(a.residual2, residual, a.attproj, NC);
   k.rmsnorm_forward(a.ln2, a.ln2_rstd, a.residual2, w.ln2w, eps, N, C);
   k.matmul_forward(a.gateup, a.ln2, w.gateupw, nullptr, N, C, 2 * I);  // [N, 2I]
@@ -305,7 +386,7 @@ template <typename Elem>
 void Llama::backward_layer(int l, int B, int T, const GradientsReady& ready) {
   const ModelConfig& m = config();
   const int C = m.n_embd, NH = m.n_head, KVH = m.kv_heads(), HS = m.head_size();
-  const int W = m.qkv_width(), I = m.mlp_width();
+  const int W = m.qkv_width(), Q = m.attention_width(), I = m.mlp_width();
   const int N = B * T;
   StorageKernels<Elem>& k = backend().kernels<Elem>();
   const float* cos_sin = cos_sin_.as<float>();
@@ -324,10 +405,17 @@ void Llama::backward_layer(int l, int B, int T, const GradientsReady& ready) {
   k.matmul_backward(dbt_c, g.gateupw, nullptr, dgateup, a.ln2, w.gateupw, N, C, 2 * I);  // dln2
   k.rmsnorm_backward(dres, g.ln2w, dbt_c, a.residual2, w.ln2w, a.ln2_rstd, N, C);
   // residual2 = residual + attproj: dres is the gradient of both.
-  k.matmul_backward(dbt_c, g.attprojw, nullptr, dres, a.atty, w.attprojw, N, C, C);  // datty
+  k.matmul_backward(dbt_c, g.attprojw, g.attprojb, dres, a.atty, w.attprojw, N, Q,
+                    C);  // datty [N, Q]
   k.attention_backward(dqkv, dbt_c, a.qkv, a.atty, a.lse, B, T, NH, KVH, HS);
   k.rope_backward(dqkv, cos_sin, B, T, NH, KVH, HS);
-  k.matmul_backward(dbt_c, g.qkvw, nullptr, dqkv, a.ln1, w.qkvw, N, C, W);  // dln1
+  if (m.qk_norm) {  // in place: the normed heads' gradients become the projection's
+    k.head_rmsnorm_backward(dqkv, g.qnormw, dqkv, a.qkv_projected, w.qnormw, a.qk_rstd, N, NH, HS,
+                            W);
+    k.head_rmsnorm_backward(dqkv + Q, g.knormw, dqkv + Q, a.qkv_projected + Q, w.knormw,
+                            a.qk_rstd + static_cast<size_t>(N) * NH, N, KVH, HS, W);
+  }
+  k.matmul_backward(dbt_c, g.qkvw, g.qkvb, dqkv, a.ln1, w.qkvw, N, C, W);  // dln1
   k.rmsnorm_backward(dres, g.ln1w, dbt_c, residual, w.ln1w, a.ln1_rstd, N, C);
   memory().release_params(layer_block(l));
   finish_grads(layer_block(l), ready);

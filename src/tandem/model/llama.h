@@ -1,11 +1,18 @@
 // Llama (Hugging Face LlamaForCausalLM): token embedding, L pre-RMSNorm blocks (causal
 // self-attention with rotary position embeddings and grouped-query heads, SwiGLU MLP of
 // width I), final RMSNorm, LM head (its own, or the embedding with tie_word_embeddings).
-// No biases anywhere. Only its passes and initialisation are here; the rest is Model's.
+// Only its passes and initialisation are here; the rest is Model's.
+//
+// The Llama family's options (model_config.h) are computed here too, so Mistral, Qwen2 and
+// Qwen3 are this class: a head size other than C / NH (head_dim: the attention is NH HS
+// wide, o_proj maps it back to C), biases on q, k, v (and o), per-head RMSNorm of q and k
+// before the rotation (the projection's output is kept for its backward), scaled rotary
+// frequencies (rope_cos_sin).
 //
 // q_proj, k_proj and v_proj are adjacent in the layout, so together they are one fused
-// [(NH + 2 KVH) HS, C] projection and one matmul; gate_proj and up_proj likewise are one
-// [2I, C] projection whose output SwiGLU reads as [gate | up].
+// [(NH + 2 KVH) HS, C] projection and one matmul (their biases likewise one [(NH + 2 KVH)
+// HS] bias); gate_proj and up_proj likewise are one [2I, C] projection whose output SwiGLU
+// reads as [gate | up].
 #pragma once
 
 #include <cstdint>
@@ -23,8 +30,12 @@ namespace tandem {
 // model.layers.{l}.*, {model.norm, lm_head (untied only)}.
 ParamLayout llama_layout(const ModelConfig& config);
 
+// The rotary inverse frequencies [HS/2], in fp32 as Hugging Face computes them: theta^(-2i/HS),
+// then the config's rope_scaling (linear: / factor; llama3: by wavelength band).
+std::vector<float> rope_inverse_frequencies(const ModelConfig& config);
+
 // The rotary table for positions 0..T-1: [T, HS/2, 2] (cosine, sine) in fp32, computed as
-// Hugging Face's LlamaRotaryEmbedding does (inverse frequencies theta^(-2i/HS) in fp32).
+// Hugging Face's LlamaRotaryEmbedding does (angle t * inverse frequency in fp32).
 std::vector<float> rope_cos_sin(const ModelConfig& config, int T);
 
 class Llama final : public Model {
@@ -43,16 +54,21 @@ class Llama final : public Model {
   TensorInit tensor_init(const ParamView& view) const override;
 
  private:
-  // A layer's tensors: the two norms' weights, the fused qkv, o, the fused gate/up, down.
+  // A layer's tensors: the two norms' weights, the fused qkv, o, the fused gate/up, down;
+  // and the options' (null where the config has none): the fused qkv bias, o's bias, the
+  // q and k norms' weights.
   template <typename Elem>
   struct LayerParams {
     Elem *ln1w, *qkvw, *attprojw, *ln2w, *gateupw, *downw;
+    Elem *qkvb, *attprojb, *qnormw, *knormw;
   };
   // Per-layer activations saved for backward; each points at layer l's slice.
   template <typename Elem>
   struct LayerActs {
     Elem* ln1;
     float* ln1_rstd;
+    Elem* qkv_projected;  // with q/k norms: the projection's output (qkv is after the norms)
+    float* qk_rstd;       // with q/k norms: [BT, NH + KVH]
     Elem *qkv, *atty;
     float* lse;
     Elem *attproj, *residual2, *ln2;
@@ -88,17 +104,21 @@ class Llama final : public Model {
   template <typename Elem, typename Family, typename Ready>
   friend void backward_layer_stack(Family& family, int B, int T, const Ready& ready);
 
-  // Offsets within their block (looked up by name at construction).
+  // Offsets within their block (looked up by name at construction); kAbsent for a tensor
+  // the config does not have.
+  static constexpr size_t kAbsent = ~size_t{0};
   size_t embed_ = 0, normw_ = 0, lm_head_ = 0;
   size_t ln1w_ = 0, qkvw_ = 0, attprojw_ = 0, ln2w_ = 0, gateupw_ = 0, downw_ = 0;
+  size_t qkvb_ = kAbsent, attprojb_ = kAbsent, qnormw_ = kAbsent, knormw_ = kAbsent;
   RecomputeSegments segments_;  // activation checkpointing's slots
 
   Buffer cos_sin_;  // [max_seq_len, HS/2, 2] fp32
   // Activations for BT = max_batch x max_seq_len, stacked over A slots ([A, BT, ...]: A = L,
-  // or min(k, L) with recompute); W = (NH + 2 KVH) HS, I = intermediate_size.
-  Buffer encoded_;              // [BT, C]
-  Buffer ln1_, ln1_rstd_;       // [A, BT, C], [A, BT]
-  Buffer qkv_, atty_, lse_;     // [A, BT, W], [A, BT, C], [A, NH, BT]
+  // or min(k, L) with recompute); W = (NH + 2 KVH) HS, Q = NH HS, I = intermediate_size.
+  Buffer encoded_;                     // [BT, C]
+  Buffer ln1_, ln1_rstd_;              // [A, BT, C], [A, BT]
+  Buffer qkv_projected_, qk_rstd_;     // with q/k norms: [A, BT, W], [A, BT, NH + KVH]
+  Buffer qkv_, atty_, lse_;            // [A, BT, W], [A, BT, Q], [A, NH, BT]
   Buffer attproj_, residual2_;  // [A, BT, C]
   Buffer ln2_, ln2_rstd_;       // [A, BT, C], [A, BT]
   Buffer gateup_, swiglu_;      // [A, BT, 2I], [A, BT, I]
@@ -107,7 +127,7 @@ class Llama final : public Model {
   std::unique_ptr<HostKeptOutputs> host_kept_;  // with kept_on_host: their home
   Buffer lnf_, lnf_rstd_;                       // [BT, C], [BT]
   // Backward scratch, reused by every layer.
-  Buffer dresidual_, dbt_c_;  // [BT, C]
+  Buffer dresidual_, dbt_c_;  // [BT, C], [BT, max(C, Q)]
   Buffer dqkv_;               // [BT, W]
   Buffer dgateup_, dswiglu_;  // [BT, 2I], [BT, I]
 };

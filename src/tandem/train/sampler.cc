@@ -11,7 +11,7 @@ namespace tandem {
 
 std::string sample_bytes(Model& model, std::string_view prompt, int num_bytes, Rng& rng,
                          float temperature) {
-  TANDEM_CHECK(temperature > 0.0f, "temperature must be > 0, got ", temperature);
+  TANDEM_CHECK(temperature >= 0.0f, "temperature must be >= 0 (0: greedy), got ", temperature);
   TANDEM_CHECK(model.config().vocab_size == ByteTokenizer::kVocabSize,
                "sampling text needs a byte-level model (vocab_size 256); this one has ",
                model.config().vocab_size);
@@ -23,7 +23,7 @@ std::string sample_bytes(Model& model, std::string_view prompt, int num_bytes, R
 
 std::vector<int32_t> sample_tokens(Model& model, std::span<const int32_t> prompt, int num_tokens,
                                    Rng& rng, float temperature, int vocab_limit) {
-  TANDEM_CHECK(temperature > 0.0f, "temperature must be > 0, got ", temperature);
+  TANDEM_CHECK(temperature >= 0.0f, "temperature must be >= 0 (0: greedy), got ", temperature);
   const int V = model.config().vocab_size;
   TANDEM_CHECK(vocab_limit >= 0 && vocab_limit <= V, "sampling among the first ", vocab_limit,
                " ids of a model whose vocabulary is ", V, " ids");
@@ -41,7 +41,13 @@ std::vector<int32_t> sample_tokens(Model& model, std::span<const int32_t> prompt
     model.forward(context, nullptr, 1, T);
     const std::vector<float> logits = model.logits_to_host();
     const float* last = logits.data() + static_cast<size_t>(T - 1) * V;
-    const float max_logit = *std::max_element(last, last + candidates);
+    const float* top = std::max_element(last, last + candidates);  // the first of equals
+    if (temperature == 0.0f) {  // greedy, as transformers' generate(do_sample=False)
+      tokens.push_back(static_cast<int32_t>(top - last));
+      generated.push_back(tokens.back());
+      continue;
+    }
+    const float max_logit = *top;
     double sum = 0.0;
     for (int v = 0; v < candidates; v++)
       sum += probs[v] = std::exp((last[v] - max_logit) / temperature);

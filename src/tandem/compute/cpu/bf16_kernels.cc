@@ -137,6 +137,33 @@ void rmsnorm_backward(Bf16* dinp, Bf16* dweight, const Bf16* dout, const Bf16* i
   narrow(dweight, dweight32);
 }
 
+// The heads' rows span N - 1 whole rows and the last row's H heads; columns of those rows
+// outside the heads are widened and narrowed unchanged (bf16 -> fp32 -> bf16 is exact).
+void head_rmsnorm_forward(Bf16* out, float* rstd, const Bf16* inp, const Bf16* weight, float eps,
+                          int N, int H, int HS, int row_stride) {
+  if (N == 0) return;
+  const size_t span = static_cast<size_t>(N - 1) * row_stride + static_cast<size_t>(H) * HS;
+  const std::vector<float> inp32 = widen(inp, span), weight32 = widen(weight, HS);
+  std::vector<float> out32 = widen(out, span);
+  cpu::head_rmsnorm_forward(out32.data(), rstd, inp32.data(), weight32.data(), eps, N, H, HS,
+                            row_stride);
+  narrow(out, out32);
+}
+
+void head_rmsnorm_backward(Bf16* dinp, Bf16* dweight, const Bf16* dout, const Bf16* inp,
+                           const Bf16* weight, const float* rstd, int N, int H, int HS,
+                           int row_stride) {
+  if (N == 0) return;
+  const size_t span = static_cast<size_t>(N - 1) * row_stride + static_cast<size_t>(H) * HS;
+  std::vector<float> dinp32 = widen(dinp, span), dweight32 = widen(dweight, HS);
+  const std::vector<float> dout32 = widen(dout, span), inp32 = widen(inp, span),
+                           weight32 = widen(weight, HS);
+  cpu::head_rmsnorm_backward(dinp32.data(), dweight32.data(), dout32.data(), inp32.data(),
+                             weight32.data(), rstd, N, H, HS, row_stride);
+  narrow(dinp, dinp32);
+  narrow(dweight, dweight32);
+}
+
 void attention_forward(Bf16* out, float* lse, const Bf16* qkv, int B, int T, int NH, int KVH,
                        int HS) {
   const size_t BT = static_cast<size_t>(B) * T;

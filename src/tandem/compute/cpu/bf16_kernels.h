@@ -38,6 +38,11 @@ void rmsnorm_forward(Bf16* out, float* rstd, const Bf16* inp, const Bf16* weight
                      int C);
 void rmsnorm_backward(Bf16* dinp, Bf16* dweight, const Bf16* dout, const Bf16* inp,
                       const Bf16* weight, const float* rstd, int N, int C);
+void head_rmsnorm_forward(Bf16* out, float* rstd, const Bf16* inp, const Bf16* weight, float eps,
+                          int N, int H, int HS, int row_stride);
+void head_rmsnorm_backward(Bf16* dinp, Bf16* dweight, const Bf16* dout, const Bf16* inp,
+                           const Bf16* weight, const float* rstd, int N, int H, int HS,
+                           int row_stride);
 
 void attention_forward(Bf16* out, float* lse, const Bf16* qkv, int B, int T, int NH, int KVH,
                        int HS);

@@ -42,6 +42,10 @@ class CpuKernels final : public StorageKernels<Elem> {
                        int N, int C) override {
     cpu::rmsnorm_forward(out, rstd, inp, weight, eps, N, C);
   }
+  void head_rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight, float eps,
+                            int N, int H, int HS, int row_stride) override {
+    cpu::head_rmsnorm_forward(out, rstd, inp, weight, eps, N, H, HS, row_stride);
+  }
   void rope_forward(Elem* qkv, const float* cos_sin, int B, int T, int NH, int KVH,
                     int HS) override {
     cpu::rope_forward(qkv, cos_sin, B, T, NH, KVH, HS);
@@ -79,6 +83,11 @@ class CpuKernels final : public StorageKernels<Elem> {
   void rmsnorm_backward(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* inp,
                         const Elem* weight, const float* rstd, int N, int C) override {
     cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+  void head_rmsnorm_backward(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* inp,
+                             const Elem* weight, const float* rstd, int N, int H, int HS,
+                             int row_stride) override {
+    cpu::head_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, H, HS, row_stride);
   }
   void rope_backward(Elem* dqkv, const float* cos_sin, int B, int T, int NH, int KVH,
                      int HS) override {

@@ -1,54 +1,97 @@
-// RMSNorm forward and backward (Llama): y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps).
-// Each row's sums run in column order; the weight gradient goes column block by column
-// block with rows in order, so the bits do not depend on the thread count.
+// RMSNorm forward and backward (Llama): y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps),
+// over rows of a matrix (the residual stream) or over the heads within rows (Qwen3's q and
+// k norms: H rows of HS columns in each row of row_stride). Each row's sums run in column
+// order; the weight gradient goes column block by column block with rows in order (a row
+// of heads is H rows, head by head), so the bits do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
 
 #include "tandem/compute/cpu/cpu_kernels.h"
 
 namespace tandem::cpu {
+namespace {
 
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps,
-                     int N, int C) {
+// Where the normalised rows lie: row r = (n, h) starts at n * stride + h * C.
+struct Rows {
+  int N, heads, C, stride;
+  size_t count() const { return static_cast<size_t>(N) * heads; }
+  size_t at(size_t r) const { return r / heads * stride + r % heads * C; }
+};
+
+void forward_rows(float* out, float* rstd, const float* inp, const float* weight, float eps,
+                  Rows rows) {
+  const int C = rows.C;
 #pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const float* x = inp + static_cast<size_t>(n) * C;
-    float* o = out + static_cast<size_t>(n) * C;
+  for (size_t r = 0; r < rows.count(); r++) {
+    const float* x = inp + rows.at(r);
+    float* o = out + rows.at(r);
     float sum = 0.0f;
     for (int c = 0; c < C; c++) sum += x[c] * x[c];
     const float s = 1.0f / std::sqrt(sum / C + eps);
     for (int c = 0; c < C; c++) o[c] = x[c] * s * weight[c];
-    rstd[n] = s;
+    rstd[r] = s;
   }
 }
 
-void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                      const float* weight, const float* rstd, int N, int C) {
-  // With dnorm = dout * weight: dinp += (dnorm - x * rstd^2 * mean(dnorm * x)) * rstd.
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const float* x = inp + static_cast<size_t>(n) * C;
-    const float* d = dout + static_cast<size_t>(n) * C;
-    float* di = dinp + static_cast<size_t>(n) * C;
-    const float s = rstd[n];
-    float dot = 0.0f;
-    for (int c = 0; c < C; c++) dot += weight[c] * d[c] * x[c];
-    const float m = dot / C * s * s;
-    for (int c = 0; c < C; c++) di[c] += (weight[c] * d[c] - x[c] * m) * s;
-  }
+// dweight += sum over rows of x * rstd * dout; then dinp (+= or =) the input's gradient.
+// The weight gradient goes first, so dinp may be dout where it is overwritten.
+void backward_rows(float* dinp, float* dweight, const float* dout, const float* inp,
+                   const float* weight, const float* rstd, Rows rows, bool accumulate) {
+  const int C = rows.C;
   const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static)
   for (int blk = 0; blk < blocks; blk++) {
     const int c0 = blk * kColumnBlock;
     const int c1 = std::min(C, c0 + kColumnBlock);
     float dw[kColumnBlock] = {};
-    for (int n = 0; n < N; n++) {
-      const float* x = inp + static_cast<size_t>(n) * C;
-      const float* d = dout + static_cast<size_t>(n) * C;
-      for (int c = c0; c < c1; c++) dw[c - c0] += x[c] * rstd[n] * d[c];
+    for (size_t r = 0; r < rows.count(); r++) {
+      const float* x = inp + rows.at(r);
+      const float* d = dout + rows.at(r);
+      for (int c = c0; c < c1; c++) dw[c - c0] += x[c] * rstd[r] * d[c];
     }
     for (int c = c0; c < c1; c++) dweight[c] += dw[c - c0];
   }
+  // With dnorm = dout * weight: dinp = (dnorm - x * rstd^2 * mean(dnorm * x)) * rstd.
+#pragma omp parallel for schedule(static)
+  for (size_t r = 0; r < rows.count(); r++) {
+    const float* x = inp + rows.at(r);
+    const float* d = dout + rows.at(r);
+    float* di = dinp + rows.at(r);
+    const float s = rstd[r];
+    float dot = 0.0f;
+    for (int c = 0; c < C; c++) dot += weight[c] * d[c] * x[c];
+    const float m = dot / C * s * s;
+    if (accumulate) {
+      for (int c = 0; c < C; c++) di[c] += (weight[c] * d[c] - x[c] * m) * s;
+    } else {
+      for (int c = 0; c < C; c++) di[c] = (weight[c] * d[c] - x[c] * m) * s;
+    }
+  }
+}
+
+}  // namespace
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps,
+                     int N, int C) {
+  forward_rows(out, rstd, inp, weight, eps, {.N = N, .heads = 1, .C = C, .stride = C});
+}
+
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int N, int C) {
+  backward_rows(dinp, dweight, dout, inp, weight, rstd, {.N = N, .heads = 1, .C = C, .stride = C},
+                true);
+}
+
+void head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight,
+                          float eps, int N, int H, int HS, int row_stride) {
+  forward_rows(out, rstd, inp, weight, eps, {.N = N, .heads = H, .C = HS, .stride = row_stride});
+}
+
+void head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                           const float* weight, const float* rstd, int N, int H, int HS,
+                           int row_stride) {
+  backward_rows(dinp, dweight, dout, inp, weight, rstd,
+                {.N = N, .heads = H, .C = HS, .stride = row_stride}, false);
 }
 
 }  // namespace tandem::cpu

@@ -130,7 +130,11 @@ class CudaKernels final : public StorageKernels<Elem> {
   void rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight, float eps,
                        int N, int C) override {
     cuda::rmsnorm_forward(out, rstd, inp, weight, eps, N, C, launch_.stream());
+  }  void head_rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight, float eps,
+                            int N, int H, int HS, int row_stride) override {
+    cuda::head_rmsnorm_forward(out, rstd, inp, weight, eps, N, H, HS, row_stride, launch_.stream());
   }
+
   void rope_forward(Elem* qkv, const float* cos_sin, int B, int T, int NH, int KVH,
                     int HS) override {
     cuda::rope_forward(qkv, cos_sin, B, T, NH, KVH, HS, launch_.stream());
@@ -181,7 +185,14 @@ class CudaKernels final : public StorageKernels<Elem> {
     cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C,
                            launch_.scratch(cuda::rmsnorm_backward_scratch_bytes(N, C)),
                            launch_.stream());
+  }  void head_rmsnorm_backward(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* inp,
+                             const Elem* weight, const float* rstd, int N, int H, int HS,
+                             int row_stride) override {
+    cuda::head_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, H, HS, row_stride,
+                                launch_.scratch(cuda::head_rmsnorm_backward_scratch_bytes(N, H, HS)),
+                                launch_.stream());
   }
+
   void rope_backward(Elem* dqkv, const float* cos_sin, int B, int T, int NH, int KVH,
                      int HS) override {
     cuda::rope_backward(dqkv, cos_sin, B, T, NH, KVH, HS, launch_.stream());

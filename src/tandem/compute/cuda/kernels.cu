@@ -583,15 +583,25 @@ __global__ void broadcast_rows_kernel(Elem* out, const Elem* bias, size_t total,
 // As LayerNorm without the mean and the bias, in the CPU kernel's arithmetic: one warp per
 // row for the row statistics and dinp, and the weight gradient through the column
 // reductions above (chunks of rows, then a fixed tree), so one thread writes each output.
+// A row is a row of the matrix, or one of `heads` heads of C columns within a row of
+// `stride` (Qwen3's q and k norms): row r = (n, h) starts at n * stride + h * C.
 
-// out[row] = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps).
+struct NormRows {
+  int heads, C, stride;
+  __device__ size_t at(int r) const {
+    return static_cast<size_t>(r / heads) * stride + static_cast<size_t>(r % heads) * C;
+  }
+};
+
+// out[row] = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps); `count` rows.
 template <int kWidth, typename Elem>
 __global__ void rmsnorm_forward_kernel(Elem* out, float* rstd, const Elem* inp, const Elem* weight,
-                                       float eps, int N, int C) {
+                                       float eps, int count, NormRows rows) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (row >= N) return;  // the whole warp leaves together
-  const Elem* x = inp + static_cast<size_t>(row) * C;
+  if (row >= count) return;  // the whole warp leaves together
+  const int C = rows.C;
+  const Elem* x = inp + rows.at(row);
   float sum = 0.0f;
   for (int c = lane * kWidth; c < C; c += 32 * kWidth) {
     float v[kWidth];
@@ -600,7 +610,7 @@ __global__ void rmsnorm_forward_kernel(Elem* out, float* rstd, const Elem* inp, 
     for (int k = 0; k < kWidth; k++) sum += v[k] * v[k];
   }
   const float s = 1.0f / sqrtf(warp_sum(sum) / C + eps);
-  Elem* o = out + static_cast<size_t>(row) * C;
+  Elem* o = out + rows.at(row);
   for (int c = lane * kWidth; c < C; c += 32 * kWidth) {
     float v[kWidth], w[kWidth], r[kWidth];
     load(v, x + c);
@@ -612,14 +622,18 @@ __global__ void rmsnorm_forward_kernel(Elem* out, float* rstd, const Elem* inp, 
   if (lane == 0) rstd[row] = s;
 }
 
-// dinp[row] += (dnorm - x * rstd^2 * mean(dnorm * x)) * rstd, dnorm = weight * dout.
+// dinp[row] (+= with `accumulate`, else =) (dnorm - x * rstd^2 * mean(dnorm * x)) * rstd,
+// dnorm = weight * dout. Each lane writes only the columns it read, after the warp's sum:
+// dinp may be dout when it is overwritten.
 template <int kWidth, typename Elem>
 __global__ void rmsnorm_backward_input_kernel(Elem* dinp, const Elem* dout, const Elem* inp,
-                                              const Elem* weight, const float* rstd, int N, int C) {
+                                              const Elem* weight, const float* rstd, int count,
+                                              NormRows rows, bool accumulate) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (row >= N) return;
-  const size_t offset = static_cast<size_t>(row) * C;
+  if (row >= count) return;
+  const int C = rows.C;
+  const size_t offset = rows.at(row);
   const Elem* x = inp + offset;
   const Elem* d = dout + offset;
   Elem* di = dinp + offset;
@@ -635,11 +649,11 @@ __global__ void rmsnorm_backward_input_kernel(Elem* dinp, const Elem* dout, cons
   }
   const float m = warp_sum(dot) / C * s * s;
   for (int c = lane * kWidth; c < C; c += 32 * kWidth) {
-    float xv[kWidth], dv[kWidth], wv[kWidth], acc[kWidth];
+    float xv[kWidth], dv[kWidth], wv[kWidth], acc[kWidth] = {};
     load(xv, x + c);
     load(dv, d + c);
     load(wv, weight + c);
-    load(acc, di + c);
+    if (accumulate) load(acc, di + c);
 #pragma unroll
     for (int k = 0; k < kWidth; k++) acc[k] += (wv[k] * dv[k] - xv[k] * m) * s;
     store(di + c, acc);
@@ -650,17 +664,18 @@ __global__ void rmsnorm_backward_input_kernel(Elem* dinp, const Elem* dout, cons
 // chunk's rows, in row order (column_finish_kernel is stage two).
 template <int kWidth, typename Elem>
 __global__ void rmsnorm_weight_partials_kernel(float* partial, const Elem* dout, const Elem* inp,
-                                               const float* rstd, int N, int C,
+                                               const float* rstd, int count, NormRows rows,
                                                int rows_per_chunk) {
+  const int C = rows.C;
   const int c = (blockIdx.x * blockDim.x + threadIdx.x) * kWidth;
   if (c >= C) return;
-  const int n0 = blockIdx.y * rows_per_chunk;
-  const int n1 = min(N, n0 + rows_per_chunk);
+  const int r0 = blockIdx.y * rows_per_chunk;
+  const int r1 = min(count, r0 + rows_per_chunk);
   float dw[kWidth] = {};
 #pragma unroll 4
-  for (int n = n0; n < n1; n++) {
-    const size_t offset = static_cast<size_t>(n) * C + c;
-    const float s = rstd[n];
+  for (int r = r0; r < r1; r++) {
+    const size_t offset = rows.at(r) + c;
+    const float s = rstd[r];
     float xv[kWidth], dv[kWidth];
     load(xv, inp + offset);
     load(dv, dout + offset);
@@ -1112,19 +1127,70 @@ void layernorm_backward(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout
 
 // ---- RMSNorm --------------------------------------------------------------------------
 
+namespace {
+
+template <typename Elem>
+void launch_rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight,
+                            float eps, int count, NormRows rows, cudaStream_t stream,
+                            const char* what) {
+  if (count == 0) return;
+  constexpr int kWidth = kPackWidth<Elem>;
+  const unsigned blocks = static_cast<unsigned>((count + kThreads / 32 - 1) / (kThreads / 32));
+  if (rows.C % kWidth == 0 && rows.stride % kWidth == 0 && aligned16(out) && aligned16(inp) &&
+      aligned16(weight)) {
+    rmsnorm_forward_kernel<kWidth>
+        <<<blocks, kThreads, 0, stream>>>(out, rstd, inp, weight, eps, count, rows);
+  } else {
+    rmsnorm_forward_kernel<1>
+        <<<blocks, kThreads, 0, stream>>>(out, rstd, inp, weight, eps, count, rows);
+  }
+  check_launch(what);
+}
+
+// The weight gradient first, so that an overwritten dinp may be dout.
+template <typename Elem>
+void launch_rmsnorm_backward(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* inp,
+                             const Elem* weight, const float* rstd, int count, NormRows rows,
+                             bool accumulate, void* scratch, cudaStream_t stream) {
+  if (count == 0 || rows.C == 0) return;
+  constexpr int kWidth = kPackWidth<Elem>;
+  const int C = rows.C;
+  const bool vector =
+      C % kWidth == 0 && rows.stride % kWidth == 0 && aligned16(dout) && aligned16(inp);
+
+  const RowChunks chunks = row_chunks(count);
+  auto* partial = static_cast<float*>(scratch);
+  if (vector) {
+    rmsnorm_weight_partials_kernel<kWidth>
+        <<<partials_grid(C, kWidth, chunks.count), kPartialThreads, 0, stream>>>(
+            partial, dout, inp, rstd, count, rows, chunks.rows);
+  } else {
+    rmsnorm_weight_partials_kernel<1>
+        <<<partials_grid(C, 1, chunks.count), kPartialThreads, 0, stream>>>(
+            partial, dout, inp, rstd, count, rows, chunks.rows);
+  }
+  check_launch("rmsnorm_backward (weight partials)");
+  launch_column_finish(dweight, partial, dweight, partial, 1, chunks.count, C, stream);
+  check_launch("rmsnorm_backward (weight sums)");
+
+  const unsigned blocks = static_cast<unsigned>((count + kThreads / 32 - 1) / (kThreads / 32));
+  if (vector && aligned16(dinp) && aligned16(weight)) {
+    rmsnorm_backward_input_kernel<kWidth>
+        <<<blocks, kThreads, 0, stream>>>(dinp, dout, inp, weight, rstd, count, rows, accumulate);
+  } else {
+    rmsnorm_backward_input_kernel<1>
+        <<<blocks, kThreads, 0, stream>>>(dinp, dout, inp, weight, rstd, count, rows, accumulate);
+  }
+  check_launch("rmsnorm_backward (dinp)");
+}
+
+}  // namespace
+
 template <typename Elem>
 void rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight, float eps, int N,
                      int C, cudaStream_t stream) {
-  if (N == 0) return;
-  constexpr int kWidth = kPackWidth<Elem>;
-  const unsigned blocks = static_cast<unsigned>((N + kThreads / 32 - 1) / (kThreads / 32));
-  if (C % kWidth == 0 && aligned16(out) && aligned16(inp) && aligned16(weight)) {
-    rmsnorm_forward_kernel<kWidth>
-        <<<blocks, kThreads, 0, stream>>>(out, rstd, inp, weight, eps, N, C);
-  } else {
-    rmsnorm_forward_kernel<1><<<blocks, kThreads, 0, stream>>>(out, rstd, inp, weight, eps, N, C);
-  }
-  check_launch("rmsnorm_forward");
+  launch_rmsnorm_forward(out, rstd, inp, weight, eps, N, NormRows{1, C, C}, stream,
+                         "rmsnorm_forward");
 }
 
 size_t rmsnorm_backward_scratch_bytes(int N, int C) {
@@ -1136,34 +1202,27 @@ template <typename Elem>
 void rmsnorm_backward(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* inp,
                       const Elem* weight, const float* rstd, int N, int C, void* scratch,
                       cudaStream_t stream) {
-  if (N == 0 || C == 0) return;
-  constexpr int kWidth = kPackWidth<Elem>;
-  const bool vector = C % kWidth == 0 && aligned16(dout) && aligned16(inp);
+  launch_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, NormRows{1, C, C}, true,
+                          scratch, stream);
+}
 
-  const unsigned blocks = static_cast<unsigned>((N + kThreads / 32 - 1) / (kThreads / 32));
-  if (vector && aligned16(dinp) && aligned16(weight)) {
-    rmsnorm_backward_input_kernel<kWidth>
-        <<<blocks, kThreads, 0, stream>>>(dinp, dout, inp, weight, rstd, N, C);
-  } else {
-    rmsnorm_backward_input_kernel<1>
-        <<<blocks, kThreads, 0, stream>>>(dinp, dout, inp, weight, rstd, N, C);
-  }
-  check_launch("rmsnorm_backward (dinp)");
+template <typename Elem>
+void head_rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight, float eps,
+                          int N, int H, int HS, int row_stride, cudaStream_t stream) {
+  launch_rmsnorm_forward(out, rstd, inp, weight, eps, N * H, NormRows{H, HS, row_stride}, stream,
+                         "head_rmsnorm_forward");
+}
 
-  const RowChunks chunks = row_chunks(N);
-  auto* partial = static_cast<float*>(scratch);
-  if (vector) {
-    rmsnorm_weight_partials_kernel<kWidth>
-        <<<partials_grid(C, kWidth, chunks.count), kPartialThreads, 0, stream>>>(
-            partial, dout, inp, rstd, N, C, chunks.rows);
-  } else {
-    rmsnorm_weight_partials_kernel<1>
-        <<<partials_grid(C, 1, chunks.count), kPartialThreads, 0, stream>>>(
-            partial, dout, inp, rstd, N, C, chunks.rows);
-  }
-  check_launch("rmsnorm_backward (weight partials)");
-  launch_column_finish(dweight, partial, dweight, partial, 1, chunks.count, C, stream);
-  check_launch("rmsnorm_backward (weight sums)");
+size_t head_rmsnorm_backward_scratch_bytes(int N, int H, int HS) {
+  return rmsnorm_backward_scratch_bytes(N * H, HS);
+}
+
+template <typename Elem>
+void head_rmsnorm_backward(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* inp,
+                           const Elem* weight, const float* rstd, int N, int H, int HS,
+                           int row_stride, void* scratch, cudaStream_t stream) {
+  launch_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N * H,
+                          NormRows{H, HS, row_stride}, false, scratch, stream);
 }
 
 // ---- RoPE -----------------------------------------------------------------------------
@@ -1344,6 +1403,11 @@ void sum_of_squares(double* result, const Elem* x, size_t n, void* scratch, cuda
                                       cudaStream_t);                                               \
   template void rmsnorm_backward<Elem>(Elem*, Elem*, const Elem*, const Elem*, const Elem*,        \
                                        const float*, int, int, void*, cudaStream_t);               \
+  template void head_rmsnorm_forward<Elem>(Elem*, float*, const Elem*, const Elem*, float, int,    \
+                                           int, int, int, cudaStream_t);                           \
+  template void head_rmsnorm_backward<Elem>(Elem*, Elem*, const Elem*, const Elem*, const Elem*,   \
+                                            const float*, int, int, int, int, void*,               \
+                                            cudaStream_t);                                         \
   template void rope_forward<Elem>(Elem*, const float*, int, int, int, int, int, cudaStream_t);    \
   template void rope_backward<Elem>(Elem*, const float*, int, int, int, int, int, cudaStream_t);   \
   template void swiglu_forward<Elem>(Elem*, const Elem*, int, int, cudaStream_t);                  \

@@ -68,6 +68,19 @@ void rmsnorm_backward(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* i
                       const Elem* weight, const float* rstd, int N, int C, void* scratch,
                       cudaStream_t stream);
 
+// RMSNorm of each of H heads of HS columns in N rows of row_stride (Qwen3's q and k norms);
+// rstd[N, H]; columns outside the heads untouched.
+template <typename Elem>
+void head_rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight, float eps,
+                          int N, int H, int HS, int row_stride, cudaStream_t stream);
+
+size_t head_rmsnorm_backward_scratch_bytes(int N, int H, int HS);
+// dinp = d(head_rmsnorm)/d(inp) * dout, overwritten (dinp may be dout); dweight[HS] += .
+template <typename Elem>
+void head_rmsnorm_backward(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* inp,
+                           const Elem* weight, const float* rstd, int N, int H, int HS,
+                           int row_stride, void* scratch, cudaStream_t stream);
+
 // In place on the NH query and KVH key heads of qkv[B,T,(NH+2KVH)*HS] (the value heads
 // untouched): (x[i], x[i + HS/2]) at position t turned by cos_sin[t, i, 0..1] ([T, HS/2, 2]
 // fp32, device memory); rope_backward turns the gradients back.
