@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # tandem's checkpoints in Hugging Face transformers: a tiny Llama (grouped-query heads,
-# untied head) and a tiny GPT-2 are trained a few steps, then tools/check_hf_load.py loads
+# untied head), the Llama family's other types (Qwen2's biases, Qwen3's q/k norms and wide
+# heads, Mistral's narrow heads and window, Llama 3's scaled rotation) and a tiny GPT-2 are
+# trained a few steps, then tools/check_hf_load.py loads
 # each checkpoint with AutoModelForCausalLM (no missing or unexpected tensors) and compares
 # its logits with `tandem logits` on the same tokens. Then the other way: models that
 # transformers made and saved, read by tandem, with transformers' logits. Skips (exit 77, saying why) where no
@@ -27,12 +29,33 @@ common=(--set "data.train_path=$work/data.txt" --set train.steps=4 --set train.e
   --set model.n_embd=32 --set model.n_layer=2 \
   --set "train.output_dir=$work/gpt2" > "$work/gpt2.log" 2>&1 || { cat "$work/gpt2.log"; exit 1; }
 
-for run in llama gpt2; do
+# name|model type|its --set options
+variants=(
+  "qwen2|qwen2|"
+  "qwen3|qwen3|--set model.head_dim=16"
+  "mistral|mistral|--set model.head_dim=4 --set model.sliding_window=64"
+  "llama3|llama|--set model.rope_theta=100 --set model.rope_scaling.rope_type=llama3 --set model.rope_scaling.factor=8 --set model.rope_scaling.low_freq_factor=1 --set model.rope_scaling.high_freq_factor=4 --set model.rope_scaling.original_max_position_embeddings=16"
+)
+runs=(llama gpt2)
+for variant in "${variants[@]}"; do
+  IFS='|' read -r run type options <<< "$variant"
+  # shellcheck disable=SC2086  # options are words
+  "$tandem" train --config "$source_dir/configs/llama-shakespeare.json" "${common[@]}" \
+    --set model.type=$type --set model.hidden_size=32 --set model.num_hidden_layers=2 \
+    --set model.intermediate_size=72 $options \
+    --set "train.output_dir=$work/$run" > "$work/$run.log" 2>&1 || { cat "$work/$run.log"; exit 1; }
+  runs+=("$run")
+done
+
+for run in "${runs[@]}"; do
   python3 "$source_dir/tools/check_hf_load.py" "$work/$run/checkpoints/step_00000004" \
     --tandem "$tandem" --seq-len 32 2>&1 | grep -v -i -e warn -e "Loading weights" | tee "$work/$run.check"
   grep -q ": match$" "$work/$run.check" || { echo "FAILED: $run logits differ"; exit 1; }
 done
 grep -q "loaded LlamaForCausalLM" "$work/llama.check"
+grep -q "loaded Qwen2ForCausalLM" "$work/qwen2.check"
+grep -q "loaded Qwen3ForCausalLM" "$work/qwen3.check"
+grep -q "loaded MistralForCausalLM" "$work/mistral.check"
 grep -q "loaded GPT2LMHeadModel" "$work/gpt2.check"
 
 # The other way: models transformers made and saved (its own config.json, for transformers 5
@@ -50,7 +73,8 @@ llama = dict(vocab_size=256, hidden_size=64, intermediate_size=176, num_hidden_l
              rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
              initializer_range=0.2, bos_token_id=None, eos_token_id=None)
 LlamaForCausalLM(LlamaConfig(**llama)).save_pretrained(f"{work}/hf_llama", max_shard_size="100KB")
-scaled = LlamaConfig(**llama, rope_scaling={"rope_type": "linear", "factor": 2.0})
+scaled = LlamaConfig(**llama, rope_scaling={"rope_type": "yarn", "factor": 2.0,
+                                            "original_max_position_embeddings": 64})
 LlamaForCausalLM(scaled).save_pretrained(f"{work}/hf_llama_scaled")
 GPT2LMHeadModel(GPT2Config(vocab_size=256, n_positions=128, n_embd=64, n_layer=2, n_head=4,
                            initializer_range=0.2, bos_token_id=None, eos_token_id=None)
@@ -62,13 +86,13 @@ for model in hf_llama hf_gpt2; do
     grep -v -i -e warn -e "Loading weights" | tee "$work/$model.check"
   grep -q ": match$" "$work/$model.check" || { echo "FAILED: $model logits differ"; exit 1; }
 done
-# A scaled rotary embedding is refused by name, not read as the plain one.
+# A rotary scaling tandem does not compute is refused by name, not read as the plain one.
 if "$tandem" logits --checkpoint "$work/hf_llama_scaled" --tokens 1,2,3 \
   --output "$work/scaled.safetensors" 2> "$work/scaled.err"; then
   echo "FAILED: tandem read a Llama with scaled rotary embeddings"
   exit 1
 fi
 cat "$work/scaled.err"
-grep -q "linear" "$work/scaled.err" || { echo "FAILED: the refusal does not name the scaling"; exit 1; }
-echo "PASSED: both families load in transformers with tandem's logits, and tandem reads" \
+grep -q "yarn" "$work/scaled.err" || { echo "FAILED: the refusal does not name the scaling"; exit 1; }
+echo "PASSED: every model type loads in transformers with tandem's logits, and tandem reads" \
   "transformers' models with transformers' logits"
