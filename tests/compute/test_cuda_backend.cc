@@ -23,6 +23,7 @@
 #include "tandem/core/file_io.h"
 #include "tandem/core/format.h"
 #include "tandem/core/rng.h"
+#include "tandem/data/loss_mask.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/model/gpt.h"
@@ -106,6 +107,7 @@ void expect_every_kernel_matches(const Sizes& s, double rel, double attention_re
     targets[i] = static_cast<int32_t>(rng.next_u64() % V);
   }
   tokens[N - 1] = tokens[N - 2] = tokens[0];  // a token at three positions
+  targets[1] = kIgnoredTarget;  // a position the loss does not count: loss 0, zero gradient
   const auto tok = t.ints(tokens), tgt = t.ints(targets);
   const auto wte = t.upload(data(V * C, 2)), wpe = t.upload(data(T * C, 3));
   const auto x = t.upload(data(N * C, 4)), dout = t.upload(data(N * C, 5));
@@ -282,6 +284,11 @@ void expect_every_kernel_matches(const Sizes& s, double rel, double attention_re
   cpu->kernels<Elem>().cross_entropy_forward(losses.first, logits.first, tgt.first, N, V);
   gpu->kernels<Elem>().cross_entropy_forward(losses.second, logits.second, tgt.second, N, V);
   t.expect_near(losses, N, rel, "cross_entropy_forward");
+  {
+    float ignored_loss = -1.0f;
+    gpu->copy_to_host(&ignored_loss, losses.second + 1, sizeof(float));
+    EXPECT_EQ(ignored_loss, 0.0f) << "the ignored target's loss";
+  }
   cpu->kernels<Elem>().cross_entropy_backward(dlogits.first, logits.first, tgt.first, 0.25f, N, V);
   gpu->kernels<Elem>().cross_entropy_backward(dlogits.second, logits.second, tgt.second, 0.25f, N,
                                               V);

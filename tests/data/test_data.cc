@@ -20,6 +20,7 @@
 #include "tandem/data/byte_tokenizer.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/loader.h"
+#include "tandem/data/loss_mask.h"
 #include "tandem/data/token_shard.h"
 
 namespace tandem {
@@ -502,6 +503,86 @@ TEST_F(TokenShard, WrittenInPiecesItIsTheShardWrittenWhole) {
   }
   EXPECT_FALSE(fs::exists(path("short.bin")));
   EXPECT_FALSE(fs::exists(path("bad.bin")));
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// ---------------------------------------------------------------- loss masks
+
+using LossMask = TempDirTest;
+
+std::vector<uint8_t> alternating_mask(size_t n, size_t period) {
+  std::vector<uint8_t> mask(n);
+  for (size_t i = 0; i < n; i++) mask[i] = (i / period) % 2 == 1 ? 1 : 0;
+  return mask;
+}
+
+TEST_F(LossMask, RoundTripsBesideItsShardAndIsSplitLikeTheTokens) {
+  EXPECT_EQ(loss_mask_path_for(path("d_train_000000.bin")), path("d_train_000000.mask.bin"));
+  write_token_shard(path("t.bin"), iota_tokens(1003), ShardTokenType::kUint32);
+  const std::vector<uint8_t> mask = alternating_mask(1003, 7);
+  write_loss_mask(loss_mask_path_for(path("t.bin")), mask);
+  EXPECT_EQ(read_loss_mask(path("t.mask.bin"), 1003), mask);
+  const TokenSplit split = load_dataset(path("t.bin").string(), "", 0.1, 2000);
+  EXPECT_EQ(split.train_mask, std::vector<uint8_t>(mask.begin(), mask.begin() + 903));
+  EXPECT_EQ(split.val_mask, std::vector<uint8_t>(mask.begin() + 903, mask.end()));
+  EXPECT_EQ(split.train_mask_path, path("t.mask.bin").string());
+  // A shard without one: every token counts.
+  write_token_shard(path("plain.bin"), iota_tokens(100), ShardTokenType::kUint16);
+  EXPECT_TRUE(load_dataset(path("plain.bin").string(), "", 0.1, 2000).train_mask.empty());
+}
+
+TEST_F(LossMask, AMaskThatIsNotItsShardsIsRefusedNamingIt) {
+  write_token_shard(path("t.bin"), iota_tokens(50), ShardTokenType::kUint16);
+  write_loss_mask(path("t.mask.bin"), alternating_mask(49, 3));
+  std::string msg = error_of([&] { load_dataset(path("t.bin").string(), "", 0.1, 2000); });
+  EXPECT_CONTAINS(msg, path("t.mask.bin").string());
+  EXPECT_CONTAINS(msg, "masks 49 tokens but its token shard holds 50");
+  std::vector<uint8_t> bad = alternating_mask(50, 3);
+  bad[17] = 2;
+  write_loss_mask(path("t.mask.bin"), bad);
+  EXPECT_CONTAINS(error_of([&] { read_loss_mask(path("t.mask.bin"), 50); }),
+                  "byte 2 at token 17 is neither 0 nor 1");
+  write_token_shard(path("t.mask.bin"), iota_tokens(50), ShardTokenType::kUint16);
+  EXPECT_CONTAINS(error_of([&] { read_loss_mask(path("t.mask.bin"), 50); }), "bad magic");
+}
+
+// The targets the mask does not count come as kIgnoredTarget, the rest as without a mask;
+// counted_targets_ahead counts each batch ahead (past the end of the epoch too) as
+// next_batch then gives it.
+TEST(DataLoaderLossMask, UncountedTargetsAreIgnoredAndCountedAhead) {
+  const std::vector<int32_t> tokens = iota_tokens(1000);
+  const std::vector<uint8_t> mask = alternating_mask(tokens.size(), 5);
+  const int B = 3, T = 8;
+  DataLoader plain(tokens, B, T, 7, true, "train");
+  DataLoader masked(tokens, B, T, 7, true, "train", mask);
+  ASSERT_TRUE(masked.has_loss_mask());
+  std::vector<uint64_t> predicted;
+  for (uint64_t ahead = 0; ahead < 2 * masked.batches_per_epoch() + 3; ahead++)
+    predicted.push_back(masked.counted_targets_ahead(ahead));
+  std::vector<int32_t> in(B * T), want(B * T), in2(B * T), got(B * T);
+  for (uint64_t batch = 0; batch < predicted.size(); batch++) {
+    plain.next_batch(in, want);
+    masked.next_batch(in2, got);
+    ASSERT_EQ(in, in2);
+    uint64_t counted = 0;
+    for (int i = 0; i < B * T; i++) {
+      if (mask[static_cast<size_t>(want[i])] == 1) {  // iota: a token is its own position
+        ASSERT_EQ(got[i], want[i]);
+        counted++;
+      } else {
+        ASSERT_EQ(got[i], kIgnoredTarget);
+      }
+    }
+    ASSERT_EQ(counted, predicted[batch]) << "batch " << batch;
+  }
+  const std::vector<uint8_t> short_mask(10, 1);
+  EXPECT_CONTAINS(error_of([&] { DataLoader(tokens, B, T, 7, true, "train", short_mask); }),
+                  "a loss mask of 10 tokens for 1000 tokens");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 //   qwen3    per-head q/k RMSNorm, head_dim 16 with hidden 32 and 4 heads, tied head
 //   mistral  head_dim 12 != hidden / heads, sliding_window 4096 >= T
 //   smollm2  a tied Llama with one key/value head
+// and the loss mask's ignored targets against PyTorch's ignore_index, on the Qwen2 model.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,9 +25,11 @@
 
 #include "support/model_checks.h"
 #include "support/test_util.h"
+#include "tandem/ckpt/hf_weights.h"
 #include "tandem/ckpt/init_from.h"
 #include "tandem/ckpt/safetensors.h"
 #include "tandem/compute/compute_backend.h"
+#include "tandem/data/loss_mask.h"
 #include "tandem/model/llama.h"
 #include "tandem/model/model_family.h"
 #include "tandem/train/sampler.h"
@@ -145,6 +148,45 @@ TEST_P(HfFamilies, AGreedyContinuationIsTransformers) {
   model.set_params(read_init_weights(fixture_dir(fx.family), fx.config, model.layout()));
   Rng rng(1);
   EXPECT_EQ(sample_tokens(model, prompt, static_cast<int>(expected.size()), rng, 0.0f), expected);
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// The loss mask: the targets PyTorch's cross_entropy ignores (ignore_index -100) are
+// tandem's kIgnoredTarget; the loss is the mean over the counted ones and the gradients
+// are its gradients (tools/make_masked_loss_fixture.py, transformers' Qwen2 in float64). A
+// batch of which nothing counts adds nothing.
+TEST(HfFamilyMaskedLoss, IgnoredTargetsAreExcludedAsPyTorchsIgnoreIndex) {
+  const HfFamily fx("qwen2");
+  const SafetensorsFile masked =
+      SafetensorsFile::read(fixture_dir("qwen2") / "masked_reference.safetensors");
+  std::vector<int32_t> targets = masked.read_i32("targets", {fx.B, fx.T});
+  for (int32_t& target : targets)
+    if (target == -100) target = kIgnoredTarget;
+  auto backend = make_cpu_backend();
+  Llama model(fx.config, *backend, fx.B, fx.T);
+  model.set_params(fx.params(model.layout()));
+  model.zero_grads();
+  const float loss = model.forward(fx.tokens.data(), targets.data(), fx.B, fx.T);
+  model.backward();
+  EXPECT_EQ(model.counted_targets(), std::stoll(masked.metadata().at("counted_targets")));
+  EXPECT_LT(model.counted_targets(), fx.B * fx.T);
+  const float expected = masked.read_f32("loss", {})[0];
+  EXPECT_NEAR(loss, expected, 1e-5 * expected);
+  std::vector<float> expected_grads(model.layout().num_elements());
+  read_hf_safetensors(masked, model.layout(), expected_grads.data(), "grad.");
+  testing::expect_gradients_near(model.layout(), model.grads_to_host(), expected_grads);
+
+  std::vector<int32_t> none(targets.size(), kIgnoredTarget);
+  model.zero_grads();
+  EXPECT_EQ(model.forward(fx.tokens.data(), none.data(), fx.B, fx.T), 0.0f);
+  model.backward();
+  EXPECT_EQ(model.counted_targets(), 0);
+  for (const float g : model.grads_to_host()) ASSERT_EQ(g, 0.0f);
 }
 
 }  // namespace

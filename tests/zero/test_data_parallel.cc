@@ -24,6 +24,8 @@
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/thread_pool.h"
+#include "tandem/data/loss_mask.h"
+#include "tandem/data/token_shard.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/train/step_hooks.h"
 #include "tandem/train/trainer.h"
@@ -163,6 +165,42 @@ TEST_F(DataParallelTraining, AnySplitOfTheGlobalBatchOverRanksAndMicroBatchesGiv
   // And the runs differ from a run on another global batch (the test can fail).
   const RankResults two = train_on_ranks(1, dp_config(data(), dir_ / "e", 1, 2), options);
   EXPECT_NE(two.by_rank[0].state_digest, one.by_rank[0].state_digest);
+}
+
+// With a loss mask (instruction tuning) the step's loss is the mean over every counted
+// target of the global batch, each micro-batch weighed by its count: still one rank
+// accumulating 4 micro-batches, 2 x 2 and 4 x 1 give the same bits, and the mask changes
+// the run. The mask counts some windows wholly, some not at all, the rest in part.
+TEST_F(DataParallelTraining, ALossMaskKeepsEverySplitOfTheGlobalBatchBitExact) {
+  TrainOptions options;
+  options.save_checkpoints = false;
+  const std::string text = read_file_text(data().string());
+  std::vector<int32_t> tokens(text.begin(), text.end());
+  for (int32_t& t : tokens) t = static_cast<uint8_t>(t);
+  write_token_shard(dir_ / "masked.bin", tokens, ShardTokenType::kUint16);
+  std::vector<uint8_t> mask(tokens.size());
+  for (size_t i = 0; i < mask.size(); i++) mask[i] = (i / 37) % 3 == 0 ? 0 : (i % 5 != 0);
+  write_loss_mask(loss_mask_path_for(dir_ / "masked.bin"), mask);
+  auto config = [&](const std::string& out, int stage, int accum, bool masked) {
+    return dp_config(masked ? dir_ / "masked.bin" : data(), dir_ / out, stage, accum);
+  };
+  for (int stage : {0, 2}) {
+    const RankResults one = train_on_ranks(1, config("m1", stage, 4, true), options);
+    expect_ranks_agree(one, "1 x 4");
+    ASSERT_GT(one.by_rank[0].steps.size(), 0u);
+    EXPECT_GT(one.by_rank[0].steps[0].counted_targets, 0);
+    EXPECT_LT(one.by_rank[0].steps[0].counted_targets, 4 * 4 * 16);
+    for (auto [world, accum] : {std::pair{2, 2}, std::pair{4, 1}}) {
+      const std::string what = cat("stage ", stage, ", ", world, " ranks x ", accum);
+      const RankResults split = train_on_ranks(world, config("m2", stage, accum, true), options);
+      expect_ranks_agree(split, what);
+      EXPECT_EQ(split.by_rank[0].state_digest, one.by_rank[0].state_digest) << what;
+      EXPECT_EQ(losses(split.by_rank[0]), losses(one.by_rank[0])) << what;
+    }
+    const RankResults unmasked = train_on_ranks(1, config("u", stage, 4, false), options);
+    EXPECT_NE(unmasked.by_rank[0].state_digest, one.by_rank[0].state_digest);
+    EXPECT_EQ(unmasked.by_rank[0].steps[0].counted_targets, -1);
+  }
 }
 
 // bf16 gradients are summed over ranks as they are over micro-batches, every addition

@@ -114,7 +114,9 @@ class StorageKernels {
   virtual void gelu_forward(Elem* out, const Elem* inp, size_t N) = 0;
   // out[N] = a[N] + b[N]
   virtual void residual_forward(Elem* out, const Elem* a, const Elem* b, size_t N) = 0;
-  // losses[N] = logsumexp(logits[n, :]) - logits[n, targets[n]]; logits[N,V].
+  // losses[N] = logsumexp(logits[n, :]) - logits[n, targets[n]]; logits[N,V]. A negative
+  // target (kIgnoredTarget: a position the loss does not count) has loss 0 here and a zero
+  // gradient row in cross_entropy_backward.
   virtual void cross_entropy_forward(float* losses, const Elem* logits, const int32_t* targets,
                                      int N, int V) = 0;
 

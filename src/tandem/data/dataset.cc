@@ -8,6 +8,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
 #include "tandem/data/byte_tokenizer.h"
+#include "tandem/data/loss_mask.h"
 #include "tandem/data/token_shard.h"
 
 namespace tandem {
@@ -24,6 +25,16 @@ void check_vocab(const std::vector<int32_t>& tokens, int vocab_size, const std::
   fail(name, ": token id ", *bad, " at position ", std::distance(tokens.begin(), bad),
        " is outside the model's vocabulary of ", vocab_size,
        " tokens; set model.vocab_size to at least ", static_cast<int64_t>(max_token) + 1);
+}
+
+// The loss mask beside a token shard, if there is one; empty otherwise.
+std::vector<uint8_t> mask_beside(const fs::path& path, size_t tokens, std::string& mask_path) {
+  if (path.extension() != ".bin") return {};
+  const fs::path mask = loss_mask_path_for(path);
+  std::error_code ec;
+  if (!fs::exists(mask, ec)) return {};
+  mask_path = mask.string();
+  return read_loss_mask(mask, tokens);
 }
 
 }  // namespace
@@ -57,9 +68,11 @@ TokenSplit load_dataset(const std::string& train_path, const std::string& val_pa
   TokenSplit split;
   split.train = load_tokens(train_path);
   check_vocab(split.train, vocab_size, train_path);
+  split.train_mask = mask_beside(train_path, split.train.size(), split.train_mask_path);
   if (!val_path.empty()) {
     split.val = load_tokens(val_path);
     check_vocab(split.val, vocab_size, val_path);
+    split.val_mask = mask_beside(val_path, split.val.size(), split.val_mask_path);
     return split;
   }
 
@@ -73,6 +86,12 @@ TokenSplit load_dataset(const std::string& train_path, const std::string& val_pa
   const auto val_count = static_cast<size_t>(std::floor(static_cast<double>(n) * val_fraction));
   split.val.assign(split.train.end() - static_cast<std::ptrdiff_t>(val_count), split.train.end());
   split.train.resize(n - val_count);
+  if (!split.train_mask.empty()) {
+    split.val_mask.assign(split.train_mask.end() - static_cast<std::ptrdiff_t>(val_count),
+                          split.train_mask.end());
+    split.train_mask.resize(n - val_count);
+    split.val_mask_path = split.train_mask_path;
+  }
   return split;
 }
 

@@ -11,13 +11,18 @@ namespace tandem {
 struct TokenSplit {
   std::vector<int32_t> train;
   std::vector<int32_t> val;
+  // Loss masks (data/loss_mask.h), a byte per token; empty: the loss counts every token.
+  std::vector<uint8_t> train_mask;
+  std::vector<uint8_t> val_mask;
+  std::string train_mask_path, val_mask_path;  // where they were read ("" for none)
 };
 
 // A path ending in ".bin" is read as an llm.c token shard; anything else is raw text,
 // tokenized with the byte tokenizer. A missing or empty file is an error naming it.
 std::vector<int32_t> load_tokens(const std::filesystem::path& path);
 
-// Loads the training tokens and the validation tokens. With an empty val_path, the last
+// Loads the training tokens and the validation tokens, each shard with the loss mask beside
+// it when there is one (X.mask.bin beside X.bin, data/loss_mask.h). With an empty val_path, the last
 // floor(val_fraction * N) training tokens become the validation split (val_fraction must
 // be in (0, 1)); otherwise both files are loaded whole and val_fraction is unused.
 // Every token must be < vocab_size: the error names the file, the first offending token

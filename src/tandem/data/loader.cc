@@ -5,6 +5,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/rng.h"
+#include "tandem/data/loss_mask.h"
 
 namespace tandem {
 namespace {
@@ -34,8 +35,9 @@ uint64_t uniform_below(Rng& rng, uint64_t bound) {
 }  // namespace
 
 DataLoader::DataLoader(std::span<const int32_t> tokens, int batch_size, int seq_len, uint64_t seed,
-                       bool shuffle, std::string name)
+                       bool shuffle, std::string name, std::span<const uint8_t> loss_mask)
     : tokens_(tokens),
+      mask_(loss_mask),
       batch_size_(batch_size),
       seq_len_(seq_len),
       seed_(seed),
@@ -49,20 +51,44 @@ DataLoader::DataLoader(std::span<const int32_t> tokens, int batch_size, int seq_
   TANDEM_CHECK(num_windows_ >= static_cast<size_t>(batch_size), name_, " split has ", tokens.size(),
                " tokens, too few for one batch of ", batch_size, " x (", seq_len,
                "+1); use a smaller train_micro_batch_size_per_gpu or train.seq_len, or more data");
+  TANDEM_CHECK(mask_.empty() || mask_.size() == tokens.size(), name_, " loader: a loss mask of ",
+               mask_.size(), " tokens for ", tokens.size(), " tokens");
   batches_per_epoch_ = num_windows_ / static_cast<size_t>(batch_size);
   order_.resize(num_windows_);
   build_order();
 }
 
-void DataLoader::build_order() {
-  std::iota(order_.begin(), order_.end(), uint64_t{0});
-  order_epoch_ = position_.epoch;
-  if (!shuffle_) return;
-  Rng rng(seed_ ^ mix64(position_.epoch + 0x9e3779b97f4a7c15ULL));
+std::vector<uint64_t> DataLoader::order_of(uint64_t epoch) const {
+  std::vector<uint64_t> order(num_windows_);
+  std::iota(order.begin(), order.end(), uint64_t{0});
+  if (!shuffle_) return order;
+  Rng rng(seed_ ^ mix64(epoch + 0x9e3779b97f4a7c15ULL));
   // Fisher-Yates from the back: each of the n! orders is equally likely.
-  for (size_t i = order_.size() - 1; i > 0; --i) {
-    std::swap(order_[i], order_[uniform_below(rng, i + 1)]);
+  for (size_t i = order.size() - 1; i > 0; --i) {
+    std::swap(order[i], order[uniform_below(rng, i + 1)]);
   }
+  return order;
+}
+
+void DataLoader::build_order() {
+  order_ = order_of(position_.epoch);
+  order_epoch_ = position_.epoch;
+}
+
+uint64_t DataLoader::counted_targets_ahead(uint64_t ahead) const {
+  const size_t B = static_cast<size_t>(batch_size_), T = static_cast<size_t>(seq_len_);
+  if (mask_.empty()) return B * T;
+  const uint64_t batch = position_.batch + ahead;
+  const uint64_t epoch = position_.epoch + batch / batches_per_epoch_;
+  const std::vector<uint64_t> other = epoch == order_epoch_ ? std::vector<uint64_t>() : order_of(epoch);
+  const std::vector<uint64_t>& order = epoch == order_epoch_ ? order_ : other;
+  const size_t first_slot = static_cast<size_t>(batch % batches_per_epoch_) * B;
+  uint64_t counted = 0;
+  for (size_t b = 0; b < B; ++b) {
+    const uint8_t* window_mask = mask_.data() + order[first_slot + b] * T;
+    for (size_t t = 1; t <= T; ++t) counted += window_mask[t];
+  }
+  return counted;
 }
 
 void DataLoader::next_batch(std::span<int32_t> inputs, std::span<int32_t> targets) {
@@ -79,6 +105,10 @@ void DataLoader::next_batch(std::span<int32_t> inputs, std::span<int32_t> target
       inputs[b * T + t] = window[t];
       targets[b * T + t] = window[t + 1];
     }
+    if (mask_.empty()) continue;
+    const uint8_t* window_mask = mask_.data() + order_[first_slot + b] * T;
+    for (size_t t = 0; t < T; ++t)
+      if (window_mask[t + 1] == 0) targets[b * T + t] = kIgnoredTarget;
   }
   // Advance eagerly so that position() after the last batch of an epoch already reads
   // {epoch + 1, 0}: a position has one spelling, whichever way it was reached.

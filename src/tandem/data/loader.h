@@ -25,15 +25,23 @@ class DataLoader {
   // tokens [i*T, i*T+T+1)), so consecutive windows share one token and there are
   // (N-1)/T of them. With `shuffle`, each epoch visits them in a permutation derived
   // only from (seed, epoch); otherwise in order. `name` ("train", "val") labels errors.
-  // The loader keeps a view of `tokens`: the caller owns them and they must outlive it.
-  // Throws if there are fewer than B windows.
+  // The loader keeps a view of `tokens` (and of `loss_mask`): the caller owns them and
+  // they must outlive it. A loss mask (data/loss_mask.h; empty: every token counts) holds a
+  // byte per token; a target whose byte is 0 is given as kIgnoredTarget.
+  // Throws if there are fewer than B windows, or a mask of another length.
   DataLoader(std::span<const int32_t> tokens, int batch_size, int seq_len, uint64_t seed,
-             bool shuffle, std::string name);
+             bool shuffle, std::string name, std::span<const uint8_t> loss_mask = {});
 
-  // Fills B windows: inputs[b*T + t] = window_b[t], targets[b*T + t] = window_b[t+1].
-  // Both spans must hold B*T tokens. A batch never straddles two epochs: the windows
-  // left over after the last full batch of an epoch are skipped in that epoch.
+  // Fills B windows: inputs[b*T + t] = window_b[t], targets[b*T + t] = window_b[t+1]
+  // (kIgnoredTarget where the mask does not count it). Both spans must hold B*T tokens. A
+  // batch never straddles two epochs: the windows left over after the last full batch of
+  // an epoch are skipped in that epoch.
   void next_batch(std::span<int32_t> inputs, std::span<int32_t> targets);
+
+  bool has_loss_mask() const { return !mask_.empty(); }
+  // The targets the loss counts in the batch `ahead` batches after the next one (0: the
+  // next), without moving: B * T without a mask.
+  uint64_t counted_targets_ahead(uint64_t ahead) const;
 
   // Moves past `count` batches without reading them, as that many next_batch calls
   // would: a data-parallel rank skips the other ranks' micro-batches of a global batch.
@@ -54,7 +62,11 @@ class DataLoader {
   // Fills order_ with the window order of position_.epoch.
   void build_order();
 
+  // The window order of `epoch` (order_ when it is the current one).
+  std::vector<uint64_t> order_of(uint64_t epoch) const;
+
   std::span<const int32_t> tokens_;
+  std::span<const uint8_t> mask_;
   int batch_size_;
   int seq_len_;
   uint64_t seed_;

@@ -348,8 +348,9 @@ void Llama::backward_as(int B, int T, float loss_scale, const GradientsReady& re
   Elem* dlogits = this->dlogits<Elem>();
   Elem* dbt_c = dbt_c_.as<Elem>();
 
-  // loss = loss_scale * mean over N positions
-  k.cross_entropy_backward(dlogits, this->logits<Elem>(), targets(), loss_scale / N, N, V);
+  // loss = loss_scale * mean over the counted of the N positions
+  k.cross_entropy_backward(dlogits, this->logits<Elem>(), targets(), loss_gradient_scale(loss_scale),
+                           N, V);
   // A tied head's gradient goes to the embedding, whose block completes last.
   Elem* embedding_grads = nullptr;
   Elem* head_grads = nullptr;

@@ -208,11 +208,15 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int B, int T
                " x ", T, " exceeds the allocated ", max_batch_, " x ", max_seq_len_);
   const int V = config_.vocab_size;
   const int N = B * T;
+  counted_targets_ = 0;
   for (int i = 0; i < N; i++) {
     TANDEM_CHECK(tokens[i] >= 0 && tokens[i] < V, "token id ", tokens[i], " at position ", i,
                  " is outside the vocabulary [0, ", V, ")");
-    TANDEM_CHECK(targets == nullptr || (targets[i] >= 0 && targets[i] < V), "target id ",
-                 targets[i], " at position ", i, " is outside the vocabulary [0, ", V, ")");
+    if (targets == nullptr || targets[i] == kIgnoredTarget) continue;
+    TANDEM_CHECK(targets[i] >= 0 && targets[i] < V, "target id ", targets[i], " at position ", i,
+                 " is outside the vocabulary [0, ", V, ") and is not ", kIgnoredTarget,
+                 " (not counted)");
+    counted_targets_++;
   }
   backend_.copy_from_host(tokens_.as<int32_t>(), tokens, N * sizeof(int32_t));
   if (targets != nullptr)
@@ -230,8 +234,12 @@ float Model::mean_loss(int N) {
   std::vector<float> losses(N);
   backend_.copy_to_host(losses.data(), losses_.as<float>(), N * sizeof(float));
   double sum = 0.0;
-  for (float loss : losses) sum += loss;
-  return static_cast<float>(sum / N);
+  for (float loss : losses) sum += loss;  // a position not counted adds 0
+  return counted_targets_ == 0 ? 0.0f : static_cast<float>(sum / counted_targets_);
+}
+
+float Model::loss_gradient_scale(float loss_scale) const {
+  return counted_targets_ == 0 ? 0.0f : loss_scale / static_cast<float>(counted_targets_);
 }
 template float Model::mean_loss<float>(int);
 template float Model::mean_loss<Bf16>(int);

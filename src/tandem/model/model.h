@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tandem/compute/compute_backend.h"
+#include "tandem/data/loss_mask.h"
 #include "tandem/model/block_memory.h"
 #include "tandem/model/model_config.h"
 #include "tandem/model/param_layout.h"
@@ -118,9 +119,13 @@ class Model {
   std::vector<float> grads_to_host() const;
 
   // Forward pass over host tokens[B,T] (B <= max_batch, T <= max_seq_len). With targets
-  // (host, [B,T]) returns the mean cross-entropy loss and keeps what backward needs;
-  // without, computes logits only and returns NaN.
+  // (host, [B,T]) returns the mean cross-entropy loss over the counted targets (those not
+  // kIgnoredTarget: PyTorch's ignore_index) and keeps what backward needs; 0 when no
+  // target counts (backward then adds nothing; counted_targets() says so). Without targets,
+  // computes logits only and returns NaN.
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
+  // Targets the last forward pass counted (B * T unless some were kIgnoredTarget).
+  int64_t counted_targets() const { return counted_targets_; }
   // Called during backward with a block's range [begin, end) of the flat gradient buffer
   // as soon as the kernels that finish it are queued on backend().stream() (after
   // BlockMemory::release_grads): the head first, then each layer from the last to the
@@ -182,9 +187,11 @@ class Model {
   Elem* dlogits() const {
     return dlogits_.as<Elem>();
   }
-  // The mean cross-entropy of logits() against targets() over N positions.
+  // The mean cross-entropy of logits() against targets() over the counted of N positions.
   template <typename Elem>
   float mean_loss(int N);
+  // dloss for cross_entropy_backward: loss_scale / counted targets (0 when none counts).
+  float loss_gradient_scale(float loss_scale) const;
   // Bytes the base class allocates for batches of BT tokens besides the flat buffers
   // (token ids, logits and their gradient, losses), for the families' activation_bytes.
   static size_t head_bytes(const ModelConfig& config, size_t BT, StorageDType dtype);
@@ -228,6 +235,7 @@ class Model {
   Buffer losses_;            // [BT] fp32
   int last_B_ = 0, last_T_ = 0;
   bool have_targets_ = false;
+  int64_t counted_targets_ = 0;
 };
 
 }  // namespace tandem

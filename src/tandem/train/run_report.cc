@@ -61,8 +61,14 @@ void RunReport::skipped(int64_t step, const StepRecord& figures, int64_t in_a_ro
                    {"loss", figures.loss},
                    {"grad_norm", figures.grad_norm},
                    {"skipped_in_a_row", in_a_row}});
-  progress_.note(cat("step ", step, ": skipped (loss ", figures.loss, ", gradient norm ",
-                     figures.grad_norm, "), ", in_a_row, " in a row"));
+  if (figures.counted_targets == 0)
+    progress_.note(cat("step ", step,
+                       ": skipped: the loss mask counts none of its targets (every token of its "
+                       "batches is prompt), ",
+                       in_a_row, " in a row"));
+  else
+    progress_.note(cat("step ", step, ": skipped (loss ", figures.loss, ", gradient norm ",
+                       figures.grad_norm, "), ", in_a_row, " in a row"));
 }
 
 void RunReport::step(const StepRecord& record, const nlohmann::json& line) {

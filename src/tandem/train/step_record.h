@@ -36,6 +36,9 @@ struct StepRecord {
   // (overlap_comm), and of them those the training thread waited for: the rest overlapped
   // compute. Both 0 without overlap.
   double collective_ms = 0, collective_wait_ms = 0;
+  // With a loss mask, the targets it counts in the step (every rank's when gradients are
+  // reduced); -1 without one.
+  int64_t counted_targets = -1;
 };
 
 struct StepFigure {

@@ -61,16 +61,45 @@ StepTimes StepRunner::run(int64_t step, double lr) {
   return times;
 }
 
+// With a loss mask the step's loss is the mean over every target of the step the mask
+// counts (PyTorch's ignore_index on the whole batch), so a micro-batch weighs by its
+// counted targets: loss_scale_m = counted_m / counted over the micro-batches the mean is
+// over (every rank's when the gradients are reduced). The loader knows every rank's
+// batches, so each rank counts them alone.
+StepRunner::MaskWeights StepRunner::mask_weights() const {
+  const DataLoader& loader = parts_.loader;
+  const uint64_t A = static_cast<uint64_t>(parts_.config.gradient_accumulation_steps);
+  MaskWeights weights;
+  uint64_t ahead = 0;
+  for (uint64_t micro = 0; micro < A; micro++) {
+    ahead += others_before(static_cast<int>(micro));
+    weights.own.push_back(loader.counted_targets_ahead(ahead));
+    ahead += 1 + others_after(static_cast<int>(micro));
+  }
+  if (reduces_gradients()) {
+    for (uint64_t batch = 0; batch < ahead; batch++)
+      weights.total += loader.counted_targets_ahead(batch);
+  } else {
+    for (const uint64_t counted : weights.own) weights.total += counted;
+  }
+  weights.micro_batches = reduces_gradients() ? ahead : A;
+  return weights;
+}
+
 // This rank's micro-batches of the step, forward and backward; returns their losses.
 std::vector<float> StepRunner::forward_backward(StepRecord& figures) {
   const int accum = parts_.config.gradient_accumulation_steps;
   // The mean over the global batch; without a reduction, over this rank's micro-batches.
   attempts_++;
+  const bool inject_nan = parts_.nan_gradient_attempts.count(attempts_) != 0;
   const float loss_scale =
-      parts_.nan_gradient_attempts.count(attempts_) != 0
-          ? std::numeric_limits<float>::quiet_NaN()
-          : 1.0f /
-                static_cast<float>(reduces_gradients() ? accum * parts_.comm.world_size() : accum);
+      inject_nan ? std::numeric_limits<float>::quiet_NaN()
+                 : 1.0f / static_cast<float>(reduces_gradients()
+                                                 ? accum * parts_.comm.world_size()
+                                                 : accum);
+  const bool masked = parts_.loader.has_loss_mask();
+  const MaskWeights weights = masked ? mask_weights() : MaskWeights{};
+  if (masked) figures.counted_targets = static_cast<int64_t>(weights.total);
   std::vector<float> micro_losses;
   parts_.accumulator.start_step();
   for (int micro = 0; micro < accum; micro++) {
@@ -91,7 +120,22 @@ std::vector<float> StepRunner::forward_backward(StepRecord& figures) {
     }
     figures.forward_ms += watch.millis();
     watch.reset();
-    backward(micro, loss_scale);
+    float scale = loss_scale;
+    if (masked && !inject_nan) {
+      // The step's mean as global_mean_loss forms it (the plain mean of the micro-batch
+      // losses it is given): each loss weighed by micro_batches * counted_m / total. A step
+      // of which the mask counts nothing has no loss: NaN, and update() skips it.
+      const double share =
+          weights.total == 0
+              ? 0.0
+              : static_cast<double>(weights.own[micro]) / static_cast<double>(weights.total);
+      scale = static_cast<float>(share);
+      micro_losses.back() = weights.total == 0
+                                ? std::numeric_limits<float>::quiet_NaN()
+                                : static_cast<float>(micro_losses.back() * share *
+                                                     static_cast<double>(weights.micro_batches));
+    }
+    backward(micro, scale);
     figures.backward_ms += watch.millis();
   }
   return micro_losses;

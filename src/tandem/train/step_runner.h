@@ -72,6 +72,14 @@ class StepRunner {
   void backward(int micro, float loss_scale);
   void update(int64_t step, double lr, StepTimes& times);
   void check_replicas(int64_t step);
+  // The targets a loss mask counts in this rank's micro-batches of the next step (own),
+  // and over the micro-batches (micro_batches of them) the step's mean is over (total).
+  struct MaskWeights {
+    std::vector<uint64_t> own;
+    uint64_t total = 0;
+    uint64_t micro_batches = 0;
+  };
+  MaskWeights mask_weights() const;
   // The global batch's micro-batches that other ranks take, right before and right after
   // this rank's micro-batch `micro`.
   uint64_t others_before(int micro) const;

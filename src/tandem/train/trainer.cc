@@ -135,7 +135,7 @@ class Trainer {
         data_(std::move(data)),
         train_tokens_xxh3_(
             checksum_hex(checksum64(data_.train.data(), data_.train.size() * sizeof(int32_t)))),
-        train_loader_(data_.train, B_, T_, config.train.seed, true, "train"),
+        train_loader_(data_.train, B_, T_, config.train.seed, true, "train", data_.train_mask),
         // On the GPU NCCL picked for this rank, with several ranks on the cuda device.
         device_(make_training_device(
             config, nccl_buffer_comm_ ? nccl_communicator_device(*nccl_buffer_comm_) : 0,
@@ -201,7 +201,8 @@ class Trainer {
     hooks_.insert(hooks_.end(), options.hooks.begin(), options.hooks.end());
     if (config.train.eval_interval > 0 && (comm.rank() == 0 || every_rank_runs_the_model()))
       val_loader_ =
-          std::make_unique<DataLoader>(data_.val, B_, T_, config.train.seed, false, "val");
+          std::make_unique<DataLoader>(data_.val, B_, T_, config.train.seed, false, "val",
+                                       data_.val_mask);
   }
 
   TrainResult run() {
@@ -518,10 +519,16 @@ class Trainer {
     const int64_t batches =
         std::min<int64_t>(config_.train.eval_batches, val_loader_->batches_per_epoch());
     double sum = 0.0;
+    int64_t counted = 0;  // with a loss mask: the mean over every counted target
     for (int64_t i = 0; i < batches; i++) {
       val_loader_->next_batch(inputs_, targets_);
-      sum += model_.forward(inputs_.data(), targets_.data(), B_, T_);
+      const float loss = model_.forward(inputs_.data(), targets_.data(), B_, T_);
+      sum += val_loader_->has_loss_mask() ? double{loss} * model_.counted_targets() : loss;
+      counted += model_.counted_targets();
     }
+    if (val_loader_->has_loss_mask())
+      return counted == 0 ? std::numeric_limits<float>::quiet_NaN()
+                          : static_cast<float>(sum / static_cast<double>(counted));
     return static_cast<float>(sum / batches);
   }
 

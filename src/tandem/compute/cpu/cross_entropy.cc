@@ -1,4 +1,5 @@
-// Softmax cross-entropy over the vocabulary.
+// Softmax cross-entropy over the vocabulary; a negative target (kIgnoredTarget) is a
+// position whose prediction the loss does not count: loss 0, gradient 0.
 #include <cmath>
 
 #include "tandem/compute/cpu/cpu_kernels.h"
@@ -22,7 +23,7 @@ void cross_entropy_forward(float* losses, const float* logits, const int32_t* ta
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float* row = logits + static_cast<size_t>(n) * V;
-    losses[n] = row_logsumexp(row, V) - row[targets[n]];
+    losses[n] = targets[n] < 0 ? 0.0f : row_logsumexp(row, V) - row[targets[n]];
   }
 }
 
@@ -32,6 +33,10 @@ void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* 
   for (int n = 0; n < N; n++) {
     const float* row = logits + static_cast<size_t>(n) * V;
     float* drow = dlogits + static_cast<size_t>(n) * V;
+    if (targets[n] < 0) {
+      for (int v = 0; v < V; v++) drow[v] = 0.0f;
+      continue;
+    }
     const float lse = row_logsumexp(row, V);
     for (int v = 0; v < V; v++) drow[v] = dloss * std::exp(row[v] - lse);
     drow[targets[n]] -= dloss;

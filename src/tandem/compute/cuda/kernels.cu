@@ -889,7 +889,8 @@ __global__ void cross_entropy_forward_kernel(float* losses, const Elem* logits,
                                              const int32_t* targets, int V) {
   const Elem* row = logits + static_cast<size_t>(blockIdx.x) * V;
   const float lse = row_logsumexp<kWidth>(row, V, row_head<kWidth>(row, V));
-  if (threadIdx.x == 0) losses[blockIdx.x] = lse - to_float(row[targets[blockIdx.x]]);
+  const int target = targets[blockIdx.x];  // negative: not counted (kIgnoredTarget)
+  if (threadIdx.x == 0) losses[blockIdx.x] = target < 0 ? 0.0f : lse - to_float(row[target]);
 }
 
 // One block per row: the log-sum-exp pass, then a pass writing dloss * (p - onehot). With
@@ -902,8 +903,12 @@ __global__ void cross_entropy_backward_kernel(Elem* dlogits, const Elem* logits,
   const Elem* row = logits + offset;
   Elem* drow = dlogits + offset;
   const int head = row_head<kWidth>(row, V);
-  const float lse = row_logsumexp<kWidth>(row, V, head);
   const int target = targets[blockIdx.x];
+  if (target < 0) {  // not counted (kIgnoredTarget): a zero row; the whole block leaves
+    for (int v = threadIdx.x; v < V; v += blockDim.x) drow[v] = from_float<Elem>(0.0f);
+    return;
+  }
+  const float lse = row_logsumexp<kWidth>(row, V, head);
   // The CPU kernel's arithmetic: dloss * p, minus dloss at the target.
   const auto grad = [&](float x, int v) {
     return dloss * expf(x - lse) - (v == target ? dloss : 0.0f);
