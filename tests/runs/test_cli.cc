@@ -289,7 +289,7 @@ TEST_F(CliTest, EveryBadCommandLineValueIsNamed) {
       {"tokenize --input " + d + " --output " + d + "/x.bin", ": is a directory; name a file"},
       {"tokenize --input " + (dir_ / "data.txt").string() + " --output " + d,
        "--output " + d + ": is a directory"},
-      {"sample --checkpoint " + d + " --temperature 0", "--temperature: must be a number > 0"},
+      {"sample --checkpoint " + d + " --temperature -1", "--temperature: must be a number >= 0"},
       {"plan --config " + config + " --world-size 0", "--world-size: must be a number > 0"},
       // What plan shows, train does: a snapshot pool below its minimum is refused by both.
       {"plan --config " + config + " --set train.checkpoint_memory_mb=0.01",

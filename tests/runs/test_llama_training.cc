@@ -310,9 +310,10 @@ TEST_F(InitFrom, TandemLogitsReadsAHuggingFaceDirectoryAsItsCheckpoint) {
 
 // config.json as transformers writes it: version 4 puts rope_theta and rope_scaling at the
 // top level, version 5 nests them in rope_parameters (rope_type "default" for plain rotary
-// embeddings); both read to the same model. Anything tandem does not compute (a scaled
-// rotary embedding, biases, another activation or LayerNorm epsilon) is refused by name,
-// never read as the plain model.
+// embeddings); both read to the same model, and so do the scalings tandem computes (llama3,
+// linear) and attention_bias. Anything tandem does not compute (another rotary scaling, MLP
+// biases, another activation or LayerNorm epsilon) is refused by name, never read as the
+// plain model.
 TEST_F(InitFrom, ConfigJsonOfTransformersFourAndFiveReadAndWhatTandemLacksIsRefused) {
   const ModelFamily& llama = model_family_of_hf("llama");
   const nlohmann::json v4 =
@@ -330,23 +331,49 @@ TEST_F(InitFrom, ConfigJsonOfTransformersFourAndFiveReadAndWhatTandemLacksIsRefu
     change(hf);
     return testing::error_of([&] { llama.from_hf_config(hf); });
   };
+  nlohmann::json llama3 = v5;
+  llama3["rope_parameters"] = {{"rope_theta", 500000.0},
+                               {"rope_type", "llama3"},
+                               {"factor", 8.0},
+                               {"low_freq_factor", 1.0},
+                               {"high_freq_factor", 4.0},
+                               {"original_max_position_embeddings", 8192}};
+  const ModelConfig scaled = llama.from_hf_config(llama3);
+  EXPECT_EQ(scaled.rope_scaling, (RopeScaling{.type = RopeType::kLlama3,
+                                               .factor = 8.0,
+                                               .low_freq_factor = 1.0,
+                                               .high_freq_factor = 4.0,
+                                               .original_max_position_embeddings = 8192}));
+  EXPECT_EQ(llama.from_hf_config(llama.to_hf_config(scaled)), scaled) << "written as read";
+  nlohmann::json linear = v4;
+  linear["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  EXPECT_EQ(llama.from_hf_config(linear).rope_scaling.type, RopeType::kLinear);
+  nlohmann::json biased = v4;
+  biased["attention_bias"] = true;
+  EXPECT_TRUE(llama.from_hf_config(biased).qkv_bias && llama.from_hf_config(biased).o_bias);
+
   std::string e = error_of([](nlohmann::json& hf) {
-    hf["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "llama3"}, {"factor", 8.0}};
+    hf["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "yarn"}, {"factor", 8.0}};
   });
   EXPECT_NE(e.find("rope_parameters"), std::string::npos) << e;
-  EXPECT_NE(e.find("llama3"), std::string::npos) << e;
+  EXPECT_NE(e.find("yarn"), std::string::npos) << e;
   e = error_of([](nlohmann::json& hf) {
-    hf["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+    hf["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
   });
   EXPECT_NE(e.find("rope_scaling"), std::string::npos) << e;
+  EXPECT_NE(e.find("dynamic"), std::string::npos) << e;
+  e = error_of([](nlohmann::json& hf) {
+    hf["rope_parameters"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  });
+  EXPECT_NE(e.find("low_freq_factor"), std::string::npos) << e;
   e = error_of([](nlohmann::json& hf) {
     hf["rope_theta"] = 10000.0;
     hf["rope_parameters"] = {{"rope_theta", 20000.0}, {"rope_type", "default"}};
   });
   EXPECT_NE(e.find("rope_theta = 10000 but rope_parameters.rope_theta = 20000"), std::string::npos)
       << e;
-  e = error_of([](nlohmann::json& hf) { hf["attention_bias"] = true; });
-  EXPECT_NE(e.find("attention_bias"), std::string::npos) << e;
+  e = error_of([](nlohmann::json& hf) { hf["mlp_bias"] = true; });
+  EXPECT_NE(e.find("mlp_bias"), std::string::npos) << e;
   e = error_of([](nlohmann::json& hf) { hf["hidden_act"] = "gelu"; });
   EXPECT_NE(e.find("hidden_act \"gelu\""), std::string::npos) << e;
 

@@ -9,16 +9,10 @@
 #include <vector>
 
 #include "tandem/model/model_config.h"
+#include "tandem/model/model_family.h"  // read_hf_model_config
 #include "tandem/model/param_layout.h"
 
 namespace tandem {
-
-// The model a Hugging Face model directory's config.json describes (its model_type's
-// family: "gpt2" or "llama"). Throws tandem::Error in one line naming `option` and the
-// directory: not a directory, no config.json, not JSON, a model type or a feature tandem
-// does not compute.
-ModelConfig read_hf_model_config(const std::filesystem::path& dir,
-                                 std::string_view option = "train.init_from");
 
 // The initial parameters (fp32, flat, `layout`'s order) read from `dir`. Throws
 // tandem::Error in one line naming the directory and what does not fit: no config.json, a

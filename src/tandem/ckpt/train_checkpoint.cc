@@ -149,8 +149,15 @@ SafetensorsWriter optimizer_file_writer(const TrainingState& state, const ParamL
   return writer;
 }
 
+// The files of a Hugging Face model directory besides config.json and the weights that a
+// fine-tune keeps: its tokenizer and its generation defaults, so that every checkpoint of a
+// run from train.init_from loads with its tokenizer.
+constexpr const char* kHfCompanionFiles[] = {"tokenizer.json", "tokenizer_config.json",
+                                             "special_tokens_map.json", "generation_config.json",
+                                             "chat_template.jinja"};
+
 std::vector<CheckpointFileWriter> training_checkpoint_json_files(const TrainingState& state) {
-  return {
+  std::vector<CheckpointFileWriter> files = {
       {"config.json",
        [&state](File& out) {
          out.write_all(
@@ -159,6 +166,15 @@ std::vector<CheckpointFileWriter> training_checkpoint_json_files(const TrainingS
       {"trainer_state.json",
        [&state](File& out) { out.write_all(state_json(state).dump(2) + "\n"); }},
   };
+  const std::string& init_from = state.config.train.init_from;
+  if (init_from.empty()) return files;
+  for (const char* name : kHfCompanionFiles) {
+    const std::filesystem::path source = std::filesystem::path(init_from) / name;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(source, ec)) continue;
+    files.push_back({name, [source](File& out) { out.write_all(read_file_text(source)); }});
+  }
+  return files;
 }
 
 namespace {

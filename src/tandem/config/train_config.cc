@@ -32,10 +32,17 @@ using Key = Keys::Key;
 constexpr std::string_view kTypedKeys[] = {"type", "params"};
 constexpr std::string_view kSchedulerType = "WarmupCosineLR";
 
-// "model": {"type": ..., <that family's keys>} (model/model_family.h).
+// "model": {"type": ..., <that family's keys>} (model/model_family.h). Without it, a run that
+// starts from a Hugging Face model directory (train.init_from) trains that directory's model.
 Key model_key() {
   return {"model",
           [](const JsonSection& top, TrainConfig& config) {
+            std::string init_from;
+            if (top.find("model") == nullptr &&
+                !top.section("train").read_string("init_from", init_from).empty()) {
+              config.model = read_hf_model_config(init_from, "train.init_from");
+              return;
+            }
             const JsonSection model = top.section("model");
             std::string type = "gpt2";
             const ModelType family = parse_model_type(ascii_lower(model.read_string("type", type)));

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "tandem/core/error.h"
+#include "tandem/core/file_io.h"
 #include "tandem/core/json_keys.h"
 #include "tandem/model/gpt.h"
 #include "tandem/model/llama.h"
@@ -451,6 +452,24 @@ const ModelFamily& model_family_of_hf(std::string_view hf_model_type) {
     if (model_type_name(family.type) == hf_model_type) return family;
   fail("config.json: model_type \"", hf_model_type, "\" is not one tandem reads; it reads ",
        enum_names_list(kModelTypeNames, " and "));
+}
+
+ModelConfig read_hf_model_config(const std::filesystem::path& dir, std::string_view option) {
+  const std::string where = cat(option, " ", dir.string(), ": ");
+  TANDEM_CHECK(std::filesystem::is_directory(dir), where,
+               "not a directory; name a Hugging Face model directory (what save_pretrained "
+               "writes: config.json and model.safetensors)");
+  TANDEM_CHECK(std::filesystem::exists(dir / "config.json"), where,
+               "no config.json; name a Hugging Face model directory (what save_pretrained "
+               "writes: config.json and model.safetensors)");
+  try {
+    const nlohmann::json hf = nlohmann::json::parse(read_file_text(dir / "config.json"));
+    return model_family_of_hf(hf.value("model_type", std::string())).from_hf_config(hf);
+  } catch (const nlohmann::json::exception& e) {
+    fail(where, "config.json is not valid JSON (", e.what(), ")");
+  } catch (const Error& e) {
+    fail(where, e.what());
+  }
 }
 
 }  // namespace tandem

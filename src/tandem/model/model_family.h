@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -46,6 +47,12 @@ const ModelFamily& model_family(ModelType type);
 // The family whose Hugging Face model_type is `hf_model_type` ("gpt2", "llama"); throws
 // naming the types tandem reads.
 const ModelFamily& model_family_of_hf(std::string_view hf_model_type);
+
+// The model a Hugging Face model directory's config.json describes (its model_type's row).
+// Throws tandem::Error in one line naming `option` and the directory: not a directory, no
+// config.json, not JSON, a model type or a feature tandem does not compute.
+ModelConfig read_hf_model_config(const std::filesystem::path& dir,
+                                 std::string_view option = "train.init_from");
 
 // Shorthands through the table.
 inline ParamLayout model_layout(const ModelConfig& config) {

@@ -1,5 +1,6 @@
 #include "tandem/train/step_record.h"
 
+#include <utility>
 #include <vector>
 
 namespace tandem {
@@ -29,6 +30,10 @@ constexpr StepFigure kFigures[] = {
     {"comm_bytes_received", [](R r) -> json { return r.comm_bytes_received; }, true, false},
     {"collective_ms", [](R r) -> json { return r.collective_ms; }, true, true},
     {"collective_wait_ms", [](R r) -> json { return r.collective_wait_ms; }, true, true},
+    // Only with a loss mask (null: not written).
+    {"counted_targets",
+     [](R r) -> json { return r.counted_targets >= 0 ? json(r.counted_targets) : json(); }, false,
+     false},
 };
 
 }  // namespace
@@ -37,8 +42,10 @@ std::span<const StepFigure> step_figures() { return kFigures; }
 
 json step_metrics(const StepRecord& record, bool overlapped_collectives) {
   json out = json::object();
-  for (const StepFigure& f : kFigures)
-    if (!f.overlap_only || overlapped_collectives) out[std::string(f.key)] = f.value(record);
+  for (const StepFigure& f : kFigures) {
+    if (f.overlap_only && !overlapped_collectives) continue;
+    if (json value = f.value(record); !value.is_null()) out[std::string(f.key)] = std::move(value);
+  }
   return out;
 }
 
