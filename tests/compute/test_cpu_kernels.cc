@@ -334,7 +334,8 @@ TEST(CpuKernels, HeadRmsNormMatchesDoubleReferenceAndLeavesOtherColumns) {
         for (int c = 0; c < HS; c++) {
           // d(x s w)/dx applied to dout: (dout w - x s^2 (sum of dout w x) / HS) s
           const double want = (dout[at + c] * weight[c] - x[at + c] * s * s * dot / HS) * s;
-          EXPECT_NEAR(grad[at + c], want, 1e-5 * (1.0 + std::fabs(want))) << n << ", " << h << ", " << c;
+          EXPECT_NEAR(grad[at + c], want, 1e-5 * (1.0 + std::fabs(want)))
+              << n << ", " << h << ", " << c;
         }
       }
     }

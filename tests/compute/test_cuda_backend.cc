@@ -23,8 +23,8 @@
 #include "tandem/core/file_io.h"
 #include "tandem/core/format.h"
 #include "tandem/core/rng.h"
-#include "tandem/data/loss_mask.h"
 #include "tandem/core/thread_pool.h"
+#include "tandem/data/loss_mask.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/model/gpt.h"
 #include "tandem/model/llama.h"
@@ -176,9 +176,8 @@ void expect_every_kernel_matches(const Sizes& s, double rel, double attention_re
     const auto dqkv = t.upload(data(N * W, 32)), hdw = t.upload(data(HS, 33, 0.1f));
     cpu->kernels<Elem>().head_rmsnorm_backward(dqkv.first, hdw.first, dqkv.first, qkv_in.first,
                                                hw.first, head_rstd.first, N, NH, HS, W);
-    gpu->kernels<Elem>().head_rmsnorm_backward(dqkv.second, hdw.second, dqkv.second,
-                                               qkv_in.second, hw.second, head_rstd.second, N, NH,
-                                               HS, W);
+    gpu->kernels<Elem>().head_rmsnorm_backward(dqkv.second, hdw.second, dqkv.second, qkv_in.second,
+                                               hw.second, head_rstd.second, N, NH, HS, W);
     t.expect_near(dqkv, N * W, rel, "head_rmsnorm_backward dinp (in place)");
     t.expect_near(hdw, HS, rel, "head_rmsnorm_backward dweight");
   }

@@ -140,9 +140,9 @@ TEST_P(HfFamilies, AGreedyContinuationIsTransformers) {
   const HfFamily fx(GetParam());
   const std::vector<int32_t> prompt = fx.file.read_i32(
       "greedy.prompt", {static_cast<int64_t>(fx.file.info("greedy.prompt").shape.at(0))});
-  const std::vector<int32_t> expected = fx.file.read_i32(
-      "greedy.continuation",
-      {static_cast<int64_t>(fx.file.info("greedy.continuation").shape.at(0))});
+  const std::vector<int32_t> expected =
+      fx.file.read_i32("greedy.continuation",
+                       {static_cast<int64_t>(fx.file.info("greedy.continuation").shape.at(0))});
   auto backend = make_cpu_backend();
   Llama model(fx.config, *backend, 1, fx.config.context_length);
   model.set_params(read_init_weights(fixture_dir(fx.family), fx.config, model.layout()));

@@ -56,8 +56,8 @@ ModelConfig with(ModelConfig c, ModelType type, const std::function<void(ModelCo
 const Case kCases[] = {
     {"grouped_query_untied", llama(4, 2, false, 20)},
     {"multi_query_tied", llama(2, 1, true, 13)},
-    {"qwen2_qkv_biases", with(llama(4, 2, false, 20), ModelType::kQwen2,
-                              [](ModelConfig& c) { c.qkv_bias = true; })},
+    {"qwen2_qkv_biases",
+     with(llama(4, 2, false, 20), ModelType::kQwen2, [](ModelConfig& c) { c.qkv_bias = true; })},
     // Heads wider than C / NH (Q = 40 > C = 24), q/k norms, biases on q, k, v and o.
     {"qwen3_qk_norms_wide_heads", with(llama(4, 2, true, 20), ModelType::kQwen3,
                                        [](ModelConfig& c) {
@@ -70,13 +70,14 @@ const Case kCases[] = {
                                     c.head_dim = 4;
                                     c.sliding_window = 8;
                                   })},
-    {"llama3_scaled_rotation", with(llama(4, 2, false, 20), ModelType::kLlama, [](ModelConfig& c) {
-       c.rope_scaling = {.type = RopeType::kLlama3,
-                         .factor = 4.0,
-                         .low_freq_factor = 1.0,
-                         .high_freq_factor = 4.0,
-                         .original_max_position_embeddings = 16};
-     })},
+    {"llama3_scaled_rotation", with(llama(4, 2, false, 20), ModelType::kLlama,
+                                    [](ModelConfig& c) {
+                                      c.rope_scaling = {.type = RopeType::kLlama3,
+                                                        .factor = 4.0,
+                                                        .low_freq_factor = 1.0,
+                                                        .high_freq_factor = 4.0,
+                                                        .original_max_position_embeddings = 16};
+                                    })},
 };
 
 struct TinyLlama {
@@ -260,11 +261,13 @@ TEST(LlamaModel, BadConfigsAreRefusedNamingTheField) {
   EXPECT_NE(message(c).find("model.rms_norm_eps"), std::string::npos) << message(c);
   c = kCases[0].config;
   c.o_bias = true;  // without q, k, v biases
-  EXPECT_NE(message(c).find("an output projection bias without"), std::string::npos)
-      << message(c);
+  EXPECT_NE(message(c).find("an output projection bias without"), std::string::npos) << message(c);
   c = kCases[0].config;
-  c.rope_scaling = {.type = RopeType::kLlama3, .factor = 8.0, .low_freq_factor = 4.0,
-                    .high_freq_factor = 1.0, .original_max_position_embeddings = 8192};
+  c.rope_scaling = {.type = RopeType::kLlama3,
+                    .factor = 8.0,
+                    .low_freq_factor = 4.0,
+                    .high_freq_factor = 1.0,
+                    .original_max_position_embeddings = 8192};
   EXPECT_NE(message(c).find("must be numbers with 0 < low < high"), std::string::npos)
       << message(c);
   c = kCases[0].config;

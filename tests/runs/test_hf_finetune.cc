@@ -72,8 +72,8 @@ TEST_P(HfFineTune, InitFromATransformersModelTrainsAndExportsItsTypeWithItsToken
   // No model section: the run's model is init_from's.
   EXPECT_EQ(load_train_config(dir / "config.json", {}).model, model);
 
-  const auto trained = testing::run_command(testing::tandem_binary().string() +
-                                            " train --config " + (dir / "config.json").string());
+  const auto trained = testing::run_command(testing::tandem_binary().string() + " train --config " +
+                                            (dir / "config.json").string());
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   const fs::path checkpoint = dir / "run" / "checkpoints" / "step_00000002";
   EXPECT_EQ(read_hf_model_config(checkpoint), model);

@@ -55,9 +55,9 @@ TEST(LargeVocabulary, AQwenSizedVocabularyTrainsSavesAndSamplesEndToEnd) {
         {"output_dir", (dir / "run").string()}}}};
   write_file_atomic(dir / "config.json", config.dump(2));
   const std::string tandem = testing::tandem_binary().string();
-  const auto trained = testing::run_command(tandem + " train --config " +
-                                            (dir / "config.json").string() + " --metrics " +
-                                            (dir / "metrics.jsonl").string() + " 2>&1");
+  const auto trained =
+      testing::run_command(tandem + " train --config " + (dir / "config.json").string() +
+                           " --metrics " + (dir / "metrics.jsonl").string() + " 2>&1");
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
 
   std::ifstream metrics(dir / "metrics.jsonl");

@@ -332,18 +332,16 @@ TEST_F(InitFrom, ConfigJsonOfTransformersFourAndFiveReadAndWhatTandemLacksIsRefu
     return testing::error_of([&] { llama.from_hf_config(hf); });
   };
   nlohmann::json llama3 = v5;
-  llama3["rope_parameters"] = {{"rope_theta", 500000.0},
-                               {"rope_type", "llama3"},
-                               {"factor", 8.0},
-                               {"low_freq_factor", 1.0},
-                               {"high_freq_factor", 4.0},
-                               {"original_max_position_embeddings", 8192}};
+  llama3["rope_parameters"] = {
+      {"rope_theta", 500000.0},  {"rope_type", "llama3"},
+      {"factor", 8.0},           {"low_freq_factor", 1.0},
+      {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
   const ModelConfig scaled = llama.from_hf_config(llama3);
   EXPECT_EQ(scaled.rope_scaling, (RopeScaling{.type = RopeType::kLlama3,
-                                               .factor = 8.0,
-                                               .low_freq_factor = 1.0,
-                                               .high_freq_factor = 4.0,
-                                               .original_max_position_embeddings = 8192}));
+                                              .factor = 8.0,
+                                              .low_freq_factor = 1.0,
+                                              .high_freq_factor = 4.0,
+                                              .original_max_position_embeddings = 8192}));
   EXPECT_EQ(llama.from_hf_config(llama.to_hf_config(scaled)), scaled) << "written as read";
   nlohmann::json linear = v4;
   linear["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};

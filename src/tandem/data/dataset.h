@@ -22,12 +22,12 @@ struct TokenSplit {
 std::vector<int32_t> load_tokens(const std::filesystem::path& path);
 
 // Loads the training tokens and the validation tokens, each shard with the loss mask beside
-// it when there is one (X.mask.bin beside X.bin, data/loss_mask.h). With an empty val_path, the last
-// floor(val_fraction * N) training tokens become the validation split (val_fraction must
-// be in (0, 1)); otherwise both files are loaded whole and val_fraction is unused.
-// Every token must be < vocab_size: the error names the file, the first offending token
-// and its position, and the smallest vocab_size that would do. Whether a split is large
-// enough for a batch is the DataLoader's check, not this one.
+// it when there is one (X.mask.bin beside X.bin, data/loss_mask.h). With an empty val_path, the
+// last floor(val_fraction * N) training tokens become the validation split (val_fraction must be in
+// (0, 1)); otherwise both files are loaded whole and val_fraction is unused. Every token must be <
+// vocab_size: the error names the file, the first offending token and its position, and the
+// smallest vocab_size that would do. Whether a split is large enough for a batch is the
+// DataLoader's check, not this one.
 TokenSplit load_dataset(const std::string& train_path, const std::string& val_path,
                         double val_fraction, int vocab_size);
 

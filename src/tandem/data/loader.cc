@@ -80,7 +80,8 @@ uint64_t DataLoader::counted_targets_ahead(uint64_t ahead) const {
   if (mask_.empty()) return B * T;
   const uint64_t batch = position_.batch + ahead;
   const uint64_t epoch = position_.epoch + batch / batches_per_epoch_;
-  const std::vector<uint64_t> other = epoch == order_epoch_ ? std::vector<uint64_t>() : order_of(epoch);
+  const std::vector<uint64_t> other =
+      epoch == order_epoch_ ? std::vector<uint64_t>() : order_of(epoch);
   const std::vector<uint64_t>& order = epoch == order_epoch_ ? order_ : other;
   const size_t first_slot = static_cast<size_t>(batch % batches_per_epoch_) * B;
   uint64_t counted = 0;

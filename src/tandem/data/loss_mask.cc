@@ -43,8 +43,8 @@ std::vector<uint8_t> read_loss_mask(const std::filesystem::path& path, size_t ex
                " for a loss mask); is this a loss mask?");
   TANDEM_CHECK(version == kLossMaskVersion, name, ": version ", version, " (expected ",
                kLossMaskVersion, "); the file may be from a newer tandem");
-  TANDEM_CHECK(count >= 0 && static_cast<size_t>(count) == expected_count, name, ": masks ",
-               count, " tokens but its token shard holds ", expected_count,
+  TANDEM_CHECK(count >= 0 && static_cast<size_t>(count) == expected_count, name, ": masks ", count,
+               " tokens but its token shard holds ", expected_count,
                "; the two were not made together: remake both with tools/tokenize_bpe.py");
   TANDEM_CHECK(file_bytes - kShardHeaderBytes == static_cast<uint64_t>(count), name, ": ",
                file_bytes - kShardHeaderBytes, " bytes follow the header, which says ", count,
@@ -52,8 +52,8 @@ std::vector<uint8_t> read_loss_mask(const std::filesystem::path& path, size_t ex
   std::vector<uint8_t> mask(static_cast<size_t>(count));
   file.read_exact(mask.data(), mask.size());
   const auto bad = std::find_if(mask.begin(), mask.end(), [](uint8_t m) { return m > 1; });
-  TANDEM_CHECK(bad == mask.end(), name, ": byte ", bad == mask.end() ? 0 : int{*bad},
-               " at token ", bad - mask.begin(), " is neither 0 nor 1; the file is corrupt");
+  TANDEM_CHECK(bad == mask.end(), name, ": byte ", bad == mask.end() ? 0 : int{*bad}, " at token ",
+               bad - mask.begin(), " is neither 0 nor 1; the file is corrupt");
   return mask;
 }
 

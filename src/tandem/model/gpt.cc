@@ -252,8 +252,8 @@ void Gpt::backward_as(int B, int T, float loss_scale, const GradientsReady& read
   Elem* dbt_c = dbt_c_.as<Elem>();
 
   // loss = loss_scale * mean over the counted of the N positions
-  k.cross_entropy_backward(dlogits, this->logits<Elem>(), targets(), loss_gradient_scale(loss_scale),
-                           N, V);
+  k.cross_entropy_backward(dlogits, this->logits<Elem>(), targets(),
+                           loss_gradient_scale(loss_scale), N, V);
   // The embeddings' gradients collect the LM head's now and the lookup's last.
   Elem* embedding_grads = acquire_grads_as<Elem>(embedding_block());
   {

@@ -109,8 +109,10 @@ Llama::Llama(const ModelConfig& config, ComputeBackend& backend, int max_batch, 
       segments_{.layers = config.n_layer,
                 .interval = own.recompute_interval,
                 .kept_on_host = own.recompute_kept_on_host} {
-  TANDEM_CHECK(is_llama_family(config.type), "Llama needs a config of the Llama family, got "
-               "model.type ", model_type_name(config.type));
+  TANDEM_CHECK(is_llama_family(config.type),
+               "Llama needs a config of the Llama family, got "
+               "model.type ",
+               model_type_name(config.type));
   TANDEM_CHECK(config.sliding_window == 0 || max_seq_len <= config.sliding_window,
                "model.sliding_window = ", config.sliding_window, " is shorter than the sequence (",
                max_seq_len,
@@ -129,17 +131,16 @@ Llama::Llama(const ModelConfig& config, ComputeBackend& backend, int max_batch, 
     size_t* offset;
     bool present;
   };
-  const LayerTensor tensors[] = {
-      {"input_layernorm.weight", &ln1w_, true},
-      {"self_attn.q_proj.weight", &qkvw_, true},
-      {"self_attn.q_proj.bias", &qkvb_, config.qkv_bias},
-      {"self_attn.q_norm.weight", &qnormw_, config.qk_norm},
-      {"self_attn.k_norm.weight", &knormw_, config.qk_norm},
-      {"self_attn.o_proj.weight", &attprojw_, true},
-      {"self_attn.o_proj.bias", &attprojb_, config.o_bias},
-      {"post_attention_layernorm.weight", &ln2w_, true},
-      {"mlp.gate_proj.weight", &gateupw_, true},
-      {"mlp.down_proj.weight", &downw_, true}};
+  const LayerTensor tensors[] = {{"input_layernorm.weight", &ln1w_, true},
+                                 {"self_attn.q_proj.weight", &qkvw_, true},
+                                 {"self_attn.q_proj.bias", &qkvb_, config.qkv_bias},
+                                 {"self_attn.q_norm.weight", &qnormw_, config.qk_norm},
+                                 {"self_attn.k_norm.weight", &knormw_, config.qk_norm},
+                                 {"self_attn.o_proj.weight", &attprojw_, true},
+                                 {"self_attn.o_proj.bias", &attprojb_, config.o_bias},
+                                 {"post_attention_layernorm.weight", &ln2w_, true},
+                                 {"mlp.gate_proj.weight", &gateupw_, true},
+                                 {"mlp.down_proj.weight", &downw_, true}};
   for (int l = 0; l < config.n_layer; l++) {
     for (const LayerTensor& tensor : tensors) {
       if (!tensor.present) continue;
@@ -204,8 +205,8 @@ size_t Llama::activation_bytes(const ModelConfig& config, int max_batch, int max
             C /*ln2*/ + 2 * I /*gateup*/ + I /*swiglu*/ + C /*down*/);
   const size_t once_elems =
       BT * (C /*encoded*/ + C /*lnf*/) + BT * C * (segments.output_slots() + segments.kept_rows());
-  const size_t backward_elems = BT * (C /*dresidual*/ + std::max(C, Q) /*dbt_c*/ + W /*dqkv*/ +
-                                      3 * I /*dgateup, dswiglu*/);
+  const size_t backward_elems =
+      BT * (C /*dresidual*/ + std::max(C, Q) /*dbt_c*/ + W /*dqkv*/ + 3 * I /*dgateup, dswiglu*/);
   const size_t per_layer_floats = BT * (2 /*ln1, ln2 rstd*/ + qk_norm_floats + NH /*lse*/);
   const size_t once_floats =
       BT /*lnf rstd*/ + static_cast<size_t>(max_seq_len) * config.head_size() /*cos_sin*/;
@@ -222,9 +223,9 @@ Model::TensorInit Llama::tensor_init(const ParamView& view) const {
 template <typename Elem>
 Llama::LayerParams<Elem> Llama::layer_at(Elem* base) const {
   auto optional = [&](size_t offset) { return offset == kAbsent ? nullptr : base + offset; };
-  return {base + ln1w_,       base + qkvw_,        base + attprojw_,  base + ln2w_,
-          base + gateupw_,    base + downw_,       optional(qkvb_),   optional(attprojb_),
-          optional(qnormw_),  optional(knormw_)};
+  return {base + ln1w_,      base + qkvw_,     base + attprojw_, base + ln2w_,
+          base + gateupw_,   base + downw_,    optional(qkvb_),  optional(attprojb_),
+          optional(qnormw_), optional(knormw_)};
 }
 
 template <typename Elem>
@@ -320,13 +321,13 @@ void Llama::forward_layer(int l, int B, int T) {
     k.matmul_forward(a.qkv_projected, a.ln1, w.qkvw, w.qkvb, N, C, W);  // [N, W]
     backend().copy(a.qkv, a.qkv_projected, static_cast<size_t>(N) * W * sizeof(Elem));
     k.head_rmsnorm_forward(a.qkv, a.qk_rstd, a.qkv_projected, w.qnormw, eps, N, NH, HS, W);
-    k.head_rmsnorm_forward(a.qkv + Q, a.qk_rstd + static_cast<size_t>(N) * NH,
-                           a.qkv_projected + Q, w.knormw, eps, N, KVH, HS, W);
+    k.head_rmsnorm_forward(a.qkv + Q, a.qk_rstd + static_cast<size_t>(N) * NH, a.qkv_projected + Q,
+                           w.knormw, eps, N, KVH, HS, W);
   } else {
     k.matmul_forward(a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, W);  // [N, W]
   }
   k.rope_forward(a.qkv, cos_sin, B, T, NH, KVH, HS);
-  k.attention_forward(a.atty, a.lse, a.qkv, B, T, NH, KVH, HS);         // [N, Q]
+  k.attention_forward(a.atty, a.lse, a.qkv, B, T, NH, KVH, HS);          // [N, Q]
   k.matmul_forward(a.attproj, a.atty, w.attprojw, w.attprojb, N, Q, C);  // [N, C]
   k.residual_forward(a.residual2, residual, a.attproj, NC);
   k.rmsnorm_forward(a.ln2, a.ln2_rstd, a.residual2, w.ln2w, eps, N, C);
@@ -349,8 +350,8 @@ void Llama::backward_as(int B, int T, float loss_scale, const GradientsReady& re
   Elem* dbt_c = dbt_c_.as<Elem>();
 
   // loss = loss_scale * mean over the counted of the N positions
-  k.cross_entropy_backward(dlogits, this->logits<Elem>(), targets(), loss_gradient_scale(loss_scale),
-                           N, V);
+  k.cross_entropy_backward(dlogits, this->logits<Elem>(), targets(),
+                           loss_gradient_scale(loss_scale), N, V);
   // A tied head's gradient goes to the embedding, whose block completes last.
   Elem* embedding_grads = nullptr;
   Elem* head_grads = nullptr;

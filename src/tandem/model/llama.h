@@ -115,14 +115,14 @@ class Llama final : public Model {
   Buffer cos_sin_;  // [max_seq_len, HS/2, 2] fp32
   // Activations for BT = max_batch x max_seq_len, stacked over A slots ([A, BT, ...]: A = L,
   // or min(k, L) with recompute); W = (NH + 2 KVH) HS, Q = NH HS, I = intermediate_size.
-  Buffer encoded_;                     // [BT, C]
-  Buffer ln1_, ln1_rstd_;              // [A, BT, C], [A, BT]
-  Buffer qkv_projected_, qk_rstd_;     // with q/k norms: [A, BT, W], [A, BT, NH + KVH]
-  Buffer qkv_, atty_, lse_;            // [A, BT, W], [A, BT, Q], [A, NH, BT]
-  Buffer attproj_, residual2_;  // [A, BT, C]
-  Buffer ln2_, ln2_rstd_;       // [A, BT, C], [A, BT]
-  Buffer gateup_, swiglu_;      // [A, BT, 2I], [A, BT, I]
-  Buffer down_, residual3_;     // [A, BT, C]; with recompute residual3 [A - 1, BT, C]
+  Buffer encoded_;                  // [BT, C]
+  Buffer ln1_, ln1_rstd_;           // [A, BT, C], [A, BT]
+  Buffer qkv_projected_, qk_rstd_;  // with q/k norms: [A, BT, W], [A, BT, NH + KVH]
+  Buffer qkv_, atty_, lse_;         // [A, BT, W], [A, BT, Q], [A, NH, BT]
+  Buffer attproj_, residual2_;      // [A, BT, C]
+  Buffer ln2_, ln2_rstd_;           // [A, BT, C], [A, BT]
+  Buffer gateup_, swiglu_;          // [A, BT, 2I], [A, BT, I]
+  Buffer down_, residual3_;         // [A, BT, C]; with recompute residual3 [A - 1, BT, C]
   Buffer kept_;  // with recompute: [ceil(L / k) (2 with kept_on_host), BT, C], segments' outputs
   std::unique_ptr<HostKeptOutputs> host_kept_;  // with kept_on_host: their home
   Buffer lnf_, lnf_rstd_;                       // [BT, C], [BT]

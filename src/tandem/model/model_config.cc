@@ -74,10 +74,10 @@ void ModelConfig::validate() const {
   // The Llama family: rotary embeddings rotate pairs of a head's channels, so the head size
   // is even.
   if (head_dim != 0) check_range("head_dim", head_dim, kMaxEmbd);
-  TANDEM_CHECK(head_size() % 2 == 0, "the head size ", head_size(),
-               head_dim != 0 ? " (model.head_dim)"
-                             : " (model.hidden_size / model.num_attention_heads)",
-               " is odd; rotary embeddings need an even head size");
+  TANDEM_CHECK(
+      head_size() % 2 == 0, "the head size ", head_size(),
+      head_dim != 0 ? " (model.head_dim)" : " (model.hidden_size / model.num_attention_heads)",
+      " is odd; rotary embeddings need an even head size");
   check_range("num_key_value_heads", kv_heads(), n_head);
   TANDEM_CHECK(n_head % kv_heads() == 0, "model.num_key_value_heads = ", kv_heads(),
                " does not divide model.num_attention_heads = ", n_head, "; choose it among ",
@@ -94,8 +94,9 @@ void ModelConfig::validate() const {
                " must be a number of positions (or null: no window)");
   const RopeScaling& rope = rope_scaling;
   if (rope.type != RopeType::kDefault)
-    TANDEM_CHECK(std::isfinite(rope.factor) && rope.factor > 0, "model.rope_scaling.factor = ",
-                 rope.factor, " must be a number > 0 (Llama 3.1 uses 8)");
+    TANDEM_CHECK(std::isfinite(rope.factor) && rope.factor > 0,
+                 "model.rope_scaling.factor = ", rope.factor,
+                 " must be a number > 0 (Llama 3.1 uses 8)");
   if (rope.type == RopeType::kLlama3) {
     TANDEM_CHECK(std::isfinite(rope.low_freq_factor) && std::isfinite(rope.high_freq_factor) &&
                      rope.low_freq_factor > 0 && rope.high_freq_factor > rope.low_freq_factor,

@@ -47,10 +47,10 @@ inline constexpr EnumName<RopeType> kRopeTypeNames[] = {
 
 struct RopeScaling {
   RopeType type = RopeType::kDefault;
-  double factor = 1.0;                        // linear, llama3
-  double low_freq_factor = 1.0;               // llama3
-  double high_freq_factor = 4.0;              // llama3
-  int original_max_position_embeddings = 0;   // llama3: the context before the scaling
+  double factor = 1.0;                       // linear, llama3
+  double low_freq_factor = 1.0;              // llama3
+  double high_freq_factor = 4.0;             // llama3
+  int original_max_position_embeddings = 0;  // llama3: the context before the scaling
   bool operator==(const RopeScaling&) const = default;
 };
 // Throws tandem::Error naming the known types.

@@ -217,10 +217,10 @@ void read_hf_rope(const json& hf, ModelConfig& config) {
                  rope.dump(), " disagree; which one is the model's?");
     config.rope_scaling = nested;
     const double theta = hf_value_or<double>(rope, "rope_theta", config.rope_theta);
-    TANDEM_CHECK(!hf.contains("rope_theta") || hf["rope_theta"].is_null() ||
-                     theta == config.rope_theta,
-                 "config.json: rope_theta = ", config.rope_theta,
-                 " but rope_parameters.rope_theta = ", theta, "; which one is the model's?");
+    TANDEM_CHECK(
+        !hf.contains("rope_theta") || hf["rope_theta"].is_null() || theta == config.rope_theta,
+        "config.json: rope_theta = ", config.rope_theta,
+        " but rope_parameters.rope_theta = ", theta, "; which one is the model's?");
     config.rope_theta = theta;
   }
 }
@@ -311,7 +311,8 @@ std::vector<ConfigKeys::Key> llama_family_config_keys(ModelType type) {
   // Absent (0), these follow the others; written as what they came to.
   ConfigKeys::Key kv_heads = ConfigKeys::integer("num_key_value_heads", TANDEM_FIELD(n_kv_head), 1);
   kv_heads.write = [](const ModelConfig& m) { return json(m.kv_heads()); };
-  ConfigKeys::Key mlp = ConfigKeys::integer("intermediate_size", TANDEM_FIELD(intermediate_size), 1);
+  ConfigKeys::Key mlp =
+      ConfigKeys::integer("intermediate_size", TANDEM_FIELD(intermediate_size), 1);
   mlp.write = [](const ModelConfig& m) { return json(m.mlp_width()); };
   ConfigKeys::Key head_dim = ConfigKeys::integer("head_dim", TANDEM_FIELD(head_dim), 2);
   head_dim.write = [](const ModelConfig& m) { return json(m.head_size()); };

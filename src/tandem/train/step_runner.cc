@@ -94,9 +94,8 @@ std::vector<float> StepRunner::forward_backward(StepRecord& figures) {
   const bool inject_nan = parts_.nan_gradient_attempts.count(attempts_) != 0;
   const float loss_scale =
       inject_nan ? std::numeric_limits<float>::quiet_NaN()
-                 : 1.0f / static_cast<float>(reduces_gradients()
-                                                 ? accum * parts_.comm.world_size()
-                                                 : accum);
+                 : 1.0f / static_cast<float>(reduces_gradients() ? accum * parts_.comm.world_size()
+                                                                 : accum);
   const bool masked = parts_.loader.has_loss_mask();
   const MaskWeights weights = masked ? mask_weights() : MaskWeights{};
   if (masked) figures.counted_targets = static_cast<int64_t>(weights.total);
@@ -125,10 +124,9 @@ std::vector<float> StepRunner::forward_backward(StepRecord& figures) {
       // The step's mean as global_mean_loss forms it (the plain mean of the micro-batch
       // losses it is given): each loss weighed by micro_batches * counted_m / total. A step
       // of which the mask counts nothing has no loss: NaN, and update() skips it.
-      const double share =
-          weights.total == 0
-              ? 0.0
-              : static_cast<double>(weights.own[micro]) / static_cast<double>(weights.total);
+      const double share = weights.total == 0 ? 0.0
+                                              : static_cast<double>(weights.own[micro]) /
+                                                    static_cast<double>(weights.total);
       scale = static_cast<float>(share);
       micro_losses.back() = weights.total == 0
                                 ? std::numeric_limits<float>::quiet_NaN()

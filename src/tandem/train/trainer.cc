@@ -200,9 +200,8 @@ class Trainer {
       hooks_.push_back(&local_gradient_hooks_);
     hooks_.insert(hooks_.end(), options.hooks.begin(), options.hooks.end());
     if (config.train.eval_interval > 0 && (comm.rank() == 0 || every_rank_runs_the_model()))
-      val_loader_ =
-          std::make_unique<DataLoader>(data_.val, B_, T_, config.train.seed, false, "val",
-                                       data_.val_mask);
+      val_loader_ = std::make_unique<DataLoader>(data_.val, B_, T_, config.train.seed, false, "val",
+                                                 data_.val_mask);
   }
 
   TrainResult run() {

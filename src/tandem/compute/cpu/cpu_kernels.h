@@ -37,8 +37,8 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
                      int N, int C);
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                       const float* weight, const float* rstd, int N, int C);
-void head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight,
-                          float eps, int N, int H, int HS, int row_stride);
+void head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps,
+                          int N, int H, int HS, int row_stride);
 void head_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                            const float* weight, const float* rstd, int N, int H, int HS,
                            int row_stride);

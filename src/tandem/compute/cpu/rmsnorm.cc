@@ -82,8 +82,8 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
                 true);
 }
 
-void head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight,
-                          float eps, int N, int H, int HS, int row_stride) {
+void head_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, float eps,
+                          int N, int H, int HS, int row_stride) {
   forward_rows(out, rstd, inp, weight, eps, {.N = N, .heads = H, .C = HS, .stride = row_stride});
 }
 

@@ -130,7 +130,8 @@ class CudaKernels final : public StorageKernels<Elem> {
   void rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight, float eps,
                        int N, int C) override {
     cuda::rmsnorm_forward(out, rstd, inp, weight, eps, N, C, launch_.stream());
-  }  void head_rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight, float eps,
+  }
+  void head_rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight, float eps,
                             int N, int H, int HS, int row_stride) override {
     cuda::head_rmsnorm_forward(out, rstd, inp, weight, eps, N, H, HS, row_stride, launch_.stream());
   }
@@ -185,12 +186,13 @@ class CudaKernels final : public StorageKernels<Elem> {
     cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C,
                            launch_.scratch(cuda::rmsnorm_backward_scratch_bytes(N, C)),
                            launch_.stream());
-  }  void head_rmsnorm_backward(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* inp,
+  }
+  void head_rmsnorm_backward(Elem* dinp, Elem* dweight, const Elem* dout, const Elem* inp,
                              const Elem* weight, const float* rstd, int N, int H, int HS,
                              int row_stride) override {
-    cuda::head_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, H, HS, row_stride,
-                                launch_.scratch(cuda::head_rmsnorm_backward_scratch_bytes(N, H, HS)),
-                                launch_.stream());
+    cuda::head_rmsnorm_backward(
+        dinp, dweight, dout, inp, weight, rstd, N, H, HS, row_stride,
+        launch_.scratch(cuda::head_rmsnorm_backward_scratch_bytes(N, H, HS)), launch_.stream());
   }
 
   void rope_backward(Elem* dqkv, const float* cos_sin, int B, int T, int NH, int KVH,

@@ -1135,9 +1135,8 @@ void layernorm_backward(Elem* dinp, Elem* dweight, Elem* dbias, const Elem* dout
 namespace {
 
 template <typename Elem>
-void launch_rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight,
-                            float eps, int count, NormRows rows, cudaStream_t stream,
-                            const char* what) {
+void launch_rmsnorm_forward(Elem* out, float* rstd, const Elem* inp, const Elem* weight, float eps,
+                            int count, NormRows rows, cudaStream_t stream, const char* what) {
   if (count == 0) return;
   constexpr int kWidth = kPackWidth<Elem>;
   const unsigned blocks = static_cast<unsigned>((count + kThreads / 32 - 1) / (kThreads / 32));
