@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <memory>
@@ -93,9 +94,12 @@ void sample_token_ids(const Args& args, const TrainingState& state) {
     prompt = {vocab->end_of_text()};
   }
 
+  // Activations for the positions the sample can use, not the model's whole context: a
+  // Llama 3's 131,072 positions would take tens of GB of logits alone.
+  const auto positions = static_cast<int>(std::min<int64_t>(
+      state.config.model.context_length, static_cast<int64_t>(prompt.size()) + args.tokens));
   auto backend = make_cpu_backend();
-  const std::unique_ptr<Model> model =
-      make_model(state.config.model, *backend, 1, state.config.model.context_length);
+  const std::unique_ptr<Model> model = make_model(state.config.model, *backend, 1, positions);
   model->set_params(state.params);
   Rng rng(args.seed);
   if (vocab != nullptr) {
