@@ -40,7 +40,7 @@ deps:
 # installed with pip where python3 cannot import them; --break-system-packages only where
 # pip refuses without it (Debian's python3 is "externally managed"). A failed install is
 # a warning: the tests that need the package then skip, saying why.
-PY_PACKAGES := tokenizers tiktoken
+PY_PACKAGES := tokenizers tiktoken jinja2 pyarrow
 
 pydeps:
 	@for p in $(PY_PACKAGES); do \
