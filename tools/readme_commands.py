@@ -16,6 +16,7 @@ the prerequisites, pasted before the rest.
       Prints a line per command; exits 1 naming each problem (the CTest readme_commands_parse).
 """
 import argparse
+import json
 import os
 import re
 import shlex
@@ -159,12 +160,29 @@ def check_command(command, tandem, synopsis):
         if t == "--config" and i + 1 < len(args):
             config = args[i + 1]
     if subcommand in {("train",), ("plan",), ("bench", "step")} and config:
-        run = subprocess.run([tandem, "plan", "--config", config, *sets], capture_output=True,
-                             text=True, cwd=ROOT)
+        run = subprocess.run([tandem, "plan", "--config", config, *sets, *stand_in(config, sets)],
+                             capture_output=True, text=True, cwd=ROOT)
         if run.returncode != 0:
             last = (run.stderr.strip() or run.stdout.strip()).splitlines()[-1:]
             problems.append(f"`tandem plan` refuses its config and --set keys: {' '.join(last)}")
     return problems
+
+
+def stand_in(config, sets):
+    """For a fine-tune whose model is its train.init_from's (no model section) and whose
+    model directory an earlier README command makes: a transformers-made directory of the
+    repository in its place (its context as the sequence), so `tandem plan` can read it."""
+    try:
+        raw = json.load(open(os.path.join(ROOT, config), encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    init_from = raw.get("train", {}).get("init_from")
+    for i, t in enumerate(sets):
+        if t == "--set" and i + 1 < len(sets) and sets[i + 1].startswith("train.init_from="):
+            init_from = sets[i + 1].split("=", 1)[1]
+    if "model" in raw or not init_from or os.path.exists(os.path.join(ROOT, init_from)):
+        return []
+    return ["--set", "train.init_from=tests/fixtures/hf_qwen3", "--set", "train.seq_len=0"]
 
 
 def check(readme, tandem):
