@@ -725,10 +725,11 @@ class ChatTemplate:
         except UnicodeDecodeError:
             raise ToolError(f"{path}: the chat template is not UTF-8")
 
-    def render(self, messages, where):
+    def render(self, messages, where, add_generation_prompt=False):
         try:
             return self.template.render(messages=messages, tools=None, documents=None,
-                                        add_generation_prompt=False, **self.kwargs)
+                                        add_generation_prompt=add_generation_prompt,
+                                        **self.kwargs)
         except self.jinja2.TemplateError as e:  # raise_exception, an undefined name
             reason = (str(e).splitlines() or [type(e).__name__])[0]
             raise ToolError(f"{where}: the chat template of {self.origin} refuses this chat: "
