@@ -1,30 +1,59 @@
 #!/usr/bin/env python3
-"""The DeepSpeed baseline for optimizer offload: transformers' LlamaForCausalLM of a tandem
-config's shape trained by DeepSpeed 0.19 with its optimizer state in pinned host memory.
+"""The DeepSpeed baseline: transformers' LlamaForCausalLM of a tandem config's shape trained by
+DeepSpeed 0.19 on one GPU, at the settings DeepSpeed's own documentation, code and issues
+recommend (bench/README.md, "tandem against DeepSpeed", says where each comes from).
 
---zero-stage 2 is ZeRO-Offload (stage 2, offload_optimizer cpu, DeepSpeedCPUAdam);
---zero-stage 3 is ZeRO-3 with the optimizer offloaded the same way and the parameters left
-on the GPU (no offload_param). Both bf16, AdamW with the config's hyperparameters at a
-constant learning rate (tandem's benchmark runs use warm-up 0), the config's gradient
-clipping and sub_group_size, no activation checkpointing, one process (world size 1, no
-`deepspeed` launcher). Each step's forward, backward and update are timed to the GPU's
-completion and logged to stderr; at the end one JSON object goes to stdout (medians over
-the timed steps, peak GPU memory, the optimizer's pinned host bytes).
+Modes (--mode):
+  zero2           ZeRO-2 with no offload: bf16 weights and gradients, fp32 master weights
+                  and Adam moments all on the GPU, DeepSpeed's FusedAdam (what DeepSpeed
+                  runs when the 16 bytes per parameter of training state fit the GPU);
+  zero2-offload   ZeRO-Offload: ZeRO-2 with offload_optimizer cpu (DeepSpeedCPUAdam on the
+                  host, fp32 state and gradients in pinned host memory);
+  zero3-offload   ZeRO-3 with the optimizer offloaded the same way, parameters on the GPU
+                  (stage3_param_persistence_threshold so large that no parameter is ever
+                  released on one GPU), the config's sub_group_size;
+  zero3-twinflow  ZeRO-3 with a partial offload: offload_optimizer.ratio R of the subgroups
+                  updated by CPU Adam on the host, the rest by torch AdamW on the GPU
+                  ("Twin-Flow", ZeRO-Offload++; ZeRO-3 only).
+--zero-stage 2|3 is the old spelling of zero2-offload|zero3-offload.
 
-  tools/pack_deepspeed_wheels.sh     # with PyPI: DeepSpeed's wheel set in gpu-payload/wheels
-  # on the GPU machine (no index there):
+Batch: --train-batch-size sequences per optimizer step (a comma list runs one phase per
+value in one process, the engine built once: DeepSpeed's set_train_batch_size changes the
+accumulation), --micro-batch, --grad-accum (train_batch_size = micro x accumulation on one
+GPU); --activation-checkpointing (transformers' gradient checkpointing, every layer);
+--find-largest-micro-batch tries micro-batches 1, 2, 4, ... up to the train batch on the built
+engine (one full step each) until one runs out of GPU memory, prints the largest that ran and
+exits. Learning rate: tandem's WarmupCosineLR exactly (linear warm-up to lr over W steps, then
+cosine to lr x cos_min_ratio at the phase's last step), a torch LambdaLR. Each phase runs
+--warmup untimed steps (default 5, also W unless --lr-warmup-steps) and --steps timed ones
+(default 20), and prints one JSON line: medians, every step's loss, peak GPU memory, pinned
+host bytes, torch.cuda.host_memory_stats() and resident memory after the first step.
+
+Host memory: torch's pinned allocator rounds every block up to a power of two (ATen's
+CachingHostAllocator: PowerOf2Ceil, whatever PYTORCH_ALLOC_CONF says; its
+pinned_use_cuda_host_register still registers the rounded size). --pinned exact (default on a
+GPU) pins DeepSpeed's offload buffers at their exact size instead: DeepSpeed asks its
+accelerator's pin_memory for every such buffer, and the script gives it an ordinary host
+tensor registered with cudaHostRegister (what torch does under pinned_use_cuda_host_register,
+without the rounding); --pinned torch is DeepSpeed's default; --pinned off is
+offload_optimizer.pin_memory false.
+
   PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-index --find-links gpu-payload/wheels deepspeed
-  python3 bench/deepspeed_offload_train.py --config configs/llama2-7b.json --zero-stage 2
+  python3 bench/deepspeed_offload_train.py --config configs/llama2-7b.json --mode zero2-offload \\
+      --train-batch-size 4,16 --micro-batch 2
   python3 bench/deepspeed_offload_train.py --config configs/llama2-7b.json --print-ds-config
 
-The arguments and the config are checked before torch is imported, and --print-ds-config
-(the DeepSpeed config this run would use) needs neither torch nor a GPU.
+The arguments and the config are checked before torch is imported; --print-ds-config and
+--print-lr-schedule need neither torch nor a GPU. --device cpu runs the same loop on DeepSpeed's
+CPU accelerator (DS_ACCELERATOR=cpu, gloo, no pinning): a dry run, not a benchmark.
 """
 import argparse
 import json
+import math
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import time
 
@@ -32,6 +61,11 @@ ME = "deepspeed_offload_train.py"
 INSTALL = ("PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-index "
            "--find-links gpu-payload/wheels deepspeed")
 NO_GPU = f"{ME} needs a CUDA GPU (DeepSpeed's offload trains on one); none is visible here"
+MODES = {"zero2": (2, False), "zero2-offload": (2, True), "zero3-offload": (3, True),
+         "zero3-twinflow": (3, True)}
+# PyTorch's device allocator: expandable segments cut the fragmentation that large, varying
+# activations leave, so the largest micro-batch is larger (PyTorch's CUDA semantics notes).
+DEFAULT_ALLOC_CONF = "expandable_segments:True"
 
 
 def fail(message):
@@ -39,24 +73,64 @@ def fail(message):
     sys.exit(2)
 
 
-def parse_args():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="a tandem config with model.type llama")
-    parser.add_argument("--zero-stage", type=int, default=2,
-                        help="2: ZeRO-Offload; 3: ZeRO-3 with the optimizer offloaded")
-    parser.add_argument("--batch", type=int, help="micro-batch (default: the config's)")
+    parser.add_argument("--mode", choices=sorted(MODES), help="default zero2-offload")
+    parser.add_argument("--zero-stage", type=int,
+                        help="old spelling: 2 is --mode zero2-offload, 3 is zero3-offload")
+    parser.add_argument("--train-batch-size",
+                        help="sequences per optimizer step, or a comma list of them (one phase "
+                             "each; default micro-batch x accumulation)")
+    parser.add_argument("--micro-batch", "--batch", dest="micro_batch", type=int,
+                        help="sequences per forward (default: the config's "
+                             "train_micro_batch_size_per_gpu)")
+    parser.add_argument("--grad-accum", type=int,
+                        help="micro-batches per optimizer step (default: train batch / micro)")
     parser.add_argument("--seq-len", type=int, help="sequence length (default: train.seq_len)")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps")
-    parser.add_argument("--warmup", type=int, default=3, help="steps not timed")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per phase")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps per phase")
+    parser.add_argument("--lr", type=float, help="peak learning rate (default: the config's)")
+    parser.add_argument("--lr-warmup-steps", type=int,
+                        help="WarmupCosineLR's warmup_num_steps (default: --warmup)")
+    parser.add_argument("--cos-min-ratio", type=float,
+                        help="WarmupCosineLR's floor (default: the config's, else 0.1)")
+    parser.add_argument("--activation-checkpointing", action="store_true",
+                        help="recompute every layer's activations in the backward")
+    parser.add_argument("--reduce-bucket-size", type=float, default=5e8,
+                        help="zero_optimization.reduce_bucket_size (elements; DeepSpeed's "
+                             "default 5e8)")
+    parser.add_argument("--sub-group-size", type=float,
+                        help="zero_optimization.sub_group_size (default: the config's)")
+    parser.add_argument("--param-persistence-threshold", type=float, default=1e10,
+                        help="stage3_param_persistence_threshold (default 1e10: every "
+                             "parameter stays gathered on the one GPU)")
+    parser.add_argument("--offload-ratio", type=float,
+                        help="zero3-twinflow: offload_optimizer.ratio, the share of subgroups "
+                             "updated on the host (default 0.5)")
+    parser.add_argument("--pinned", choices=("exact", "torch", "off"),
+                        help="how offload buffers are pinned (default exact on a GPU)")
+    parser.add_argument("--gpu-adam", choices=("torch-fused", "deepspeed-fused"),
+                        default="torch-fused",
+                        help="zero2's optimizer: torch's fused AdamW (torch_adam) or "
+                             "DeepSpeed's FusedAdam (JIT-built with nvcc)")
+    parser.add_argument("--alloc-conf", default=DEFAULT_ALLOC_CONF,
+                        help="PYTORCH_ALLOC_CONF, checked in a child process first; '' for none")
+    parser.add_argument("--no-bind-cores", dest="bind_cores", action="store_false",
+                        help="leave CPU affinity and OMP_NUM_THREADS as they are")
+    parser.add_argument("--wall-clock-breakdown", action="store_true",
+                        help="DeepSpeed's own forward/backward/step timers in the log")
+    parser.add_argument("--find-largest-micro-batch", action="store_true",
+                        help="try micro-batches 1, 2, 4, ... and print the largest that fits")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu: DeepSpeed's CPU accelerator, a dry run of the loop")
     parser.add_argument("--data", help="llm.c token shard to train on (default: random tokens)")
-    parser.add_argument("--lr", type=float,
-                        help="the constant learning rate (default: the config's "
-                             "optimizer.params.lr; tandem's side takes it as "
-                             "--set optimizer.params.lr=LR)")
     parser.add_argument("--print-ds-config", action="store_true",
-                        help="print the DeepSpeed config and exit (no torch, no GPU needed)")
-    return parser.parse_args()
+                        help="print the DeepSpeed config of the first phase and exit")
+    parser.add_argument("--print-lr-schedule", action="store_true",
+                        help="print each step's learning rate of the first phase and exit")
+    return parser.parse_args(argv)
 
 
 def load_config(path):
@@ -77,7 +151,7 @@ def load_config(path):
 
 
 def check_args(args, config):
-    """Exit 2 on what cannot run; fill --batch and --seq-len from the config."""
+    """Exit 2 on what cannot run; fill mode, batch sizes, sequence and schedule defaults."""
     model_type = str(config.get("model", {}).get("type", "gpt2"))
     if model_type.lower() != "llama":
         fail(f"the config's model.type is {model_type!r}; this baseline trains a Llama: pass a "
@@ -86,74 +160,209 @@ def check_args(args, config):
     if optimizer_type.lower() != "adamw":
         fail(f"the config's optimizer.type is {optimizer_type!r}; this baseline is AdamW: "
              "pass a config whose optimizer is AdamW")
-    if args.zero_stage not in (2, 3):
-        fail(f"--zero-stage {args.zero_stage} is not benchmarked: pass --zero-stage 2 "
-             "(ZeRO-Offload) or --zero-stage 3 (ZeRO-3, optimizer offloaded)")
-    if args.batch is None:
-        args.batch = int(config.get("train_micro_batch_size_per_gpu", 1))
+    if args.zero_stage is not None:
+        if args.zero_stage not in (2, 3):
+            fail(f"--zero-stage {args.zero_stage} is not benchmarked: pass --zero-stage 2 "
+                 "(ZeRO-Offload) or --zero-stage 3 (ZeRO-3, optimizer offloaded), or --mode")
+        old = "zero2-offload" if args.zero_stage == 2 else "zero3-offload"
+        if args.mode not in (None, old):
+            fail(f"--zero-stage {args.zero_stage} and --mode {args.mode} disagree; pass one")
+        args.mode = old
+    args.mode = args.mode or "zero2-offload"
+    args.stage, args.offload = MODES[args.mode]
     if args.seq_len is None:
         args.seq_len = int(config.get("train", {}).get("seq_len",
                            config["model"].get("max_position_embeddings", 1024)))
-    for flag, value in (("--steps", args.steps), ("--batch", args.batch),
-                        ("--seq-len", args.seq_len)):
-        if value <= 0:
+    for flag, value in (("--steps", args.steps), ("--micro-batch", args.micro_batch),
+                        ("--grad-accum", args.grad_accum), ("--seq-len", args.seq_len)):
+        if value is not None and value <= 0:
             fail(f"{flag} {value} is not positive; pass a positive {flag}")
+    if args.train_batch_size is not None:
+        try:
+            args.train_batch_sizes = [int(v) for v in str(args.train_batch_size).split(",")]
+        except ValueError:
+            fail(f"--train-batch-size {args.train_batch_size} is not a number or a comma list "
+                 "of numbers; pass e.g. 16 or 4,16")
+        if any(v <= 0 for v in args.train_batch_sizes):
+            fail(f"--train-batch-size {args.train_batch_size} is not positive; pass sequences "
+                 "per optimizer step such as 16")
+        if args.grad_accum is not None and len(args.train_batch_sizes) > 1:
+            fail("--grad-accum with several --train-batch-size values: give --micro-batch; "
+                 "each phase's accumulation is its batch / micro-batch")
+        if args.micro_batch is None:
+            args.micro_batch = (args.train_batch_sizes[0] // args.grad_accum
+                                if args.grad_accum else
+                                min(int(config.get("train_micro_batch_size_per_gpu", 1)),
+                                    min(args.train_batch_sizes)))
+    else:
+        if args.micro_batch is None:
+            args.micro_batch = int(config.get("train_micro_batch_size_per_gpu", 1))
+        args.train_batch_sizes = [args.micro_batch * (args.grad_accum or 1)]
+    for tbs in args.train_batch_sizes:
+        if args.micro_batch <= 0 or tbs % args.micro_batch:
+            fail(f"--train-batch-size {tbs} is not a multiple of the micro-batch "
+                 f"{args.micro_batch}: DeepSpeed needs train_batch_size = micro-batch x "
+                 "accumulation on one GPU; pass a micro-batch that divides it")
+    if args.grad_accum is not None and args.train_batch_sizes[0] != args.micro_batch * args.grad_accum:
+        fail(f"--train-batch-size {args.train_batch_sizes[0]} is not --micro-batch "
+             f"{args.micro_batch} x --grad-accum {args.grad_accum}; give two of the three")
     if args.lr is not None and not args.lr > 0:
         fail(f"--lr {args.lr} is not a positive learning rate; pass one such as 3e-5, or "
              "leave --lr out for the config's optimizer.params.lr")
     if args.warmup < 0:
         fail(f"--warmup {args.warmup} is negative; pass 0 or more")
+    if args.lr_warmup_steps is None:
+        args.lr_warmup_steps = args.warmup
+    if args.lr_warmup_steps < 0:
+        fail(f"--lr-warmup-steps {args.lr_warmup_steps} is negative; pass 0 or more")
+    scheduler = config.get("scheduler", {}).get("params", {})
+    if args.cos_min_ratio is None:
+        args.cos_min_ratio = float(scheduler.get("cos_min_ratio", 0.1))
+    if not 0 <= args.cos_min_ratio <= 1:
+        fail(f"--cos-min-ratio {args.cos_min_ratio} is not in [0, 1]")
+    if args.mode != "zero3-twinflow" and args.offload_ratio is not None:
+        fail(f"--offload-ratio is zero3-twinflow's (DeepSpeed allows a partial offload only at "
+             f"ZeRO-3); --mode {args.mode} offloads all or nothing")
+    if args.offload_ratio is None:
+        args.offload_ratio = 0.5
+    if not 0 <= args.offload_ratio <= 1:
+        fail(f"--offload-ratio {args.offload_ratio} is not in [0, 1]: it is the share of the "
+             "optimizer state on the host")
+    if args.reduce_bucket_size <= 0:
+        fail(f"--reduce-bucket-size {args.reduce_bucket_size:g} is not positive")
+    if args.sub_group_size is None:
+        args.sub_group_size = float(config.get("zero_optimization", {}).get("sub_group_size", 1e9))
+    if args.sub_group_size <= 0:
+        fail(f"--sub-group-size {args.sub_group_size:g} is not positive")
+    if args.pinned is None:
+        args.pinned = "exact" if args.device == "cuda" and args.offload else "off"
+    if args.device == "cpu" and args.pinned != "off":
+        fail(f"--pinned {args.pinned} needs a GPU; the cpu device pins nothing (--pinned off)")
     if args.data and not os.path.isfile(args.data):
         fail(f"--data {args.data}: no such file; write a token shard with "
              "`tandem tokenize --input TEXT --output FILE.bin`, or leave --data out "
              "for random tokens")
 
 
-def deepspeed_config(args, config):
-    """The DeepSpeed config (https://www.deepspeed.ai/docs/config-json/) of this run: one
-    micro-batch per step on one GPU, bf16, the tandem config's clipping and AdamW."""
+def lr_at(step, base_lr, warmup_steps, total_steps, min_ratio):
+    """tandem's WarmupCosineSchedule::lr_at (src/tandem/optim/lr_schedule.cc), 0-based step:
+    base_lr (step + 1) / W during warm-up, then cosine from base_lr to base_lr x min_ratio,
+    reached at total_steps."""
+    if step < warmup_steps:
+        return base_lr * (step + 1) / warmup_steps
+    decay_steps = max(1, total_steps - warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / decay_steps)
+    min_lr = base_lr * min_ratio
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (base_lr - min_lr)
+
+
+def base_lr(args, config):
+    return args.lr if args.lr is not None else float(
+        config.get("optimizer", {}).get("params", {}).get("lr", 1e-3))
+
+
+def deepspeed_config(args, config, train_batch_size):
+    """The DeepSpeed config (https://www.deepspeed.ai/docs/config-json/) of one phase."""
     params = config.get("optimizer", {}).get("params", {})
     zero = {
-        "stage": args.zero_stage,
-        # ZeRO-Offload: fp32 master weights, Adam moments (and the fp32 gradients DeepSpeed
-        # copies to the host) in pinned host memory; DeepSpeedCPUAdam updates them.
-        "offload_optimizer": {"device": "cpu", "pin_memory": True},
-        # Stage 3 updates the optimizer state in subgroups of this many elements, as tandem
-        # does; stage 2 has no subgroups and ignores it.
-        "sub_group_size": int(config.get("zero_optimization", {}).get("sub_group_size", 10**9)),
+        "stage": args.stage,
         # As DeepSpeed's ZeRO-Offload tutorial configures it.
         "contiguous_gradients": True,
         "overlap_comm": True,
+        # Elements reduced at a time (DeepSpeed's default 5e8); --reduce-bucket-size tunes it.
+        "reduce_bucket_size": int(args.reduce_bucket_size),
     }
+    if args.offload:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": args.pinned != "off"}
+        if args.mode == "zero3-twinflow":
+            zero["offload_optimizer"]["ratio"] = args.offload_ratio
+    if args.stage == 3:
+        # One GPU holds the whole bf16 model anyway: keep every parameter gathered (no
+        # release and re-gather per layer), and update the state in the config's subgroups.
+        zero["stage3_param_persistence_threshold"] = int(args.param_persistence_threshold)
+        zero["sub_group_size"] = int(args.sub_group_size)
     return {
-        "train_batch_size": args.batch,  # world size 1, no accumulation
-        "train_micro_batch_size_per_gpu": args.batch,
-        "gradient_accumulation_steps": 1,
+        "train_batch_size": train_batch_size,  # world size 1
+        "train_micro_batch_size_per_gpu": args.micro_batch,
+        "gradient_accumulation_steps": train_batch_size // args.micro_batch,
         "gradient_clipping": float(config.get("gradient_clipping", 1.0)),
-        # With offload_optimizer, DeepSpeed builds DeepSpeedCPUAdam(adamw_mode=True) from this;
-        # no "scheduler": a constant learning rate.
-        "optimizer": {"type": "AdamW", "params": {
-            # --lr, else the config's; tandem's defaults where the config is silent.
-            "lr": args.lr if args.lr is not None else float(params.get("lr", 1e-3)),
+        # Offloaded: DeepSpeedCPUAdam(adamw_mode=True). zero2: torch's fused AdamW through
+        # DeepSpeed's torch_adam (its other parameters go to torch.optim.AdamW), or
+        # DeepSpeed's FusedAdam (--gpu-adam deepspeed-fused: a JIT build that needs nvcc).
+        # No "scheduler": the script's LambdaLR is tandem's WarmupCosineLR.
+        "optimizer": {"type": "AdamW", "params": dict({
+            "lr": base_lr(args, config),
             "betas": [float(b) for b in params.get("betas", [0.9, 0.95])],
             "eps": float(params.get("eps", 1e-8)),
-            "weight_decay": float(params.get("weight_decay", 0.1))}},
+            "weight_decay": float(params.get("weight_decay", 0.1))},
+            **({"torch_adam": True, "fused": args.device == "cuda"}
+               if not args.offload and args.gpu_adam == "torch-fused" else {}))},
         "bf16": {"enabled": True},
         "zero_optimization": zero,
-        # No activation checkpointing: transformers' gradient checkpointing stays off and the
-        # config has no "activation_checkpointing" section.
         "steps_per_print": 2**31 - 1,  # the step lines here replace DeepSpeed's
-        "wall_clock_breakdown": False,
+        "wall_clock_breakdown": bool(args.wall_clock_breakdown),
     }
 
 
-def import_torch():
-    """torch, once it is known to see a CUDA GPU; exit 2 otherwise."""
+def physical_cores():
+    """Physical cores this process may run on (one CPU per core), as DeepSpeed's
+    --bind_cores_to_rank counts them (psutil.cpu_count(logical=False))."""
+    allowed = sorted(os.sched_getaffinity(0))
+    seen, cores = set(), []
+    for cpu in allowed:
+        base = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        try:
+            with open(f"{base}/physical_package_id") as f:
+                package = f.read().strip()
+            with open(f"{base}/core_id") as f:
+                core = f.read().strip()
+        except OSError:
+            package, core = "0", str(cpu)
+        if (package, core) not in seen:
+            seen.add((package, core))
+            cores.append(cpu)
+    return cores
+
+
+def bind_cores(args):
+    """What `deepspeed --bind_cores_to_rank` does for one rank: the process on the physical
+    cores (one hardware thread each) and OMP_NUM_THREADS their count, so CPU Adam's OpenMP
+    threads do not share cores (DeepSpeed's ZeRO-Offload tutorial, "CPU Adam perf tuning").
+    Before torch is imported."""
+    if not args.bind_cores:
+        return None
+    cores = physical_cores()
+    os.sched_setaffinity(0, cores)
+    os.environ["OMP_NUM_THREADS"] = str(len(cores))
+    return cores
+
+
+def check_alloc_conf(conf):
+    """PYTORCH_ALLOC_CONF=conf if this machine's torch accepts it (a child process allocates
+    on the GPU under it), else none. Returns (conf or None, why)."""
+    if not conf:
+        return None, "none asked"
+    env = dict(os.environ, PYTORCH_ALLOC_CONF=conf)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    probe = ("import torch; torch.empty(1 << 20, device='cuda'); "
+             "torch.empty(1 << 20, pin_memory=True)")
+    r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    if r.returncode == 0 and "nrecognized" not in r.stderr:
+        os.environ["PYTORCH_ALLOC_CONF"] = conf
+        return conf, "accepted"
+    why = (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1][:200]
+    print(f"{ME}: PYTORCH_ALLOC_CONF={conf} refused by this torch ({why}); running without it",
+          file=sys.stderr)
+    return None, f"refused: {why}"
+
+
+def import_torch(device):
+    """torch, once it is known to see a CUDA GPU (for --device cuda); exit 2 otherwise."""
     try:
         import torch
     except ImportError as e:
         fail(f"PyTorch is not installed ({e}); install torch with CUDA (the GPU machine has it)")
-    if not torch.cuda.is_available():
+    if device == "cuda" and not torch.cuda.is_available():
         print(NO_GPU, file=sys.stderr)
         sys.exit(2)
     return torch
@@ -166,6 +375,48 @@ def import_deepspeed():
         fail(f"DeepSpeed is not installed ({e}); make its wheel set with "
              f"tools/pack_deepspeed_wheels.sh and install it: {INSTALL}")
     return deepspeed
+
+
+class ExactPinning:
+    """DeepSpeed's offload buffers pinned at their exact size. DeepSpeed pins every ZeRO
+    offload buffer through get_accelerator().pin_memory(tensor) (stage_1_and_2.py and
+    stage3.py); torch's tensor.pin_memory() behind it takes a block of the next power of two
+    from ATen's CachingHostAllocator. Here each buffer is an ordinary host tensor of its own
+    size, page-locked and mapped with cudaHostRegister (as torch's pinned_use_cuda_host_register
+    path does, without the rounding): tensor.is_pinned() is true and copies are asynchronous.
+    A buffer is unregistered when its tensor object is collected."""
+
+    def __init__(self, torch, accelerator):
+        import weakref
+        self.torch, self.weakref = torch, weakref
+        self.cudart = torch.cuda.cudart()
+        self.bytes = self.peak = self.count = 0
+        self.original = accelerator.pin_memory
+        accelerator.pin_memory = self.pin
+
+    def pin(self, tensor, *args, **kwargs):
+        torch = self.torch
+        if tensor.device.type != "cpu" or tensor.is_pinned():
+            return self.original(tensor, *args, **kwargs)
+        out = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu")
+        out.copy_(tensor)
+        nbytes = out.untyped_storage().nbytes()
+        if nbytes == 0:
+            return out
+        ptr = out.data_ptr()
+        err = self.cudart.cudaHostRegister(ptr, nbytes, 0)
+        if int(err) != 0:
+            raise RuntimeError(f"cudaHostRegister of {nbytes} bytes failed ({err}); run with "
+                               "--pinned torch or --pinned off")
+        self.bytes += nbytes
+        self.count += 1
+        self.peak = max(self.peak, self.bytes)
+        self.weakref.finalize(out, self._unregister, ptr, nbytes)
+        return out
+
+    def _unregister(self, ptr, nbytes):
+        self.cudart.cudaHostUnregister(ptr)
+        self.bytes -= nbytes
 
 
 def stdout_for_the_result():
@@ -182,15 +433,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def init_distributed(deepspeed):
-    """One rank, without the `deepspeed` launcher: its environment, unless already set."""
-    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("WORLD_SIZE", "1"),
-                       ("LOCAL_RANK", "0")):
-        os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_PORT", str(free_port()))
-    deepspeed.init_distributed(dist_backend="nccl")
 
 
 def build_cpu_adam():
@@ -211,8 +453,8 @@ def build_cpu_adam():
     return seconds
 
 
-def build_model(torch, deepspeed, cfg, ds_config, stage):
-    """LlamaForCausalLM in bf16 straight on the GPU (no fp32 or host copy first). Stage 3
+def build_model(torch, deepspeed, cfg, ds_config, stage, device="cuda"):
+    """LlamaForCausalLM (attn_implementation sdpa) in bf16 straight on the GPU (no fp32 or host copy first). Stage 3
     builds it under deepspeed.zero.Init(ds_config), each module's weights partitioned as soon
     as it exists, and then initialises them as transformers does its own ZeRO-3 models."""
     from transformers import LlamaForCausalLM
@@ -230,9 +472,10 @@ def build_model(torch, deepspeed, cfg, ds_config, stage):
             raise RuntimeError("the model's parameters were not partitioned by deepspeed.zero.Init")
         initialize_weights_zero3(model)
     else:
-        with torch.device("cuda"):
+        with torch.device(device):
             model = LlamaForCausalLM._from_config(cfg, dtype=torch.bfloat16)
-    torch.cuda.synchronize()
+    if device == "cuda":
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     print(f"model built in {seconds:.1f} s", file=sys.stderr)
     return model, seconds
@@ -251,22 +494,6 @@ def parameter_groups(model):
 def parameter_count(model):
     # ZeRO-3 leaves each parameter an empty tensor; ds_numel is its real size.
     return sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
-
-
-def warn_if_host_memory_short(params, stage):
-    """The host must hold 12 B/param of fp32 master weights and Adam moments and 4 B/param of
-    fp32 gradients (both stages offload them), and a 2 B/param bf16 staging copy; warn only,
-    since what the OS can pin is not exactly what psutil calls available."""
-    try:
-        import psutil
-    except ImportError:
-        return
-    need = params * (12 + 4 + 2)
-    available = psutil.virtual_memory().available
-    if need > available:
-        print(f"{ME}: warning: ZeRO-{stage} offload of {params / 1e9:.2f} B parameters needs about "
-              f"{need / 2**30:.1f} GiB of host memory and {available / 2**30:.1f} GiB is "
-              "available; the run may fail to pin it or swap", file=sys.stderr)
 
 
 def host_tensor_bytes(torch, optimizer):
@@ -304,43 +531,130 @@ def host_tensor_bytes(torch, optimizer):
     return pinned, total
 
 
+def init_distributed(deepspeed, device):
+    """One rank, without the `deepspeed` launcher: its environment, unless already set."""
+    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("WORLD_SIZE", "1"),
+                       ("LOCAL_RANK", "0")):
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
+    deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo")
+
+
 def host_rss_bytes():
     try:
         import psutil
     except ImportError:
-        return None
+        try:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            return None
     return psutil.Process().memory_info().rss
 
 
-def train(torch, engine, batch, vocab_size, warmup, steps, tokens_per_step):
-    """warmup + steps steps, each forward / backward / update timed to the GPU's completion.
-    Returns the timed steps' (forward, backward, update) seconds and every step's loss."""
-    times, losses = [], []
-    for step in range(warmup + steps):
-        x, y = batch(step)
-        marks = []
-        torch.cuda.synchronize()
-        marks.append(time.perf_counter())
-        logits = engine(input_ids=x).logits
-        # fp32 cross-entropy over the bf16 logits, as the PyTorch baseline computes it
-        loss = torch.nn.functional.cross_entropy(logits.float().view(-1, vocab_size), y.view(-1))
-        torch.cuda.synchronize()
-        marks.append(time.perf_counter())
-        engine.backward(loss)
-        torch.cuda.synchronize()
-        marks.append(time.perf_counter())
-        engine.step()  # clipping, CPU Adam on the host, bf16 weights back to the GPU
-        torch.cuda.synchronize()
-        marks.append(time.perf_counter())
-        phases = [b - a for a, b in zip(marks, marks[1:])]
-        if step >= warmup:
-            times.append(phases)
-        losses.append(loss.item())
-        elapsed = marks[-1] - marks[0]
-        print(f"step {step + 1}: loss {losses[-1]:.4f}, {elapsed * 1e3:.1f} ms (forward "
-              f"{phases[0] * 1e3:.1f}, backward {phases[1] * 1e3:.1f}, update "
-              f"{phases[2] * 1e3:.1f}), {tokens_per_step / elapsed:.0f} tok/s", file=sys.stderr)
-    return times, losses
+def host_memory_stats(torch):
+    """torch.cuda.host_memory_stats(): torch's pinned allocator (what --pinned torch rounds)."""
+    if not torch.cuda.is_available() or not hasattr(torch.cuda, "host_memory_stats"):
+        return None
+    stats = torch.cuda.host_memory_stats()
+    return {k: v for k, v in stats.items() if isinstance(v, (int, float))
+            and any(w in k for w in ("allocated_bytes", "reserved_bytes", "allocations",
+                                     "active_bytes", "num_host_alloc", "segment"))
+            and ("current" in k or "peak" in k or k.startswith("num_"))}
+
+
+class Clock:
+    """Phase times to the device's completion."""
+
+    def __init__(self, torch, device):
+        self.sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def now(self):
+        self.sync()
+        return time.perf_counter()
+
+
+def sdpa_context(torch, device):
+    """Every attention of the step on SDPA's flash kernel (an error, not a silent fallback,
+    where it cannot run): the Hugging Face model was built with attn_implementation sdpa."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
+
+
+def make_schedule(torch, optimizer, args, total_steps, lr):
+    """tandem's WarmupCosineLR as a torch LambdaLR over DeepSpeed's optimizer; Twin-Flow's
+    GPU-side torch AdamW (backup_optimizer) keeps its own first group, so its learning rate is
+    set beside (ZeRO-3's step gives that group only the parameters, not the rate)."""
+    factor = (lambda s: lr_at(s, 1.0, args.lr_warmup_steps, total_steps, args.cos_min_ratio))
+    # The ZeRO optimizer wraps a torch Optimizer (CPU Adam, AdamW) whose param_groups it shares.
+    inner = getattr(optimizer, "optimizer", optimizer)
+    for group in inner.param_groups:
+        group["lr"] = lr
+        group.pop("initial_lr", None)
+    schedule = torch.optim.lr_scheduler.LambdaLR(inner, factor)
+
+    def sync_backup():
+        backup = getattr(optimizer, "backup_optimizer", None)
+        if backup is not None:
+            for group in backup.param_groups:
+                group["lr"] = optimizer.param_groups[0]["lr"]
+    sync_backup()
+    return schedule, sync_backup
+
+
+def run_step(torch, engine, batch, vocab_size, step, accumulation, clock, device):
+    """One optimizer step of `accumulation` micro-batches: forward, backward (each summed over
+    micro-batches) and the update (the boundary's engine.step()), in seconds; the loss is the
+    micro-batches' mean."""
+    forward = backward = update = 0.0
+    losses = []
+    with sdpa_context(torch, device):
+        for micro in range(accumulation):
+            x, y = batch(step * accumulation + micro)
+            t0 = clock.now()
+            logits = engine(input_ids=x).logits
+            # fp32 cross-entropy over the bf16 logits, as the PyTorch baseline computes it
+            loss = torch.nn.functional.cross_entropy(logits.float().view(-1, vocab_size),
+                                                     y.view(-1))
+            del logits
+            t1 = clock.now()
+            engine.backward(loss)  # scaled by 1 / accumulation inside DeepSpeed
+            t2 = clock.now()
+            engine.step()  # at the boundary: clipping, the update, bf16 weights back
+            t3 = clock.now()
+            forward, backward = forward + t1 - t0, backward + t2 - t1
+            if micro == accumulation - 1:
+                update = t3 - t2
+            else:
+                backward += t3 - t2
+            losses.append(loss.item())
+    return (forward, backward, update), sum(losses) / len(losses)
+
+
+def find_largest_micro_batch(torch, engine, batch_for, vocab_size, clock, args, device):
+    """Micro-batches 1, 2, 4, ... (up to the largest train batch) on the built engine, one
+    optimizer step each at accumulation 1, until one runs out of GPU memory. Returns
+    [(micro-batch, peak bytes or None, ms or error)]."""
+    tried = []
+    micro, limit = 1, max(args.train_batch_sizes)
+    while micro <= limit:
+        engine.set_train_micro_batch_size(micro)
+        engine.set_train_batch_size(micro)
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        try:
+            times, _ = run_step(torch, engine, batch_for(micro), vocab_size, 0, 1, clock, device)
+        except torch.OutOfMemoryError as e:
+            tried.append({"micro_batch": micro, "error": str(e).splitlines()[0][:200]})
+            print(f"micro-batch {micro}: out of GPU memory", file=sys.stderr)
+            break
+        peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
+        tried.append({"micro_batch": micro, "peak_gpu_bytes": peak,
+                      "ms": round(sum(times) * 1e3, 1)})
+        print(f"micro-batch {micro}: {sum(times) * 1e3:.0f} ms, peak "
+              f"{(peak or 0) / 2**30:.2f} GiB", file=sys.stderr)
+        micro *= 2
+    return tried
 
 
 def median_ms(values):
@@ -351,50 +665,132 @@ def main():
     args = parse_args()
     config = load_config(args.config)
     check_args(args, config)
-    ds_config = deepspeed_config(args, config)
+    lr = base_lr(args, config)
     if args.print_ds_config:
-        print(json.dumps(ds_config, indent=2))
+        print(json.dumps(deepspeed_config(args, config, args.train_batch_sizes[0]), indent=2))
+        return
+    if args.print_lr_schedule:
+        total = args.warmup + args.steps
+        print(json.dumps([lr_at(s, lr, args.lr_warmup_steps, total, args.cos_min_ratio)
+                          for s in range(total)]))
         return
 
-    torch = import_torch()
+    cores = bind_cores(args)
+    if args.device == "cpu":
+        os.environ["DS_ACCELERATOR"] = "cpu"
+        alloc_conf, alloc_why = None, "cpu device"
+    else:
+        torch_probe = import_torch(args.device)  # says "no GPU" before the child probe
+        del torch_probe
+        alloc_conf, alloc_why = check_alloc_conf(args.alloc_conf)
+    torch = import_torch(args.device)
     result = stdout_for_the_result()
     deepspeed = import_deepspeed()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from pytorch_gpt2_train import batch_maker
     from pytorch_llama_train import llama_config
+    from deepspeed.accelerator import get_accelerator
 
-    init_distributed(deepspeed)
-    cpu_adam_s = build_cpu_adam()
+    init_distributed(deepspeed, args.device)
+    pinning = ExactPinning(torch, get_accelerator()) if args.pinned == "exact" else None
+    cpu_adam_s = build_cpu_adam() if args.offload else 0.0
     torch.manual_seed(int(config.get("train", {}).get("seed", 1337)))
     cfg = llama_config(config["model"])
-    model, construct_s = build_model(torch, deepspeed, cfg, ds_config, args.zero_stage)
+    ds_config = deepspeed_config(args, config, args.train_batch_sizes[0])
+    model, construct_s = build_model(torch, deepspeed, cfg, ds_config, args.stage,
+                                     args.device)
+    attn = getattr(model.config, "_attn_implementation", None)
+    if attn != "sdpa":
+        raise RuntimeError(f"the Hugging Face model's attention is {attn!r}, not sdpa")
+    if args.activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if not model.is_gradient_checkpointing:
+            raise RuntimeError("transformers did not enable gradient checkpointing")
     params = parameter_count(model)
-    warn_if_host_memory_short(params, args.zero_stage)
     engine, optimizer, _, _ = deepspeed.initialize(model=model,
                                                    model_parameters=parameter_groups(model),
                                                    config=ds_config)
     print(f"engine ready: {type(optimizer).__name__} over {type(optimizer.optimizer).__name__}, "
-          f"{params:,} parameters", file=sys.stderr)
-
-    B, T = args.batch, args.seq_len
-    batch = batch_maker(args.data, cfg.vocab_size, B, T, torch.device("cuda"))
-    times, losses = train(torch, engine, batch, cfg.vocab_size, args.warmup, args.steps, B * T)
-    pinned, host_tensors = host_tensor_bytes(torch, optimizer)
-    print(json.dumps({
-        "framework": "deepspeed", "deepspeed": deepspeed.__version__,
-        "torch": torch.__version__, "zero_stage": args.zero_stage, "offload": "cpu",
-        "params": params, "batch": B, "seq_len": T, "data": args.data or "random tokens",
-        "tokens_per_s": statistics.median([B * T / sum(t) for t in times]),
-        "ms": median_ms([sum(t) for t in times]),
-        "forward_ms": median_ms([t[0] for t in times]),
-        "backward_ms": median_ms([t[1] for t in times]),
-        "update_ms": median_ms([t[2] for t in times]),
-        "peak_gpu_bytes": torch.cuda.max_memory_allocated(),
-        "pinned_host_bytes": pinned, "optimizer_host_bytes": host_tensors,
-        "host_rss_bytes": host_rss_bytes(),
+          f"{params:,} parameters, mode {args.mode}, threads {os.environ.get('OMP_NUM_THREADS')}",
+          file=sys.stderr)
+    T, vocab = args.seq_len, cfg.vocab_size
+    dev = torch.device(args.device)
+    clock = Clock(torch, args.device)
+    common = {
+        "framework": "deepspeed", "deepspeed": deepspeed.__version__, "torch": torch.__version__,
+        "mode": args.mode, "zero_stage": args.stage, "offload": "cpu" if args.offload else "none",
+        "offload_ratio": args.offload_ratio if args.mode == "zero3-twinflow" else
+        (1.0 if args.offload else 0.0),
+        "pinned": args.pinned, "alloc_conf": alloc_conf, "alloc_conf_check": alloc_why,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cores": len(cores) if cores else None,
+        "activation_checkpointing": args.activation_checkpointing,
+        "reduce_bucket_size": int(args.reduce_bucket_size),
+        "sub_group_size": int(args.sub_group_size) if args.stage == 3 else None,
+        "params": params, "seq_len": T, "data": args.data or "random tokens",
+        "attn_implementation": attn, "sdpa_backend": "flash",
         "cpu_adam_build_s": round(cpu_adam_s, 3), "construct_s": round(construct_s, 3),
-        "losses": [round(v, 4) for v in losses],
-        "gpu": torch.cuda.get_device_name(), "config": args.config}), file=result, flush=True)
+        "gpu": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "config": args.config, "device": args.device}
+
+    if args.find_largest_micro_batch:
+        tried = find_largest_micro_batch(
+            torch, engine, lambda m: batch_maker(args.data, vocab, m, T, dev), vocab, clock,
+            args, args.device)
+        ran = [t["micro_batch"] for t in tried if "error" not in t]
+        print(json.dumps(dict(common, probe="largest_micro_batch", tried=tried,
+                              largest_micro_batch=max(ran) if ran else 0)),
+              file=result, flush=True)
+        return
+
+    batch = batch_maker(args.data, vocab, args.micro_batch, T, dev)
+    for phase, tbs in enumerate(args.train_batch_sizes):
+        accumulation = tbs // args.micro_batch
+        engine.set_train_batch_size(tbs)
+        total = args.warmup + args.steps
+        schedule, sync_backup = make_schedule(torch, optimizer, args, total, lr)
+        if args.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        times, losses, lrs = [], [], []
+        after_first = {}
+        tokens_per_step = tbs * T
+        for step in range(total):
+            lrs.append(optimizer.param_groups[0]["lr"])
+            phases, loss = run_step(torch, engine, batch, vocab, step, accumulation, clock,
+                                    args.device)
+            schedule.step()
+            sync_backup()
+            if step >= args.warmup:
+                times.append(phases)
+            losses.append(loss)
+            if step == 0:
+                after_first = {"host_rss_bytes_after_first_step": host_rss_bytes(),
+                               "host_memory_stats_after_first_step": host_memory_stats(torch)}
+            elapsed = sum(phases)
+            print(f"phase {phase + 1} step {step + 1}: loss {loss:.4f}, lr {lrs[-1]:.3g}, "
+                  f"{elapsed * 1e3:.1f} ms (forward {phases[0] * 1e3:.1f}, backward "
+                  f"{phases[1] * 1e3:.1f}, update {phases[2] * 1e3:.1f}), "
+                  f"{tokens_per_step / elapsed:.0f} tok/s", file=sys.stderr)
+        pinned, host_tensors = host_tensor_bytes(torch, optimizer)
+        print(json.dumps(dict(
+            common, phase=phase + 1, train_batch_size=tbs, micro_batch=args.micro_batch,
+            batch=args.micro_batch, gradient_accumulation_steps=accumulation,
+            tokens_per_step=tokens_per_step, timed_steps=args.steps, warmup_steps=args.warmup,
+            lr_schedule={"type": "WarmupCosineLR", "lr": lr,
+                         "warmup_num_steps": args.lr_warmup_steps,
+                         "cos_min_ratio": args.cos_min_ratio, "total_steps": total},
+            tokens_per_s=statistics.median([tokens_per_step / sum(t) for t in times]),
+            ms=median_ms([sum(t) for t in times]),
+            forward_ms=median_ms([t[0] for t in times]),
+            backward_ms=median_ms([t[1] for t in times]),
+            update_ms=median_ms([t[2] for t in times]),
+            peak_gpu_bytes=torch.cuda.max_memory_allocated() if args.device == "cuda" else None,
+            peak_gpu_reserved_bytes=(torch.cuda.max_memory_reserved()
+                                     if args.device == "cuda" else None),
+            pinned_host_bytes=pinned, optimizer_host_bytes=host_tensors,
+            exact_pinned_bytes=pinning.peak if pinning else None,
+            host_rss_bytes=host_rss_bytes(), host_memory_stats=host_memory_stats(torch),
+            losses=[round(v, 4) for v in losses], lrs=[float("%.6g" % v) for v in lrs],
+            **after_first)), file=result, flush=True)
 
 
 if __name__ == "__main__":

@@ -1,45 +1,46 @@
 #!/usr/bin/env bash
-# The headline measurement: Llama models whose training state exceeds the GPU, trained by
-# tandem (its update schedules) and by DeepSpeed (ZeRO-Offload and ZeRO-3 with optimizer
-# offload) on the same GPU, shapes, tokens and precision (bf16, sequence 2048, activation
-# checkpointing off on both sides). One part per call, each within one 10-minute device
-# command (model construction and DeepSpeed's CPU Adam build included):
+# The headline measurement (issue 42): Llama models trained by tandem at its own chosen setting
+# and at DeepSpeed's placement, and by DeepSpeed at its best (bench/deepspeed_offload_train.py),
+# on the same GPU, sequence (2048), bf16, tokens (the bundled text as bytes), tokens per
+# optimizer step and learning-rate schedule (WarmupCosineLR: linear warm-up over WARMUP steps
+# to LR, cosine to LR x 0.1 at the last step, identical on both sides). One part per device
+# command, each sized to at most ~8 minutes (bench/README.md keeps the ordered list, the
+# estimates and which parts have run):
 #
-#   bench/gpu_offload_sweep.sh tandem CONFIG [SCHEDULES]   tandem bench offload: SCHEDULES
-#                                                          (default cpu,interleave,auto) side by
-#                                                          side in one process, one state digest
-#   bench/gpu_offload_sweep.sh deepspeed CONFIG STAGE      bench/deepspeed_offload_train.py,
-#                                                          STAGE 2 (ZeRO-Offload) or 3
-#   bench/gpu_offload_sweep.sh digest                      the same bits with the state on the GPU
-#                                                          and offloaded (configs/llama-124m.json:
-#                                                          device, cpu, interleave, auto)
-#   bench/gpu_offload_sweep.sh budgets [GB...]             GPT-2 124M at device budgets too small
-#                                                          for its state (the first sweep, 2026-11-24)
-#   bench/gpu_offload_sweep.sh versus [GB]                 GPT-2 124M: the update overlapped with the
-#                                                          next forward or not (cpu schedule at GB,
-#                                                          default 9.25), and activation recompute
-#                                                          or not (state on the GPU): tandem bench
-#                                                          versus, a ratio each
-#   bench/gpu_offload_sweep.sh summary [DIR...]            the table of every part's results found
-#                                                          in DIR (default $OUT_DIR), tandem beside
-#                                                          DeepSpeed, with the ratios
+#   gpu_offload_sweep.sh tandem CONFIG TBS[,TBS...]     tandem bench offload at its own setting:
+#                                                       train_batch_size TBS sequences per step,
+#                                                       micro-batch, accumulation and recompute
+#                                                       "auto", schedule auto (`tandem plan`'s
+#                                                       choice is in the log); one process per TBS
+#   gpu_offload_sweep.sh tandem-cpu CONFIG TBS[,...]    tandem at DeepSpeed's placement: schedule
+#                                                       cpu, DeepSpeed's micro-batch and recompute
+#   gpu_offload_sweep.sh deepspeed CONFIG MODE TBS[,...] DeepSpeed in MODE (zero2, zero2-offload,
+#                                                       zero3-offload, zero3-twinflow, or best: the
+#                                                       model's best mode, see ds_best_mode), one
+#                                                       process, one phase per TBS
+#   gpu_offload_sweep.sh probe CONFIG MODE              DeepSpeed's largest micro-batch in MODE
+#                                                       (with activation checkpointing if DS_CKPT=1)
+#   gpu_offload_sweep.sh schedules CONFIG [SCHEDULES]   tandem's schedules side by side at one
+#                                                       micro-batch (the 2026-11-26 part)
+#   gpu_offload_sweep.sh digest | budgets [GB...] | versus [GB]   GPT-2 124M checks (unchanged)
+#   gpu_offload_sweep.sh summary [DIR...]               the table (bench/offload_sweep_summary.py)
+#   gpu_offload_sweep.sh plan                           the ordered part list with estimates
 #
-# CONFIG is configs/llama-3b.json (3.02 B) or configs/llama2-7b.json (6.74 B). Environment:
-# PAYLOAD (default gpu-payload: what tools/pack_gpu_payload.sh made, with wheels/ for
-# DeepSpeed; or a build directory), OUT_DIR (default $OUT, else runs/gpu-offload), BATCH
-# (micro-batch, the same on both sides; default 4 for llama-3b, 2 for llama2-7b, else the
-# config's: tandem's plan fits them on an 80 GB GPU with its state offloaded, and DeepSpeed's
-# activations, without checkpointing, about 1.5x tandem's, fit beside its bf16 weights;
-# BATCH=1 if DeepSpeed runs out of memory), MEMORY_GB (tandem's device.memory_gb, default 76:
-# an H100's 79 GiB less room for the CUDA context and cuBLAS), STEPS (timed, default 5),
-# WARMUP (default 2), LR (the constant learning rate of both sides; default the config's:
-# at 3e-4 with no warm-up the 3B and 7B losses spike in their first steps, in both
-# frameworks), PART_SECONDS (a part's run, default 560). Each part writes
-# OUT_DIR/<part>-<model>[-<stage>].json and .log (two files: at most 8 come back from the
-# GPU machine) and prints a summary; it exits non-zero when something failed: a run (its
-# JSON then holds "error": how it ended, a kill by the out-of-memory killer named as such,
-# and its log's last line), a loss that does not descend, or schedules whose state digests
-# differ.
+# TBS is in sequences of SEQ (default 2048) tokens: 4, 16, 64, 256 are 8K, 32K, 128K, 512K
+# tokens per optimizer step. CONFIG: configs/llama-3b.json, configs/llama2-7b.json,
+# configs/llama3.1-8b.json, configs/llama2-13b.json. Environment: PAYLOAD (default gpu-payload,
+# or a build directory), OUT_DIR (default $OUT, else runs/gpu-offload), STEPS (timed, default
+# 20), WARMUP (untimed steps and the learning-rate warm-up, default 5), LR (peak, default 1e-4
+# on both sides: at the configs' 3e-4 the 3B and 7B losses spiked on 2026-11-26), MEMORY_GB
+# (tandem's device.memory_gb; default the GPU's memory less 3 GiB), DS_MICRO (DeepSpeed's
+# micro-batch; default per model: 4 for 3B, 2 for 7B/8B, 1 for 13B, capped at TBS), DS_CKPT
+# (1: activation checkpointing on DeepSpeed's side and in tandem-cpu; default 0),
+# DS_RATIO (zero3-twinflow's offload ratio, default 0.5), DS_ARGS (more arguments for the
+# DeepSpeed script), PART_SECONDS (a process's limit, default 560). Each part writes
+# OUT_DIR/<part>-<model>[-<mode>][-<tbs>].json and .log and prints the summary; it exits
+# non-zero when something failed: a run (its JSON then holds "error": how it ended, a kill by
+# the out-of-memory killer named as such, and its log's last line), a loss not lower at the end
+# than after warm-up, or schedules whose state digests differ.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,8 +52,11 @@ part=${1:-}
 shift
 payload=${PAYLOAD:-gpu-payload}
 out=${OUT_DIR:-${OUT:-runs/gpu-offload}}
-steps=${STEPS:-5}
-warmup=${WARMUP:-2}
+steps=${STEPS:-20}
+warmup=${WARMUP:-5}
+lr=${LR:-1e-4}
+seq=${SEQ:-2048}
+cap=${PART_SECONDS:-560}
 mkdir -p "$out"
 
 # The tandem binary: unpacked from the payload, or a build directory's.
@@ -123,93 +127,241 @@ begin_gpt2_part() {
   status=0
 }
 
-# The micro-batch both sides train with (see the top).
-batch_for() {
-  if [[ -n ${BATCH:-} ]]; then
-    echo "$BATCH"
+# tandem's device.memory_gb: MEMORY_GB, else the GPU's memory less 3 GiB (the CUDA context and
+# cuBLAS), else 76 (an H100's 79 GiB).
+memory_gb() {
+  if [[ -n ${MEMORY_GB:-} ]]; then
+    echo "$MEMORY_GB"
+    return
+  fi
+  local mib
+  mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
+  if [[ $mib =~ ^[0-9]+$ ]]; then
+    python3 -c "print(round($mib / 1024 - 3, 1))"
   else
-    case $(model_name "$1") in
-    llama-3b) echo 4 ;;
-    llama2-7b) echo 2 ;;
-    esac
+    echo 76
   fi
 }
 
-# The overrides that make tandem's runs the ones DeepSpeed's script makes: one micro-batch per
-# step, a constant learning rate (no warm-up, no decay), the shard.
-tandem_sets() {
-  local shard=$1 batch=$2
-  echo --set data.train_path="$shard" --set gradient_accumulation_steps=1 \
-    --set scheduler.params.warmup_num_steps=0 --set scheduler.params.cos_min_ratio=1 \
-    --set device.memory_gb="${MEMORY_GB:-76}" ${batch:+--set train_micro_batch_size_per_gpu=$batch} \
-    ${LR:+--set optimizer.params.lr=$LR}
+# DeepSpeed's micro-batch for CONFIG at TBS: DS_MICRO, else the model's default, at most TBS.
+ds_micro() {
+  local m=${DS_MICRO:-}
+  if [[ -z $m ]]; then
+    case $(model_name "$1") in
+    llama-3b) m=4 ;;
+    llama2-13b) m=1 ;;
+    *) m=2 ;;
+    esac
+  fi
+  ((m > $2)) && m=$2
+  echo "$m"
 }
 
+# DeepSpeed's best mode for CONFIG on this GPU: ZeRO-2 with no offload when its training state
+# (bf16 weights and gradients, fp32 master weights, Adam moments and the master's fp32
+# gradients: 20 bytes per parameter) leaves 12 GiB of the GPU for activations, else
+# ZeRO-Offload, the faster of DeepSpeed's offload modes on 2026-11-26 (3B: 4,852 against
+# ZeRO-3 offload's 2,719 tokens/s). zero3-twinflow's ratio is tuned by its own parts.
+ds_best_mode() {
+  python3 - "$1" "$(memory_gb)" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["model"]
+C, L, V, I = m["hidden_size"], m["num_hidden_layers"], m["vocab_size"], m["intermediate_size"]
+H, KV = m["num_attention_heads"], m.get("num_key_value_heads", m["num_attention_heads"])
+D = m.get("head_dim", C // H)
+n = V * C * (1 if m.get("tie_word_embeddings") else 2) + C + L * (
+    C * H * D + 2 * C * KV * D + H * D * C + 3 * C * I + 2 * C)
+print("zero2" if 20 * n / 2**30 + 12 <= float(sys.argv[2]) else "zero2-offload")
+PY
+}
+
+# TBS list -> one per line, each checked.
+tbs_list() {
+  local v
+  for v in ${1//,/ }; do
+    [[ $v =~ ^[1-9][0-9]*$ ]] || {
+      echo "gpu_offload_sweep: '$v' is not a train batch size (sequences per step)" >&2
+      return 1
+    }
+    echo "$v"
+  done
+}
+
+# The overrides every tandem run of the sweep shares: the shard, the sequence, the learning
+# rate and its schedule (the same as DeepSpeed's: WarmupCosineLR over WARMUP steps to LR, then
+# cosine to LR x 0.1 at the run's last step, STEPS + WARMUP), the device budget.
+tandem_common_sets() {
+  echo --set data.train_path="$1" --set train.seq_len="$seq" --set optimizer.params.lr="$lr" \
+    --set scheduler.params.warmup_num_steps="$warmup" --set scheduler.params.cos_min_ratio=0.1 \
+    --set device.memory_gb="$(memory_gb)"
+}
+
+# tandem's own setting at TBS sequences per step, if this tandem has the auto keys (tandem plan
+# accepts them); else the fixed setting of 2026-11-26 (the model's micro-batch, no recompute)
+# with the accumulation that makes TBS, saying so.
+tandem_auto_sets() {
+  local config=$1 shard=$2 tbs=$3 m
+  sets=(--set train_batch_size="$tbs" --set train_micro_batch_size_per_gpu=auto
+    --set gradient_accumulation_steps=auto --set activation_checkpointing.interval=auto
+    --set offload_optimizer.schedule=auto)
+  # shellcheck disable=SC2046
+  if "$bin" plan --config "$config" $(tandem_common_sets "$shard") "${sets[@]}" >/dev/null 2>&1; then
+    setting=auto
+  else
+    m=$(DS_MICRO='' ds_micro "$config" "$tbs")
+    setting="fixed: micro-batch $m, accumulation $((tbs / m)), no recompute (this tandem refuses the auto keys)"
+    sets=(--set train_micro_batch_size_per_gpu="$m" --set gradient_accumulation_steps=$((tbs / m))
+      --set activation_checkpointing.interval=0 --set offload_optimizer.schedule=auto)
+  fi
+}
+
+# Adds the sweep's facts to a tandem JSON: model, train batch, tokens per step, the setting.
+annotate() {
+  python3 - "$@" <<'PY'
+import json, sys
+path, model, tbs, seq, kind, setting = sys.argv[1:7]
+r = json.load(open(path))
+r["model"] = model
+r["sweep"] = {"train_batch_size": int(tbs), "tokens_per_step": int(tbs) * int(seq),
+              "kind": kind, "setting": setting, "sets": sys.argv[7:]}
+json.dump(r, open(path, "w"))
+PY
+}
+
+# One tandem bench offload run: $1 part kind (tandem, tandem-cpu), $2 config, $3 tbs, the rest
+# its overrides. Writes $out/<kind>-<model>-<tbs>.json and .log.
+tandem_run() {
+  local kind=$1 config=$2 tbs=$3 schedules name started rc
+  shift 3
+  schedules=auto
+  [[ $kind == tandem-cpu ]] && schedules=cpu
+  name="$kind-$(model_name "$config")-$tbs"
+  : >"$out/$name.log"
+  # shellcheck disable=SC2046
+  "$bin" plan --config "$config" $(tandem_common_sets "$shard") "$@" 2>&1 | tee -a "$out/$name.log"
+  started=$SECONDS
+  # shellcheck disable=SC2046
+  timeout --kill-after=10 "$cap" "$bin" bench offload --config "$config" \
+    $(tandem_common_sets "$shard") "$@" --schedules "$schedules" --steps "$steps" \
+    --warmup "$warmup" --json >"$out/$name.json" 2>>"$out/$name.log"
+  rc=$?
+  if ((rc != 0)) && [[ ! -s $out/$name.json ]]; then
+    record_failure "$out/$name.json" "tandem bench offload: $(failure_reason "$rc" \
+      $((SECONDS - started)) "$cap" "$out/$name.log")" part="$name" config="$config" \
+      train_batch_size="$tbs" kind="$kind"
+  else
+    annotate "$out/$name.json" "$(model_name "$config")" "$tbs" "$seq" "$kind" "$setting" "$@"
+  fi
+  return "$rc"
+}
+
+# DeepSpeed's wheels (tools/pack_deepspeed_wheels.sh) where it is not installed: the GPU
+# machine has no package index.
+install_deepspeed() {
+  python3 -c 'import deepspeed' 2>/dev/null && return 0
+  compgen -G "$payload/wheels/*.whl" >/dev/null || {
+    echo "gpu_offload_sweep: DeepSpeed is not installed and $payload/wheels holds no wheels:" \
+      "run tools/pack_deepspeed_wheels.sh here and carry gpu-payload" >&2
+    return 1
+  }
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/deepspeed-site "$payload"/wheels/*.whl || return 1
+  export PYTHONPATH=/tmp/deepspeed-site${PYTHONPATH:+:$PYTHONPATH}
+}
+
+ds_ckpt_args() { [[ ${DS_CKPT:-0} == 1 ]] && echo --activation-checkpointing; }
+
+config_arg() {
+  [[ -f ${1:-} ]] || {
+    echo "gpu_offload_sweep: no config '${1:-}'" >&2
+    exit 2
+  }
+}
+
+status=0
 case $part in
-tandem | digest)
+tandem | tandem-cpu)
+  config=${1:-}
+  config_arg "$config"
+  tbs_all=$(tbs_list "${2:?"usage: $0 $part CONFIG TBS[,TBS...]"}") || exit 2
+  bin=$(tandem_binary) || exit 1
+  shard=$(shard_of "$bin") || exit 1
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >&2
+  for tbs in $tbs_all; do
+    if [[ $part == tandem ]]; then
+      tandem_auto_sets "$config" "$shard" "$tbs"
+    else
+      m=$(ds_micro "$config" "$tbs")
+      setting="DeepSpeed's placement: schedule cpu, micro-batch $m, accumulation $((tbs / m)), recompute ${DS_CKPT:-0}"
+      sets=(--set train_micro_batch_size_per_gpu="$m" --set gradient_accumulation_steps=$((tbs / m))
+        --set activation_checkpointing.interval="${DS_CKPT:-0}")
+    fi
+    tandem_run "$part" "$config" "$tbs" "${sets[@]}" || status=1
+  done
+  ;;
+deepspeed | probe)
+  config=${1:-}
+  config_arg "$config"
+  mode=${2:?"usage: $0 $part CONFIG MODE${part/probe/}${part/deepspeed/ TBS[,TBS...]}"}
+  [[ $mode == best ]] && mode=$(ds_best_mode "$config")
+  if [[ $part == deepspeed ]]; then
+    tbs_all=$(tbs_list "${3:?"usage: $0 deepspeed CONFIG MODE TBS[,TBS...]"}") || exit 2
+    tbs_csv=$(echo $tbs_all | tr ' ' ,)
+    micro=$(ds_micro "$config" "$(echo "$tbs_all" | sort -n | head -n 1)")
+    name="deepspeed-$(model_name "$config")-$mode-${tbs_csv//,/-}"
+    what=(--train-batch-size "$tbs_csv" --micro-batch "$micro" --steps "$steps" --warmup "$warmup")
+  else
+    name="probe-$(model_name "$config")-$mode"
+    what=(--train-batch-size "${PROBE_MAX:-64}" --find-largest-micro-batch)
+  fi
+  [[ $mode == zero3-twinflow ]] && what+=(--offload-ratio "${DS_RATIO:-0.5}")
+  bin=$(tandem_binary) || exit 1
+  shard=$(shard_of "$bin") || exit 1
+  install_deepspeed || exit 1
+  started=$SECONDS
+  # shellcheck disable=SC2046,SC2086
+  PYTHONUNBUFFERED=1 timeout --kill-after=10 "$cap" python3 bench/deepspeed_offload_train.py \
+    --config "$config" --mode "$mode" --data "$shard" --seq-len "$seq" --lr "$lr" \
+    --cos-min-ratio 0.1 "${what[@]}" $(ds_ckpt_args) ${DS_ARGS:-} \
+    2>"$out/$name.log" >"$out/$name.json"
+  status=$?
+  if ((status != 0)); then
+    # Phases that finished keep their lines; the failure is one more line.
+    record_failure "$out/$name.json.err" "$(failure_reason "$status" $((SECONDS - started)) \
+      "$cap" "$out/$name.log")" framework=deepspeed mode="$mode" config="$config" \
+      train_batch_size="${tbs_csv:-probe}"
+    cat "$out/$name.json.err" >>"$out/$name.json"
+    rm -f "$out/$name.json.err"
+  fi
+  ;;
+schedules | digest)
   if [[ $part == digest ]]; then
     config=configs/llama-124m.json
     schedules=device,cpu,interleave,auto
     # Small subgroups, so that interleave and auto stage several of them.
     extra=(--set zero_optimization.sub_group_size=20000000)
   else
-    config=${1:?"usage: $0 tandem CONFIG [SCHEDULES]"}
+    config=${1:-}
+    config_arg "$config"
     schedules=${2:-cpu,interleave,auto}
-    extra=()
+    extra=(--set train_micro_batch_size_per_gpu="$(DS_MICRO='' ds_micro "$config" 64)"
+      --set gradient_accumulation_steps=1)
   fi
-  [[ -f $config ]] || {
-    echo "gpu_offload_sweep: no config $config" >&2
-    exit 2
-  }
   name="$part-$(model_name "$config")"
   bin=$(tandem_binary) || exit 1
   shard=$(shard_of "$bin") || exit 1
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >&2
-  # The plan auto makes on this machine, from the rates it measures here.
   # shellcheck disable=SC2046
-  "$bin" plan --config "$config" $(tandem_sets "$shard" "$(batch_for "$config")") "${extra[@]}" \
+  "$bin" plan --config "$config" $(tandem_common_sets "$shard") "${extra[@]}" \
     --set offload_optimizer.schedule=auto 2>&1 | tee "$out/$name.log"
   started=$SECONDS
   # shellcheck disable=SC2046
-  timeout --kill-after=10 "${PART_SECONDS:-560}" "$bin" bench offload --config "$config" \
-    $(tandem_sets "$shard" "$(batch_for "$config")") "${extra[@]}" --schedules "$schedules" \
-    --steps "$steps" \
+  timeout --kill-after=10 "$cap" "$bin" bench offload --config "$config" \
+    $(tandem_common_sets "$shard") "${extra[@]}" --schedules "$schedules" --steps "$steps" \
     --warmup "$warmup" --json >"$out/$name.json" 2>>"$out/$name.log"
   status=$?
   if ((status != 0)) && [[ ! -s $out/$name.json ]]; then
     record_failure "$out/$name.json" "tandem bench offload: $(failure_reason "$status" \
-      $((SECONDS - started)) "${PART_SECONDS:-560}" "$out/$name.log")" part="$name" config="$config"
-  fi
-  ;;
-deepspeed)
-  config=${1:?"usage: $0 deepspeed CONFIG STAGE"}
-  stage=${2:?"usage: $0 deepspeed CONFIG STAGE (2: ZeRO-Offload, 3: ZeRO-3 with optimizer offload)"}
-  name="deepspeed-$(model_name "$config")-$stage"
-  bin=$(tandem_binary) || exit 1
-  shard=$(shard_of "$bin") || exit 1
-  # DeepSpeed and its missing dependencies travel as wheels (tools/pack_deepspeed_wheels.sh):
-  # this machine has no package index.
-  if ! python3 -c 'import deepspeed' 2>/dev/null; then
-    compgen -G "$payload/wheels/*.whl" >/dev/null || {
-      echo "gpu_offload_sweep: DeepSpeed is not installed and $payload/wheels holds no wheels:" \
-        "run tools/pack_deepspeed_wheels.sh here and carry gpu-payload" >&2
-      exit 1
-    }
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/deepspeed-site "$payload"/wheels/*.whl || exit 1
-    export PYTHONPATH=/tmp/deepspeed-site${PYTHONPATH:+:$PYTHONPATH}
-  fi
-  batch=$(batch_for "$config")
-  started=$SECONDS
-  PYTHONUNBUFFERED=1 timeout --kill-after=10 "${PART_SECONDS:-560}" python3 \
-    bench/deepspeed_offload_train.py --config "$config" --zero-stage "$stage" --data "$shard" \
-    --steps "$steps" --warmup "$warmup" ${batch:+--batch "$batch"} ${LR:+--lr "$LR"} \
-    2>"$out/$name.log" | tail -n 1 >"$out/$name.json"
-  status=${PIPESTATUS[0]}
-  if ((status != 0)); then
-    record_failure "$out/$name.json" "$(failure_reason "$status" $((SECONDS - started)) \
-      "${PART_SECONDS:-560}" "$out/$name.log")" framework=deepspeed zero_stage="$stage" \
-      config="$config"
+      $((SECONDS - started)) "$cap" "$out/$name.log")" part="$name" config="$config"
   fi
   ;;
 budgets)
@@ -242,9 +394,15 @@ versus)
     --versus activation_checkpointing.interval=1 2>>"$out/$name.log" >>"$out/$name.json" ||
     status=1
   ;;
+plan)
+  # The ordered parts (bench/README.md's table has the same list with what has run).
+  sed -n '/^# PLAN$/,/^# END PLAN$/p' "$0" | sed '1d; $d; s/^# //'
+  exit 0
+  ;;
 summary) ;;
 *)
-  echo "gpu_offload_sweep: unknown part '$part' (tandem, deepspeed, digest, budgets, versus or summary)" >&2
+  echo "gpu_offload_sweep: unknown part '$part' (tandem, tandem-cpu, deepspeed, probe, schedules," \
+    "digest, budgets, versus, summary or plan)" >&2
   exit 2
   ;;
 esac
@@ -253,4 +411,24 @@ esac
 dirs=("$out")
 if [[ $part == summary && $# -gt 0 ]]; then dirs=("$@"); fi
 python3 bench/offload_sweep_summary.py "${dirs[@]}" || status=1
-exit "${status:-0}"
+exit "$status"
+
+# PLAN
+# part  command (after `export OUT_DIR=$OUT`)                                      est. s
+# 1     bash bench/gpu_offload_sweep.sh tandem configs/llama2-7b.json 4,16                  330
+# 2     bash bench/gpu_offload_sweep.sh deepspeed configs/llama2-7b.json best 4,16          450
+# 3     bash bench/gpu_offload_sweep.sh tandem-cpu configs/llama2-7b.json 4,16              400
+# 4     STEPS=8 WARMUP=2 bash bench/gpu_offload_sweep.sh tandem configs/llama2-7b.json 64   330
+# 5     STEPS=6 WARMUP=2 bash bench/gpu_offload_sweep.sh deepspeed configs/llama2-7b.json best 64  470
+# 6     bash bench/gpu_offload_sweep.sh tandem configs/llama-3b.json 4,16                  200
+# 7     bash bench/gpu_offload_sweep.sh deepspeed configs/llama-3b.json best 4,16          300
+# 8     bash bench/gpu_offload_sweep.sh probe configs/llama2-7b.json zero3-twinflow        200
+# 9     DS_RATIO=0.5 bash bench/gpu_offload_sweep.sh deepspeed configs/llama2-7b.json zero3-twinflow 4,16  450
+# 10    STEPS=8 WARMUP=2 bash bench/gpu_offload_sweep.sh tandem configs/llama-3b.json 64,256   420
+# 11    STEPS=6 WARMUP=2 bash bench/gpu_offload_sweep.sh deepspeed configs/llama-3b.json best 64  300
+# 12    STEPS=3 WARMUP=2 bash bench/gpu_offload_sweep.sh tandem configs/llama2-7b.json 256  480
+# 13    bash bench/gpu_offload_sweep.sh tandem configs/llama3.1-8b.json 4,16               360
+# 14    bash bench/gpu_offload_sweep.sh deepspeed configs/llama3.1-8b.json best 4,16       470
+# 15    STEPS=30 WARMUP=5 bash bench/gpu_offload_sweep.sh tandem configs/llama2-13b.json 4 (H200)  400
+# 16    STEPS=5 WARMUP=2 bash bench/gpu_offload_sweep.sh deepspeed configs/llama2-13b.json zero2-offload 4 (H200)  400
+# END PLAN

@@ -1,14 +1,25 @@
 #!/usr/bin/env python3
-"""The table of bench/gpu_offload_sweep.sh: tandem's schedules beside DeepSpeed, per model.
+"""The table of bench/gpu_offload_sweep.sh: tandem beside DeepSpeed, per model and tokens per
+optimizer step.
 
-Reads every *.json in the directories given (the parts' results: `tandem bench offload
---json` objects, one per line for the budgets part, and bench/deepspeed_offload_train.py's
-JSON line) and prints, per model: tokens/s, forward / backward / update ms, peak GPU memory,
-pinned host memory and the first 10 losses of each run; tandem's predicted / measured update
-time per schedule; the ratios the issue sets goals for (tandem auto against DeepSpeed
-ZeRO-3 offload and ZeRO-Offload, auto against the fastest fixed schedule) and whether the
-state digests agree. Exits 1 when a run failed, a loss does not descend, or the digests of
-one model's schedules differ; the ratios are reported, not enforced.
+Reads every *.json in the directories given (one JSON object per line: `tandem bench offload
+--json` results, annotated by the sweep with its "sweep" facts, and the lines of
+bench/deepspeed_offload_train.py, one per phase) and prints, per model and tokens per step:
+each run's tokens/s, model TFLOPS, forward / backward / update ms, peak GPU memory, pinned host
+memory, and its loss after warm-up and at the end; tandem's predicted / measured update; and
+the ratios the goals are set on: tandem at its own setting against DeepSpeed's best mode
+(goal >= 1.5 on 7B-class models), tandem at DeepSpeed's placement (schedule cpu) against
+ZeRO-Offload (goal >= 2.0 at 8K and 32K tokens per step).
+
+Model TFLOPS = tokens/s x (6 N + 12 L H_d T) / 1e12: N every parameter (the embedding's
+lookup and the head's matmul both counted, as the configs count N), L layers, H_d the
+attention width (heads x head_dim), T the sequence; 12 L H_d T is QK^T and AV forward and
+backward over the full T x T square (PaLM's appendix B), so the causal half that the flash
+kernels skip is counted, and recompute is not. The 6N-only figure is printed beside it.
+
+Exits 1 when a run failed, a loss at its end is not lower than the loss of the first step
+after warm-up, or one model's schedules end with different state digests; ratios are
+reported, not enforced.
 
   python3 bench/offload_sweep_summary.py runs/gpu-offload
 """
@@ -17,14 +28,13 @@ import pathlib
 import sys
 
 GIB = 1 << 30
+CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
 
 
 def read_results(dirs):
-    """(tandem, deepspeed, budgets, versus, problems): tandem {model: bench offload JSON},
-    deepspeed {model: {stage: JSON}}, budgets [bench offload JSON with memory_gb], versus
-    [bench versus JSON]."""
-    tandem, deepspeed, budgets, problems = {}, {}, [], []
-    versus = []
+    """(tandem, deepspeed, budgets, versus, problems): tandem and deepspeed are lists of
+    result objects; budgets the bench offload objects with memory_gb; versus bench versus's."""
+    tandem, deepspeed, budgets, versus, problems = [], [], [], [], []
     for d in dirs:
         for path in sorted(pathlib.Path(d).glob("*.json")):
             lines = [l for l in path.read_text().splitlines() if l.strip()]
@@ -37,96 +47,178 @@ def read_results(dirs):
                 problems.append(f"{path.name}: not JSON ({e}); see {path.stem}.log")
                 continue
             for r in records:
-                if "error" in r and r.get("framework") != "deepspeed" and "runs" not in r:
+                if r.get("framework") == "deepspeed":
+                    r.setdefault("model", pathlib.Path(r.get("config", path.stem)).stem)
+                    deepspeed.append(r)
+                elif "error" in r and "runs" not in r:
                     # A part whose process failed (bench/gpu_offload_sweep.sh wrote why).
                     problems.append(f"{path.name}: {r['error']}")
-                elif r.get("framework") == "deepspeed":
-                    model = pathlib.Path(r.get("config", path.stem)).stem
-                    deepspeed.setdefault(model, {})[int(r["zero_stage"])] = r
                 elif "memory_gb" in r:
                     budgets.append(r)
                 elif "changes" in r:
                     versus.append(r)
+                elif "probe" in r:
+                    pass
                 elif "runs" in r:
-                    tandem[r.get("model") or model_of(path.stem)] = r
+                    r.setdefault("model", model_of(path.stem))
+                    tandem.append(r)
                 else:
                     problems.append(f"{path.name}: not a result of gpu_offload_sweep.sh")
     return tandem, deepspeed, budgets, versus, problems
 
 
 def model_of(stem):
-    """tandem-llama-3b -> llama-3b; digest-llama-124m -> llama-124m."""
-    return stem.split("-", 1)[1] if "-" in stem else stem
+    """tandem-llama-3b -> llama-3b; schedules-llama2-7b -> llama2-7b; tandem-cpu-x-16 -> x."""
+    parts = stem.split("-")
+    while parts and parts[0] in ("tandem", "cpu", "schedules", "digest"):
+        parts = parts[1:]
+    if len(parts) > 1 and parts[-1].isdigit():
+        parts = parts[:-1]
+    return "-".join(parts) or stem
 
 
-def losses_text(losses):
-    return " ".join("%.3f" % l for l in (losses or [])[:10])
+def flops_per_token(model, params, seq_len):
+    """(6N + 12 L H_d T, 6N) from configs/<model>.json's shape, or (6N, 6N) without it."""
+    six_n = 6.0 * params
+    try:
+        m = json.load(open(CONFIGS / f"{model}.json"))["model"]
+    except (OSError, ValueError, KeyError):
+        return six_n, six_n
+    width = m["num_attention_heads"] * m.get("head_dim",
+                                             m["hidden_size"] // m["num_attention_heads"])
+    return six_n + 12.0 * m["num_hidden_layers"] * width * seq_len, six_n
 
 
-def descends(losses):
-    return bool(losses) and len(losses) >= 2 and losses[-1] < losses[0]
+def losses_check(losses, timed):
+    """(loss after warm-up, last loss, ok): the first timed step's loss against the last."""
+    if not losses or len(losses) < 2:
+        return None, None, False
+    first = max(0, len(losses) - timed) if timed else 0
+    first = min(first, len(losses) - 2)
+    return losses[first], losses[-1], losses[-1] < losses[first]
 
 
 def gib(n):
     return "%.2f GiB" % (n / GIB) if n else "-"
 
 
-def row(name, r, peak, pinned):
-    return ("%-24s %9.0f %9.1f %9.1f %9.1f %10s %12s   %s"
-            % (name, r.get("tokens_per_s") or 0, r.get("forward_ms") or 0,
-               r.get("backward_ms") or 0, r.get("update_ms") or 0, gib(peak), gib(pinned),
-               losses_text(r.get("losses"))))
+HEADER = ("%-44s %9s %7s %7s %9s %9s %9s %10s %11s  %s"
+          % ("run", "tokens/s", "TFLOPS", "6N TF", "fwd ms", "bwd ms", "update ms",
+             "GPU memory", "pinned host", "loss after warm-up -> end"))
 
 
-def summarize_model(model, ours, theirs, problems):
-    print(f"== {model}" + (f": {ours['params'] / 1e9:.2f} B parameters, B {ours['batch']},"
-                           f" T {ours['seq_len']}, {ours['device']} device" if ours else ""))
-    print("%-24s %9s %9s %9s %9s %10s %12s   %s" % ("run", "tokens/s", "fwd ms", "bwd ms",
-                                                   "update ms", "GPU memory", "pinned host",
-                                                   "first 10 losses"))
-    tokens = {}
-    for run in (ours or {}).get("runs", []):
-        name = "tandem " + run["schedule"]
-        if "error" in run:
-            print("%-24s not run: %s" % (name, run["error"]))
-            continue
-        print(row(name, run, run.get("device_bytes_in_use") or run.get("device_bytes"),
-                  run.get("pinned_host_bytes")))
-        tokens[run["schedule"]] = run["tokens_per_s"]
-        if not descends(run.get("losses")):
-            problems.append(f"{model}: tandem {run['schedule']}'s loss does not descend")
-    for stage, r in sorted((theirs or {}).items()):
-        name = "DeepSpeed " + ("ZeRO-Offload" if stage == 2 else "ZeRO-3 offload")
-        if "error" in r:
-            print("%-24s failed: %s" % (name, r["error"]))
-            problems.append(f"{model}: {name} failed")
-            continue
-        print(row(name, r, r.get("peak_gpu_bytes"), r.get("pinned_host_bytes")))
-        tokens[f"ds{stage}"] = r.get("tokens_per_s")
-        if not descends(r.get("losses")):
-            problems.append(f"{model}: {name}'s loss does not descend")
-    if ours:
-        for run in ours.get("runs", []):
-            if "error" not in run:
-                print("  tandem %-10s predicted / measured update: %.1f / %.1f ms = %.3f (goal"
-                      " within 0.8-1.2); plan: %d host, %d resident, %d staged"
-                      % (run["schedule"], run["predicted_update_ms"], run["update_ms"],
-                         run["predicted_to_measured"], run["host_subgroups"],
-                         run["resident_subgroups"], run["staged_subgroups"]))
-        if not ours.get("digests_agree", True):
-            problems.append(f"{model}: tandem's schedules ended with different state digests")
-        digests = {run.get("state_digest") for run in ours.get("runs", []) if "error" not in run}
-        print("  state digests: %s" % ("one for every schedule (%s)" % digests.pop()
-                                        if len(digests) == 1 else "DIFFER: %s" % sorted(digests)))
-        if ours.get("auto_to_best_fixed_update"):
-            print("  auto's update / the fastest fixed schedule's: %.3f (goal <= 1.05)"
-                  % ours["auto_to_best_fixed_update"])
-    auto = tokens.get("auto")
-    for key, name, goal in (("ds3", "ZeRO-3 offload", 2.5), ("ds2", "ZeRO-Offload", 2.0)):
-        if auto and tokens.get(key):
-            ratio = auto / tokens[key]
-            print("  tandem auto / DeepSpeed %s tokens/s: %.2f (goal >= %.1f: %s)"
-                  % (name, ratio, goal, "met" if ratio >= goal else "not met"))
+def row(name, r, peak, pinned, per_token, problems, where):
+    tokens = r.get("tokens_per_s") or 0
+    after, last, ok = losses_check(r.get("losses"), r.get("timed_steps"))
+    if not ok:
+        problems.append(f"{where}: {name}'s loss at its end is not lower than after warm-up "
+                        f"({after} -> {last})")
+    return ("%-44s %9.0f %7.1f %7.1f %9.1f %9.1f %9.1f %10s %11s  %s"
+            % (name, tokens, tokens * per_token[0] / 1e12, tokens * per_token[1] / 1e12,
+               r.get("forward_ms") or 0, r.get("backward_ms") or 0, r.get("update_ms") or 0,
+               gib(peak), gib(pinned),
+               "%.3f -> %.3f" % (after, last) if after is not None else "-"))
+
+
+def tandem_tokens_per_step(r, run):
+    sweep = r.get("sweep") or {}
+    if "tokens_per_step" in sweep:
+        return sweep["tokens_per_step"]
+    micro = run.get("micro_batch") or r.get("batch") or 0
+    return micro * (run.get("gradient_accumulation_steps") or 1) * r.get("seq_len", 0)
+
+
+def tandem_label(r, run):
+    kind = (r.get("sweep") or {}).get("kind", "schedules")
+    what = "tandem " + run["schedule"]
+    if kind == "tandem-cpu":
+        what = "tandem cpu (DeepSpeed's placement)"
+    elif kind == "tandem":
+        what = "tandem own setting (" + run["schedule"] + ")"
+    if "micro_batch" in run:
+        what += " mb %s x%s" % (run["micro_batch"], run.get("gradient_accumulation_steps", 1))
+        if run.get("activation_checkpointing_interval"):
+            what += " rc%s" % run["activation_checkpointing_interval"]
+    return what, kind
+
+
+def ds_label(r):
+    mode = r.get("mode") or ("zero2-offload" if r.get("zero_stage") == 2 else "zero3-offload")
+    what = "DeepSpeed " + mode
+    if mode == "zero3-twinflow":
+        what += " r%s" % r.get("offload_ratio")
+    if "micro_batch" in r:
+        what += " mb %s x%s" % (r["micro_batch"], r.get("gradient_accumulation_steps", 1))
+    if r.get("activation_checkpointing"):
+        what += " ckpt"
+    return what, mode
+
+
+def summarize(tandem, deepspeed, problems):
+    groups = {}
+    for r in tandem:
+        for run in r.get("runs", []):
+            key = (r["model"], tandem_tokens_per_step(r, run))
+            groups.setdefault(key, {"t": [], "d": [], "digests": []})["t"].append((r, run))
+        groups_of_r = {(r["model"], tandem_tokens_per_step(r, run)) for run in r.get("runs", [])}
+        for key in groups_of_r:
+            groups[key]["digests"].append(r)
+    for r in deepspeed:
+        tps = r.get("tokens_per_step") or (r.get("batch") or 0) * (r.get("seq_len") or 0)
+        groups.setdefault((r["model"], tps), {"t": [], "d": [], "digests": []})["d"].append(r)
+    for (model, tps), g in sorted(groups.items()):
+        where = f"{model} at {tps} tokens/step"
+        params = next((r.get("params") for r, _ in g["t"]), None) or next(
+            (r.get("params") for r in g["d"] if r.get("params")), 0)
+        seq = next((r.get("seq_len") for r, _ in g["t"]), None) or next(
+            (r.get("seq_len") for r in g["d"] if r.get("seq_len")), 0)
+        per_token = flops_per_token(model, params or 0, seq or 0)
+        print(f"== {model}: {params / 1e9:.2f} B parameters, {tps:,} tokens per optimizer step, "
+              f"T {seq}" if params else f"== {model}: {tps:,} tokens per optimizer step")
+        print(HEADER)
+        best = {}
+        for r, run in g["t"]:
+            name, kind = tandem_label(r, run)
+            if "error" in run:
+                print("%-44s not run: %s" % (name, run["error"]))
+                continue
+            print(row(name, dict(run, timed_steps=r.get("timed_steps")),
+                      run.get("device_bytes_in_use") or run.get("device_bytes"),
+                      run.get("pinned_host_bytes"), per_token, problems, where))
+            slot = {"tandem": "tandem", "tandem-cpu": "tandem-cpu"}.get(kind, "sched-" + run["schedule"])
+            best[slot] = max(best.get(slot, 0), run.get("tokens_per_s") or 0)
+        for r in g["d"]:
+            name, mode = ds_label(r)
+            if "error" in r:
+                print("%-44s failed: %s" % (name, r["error"]))
+                problems.append(f"{where}: {name} failed")
+                continue
+            print(row(name, r, r.get("peak_gpu_bytes"), r.get("pinned_host_bytes"), per_token,
+                      problems, where))
+            best["ds-" + mode] = max(best.get("ds-" + mode, 0), r.get("tokens_per_s") or 0)
+        for r, run in g["t"]:
+            if "error" not in run and "predicted_update_ms" in run:
+                print("  %-40s predicted / measured update: %.1f / %.1f ms = %.3f"
+                      % (tandem_label(r, run)[0], run["predicted_update_ms"], run["update_ms"],
+                         run.get("predicted_to_measured", 0)))
+        for r in g["digests"]:
+            if not r.get("digests_agree", True):
+                problems.append(f"{where}: tandem's schedules ended with different state digests")
+        ds_best = max([(v, k[3:]) for k, v in best.items() if k.startswith("ds-")],
+                      default=(0, None))
+        own = best.get("tandem") or best.get("sched-auto")
+        if own and ds_best[0]:
+            ratio = own / ds_best[0]
+            print("  tandem own setting / DeepSpeed's best (%s): %.2f (goal >= 1.5 on 7B-class: %s)"
+                  % (ds_best[1], ratio, "met" if ratio >= 1.5 else "not met"))
+        placement = best.get("tandem-cpu") or best.get("sched-cpu")
+        if placement and best.get("ds-zero2-offload"):
+            ratio = placement / best["ds-zero2-offload"]
+            print("  tandem cpu / DeepSpeed ZeRO-Offload: %.2f (goal >= 2.0 at 8K and 32K: %s)"
+                  % (ratio, "met" if ratio >= 2.0 else "not met"))
+        if own and best.get("ds-zero3-offload"):
+            print("  tandem own setting / DeepSpeed ZeRO-3 offload: %.2f"
+                  % (own / best["ds-zero3-offload"]))
 
 
 def summarize_budgets(budgets, problems):
@@ -168,8 +260,7 @@ def main():
     tandem, deepspeed, budgets, versus, problems = read_results(dirs)
     if not (tandem or deepspeed or budgets or versus or problems):
         sys.exit(f"offload_sweep_summary.py: no results in {', '.join(dirs)}")
-    for model in sorted(set(tandem) | set(deepspeed)):
-        summarize_model(model, tandem.get(model), deepspeed.get(model), problems)
+    summarize(tandem, deepspeed, problems)
     if budgets:
         summarize_budgets(budgets, problems)
     if versus:

@@ -9,6 +9,9 @@
 # optimizer offloaded to pinned host memory; and where the script would start training it
 # stops on this machine's lack: no torch, or torch without a CUDA GPU. No network, no torch
 # needed.
+# Also: each mode's DeepSpeed config (zero2 with torch's fused AdamW, ZeRO-Offload, ZeRO-3
+# offload, Twin-Flow's ratio), the batch and accumulation arithmetic, and the learning rate of
+# every step against tandem's WarmupCosineLR formula.
 # `wheels`: tools/pack_deepspeed_wheels.sh makes the wheel set in a temporary folder and it
 # passes its own offline-install check, then a second one with this machine's pip. Needs
 # PyPI: skips (exit 77, saying why) only where PyPI cannot be reached.
@@ -80,38 +83,57 @@ expect_error "is not JSON" --config "$work/broken.json"
 expect_error "this baseline trains a Llama" --config "$work/gpt2.json"
 expect_error "--zero-stage 1 is not benchmarked" --config "$config" --zero-stage 1
 expect_error "--zero-stage 4 is not benchmarked" --config "$config" --zero-stage 4
+expect_error "--zero-stage 2 and --mode zero3-offload disagree" --config "$config" --zero-stage 2 --mode zero3-offload
 expect_error "--steps 0 is not positive" --config "$config" --steps 0
-expect_error "--batch 0 is not positive" --config "$config" --batch 0
+expect_error "--micro-batch 0 is not positive" --config "$config" --batch 0
 expect_error "--seq-len -5 is not positive" --config "$config" --seq-len -5
 expect_error "--data $work/none.bin: no such file" --config "$config" --data "$work/none.bin"
 expect_error "--lr 0.0 is not a positive learning rate" --config "$config" --lr 0
+expect_error "--train-batch-size 6 is not a multiple of the micro-batch 4" --config "$config" --train-batch-size 6 --micro-batch 4
+expect_error "--train-batch-size 16 is not --micro-batch 2 x --grad-accum 4" --config "$config" --train-batch-size 16 --micro-batch 2 --grad-accum 4
+expect_error "is not a number or a comma list" --config "$config" --train-batch-size 4,x
+expect_error "--offload-ratio is zero3-twinflow's" --config "$config" --mode zero2-offload --offload-ratio 0.3
+expect_error "--offload-ratio 1.5 is not in [0, 1]" --config "$config" --mode zero3-twinflow --offload-ratio 1.5
+expect_error "--pinned exact needs a GPU" --config "$config" --device cpu --pinned exact
 
-# The DeepSpeed configs: the right stage, the optimizer in pinned host memory, the config's
-# AdamW and clipping, bf16.
-for stage in 2 3; do
-  if python3 "$script" --config "$config" --zero-stage "$stage" --print-ds-config \
+# The DeepSpeed config of each mode (python3 - MODE EXTRA-ARGS... checks the printed config).
+check_mode() {
+  local mode="$1" checks="$2"
+  shift 2
+  if python3 "$script" --config "$config" --mode "$mode" "$@" --print-ds-config \
        > "$work/ds.json" 2> "$work/err" &&
-     python3 - "$work/ds.json" "$stage" << 'EOF'
-import json, sys
-ds, stage = json.load(open(sys.argv[1])), int(sys.argv[2])
-zero = ds["zero_optimization"]
-assert zero["stage"] == stage, zero
-assert zero["offload_optimizer"] == {"device": "cpu", "pin_memory": True}, zero
-assert "offload_param" not in zero, zero
-assert zero["sub_group_size"] == 100000000, zero
-assert ds["bf16"] == {"enabled": True}, ds
-assert ds["gradient_clipping"] == 1.0, ds
-assert ds["optimizer"] == {"type": "AdamW", "params": {"lr": 0.0003, "betas": [0.9, 0.95],
-                           "eps": 1e-08, "weight_decay": 0.1}}, ds
-assert "scheduler" not in ds and "activation_checkpointing" not in ds, ds
-assert ds["train_micro_batch_size_per_gpu"] == 1 and ds["gradient_accumulation_steps"] == 1, ds
-EOF
-  then
-    echo "ok: --zero-stage $stage --print-ds-config"
+     python3 -c "import json, sys
+ds = json.load(open(sys.argv[1])); zero = ds['zero_optimization']
+assert ds['bf16'] == {'enabled': True} and ds['gradient_clipping'] == 1.0, ds
+p = ds['optimizer']['params']
+assert ds['optimizer']['type'] == 'AdamW' and p['lr'] == 0.0003 and p['betas'] == [0.9, 0.95], ds
+assert p['eps'] == 1e-08 and p['weight_decay'] == 0.1, ds
+assert 'scheduler' not in ds and 'activation_checkpointing' not in ds, ds
+assert ds['train_batch_size'] == ds['train_micro_batch_size_per_gpu'] * ds['gradient_accumulation_steps'], ds
+$checks" "$work/ds.json"; then
+    echo "ok: --mode $mode $* --print-ds-config"
   else
-    fail "--zero-stage $stage --print-ds-config: $(cat "$work/err")"
+    fail "--mode $mode $* --print-ds-config: $(cat "$work/err")"
   fi
-done
+}
+check_mode zero2-offload "assert zero['stage'] == 2 and zero['offload_optimizer'] == {'device': 'cpu', 'pin_memory': True}, zero
+assert 'sub_group_size' not in zero and zero['reduce_bucket_size'] == 500000000, zero
+assert ds['train_micro_batch_size_per_gpu'] == 1 and ds['gradient_accumulation_steps'] == 1, ds"
+check_mode zero2-offload "assert ds['train_batch_size'] == 64 and ds['train_micro_batch_size_per_gpu'] == 2, ds
+assert ds['gradient_accumulation_steps'] == 32 and zero['reduce_bucket_size'] == 200000000, zero" \
+  --train-batch-size 64,256 --micro-batch 2 --reduce-bucket-size 2e8
+check_mode zero2-offload "assert zero['offload_optimizer']['pin_memory'] is False, zero" --pinned off
+check_mode zero2 "assert zero['stage'] == 2 and 'offload_optimizer' not in zero, zero
+assert p['torch_adam'] is True and p['fused'] is True, p"
+check_mode zero2 "assert 'torch_adam' not in p and 'fused' not in p, p" --gpu-adam deepspeed-fused
+check_mode zero3-offload "assert zero['stage'] == 3 and zero['offload_optimizer'] == {'device': 'cpu', 'pin_memory': True}, zero
+assert zero['sub_group_size'] == 100000000 and zero['stage3_param_persistence_threshold'] == 10**10, zero
+assert 'offload_param' not in zero, zero"
+check_mode zero3-twinflow "assert zero['stage'] == 3 and zero['offload_optimizer']['ratio'] == 0.3, zero" \
+  --offload-ratio 0.3
+check_mode zero3-offload "assert zero['stage'] == 3 and 'ratio' not in zero['offload_optimizer'], zero" \
+  --zero-stage 3
+check_mode zero2-offload "assert ds['wall_clock_breakdown'] is True, ds" --wall-clock-breakdown
 
 # --lr replaces the config's learning rate and nothing else (the sweep's LR, both sides).
 if python3 "$script" --config "$config" --lr 3e-5 --print-ds-config > "$work/ds.json" 2> "$work/err" &&
@@ -120,6 +142,20 @@ if python3 "$script" --config "$config" --lr 3e-5 --print-ds-config > "$work/ds.
   echo "ok: --lr 3e-5 --print-ds-config"
 else
   fail "--lr 3e-5 --print-ds-config: $(cat "$work/err")"
+fi
+
+# The learning rate: tandem's WarmupCosineLR (src/tandem/optim/lr_schedule.cc) step by step:
+# warm-up 4 steps to 3e-4, cosine over the next 6 to 3e-5 (cos_min_ratio 0.1).
+if python3 "$script" --config "$config" --lr 3e-4 --warmup 4 --steps 6 --print-lr-schedule \
+     > "$work/lr.json" 2> "$work/err" &&
+   python3 -c 'import json, math, sys
+lrs = json.load(open(sys.argv[1]))
+want = [3e-4 * (s + 1) / 4 for s in range(4)] + [3e-5 + 0.5 * (1 + math.cos(math.pi * (s - 4) / 6)) * 2.7e-4 for s in range(4, 10)]
+assert len(lrs) == 10 and all(abs(a - b) < 1e-15 for a, b in zip(lrs, want)), (lrs, want)
+assert lrs[3] == 3e-4 and abs(lrs[4] - 3e-4) < 1e-15 and lrs[-1] > 3e-5' "$work/lr.json"; then
+  echo "ok: --print-lr-schedule is tandem's WarmupCosineLR"
+else
+  fail "--print-lr-schedule: $(cat "$work/err" "$work/lr.json")"
 fi
 
 # Past the checks, the script needs torch and a CUDA GPU: it says which is missing here.
