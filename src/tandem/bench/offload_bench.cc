@@ -7,6 +7,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/timer.h"
+#include "tandem/train/step_settings.h"
 
 namespace tandem {
 
@@ -59,6 +60,10 @@ OffloadBenchResult run_offload_bench(const OffloadBenchOptions& options) {
     OffloadBenchCase c;
     c.schedule = schedule;
     try {
+      config = with_chosen_step_settings(config, options.progress ? stderr : nullptr);
+      c.settings = {config.micro_batch_size, config.gradient_accumulation_steps,
+                    config.activation_checkpointing.interval,
+                    config.activation_checkpointing.cpu_checkpointing};
       const TrainResult run = train(config, train_options);
       c.medians = step_medians(run, options.warmup);
       c.plan = run.plan;
@@ -152,7 +157,7 @@ std::string OffloadBenchResult::to_text() const {
                   m.update_exposed_ms, c.predicted_exposed_update_ms,
                   format_bytes(c.plan.total.device).c_str(),
                   format_bytes(c.plan.total.pinned_host).c_str(), c.state_digest.c_str());
-    text += row + sites_text(c.plan.offload) + "\n";
+    text += row + sites_text(c.plan.offload) + "; " + c.settings.to_text() + "\n";
   }
   if (schedules_run() > 1)
     text += digests_agree() ? "state digests: the same for every schedule\n"
@@ -184,6 +189,11 @@ nlohmann::json OffloadBenchResult::to_json() const {
          {"predicted_to_measured", m.update_ms > 0 ? c.predicted_update_ms / m.update_ms : 0.0},
          {"update_exposed_ms", m.update_exposed_ms},
          {"predicted_exposed_update_ms", c.predicted_exposed_update_ms},
+         {"micro_batch", c.settings.micro_batch},
+         {"gradient_accumulation_steps", c.settings.accumulation},
+         {"recompute_interval", c.settings.recompute_interval},
+         {"cpu_checkpointing", c.settings.cpu_checkpointing},
+         {"tokens_per_step", int64_t{c.settings.micro_batch} * c.settings.accumulation * seq_len},
          {"host_subgroups", plan.count(UpdateSite::kHost)},
          {"resident_subgroups", plan.count(UpdateSite::kDeviceResident)},
          {"staged_subgroups", plan.count(UpdateSite::kDeviceStaged)},

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/config/step_plan.h"
 #include "tandem/config/train_config.h"
 #include "tandem/offload/offload_plan.h"
 #include "tandem/train/trainer.h"
@@ -41,6 +42,9 @@ struct OffloadBenchOptions {
 
 struct OffloadBenchCase {
   UpdateSchedule schedule = UpdateSchedule::kCpu;
+  // The micro-batch, accumulation and recompute it trained with: the config's, or the step
+  // planner's choice for its "auto" ones under this schedule (config/step_plan.h).
+  StepSettings settings;
   std::string error;  // why it did not run (its plan does not fit); empty when it ran
   StepMedians medians;
   double predicted_update_ms = 0;
@@ -57,7 +61,8 @@ struct OffloadBenchCase {
 struct OffloadBenchResult {
   std::vector<OffloadBenchCase> cases;
   size_t params = 0;
-  int batch = 0, seq_len = 0, timed_steps = 0;
+  int batch = 0, seq_len = 0,
+      timed_steps = 0;  // batch: the config's micro-batch (kAuto: chosen per run)
   std::string device;
   size_t schedules_run() const;
   // Every schedule that ran ended with the same state digest.

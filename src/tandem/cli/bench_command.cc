@@ -18,6 +18,7 @@
 #include "tandem/config/train_config.h"
 #include "tandem/core/error.h"
 #include "tandem/device/cuda/cuda_device.h"
+#include "tandem/train/step_settings.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem::cli {
@@ -234,7 +235,8 @@ void register_bench(CLI::App& app) {
       ->check(CLI::Range(0, 100000));
   step->add_flag("--json", step_args->json, "Print one JSON object");
   step->callback([step_args] {
-    TrainConfig config = load_train_config(step_args->config, step_args->overrides);
+    TrainConfig config = with_chosen_step_settings(
+        load_train_config(step_args->config, step_args->overrides), step_args->json ? nullptr : stderr);
     config.train.steps = step_args->warmup + step_args->steps;
     config.train.eval_interval = 0;
     config.train.sample_bytes = 0;

@@ -5,6 +5,7 @@
 
 #include "tandem/cli/commands.h"
 #include "tandem/config/memory_plan.h"
+#include "tandem/config/step_plan.h"
 #include "tandem/config/train_config.h"
 #include "tandem/core/error.h"
 #include "tandem/core/thread_pool.h"
@@ -24,7 +25,8 @@ void register_plan(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "plan",
       "Print, without training, the memory each tier needs, the optimizer update schedule and "
-      "its predicted update time");
+      "its predicted update time; with \"auto\" settings, the micro-batch, accumulation and "
+      "recompute chosen, the runners-up and each one's predicted step");
   cmd->add_option("--config", args->config, "Run configuration (JSON)")->required();
   cmd->add_option("--set", args->overrides, "Override a config value (repeatable)");
   cmd->add_option("--world-size", args->world_size,
@@ -45,21 +47,34 @@ void register_plan(CLI::App& app) {
     // A plan for a GPU machine made where there is none: the GPU is modelled (its rates
     // assumed, and said so), not refused.
     std::string why_no_gpu;
-    if (config.device.type == DeviceKind::kCuda && cuda_device_count(&why_no_gpu) == 0) {
-      const TrainingMemoryPlan plan =
-          plan_training_without_gpu(config, pool, state_range, args->world_size);
-      std::printf("tandem plan for %s on a cuda device of %g GiB%s (modelled: %s)\n%s%s\n",
-                  args->config.c_str(), config.device.memory_gb, who.c_str(), why_no_gpu.c_str(),
-                  plan.to_text().c_str(), largest_micro_batch_text(plan, config).c_str());
-      check_fits(plan, config);
+    const bool modelled =
+        config.device.type == DeviceKind::kCuda && cuda_device_count(&why_no_gpu) == 0;
+    const std::string on = modelled
+                               ? cat("a cuda device of ", config.device.memory_gb, " GiB", who,
+                                     " (modelled: ", why_no_gpu, ")")
+                               : cat("the ", device_kind_name(config.device.type), " device", who);
+    // "auto" settings: the step planner's choice and its runners-up, then the chosen plan.
+    if (config.has_auto_step_settings()) {
+      TANDEM_CHECK(args->rank == 0,
+                   "--rank is for fixed settings: with \"auto\" ones rank 0 "
+                   "plans for every rank; leave --rank out");
+      const StepPlan step =
+          modelled ? plan_step_without_gpu(config, pool, args->world_size)
+                   : plan_step(config, *make_training_device(config), pool, args->world_size);
+      const TrainConfig chosen =
+          with_step_settings(config, step.chosen().settings, args->world_size);
+      std::printf("tandem plan for %s on %s\n%s%s%s\n", args->config.c_str(), on.c_str(),
+                  step.to_text().c_str(), step.chosen().memory.to_text().c_str(),
+                  largest_micro_batch_text(step.chosen().memory, chosen).c_str());
       return;
     }
-    auto device = make_training_device(config);
+    if (config.train_batch_size > 0) step_candidates(config, args->world_size);  // the product
     const TrainingMemoryPlan plan =
-        plan_training(config, *device, pool, state_range, args->world_size);
-    std::printf("tandem plan for %s on the %s device%s\n%s%s\n", args->config.c_str(),
-                std::string(device->name()).c_str(), who.c_str(), plan.to_text().c_str(),
-                largest_micro_batch_text(plan, config).c_str());
+        modelled ? plan_training_without_gpu(config, pool, state_range, args->world_size)
+                 : plan_training(config, *make_training_device(config), pool, state_range,
+                                 args->world_size);
+    std::printf("tandem plan for %s on %s\n%s%s\n", args->config.c_str(), on.c_str(),
+                plan.to_text().c_str(), largest_micro_batch_text(plan, config).c_str());
     check_fits(plan, config);
   });
 }

@@ -193,38 +193,59 @@ size_t timing_sample(const TrainingMemoryPlan& plan, size_t device_free) {
 
 }  // namespace
 
-TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
-                                 ParamRange state_range, int world_size) {
-  TrainingMemoryPlan plan =
+std::optional<UpdateRates> measure_update_rates(const TrainConfig& config, Device& device,
+                                                ThreadPool& pool, ParamRange state_range,
+                                                int world_size) {
+  const TrainingMemoryPlan plan =
       plan_memory(config, device.kind(), device.device_capacity(), state_range, world_size);
-  if (!plan.fits()) return plan;  // nothing to measure: the run cannot start
+  if (!plan.fits()) return std::nullopt;  // nothing to measure: the run cannot start
   // A rule the performance model cannot time has a fixed plan (no `auto`).
   const OptimizerFamily& family = optimizer_family(config.optimizer.type);
-  if (family.calibrate_rates == nullptr) return plan;
+  if (family.calibrate_rates == nullptr) return std::nullopt;
   const size_t sample = timing_sample(plan, device.device_free());
-  if (sample < 1024) return plan;
-  finish_plan(plan, config, device.kind(), state_range,
-              family.calibrate_rates(device, pool, sample, update_dtypes(config),
-                                     plan.offload.max_subgroup_size));
+  if (sample < 1024) return std::nullopt;
+  return family.calibrate_rates(device, pool, sample, update_dtypes(config),
+                                plan.offload.max_subgroup_size);
+}
+
+TrainingMemoryPlan plan_training_at_rates(const TrainConfig& config, DeviceKind kind,
+                                          size_t capacity, ParamRange state_range, int world_size,
+                                          const std::optional<UpdateRates>& rates) {
+  TrainingMemoryPlan plan = plan_memory(config, kind, capacity, state_range, world_size);
+  if (plan.fits() && rates) finish_plan(plan, config, kind, state_range, *rates);
   return plan;
 }
 
-TrainingMemoryPlan plan_training_without_gpu(const TrainConfig& config, ThreadPool& pool,
-                                             ParamRange state_range, int world_size,
-                                             const AssumedGpu& gpu) {
-  const auto capacity = static_cast<size_t>(config.device.memory_gb * (1ull << 30));
+TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
+                                 ParamRange state_range, int world_size) {
+  return plan_training_at_rates(
+      config, device.kind(), device.device_capacity(), state_range, world_size,
+      measure_update_rates(config, device, pool, state_range, world_size));
+}
+
+namespace {
+
+TrainConfig planned_for_gpu_machine(const TrainConfig& config) {
   // The GPU machine's host memory is unknown here: an automatic snapshot budget is
   // planned as the default pool, not as what this machine has left.
   TrainConfig planned = config;
   if (planned.train.checkpoint_memory_mb == 0)
     planned.train.checkpoint_memory_mb =
         static_cast<double>(CheckpointSnapshotPlan::kDefaultPoolBytes >> 20);
-  TrainingMemoryPlan plan =
+  return planned;
+}
+
+}  // namespace
+
+std::optional<UpdateRates> assumed_gpu_update_rates(const TrainConfig& config, ThreadPool& pool,
+                                                    ParamRange state_range, int world_size,
+                                                    const AssumedGpu& gpu) {
+  const TrainConfig planned = planned_for_gpu_machine(config);
+  const auto capacity = static_cast<size_t>(config.device.memory_gb * (1ull << 30));
+  const TrainingMemoryPlan plan =
       plan_memory(planned, DeviceKind::kCuda, capacity, state_range, world_size);
-  plan.gpu_assumed = gpu;
-  plan.machine_host_bytes = 0;  // the GPU machine's, unknown here
   const OptimizerFamily& family = optimizer_family(config.optimizer.type);
-  if (!plan.fits() || family.calibrate_rates == nullptr) return plan;
+  if (family.calibrate_rates == nullptr) return std::nullopt;
   UpdateRates rates;
   rates.state_bytes_per_param = plan.state_bytes_per_param;
   rates.cpu_params_per_s = gpu.cpu_params_per_s;
@@ -242,8 +263,32 @@ TrainingMemoryPlan plan_training_without_gpu(const TrainConfig& config, ThreadPo
   // DMA: the assumed GPU's plan is costed at the rates alone.
   rates.shared = {};
   rates.shared_h2d = {};
-  finish_plan(plan, planned, DeviceKind::kCuda, state_range, rates);
+  return rates;
+}
+
+TrainingMemoryPlan plan_training_on_assumed_gpu(const TrainConfig& config,
+                                                const std::optional<UpdateRates>& rates,
+                                                ParamRange state_range, int world_size,
+                                                const AssumedGpu& gpu) {
+  const auto capacity = static_cast<size_t>(config.device.memory_gb * (1ull << 30));
+  TrainingMemoryPlan plan = plan_training_at_rates(
+      planned_for_gpu_machine(config), DeviceKind::kCuda, capacity, state_range, world_size, rates);
+  plan.gpu_assumed = gpu;
+  plan.machine_host_bytes = 0;  // the GPU machine's, unknown here
   return plan;
+}
+
+TrainingMemoryPlan plan_training_without_gpu(const TrainConfig& config, ThreadPool& pool,
+                                             ParamRange state_range, int world_size,
+                                             const AssumedGpu& gpu) {
+  const auto capacity = static_cast<size_t>(config.device.memory_gb * (1ull << 30));
+  const bool fits = plan_memory(planned_for_gpu_machine(config), DeviceKind::kCuda, capacity,
+                                state_range, world_size)
+                        .fits();
+  return plan_training_on_assumed_gpu(
+      config,
+      fits ? assumed_gpu_update_rates(config, pool, state_range, world_size, gpu) : std::nullopt,
+      state_range, world_size, gpu);
 }
 
 namespace {

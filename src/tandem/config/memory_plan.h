@@ -47,6 +47,10 @@ struct AssumedGpu {
   double adamw_params_per_s = 0.7 * 3.35e12 / 28;
   double h2d_bytes_per_s = 19e9;
   double d2h_bytes_per_s = 19e9;
+  // Model FLOPs per second of forward and backward (step_plan.h's assumed compute): what
+  // tandem's Llama 3B trained at on an H100 (2026-11-26: 23,838 tokens/s x 6 x 3.02 B is
+  // 432 TFLOPS), rounded down.
+  double model_flops_per_s = 400e12;
   // The CPU update rate of the GPU machine; 0: this machine's, measured (the planner's
   // best guess; a plan made on the GPU machine itself measures everything).
   double cpu_params_per_s = 0;
@@ -128,6 +132,25 @@ TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, Thre
 // The same for a rank that holds the optimizer state of `state_range` only (ZeRO).
 TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
                                  ParamRange state_range, int world_size = 1);
+// plan_training's two halves, for a planner that plans many configs at one set of rates
+// (step_plan.h): the rates measured on `device` for `config` (none: the optimizer is not
+// timed, or the plan does not fit), and the plan at given rates (none: a fixed plan, no
+// prediction).
+std::optional<UpdateRates> measure_update_rates(const TrainConfig& config, Device& device,
+                                                ThreadPool& pool, ParamRange state_range,
+                                                int world_size = 1);
+TrainingMemoryPlan plan_training_at_rates(const TrainConfig& config, DeviceKind kind,
+                                          size_t capacity, ParamRange state_range, int world_size,
+                                          const std::optional<UpdateRates>& rates);
+// The same two for a GPU that is not here: the CPU's rate measured on this machine (or
+// gpu.cpu_params_per_s), the GPU's `gpu`'s.
+std::optional<UpdateRates> assumed_gpu_update_rates(const TrainConfig& config, ThreadPool& pool,
+                                                    ParamRange state_range, int world_size,
+                                                    const AssumedGpu& gpu = {});
+TrainingMemoryPlan plan_training_on_assumed_gpu(const TrainConfig& config,
+                                                const std::optional<UpdateRates>& rates,
+                                                ParamRange state_range, int world_size,
+                                                const AssumedGpu& gpu = {});
 // The same for a cuda device of device.memory_gb that this machine does not have: the memory
 // is planned as on the GPU, the CPU update rate measured here, the GPU's rates `gpu`.
 TrainingMemoryPlan plan_training_without_gpu(const TrainConfig& config, ThreadPool& pool,

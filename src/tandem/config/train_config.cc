@@ -219,13 +219,31 @@ Key refused(std::string_view name, std::string_view why) {
           [](const TrainConfig&) { return json(); }, true};
 }
 
+// An integer key that may be "auto" instead (kAuto: the step planner's choice).
+template <typename Field>
+Key integer_or_auto(std::string_view name, Field field, int64_t min, std::string description) {
+  Key key = Keys::integer(name, field, min, std::numeric_limits<int>::max(),
+                          cat(description, ", or \"auto\" (tandem chooses)"));
+  const auto read_integer = key.read;
+  key.read = [=](const JsonSection& section, TrainConfig& config) {
+    const json* value = section.find(name);
+    if (value != nullptr && value->is_string() && ascii_lower(value->get<std::string>()) == "auto")
+      field(config) = kAuto;
+    else
+      read_integer(section, config);
+  };
+  key.write = [=](const TrainConfig& config) {
+    return field(config) == kAuto ? json("auto") : json(field(config));
+  };
+  return key;
+}
+
 // DeepSpeed's "activation_checkpointing" keys: interval is tandem's own (DeepSpeed's
 // number_checkpoints counts checkpoints of a model it cannot see).
 std::vector<Key> activation_checkpointing_keys() {
   return {
-      Keys::integer("interval", TANDEM_FIELD(activation_checkpointing.interval), 0,
-                    std::numeric_limits<int>::max(),
-                    "a non-negative integer (0: off; k: keep every k-th layer's output)"),
+      integer_or_auto("interval", TANDEM_FIELD(activation_checkpointing.interval), 0,
+                      "a non-negative integer (0: off; k: keep every k-th layer's output)"),
       Keys::boolean("cpu_checkpointing", TANDEM_FIELD(activation_checkpointing.cpu_checkpointing)),
       refused("partition_activations",
               "it splits activations over model-parallel ranks, and tandem has no model "
@@ -244,8 +262,14 @@ const std::vector<Key>& schema() {
   static const std::vector<Key> keys = {
       model_key(),
       Keys::section("data", data_keys()),
-      Keys::integer("train_micro_batch_size_per_gpu", TANDEM_FIELD(micro_batch_size), 1),
-      Keys::integer("gradient_accumulation_steps", TANDEM_FIELD(gradient_accumulation_steps), 1),
+      Keys::integer("train_batch_size", TANDEM_FIELD(train_batch_size), 0,
+                    std::numeric_limits<int64_t>::max(),
+                    "a non-negative integer (sequences per optimizer step over all ranks; 0: "
+                    "train_micro_batch_size_per_gpu x gradient_accumulation_steps x ranks)"),
+      integer_or_auto("train_micro_batch_size_per_gpu", TANDEM_FIELD(micro_batch_size), 1,
+                      "a positive integer"),
+      integer_or_auto("gradient_accumulation_steps", TANDEM_FIELD(gradient_accumulation_steps), 1,
+                      "a positive integer"),
       Keys::real("gradient_clipping", TANDEM_FIELD(gradient_clipping), "a number >= 0 (0 disables)",
                  [](double v) { return v >= 0; }),
       optimizer_key(),
@@ -291,6 +315,21 @@ void check_optimizer_fits(const TrainConfig& config) {
                  "cpu, ratio or interleave");
 }
 
+// What "auto" needs: a batch per optimizer step to split, and no half-made choice of recompute.
+void check_auto_settings(const TrainConfig& config) {
+  for (const auto& [name, value] :
+       {std::pair{"train_micro_batch_size_per_gpu", config.micro_batch_size},
+        std::pair{"gradient_accumulation_steps", config.gradient_accumulation_steps}})
+    TANDEM_CHECK(value != kAuto || config.train_batch_size > 0, name,
+                 " is \"auto\", which splits train_batch_size (sequences per optimizer step over "
+                 "all ranks) into micro-batches, but train_batch_size is not set; set it, e.g. "
+                 "\"train_batch_size\": 64");
+  TANDEM_CHECK(config.activation_checkpointing.interval != kAuto ||
+                   !config.activation_checkpointing.cpu_checkpointing,
+               "activation_checkpointing.interval is \"auto\", which chooses cpu_checkpointing "
+               "too; remove activation_checkpointing.cpu_checkpointing, or set the interval");
+}
+
 }  // namespace
 
 TrainConfig parse_train_config(const json& config_json) {
@@ -299,8 +338,9 @@ TrainConfig parse_train_config(const json& config_json) {
   TrainConfig config;
   read_json_keys<TrainConfig>(JsonSection(&config_json, ""), schema(), config);
   check_optimizer_fits(config);
+  check_auto_settings(config);
   TANDEM_CHECK(!config.activation_checkpointing.cpu_checkpointing ||
-                   config.activation_checkpointing.interval > 0,
+                   config.activation_checkpointing.interval != 0,
                "activation_checkpointing.cpu_checkpointing keeps the inputs of recomputed "
                "segments in host memory, but activation_checkpointing.interval is 0 (nothing is "
                "recomputed); set the interval (1: every layer) or remove cpu_checkpointing");

@@ -19,6 +19,12 @@
 
 namespace tandem {
 
+// "auto" for train_micro_batch_size_per_gpu, gradient_accumulation_steps or
+// activation_checkpointing.interval (the spelling of DeepSpeed's Hugging Face integration):
+// chosen at the start of a run by the step planner (config/step_plan.h), for the highest
+// predicted tokens/s that fits. A config whose settings are all numbers trains as written.
+inline constexpr int kAuto = -1;
+
 struct DataConfig {
   // A raw text file (byte tokenizer) or an llm.c token shard (*.bin).
   std::string train_path;
@@ -86,7 +92,8 @@ struct TrainLoopConfig {  // JSON: "train": {...}
 // bits either way; a step costs about one more forward.
 struct ActivationCheckpointingConfig {
   // Keep every `interval`-th layer's output and recompute the layers between inside
-  // backward; 0: keep every layer's activations (off).
+  // backward; 0: keep every layer's activations (off); kAuto: the step planner chooses it
+  // and cpu_checkpointing.
   int interval = 0;
   // Keep those outputs in pinned host memory, copied back ahead of their segment's backward:
   // the device holds two of them instead of L / interval.
@@ -117,9 +124,13 @@ struct TrainConfig {
   // "bf16": {"enabled": true}: the model's parameters (working copy), gradients and
   // activations in bf16 with fp32 arithmetic; master weights and Adam moments stay fp32.
   bool bf16 = false;
-  int micro_batch_size = 8;             // "train_micro_batch_size_per_gpu" (B)
-  int gradient_accumulation_steps = 1;  // "gradient_accumulation_steps"
-  float gradient_clipping = 1.0f;       // "gradient_clipping"; 0 disables
+  int micro_batch_size = 8;             // "train_micro_batch_size_per_gpu" (B), or kAuto
+  int gradient_accumulation_steps = 1;  // "gradient_accumulation_steps", or kAuto
+  // "train_batch_size": sequences per optimizer step over all ranks, B x accumulation x
+  // ranks (DeepSpeed's key and rule); 0: whatever those give. Needed when B or the
+  // accumulation is "auto".
+  int64_t train_batch_size = 0;
+  float gradient_clipping = 1.0f;  // "gradient_clipping"; 0 disables
 
   // Where it came from (load_train_config; not a key): the file and the --set overrides,
   // for the commands messages suggest. Empty when made in code.
@@ -127,6 +138,11 @@ struct TrainConfig {
   std::vector<std::string> source_overrides;
 
   int seq_len() const { return train.seq_len > 0 ? train.seq_len : model.context_length; }
+  // Whether a setting is "auto": the step planner must choose before the run can start.
+  bool has_auto_step_settings() const {
+    return micro_batch_size == kAuto || gradient_accumulation_steps == kAuto ||
+           activation_checkpointing.interval == kAuto;
+  }
   StorageDType storage_dtype() const { return bf16 ? StorageDType::kBF16 : StorageDType::kF32; }
   // "--config configs/x.json --set a=1": the arguments that give this config again ("--config
   // FILE" when made in code), shell-quoted where needed.

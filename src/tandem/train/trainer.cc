@@ -45,6 +45,7 @@
 #include "tandem/train/sampler.h"
 #include "tandem/train/step_hooks.h"
 #include "tandem/train/step_runner.h"
+#include "tandem/train/step_settings.h"
 #include "tandem/zero/buffer_communicator.h"
 #include "tandem/zero/data_parallel.h"
 #include "tandem/zero/gradient_accumulator.h"
@@ -668,6 +669,9 @@ TrainResult train(const TrainConfig& config, const TrainOptions& options, Commun
     if (!options.resume.empty() && options.continue_in_resumed_run)
       if (const std::optional<fs::path> run = run_directory_of(options.resume))
         effective.train.output_dir = run->string();
+    effective = with_chosen_step_settings(
+        effective, comm, options.resume,
+        options.show_progress && comm.rank() == 0 ? stderr : nullptr, options.cpu_device_injection);
     // The data first, and every rank stops together when one cannot read its files: the
     // commonest start-up error then ends the job without an abort.
     TokenSplit data;

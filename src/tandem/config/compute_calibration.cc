@@ -1,0 +1,114 @@
+#include "tandem/config/compute_calibration.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <memory>
+
+#include "tandem/compute/compute_backend.h"
+#include "tandem/core/error.h"
+#include "tandem/core/timer.h"
+#include "tandem/model/model_family.h"
+
+namespace tandem {
+
+namespace {
+
+struct PassTimes {
+  double forward = std::numeric_limits<double>::infinity();
+  double backward = std::numeric_limits<double>::infinity();
+};
+
+// One forward and backward of a micro-batch of B on `model`, timed into `fastest`.
+void time_pass(Model& model, const std::vector<int32_t>& tokens,
+               const std::vector<int32_t>& targets, int B, int T, PassTimes& fastest) {
+  Stream& stream = model.backend().stream();
+  model.zero_grads();
+  stream.synchronize();
+  Stopwatch forward;
+  model.forward(tokens.data(), targets.data(), B, T);
+  stream.synchronize();
+  fastest.forward = std::min(fastest.forward, forward.seconds());
+  Stopwatch backward;
+  model.backward();
+  stream.synchronize();
+  fastest.backward = std::min(fastest.backward, backward.seconds());
+}
+
+// A layer's time and the rest's from the one- and two-layer models' (t1, t2), kept
+// positive when noise makes the difference implausible (a layer at least a twentieth and
+// at most half of the two-layer model's time).
+PassSeconds split_layers(double t1, double t2) {
+  const double layer = std::clamp(t2 - t1, 0.05 * t2, 0.5 * t2);
+  return {layer, std::max(0.0, t2 - 2 * layer)};
+}
+
+}  // namespace
+
+ComputeRates calibrate_compute_rates(const TrainConfig& config, Device& device,
+                                     std::vector<int> micro_batches, int passes) {
+  std::sort(micro_batches.begin(), micro_batches.end());
+  micro_batches.erase(std::unique(micro_batches.begin(), micro_batches.end()), micro_batches.end());
+  TANDEM_CHECK(!micro_batches.empty() && micro_batches.front() > 0,
+               "calibrate_compute_rates needs positive micro-batches");
+  const int T = config.seq_len(), most = micro_batches.back();
+  std::unique_ptr<ComputeBackend> backend =
+      device.kind() == DeviceKind::kCuda ? make_cuda_backend(device) : make_cpu_backend(device);
+  std::unique_ptr<Model> models[2];
+  for (int layers : {1, 2}) {
+    ModelConfig shape = config.model;
+    shape.n_layer = layers;
+    models[layers - 1] = make_model(shape, *backend, most, T, config.storage_dtype());
+    // Zero weights: the kernels' time does not depend on the values, and a random
+    // initialisation of a large vocabulary's embeddings would take longer than the timing.
+    Model& model = *models[layers - 1];
+    backend->fill_zero(model.params(),
+                       model.layout().num_elements() * storage_dtype_bytes(model.dtype()));
+  }
+  // The two models' passes alternate, and each time is the fastest of `passes`: a neighbour's
+  // load then falls on both alike, and the least disturbed pass is kept.
+  std::vector<PassTimes> times[2];
+  for (int B : micro_batches) {
+    const size_t n = static_cast<size_t>(B) * T;
+    std::vector<int32_t> tokens(n), targets(n);
+    const auto V = static_cast<size_t>(config.model.vocab_size);
+    for (size_t i = 0; i < n; i++) {  // any ids: the kernels' time does not depend on them
+      tokens[i] = static_cast<int32_t>((i * 7919) % V);
+      targets[i] = static_cast<int32_t>((i * 104729 + 1) % V);
+    }
+    PassTimes warm_up, fastest[2];
+    for (const auto& model : models) time_pass(*model, tokens, targets, B, T, warm_up);
+    for (int pass = 0; pass < passes; pass++)
+      for (int m = 0; m < 2; m++) time_pass(*models[m], tokens, targets, B, T, fastest[m]);
+    for (int m = 0; m < 2; m++) times[m].push_back(fastest[m]);
+  }
+  ComputeRates rates;
+  for (size_t i = 0; i < micro_batches.size(); i++)
+    rates.samples.push_back({.micro_batch = micro_batches[i],
+                             .forward = split_layers(times[0][i].forward, times[1][i].forward),
+                             .backward = split_layers(times[0][i].backward, times[1][i].backward)});
+  rates.source = cat("measured on the ", device.name(), " device (1 and 2 layers, fastest of ",
+                     passes, " passes)");
+  return rates;
+}
+
+std::vector<int> calibration_batches(std::vector<int> wanted, int seq_len, int max_tokens,
+                                     int most) {
+  std::sort(wanted.begin(), wanted.end());
+  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+  if (wanted.empty()) return wanted;
+  std::vector<int> within;
+  for (int B : wanted)
+    if (int64_t{B} * seq_len <= max_tokens) within.push_back(B);
+  if (within.empty()) return {wanted.front()};
+  // From the largest down, each at most half the one before, until `most` are taken.
+  std::vector<int> chosen = {within.back()};
+  for (auto it = within.rbegin() + 1; it != within.rend(); ++it)
+    if (static_cast<int>(chosen.size()) < most - 1 && 2 * *it <= chosen.back())
+      chosen.push_back(*it);
+  if (chosen.back() != within.front()) chosen.push_back(within.front());
+  std::sort(chosen.begin(), chosen.end());
+  return chosen;
+}
+
+}  // namespace tandem

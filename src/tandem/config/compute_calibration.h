@@ -1,0 +1,26 @@
+// The forward and backward times the step planner (step_plan.h) predicts from, measured on
+// the run's own device: a model of the config's widths, sequence and precision with one
+// layer and with two, each pass timed at each micro-batch; a layer's time is the
+// difference, the rest (embeddings, head, loss) what the one-layer model takes beyond it.
+#pragma once
+
+#include <vector>
+
+#include "tandem/config/step_plan.h"
+#include "tandem/config/train_config.h"
+#include "tandem/device/device.h"
+
+namespace tandem {
+
+// At each of `micro_batches` (the device must hold a two-layer model at the largest): the
+// fastest of `passes` timed passes after a warm-up.
+ComputeRates calibrate_compute_rates(const TrainConfig& config, Device& device,
+                                     std::vector<int> micro_batches, int passes = 5);
+
+// The micro-batches worth timing among `wanted` (ascending, distinct): those of at most
+// `max_tokens` tokens (beyond, the time per sequence is the largest sample's), and of those
+// at most `most` spread from the largest down (halving), the smallest always included.
+std::vector<int> calibration_batches(std::vector<int> wanted, int seq_len, int max_tokens,
+                                     int most = 5);
+
+}  // namespace tandem
