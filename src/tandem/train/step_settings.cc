@@ -58,7 +58,13 @@ TrainConfig with_chosen_step_settings(const TrainConfig& config, Communicator& c
     return config;
   }
   std::string chosen, error;
-  if (comm.rank() == 0) {
+  try {
+    // Whether train_batch_size splits over the ranks: every rank can say, and says it alike.
+    step_candidates(config, world_size);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  if (comm.rank() == 0 && error.empty()) {
     try {
       if (const std::optional<StepSettings> then = resumed_settings(config, resume, world_size)) {
         chosen = settings_json(*then).dump();

@@ -1,0 +1,148 @@
+// "auto" settings in whole runs (train/step_settings.h): the planner's choice trains and is
+// what the checkpoint records, ranks take rank 0's, a resume keeps the checkpoint's, and the
+// compute calibration measures on the cpu device.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "support/test_util.h"
+#include "support/tiny_run.h"
+#include "support/train_on_ranks.h"
+#include "tandem/ckpt/train_checkpoint.h"
+#include "tandem/comm/local_group.h"
+#include "tandem/config/compute_calibration.h"
+#include "tandem/config/memory_plan.h"
+#include "tandem/config/step_plan.h"
+#include "tandem/core/file_io.h"
+#include "tandem/core/thread_pool.h"
+#include "tandem/train/step_settings.h"
+#include "tandem/train/trainer.h"
+
+namespace tandem {
+namespace {
+
+using json = nlohmann::json;
+
+json auto_run_config(const testing::ScratchDir& dir, const std::string& name, int sequences) {
+  json j = testing::tiny_run_config(dir / "data.txt", dir / name);
+  j["train_batch_size"] = sequences;
+  j["train_micro_batch_size_per_gpu"] = "auto";
+  j["gradient_accumulation_steps"] = "auto";
+  j["activation_checkpointing"] = {{"interval", "auto"}};
+  j["train"]["steps"] = 6;
+  j["train"]["eval_interval"] = 0;
+  return j;
+}
+
+StepSettings recorded_settings(const std::filesystem::path& checkpoint) {
+  const TrainConfig c = read_training_state(checkpoint).config;
+  return {c.micro_batch_size, c.gradient_accumulation_steps, c.activation_checkpointing.interval,
+          c.activation_checkpointing.cpu_checkpointing};
+}
+
+TEST(StepSettings, AnAutoRunTrainsWithTheChoiceAndRecordsIt) {
+  testing::ScratchDir dir("step_settings");
+  testing::write_small_corpus(dir / "data.txt");
+  const TrainConfig config = parse_train_config(auto_run_config(dir, "auto", 8));
+  const TrainResult run = train(config, testing::quiet());
+  ASSERT_EQ(run.steps_done, 6);
+  const StepSettings chosen = recorded_settings(run.last_checkpoint);
+  EXPECT_EQ(chosen.micro_batch * chosen.accumulation, 8);
+  EXPECT_FALSE(read_training_state(run.last_checkpoint).config.has_auto_step_settings());
+  // The same settings written as numbers give the same bits.
+  json fixed = testing::tiny_run_config(dir / "data.txt", dir / "fixed");
+  fixed["train_micro_batch_size_per_gpu"] = chosen.micro_batch;
+  fixed["gradient_accumulation_steps"] = chosen.accumulation;
+  fixed["activation_checkpointing"] = {{"interval", chosen.recompute_interval},
+                                       {"cpu_checkpointing", chosen.cpu_checkpointing}};
+  fixed["train"]["steps"] = 6;
+  fixed["train"]["eval_interval"] = 0;
+  const TrainResult again = train(parse_train_config(fixed), testing::quiet());
+  EXPECT_EQ(again.state_digest, run.state_digest);
+  EXPECT_EQ(testing::losses(again), testing::losses(run));
+}
+
+TEST(StepSettings, EveryRankTakesRankZerosChoice) {
+  testing::ScratchDir dir("step_settings_ranks");
+  testing::write_small_corpus(dir / "data.txt");
+  const testing::RankResults results = testing::train_on_ranks(2, auto_run_config(dir, "r", 8));
+  testing::expect_ranks_agree(results, "2 ranks, \"auto\"");
+  const StepSettings chosen = recorded_settings(results.by_rank[0].last_checkpoint);
+  EXPECT_EQ(chosen.micro_batch * chosen.accumulation * 2, 8);
+  // 8 sequences over 3 ranks do not split: every rank refuses, naming the fix.
+  const testing::RankResults three = testing::train_on_ranks(3, auto_run_config(dir, "r3", 8));
+  for (const std::string& error : three.errors) EXPECT_CONTAINS(error, "multiple of 3");
+}
+
+TEST(StepSettings, AResumeKeepsTheCheckpointsSettings) {
+  testing::ScratchDir dir("step_settings_resume");
+  testing::write_small_corpus(dir / "data.txt");
+  // A run with settings the planner would not choose (one sequence at a time, recomputing),
+  // stopped half-way.
+  json first = auto_run_config(dir, "run", 8);
+  first["train_micro_batch_size_per_gpu"] = 1;
+  first["gradient_accumulation_steps"] = 8;
+  first["activation_checkpointing"] = {{"interval", 1}};
+  TrainOptions half = testing::quiet();
+  half.stop_at_step = 3;
+  ASSERT_EQ(train(parse_train_config(first), half).steps_done, 3);
+  // Resumed with "auto": the checkpoint's settings, and the run goes on to its end.
+  const TrainConfig automatic = parse_train_config(auto_run_config(dir, "run", 8));
+  LocalGroup single(1);
+  const TrainConfig kept =
+      with_chosen_step_settings(automatic, *single.communicator(0), dir / "run", nullptr);
+  EXPECT_EQ(kept.micro_batch_size, 1);
+  EXPECT_EQ(kept.gradient_accumulation_steps, 8);
+  EXPECT_EQ(kept.activation_checkpointing.interval, 1);
+  TrainOptions resume = testing::quiet();
+  resume.resume = dir / "run";
+  const TrainResult rest = train(automatic, resume);
+  EXPECT_EQ(rest.steps_done, 6);
+  EXPECT_EQ(recorded_settings(rest.last_checkpoint), (StepSettings{1, 8, 1, false}));
+  // Asked for another batch per step, the checkpoint's settings do not make it: planned
+  // afresh (and the resume's checks then name the difference).
+  const TrainConfig other = parse_train_config(auto_run_config(dir, "run", 16));
+  const TrainConfig planned =
+      with_chosen_step_settings(other, *single.communicator(0), dir / "run", nullptr);
+  EXPECT_EQ(planned.micro_batch_size * planned.gradient_accumulation_steps, 16);
+}
+
+TEST(StepSettings, FixedSettingsAndABatchThatDoesNotMatchAreRefused) {
+  testing::ScratchDir dir("step_settings_fixed");
+  testing::write_small_corpus(dir / "data.txt");
+  json j = testing::tiny_run_config(dir / "data.txt", dir / "x");
+  j["train_batch_size"] = 12;  // 4 x 2 x 1 = 8
+  EXPECT_CONTAINS(testing::error_of([&] { train(parse_train_config(j), testing::quiet()); }),
+                  "4 x 2 x 1 = 8");
+  EXPECT_FALSE(std::filesystem::exists(dir / "x" / "checkpoints"));
+}
+
+TEST(ComputeCalibration, MeasuresEachMicroBatchOnTheCpuDevice) {
+  testing::ScratchDir dir("calibration");
+  TrainConfig config = parse_train_config(testing::tiny_run_config(dir / "d.txt", dir / "o"));
+  const std::unique_ptr<Device> device = make_training_device(config);
+  const ComputeRates rates = calibrate_compute_rates(config, *device, {4, 1, 4}, 2);
+  ASSERT_EQ(rates.samples.size(), 2u);
+  EXPECT_EQ(rates.samples[0].micro_batch, 1);
+  EXPECT_EQ(rates.samples[1].micro_batch, 4);
+  for (const ComputeRates::Sample& s : rates.samples) {
+    EXPECT_GT(s.forward.layer, 0);
+    EXPECT_GT(s.backward.layer, 0);
+    EXPECT_GE(s.forward.rest, 0);
+    EXPECT_LT(s.forward.of(2), 1.0) << "a tiny model's pass takes milliseconds";
+  }
+  EXPECT_CONTAINS(rates.source, "measured on the cpu device");
+  // The whole plan on that device: every candidate of 8 sequences fits, the best first.
+  config.train_batch_size = 8;
+  config.micro_batch_size = kAuto;
+  config.gradient_accumulation_steps = kAuto;
+  ThreadPool pool(1);
+  const StepPlan plan = plan_step(config, *device, pool);
+  EXPECT_EQ(plan.ranked.size(), 4u);  // 1x8, 2x4, 4x2, 8x1, without recompute
+  EXPECT_TRUE(plan.not_fitting.empty());
+  EXPECT_CONTAINS(plan.to_text(), "chosen: micro-batch");
+}
+
+}  // namespace
+}  // namespace tandem
