@@ -359,6 +359,56 @@ TEST_F(CliTest, PlanShowsOneRankOfADataParallelRun) {
                {"--rank 2 is not a rank of --world-size 2"});
 }
 
+TEST_F(CliTest, PlanChoosesAutoSettingsAndShowsTheRunnersUp) {
+  const std::string autos =
+      " --set train_batch_size=8 --set train_micro_batch_size_per_gpu=auto"
+      " --set gradient_accumulation_steps=auto --set activation_checkpointing.interval=auto";
+  const auto result = tandem("plan --config " + write_config().string() + autos);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  for (const char* part : {"step plan: 8 sequences per optimizer step",
+                           "measured on the cpu device", "chosen: micro-batch", "runner-up 1: ",
+                           "exposed update", "memory per tier", "largest micro-batch that fits"})
+    EXPECT_NE(result.output.find(part), std::string::npos) << part << " in " << result.output;
+  // The modelled GPU plans from its assumed FLOPs.
+  const auto modelled = tandem("plan --config " + write_config().string() + autos +
+                               " --set device.type=cuda --set bf16.enabled=true");
+  ASSERT_EQ(modelled.exit_code, 0) << modelled.output;
+  if (cuda_device_count() == 0) {
+    EXPECT_NE(modelled.output.find("TFLOPS of model FLOPs"), std::string::npos) << modelled.output;
+  }
+  expect_error(tandem("plan --config " + write_config().string() +
+                      " --set train_micro_batch_size_per_gpu=auto"),
+               {"train_batch_size is not set"});
+}
+
+// The planner's choice against the grid it chose from, each candidate trained (the numbers
+// are the benchmark's to judge; here: every candidate ran, and recompute changed no bit).
+TEST_F(CliTest, BenchPlanTrainsEveryCandidate) {
+  const auto result = tandem(
+      "bench plan --json --rounds 1 --steps 1 --warmup 0 --config " + write_config().string() +
+      " --set train_batch_size=4 --set train_micro_batch_size_per_gpu=auto"
+      " --set gradient_accumulation_steps=auto --set activation_checkpointing.interval=auto");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const nlohmann::json report =
+      nlohmann::json::parse(result.output.substr(result.output.rfind("\n{") + 1));
+  ASSERT_EQ(report["rows"].size(), 9u) << report;  // 1x4, 2x2, 4x1, each with 3 recomputes
+  std::map<int, std::string> digest_of_split;
+  for (const nlohmann::json& row : report["rows"]) {
+    EXPECT_GT(row["measured_tokens_per_s"].get<double>(), 0) << row;
+    EXPECT_GT(row["predicted_tokens_per_s"].get<double>(), 0) << row;
+    const auto [it, first] = digest_of_split.emplace(row["micro_batch"].get<int>(),
+                                                     row["state_digest"].get<std::string>());
+    if (!first) {
+      EXPECT_EQ(it->second, row["state_digest"]) << row;
+    }
+  }
+  const double ratio = report["chosen_to_best_measured"].get<double>();
+  EXPECT_GT(ratio, 0);
+  EXPECT_LE(ratio, 1);
+  expect_error(tandem("bench plan --config " + write_config().string()),
+               {"has none", "train_batch_size"});
+}
+
 TEST_F(CliTest, ADeviceTooSmallStopsBeforeTraining) {
   const fs::path config = write_config();
   const std::string too_small = " --set device.memory_gb=0.0001";

@@ -50,6 +50,7 @@ void warn_if_more_threads_than_cpus(int threads) {
 void register_bench(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Measure kernels against the machine's limits");
   bench->require_subcommand(1);
+  register_bench_plan(*bench);
 
   struct AdamWArgs {
     double params = 1e8;

@@ -20,6 +20,8 @@ void register_train(CLI::App& app);
 void register_sample(CLI::App& app);
 void register_tokenize(CLI::App& app);
 void register_bench(CLI::App& app);
+// Its `plan` subcommand (cli/bench_plan_command.cc).
+void register_bench_plan(CLI::App& bench);
 void register_plan(CLI::App& app);
 void register_logits(CLI::App& app);
 
