@@ -51,36 +51,56 @@ ComputeRates calibrate_compute_rates(const TrainConfig& config, Device& device,
   micro_batches.erase(std::unique(micro_batches.begin(), micro_batches.end()), micro_batches.end());
   TANDEM_CHECK(!micro_batches.empty() && micro_batches.front() > 0,
                "calibrate_compute_rates needs positive micro-batches");
-  const int T = config.seq_len(), most = micro_batches.back();
+  const int T = config.seq_len();
   std::unique_ptr<ComputeBackend> backend =
       device.kind() == DeviceKind::kCuda ? make_cuda_backend(device) : make_cpu_backend(device);
-  std::unique_ptr<Model> models[2];
-  for (int layers : {1, 2}) {
-    ModelConfig shape = config.model;
-    shape.n_layer = layers;
-    models[layers - 1] = make_model(shape, *backend, most, T, config.storage_dtype());
-    // Zero weights: the kernels' time does not depend on the values, and a random
-    // initialisation of a large vocabulary's embeddings would take longer than the timing.
-    Model& model = *models[layers - 1];
-    backend->fill_zero(model.params(),
-                       model.layout().num_elements() * storage_dtype_bytes(model.dtype()));
-  }
-  // The two models' passes alternate, and each time is the fastest of `passes`: a neighbour's
-  // load then falls on both alike, and the least disturbed pass is kept.
+  ModelConfig shapes[2] = {config.model, config.model};
+  shapes[0].n_layer = 1;
+  shapes[1].n_layer = 2;
+  // What a model of `shape` takes at micro-batch B: its parameters, gradients, activations
+  // (a tenth more for the backend's workspace).
+  const auto bytes = [&](const ModelConfig& shape, int B) {
+    const size_t e = storage_dtype_bytes(config.storage_dtype());
+    return (model_layout(shape).num_elements() * 2 * e +
+            model_activation_bytes(shape, B, T, config.storage_dtype())) /
+           10 * 11;
+  };
+  const size_t free = device.device_free();
+  std::erase_if(micro_batches, [&](int B) { return bytes(shapes[1], B) > free; });
+  TANDEM_CHECK(!micro_batches.empty(), "the ", device.name(),
+               " device cannot hold a two-layer model of this width to time its passes; set "
+               "train_micro_batch_size_per_gpu, gradient_accumulation_steps and "
+               "activation_checkpointing.interval to numbers");
+  const int most = micro_batches.back();
+  // Both models at once when they fit, their passes alternating so that a neighbour's load
+  // falls on both alike; else one after the other. Each time is the fastest of `passes`.
+  const bool together = bytes(shapes[0], most) + bytes(shapes[1], most) <= free;
+  const std::vector<std::vector<int>> groups =
+      together ? std::vector<std::vector<int>>{{0, 1}} : std::vector<std::vector<int>>{{0}, {1}};
   std::vector<PassTimes> times[2];
-  for (int B : micro_batches) {
-    const size_t n = static_cast<size_t>(B) * T;
-    std::vector<int32_t> tokens(n), targets(n);
-    const auto V = static_cast<size_t>(config.model.vocab_size);
-    for (size_t i = 0; i < n; i++) {  // any ids: the kernels' time does not depend on them
-      tokens[i] = static_cast<int32_t>((i * 7919) % V);
-      targets[i] = static_cast<int32_t>((i * 104729 + 1) % V);
+  for (const std::vector<int>& group : groups) {
+    std::unique_ptr<Model> models[2];
+    for (int m : group) {
+      models[m] = make_model(shapes[m], *backend, most, T, config.storage_dtype());
+      // Zero weights: the kernels' time does not depend on the values, and a random
+      // initialisation of a large vocabulary's embeddings would take longer than the timing.
+      backend->fill_zero(models[m]->params(), models[m]->layout().num_elements() *
+                                                  storage_dtype_bytes(models[m]->dtype()));
     }
-    PassTimes warm_up, fastest[2];
-    for (const auto& model : models) time_pass(*model, tokens, targets, B, T, warm_up);
-    for (int pass = 0; pass < passes; pass++)
-      for (int m = 0; m < 2; m++) time_pass(*models[m], tokens, targets, B, T, fastest[m]);
-    for (int m = 0; m < 2; m++) times[m].push_back(fastest[m]);
+    for (int B : micro_batches) {
+      const size_t n = static_cast<size_t>(B) * T;
+      std::vector<int32_t> tokens(n), targets(n);
+      const auto V = static_cast<size_t>(config.model.vocab_size);
+      for (size_t i = 0; i < n; i++) {  // any ids: the kernels' time does not depend on them
+        tokens[i] = static_cast<int32_t>((i * 7919) % V);
+        targets[i] = static_cast<int32_t>((i * 104729 + 1) % V);
+      }
+      PassTimes warm_up, fastest[2];
+      for (int m : group) time_pass(*models[m], tokens, targets, B, T, warm_up);
+      for (int pass = 0; pass < passes; pass++)
+        for (int m : group) time_pass(*models[m], tokens, targets, B, T, fastest[m]);
+      for (int m : group) times[m].push_back(fastest[m]);
+    }
   }
   ComputeRates rates;
   for (size_t i = 0; i < micro_batches.size(); i++)

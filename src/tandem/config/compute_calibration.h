@@ -12,8 +12,9 @@
 
 namespace tandem {
 
-// At each of `micro_batches` (the device must hold a two-layer model at the largest): the
-// fastest of `passes` timed passes after a warm-up.
+// At each of `micro_batches` that the device's free memory holds a two-layer model of (throws
+// naming the settings to fix when none): the fastest of `passes` timed passes after a
+// warm-up.
 ComputeRates calibrate_compute_rates(const TrainConfig& config, Device& device,
                                      std::vector<int> micro_batches, int passes = 5);
 
