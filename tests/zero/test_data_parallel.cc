@@ -23,11 +23,11 @@
 #include "tandem/config/memory_plan.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/step_hooks.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/data/loss_mask.h"
 #include "tandem/data/token_shard.h"
 #include "tandem/device/cuda/cuda_device.h"
-#include "tandem/train/step_hooks.h"
 #include "tandem/train/trainer.h"
 #include "tandem/zero/gradient_accumulator.h"
 #include "tandem/zero/partition.h"
@@ -474,7 +474,7 @@ TEST_F(DataParallelTraining, ModelStateBytesPerRankFollowTheZeroFormulas) {
   }
 }
 
-// Records the named points of each step (train/step_hooks.h) as one rank sees them.
+// Records the named points of each step (core/step_hooks.h) as one rank sees them.
 class RecordingHooks final : public StepHooks {
  public:
   void gradients_final(size_t begin, size_t end) override {

@@ -1,12 +1,12 @@
-// Where a step's final gradients go (train/step_hooks.h), by whether the optimizer has
+// Where a step's final gradients go (core/step_hooks.h), by whether the optimizer has
 // them reduced over the ranks (optim/optimizer_family.h, reduces_gradients).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "tandem/core/step_hooks.h"
 #include "tandem/offload/update_engine.h"
-#include "tandem/train/step_hooks.h"
 #include "tandem/zero/data_parallel.h"
 
 namespace tandem {
