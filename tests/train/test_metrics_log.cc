@@ -90,10 +90,7 @@ TEST(StepRecord, TheMetricsRecordAndThePerRankFiguresComeFromOneTable) {
                .ms = 12.5,
                .forward_ms = 4,
                .backward_ms = 6,
-               .update_ms = 2,
-               .h2d_bytes = 10,
-               .d2h_bytes = 20,
-               .early_gradient_subgroups = 3,
+               .update = {.ms = 2, .h2d_bytes = 10, .d2h_bytes = 20, .early_gradient_subgroups = 3},
                .comm_bytes_sent = 40,
                .comm_bytes_received = 50,
                .collective_ms = 1.5,
@@ -109,6 +106,18 @@ TEST(StepRecord, TheMetricsRecordAndThePerRankFiguresComeFromOneTable) {
   EXPECT_TRUE(plain.at("h2d_bytes").is_number_unsigned()) << "byte counts stay integers";
   EXPECT_EQ(plain.at("loss").get<double>(), 2.5);
   EXPECT_EQ(plain.at("lr").get<double>(), 3e-4);
+  // The engine's report, written as it gave it.
+  EXPECT_EQ(plain.at("update_ms").get<double>(), 2);
+  EXPECT_EQ(plain.at("d2h_bytes").get<size_t>(), 20u);
+  EXPECT_EQ(plain.at("early_gradient_subgroups").get<size_t>(), 3u);
+  // One rank: no ring yardstick and no per-rank figures; several: both from the table.
+  EXPECT_FALSE(plain.contains("ring_allreduce_bytes"));
+  EXPECT_FALSE(plain.contains("ranks"));
+  StepRecord of_two = r;
+  of_two.ring_allreduce_bytes = 96;
+  const nlohmann::json two = step_metrics(of_two, false, nlohmann::json{{"ms", {1, 2}}});
+  EXPECT_EQ(two.at("ring_allreduce_bytes").get<size_t>(), 96u);
+  EXPECT_EQ(two.at("ranks").at("ms"), nlohmann::json::array({1, 2}));
   // Two ranks that differ in ms and in bytes sent only.
   const std::vector<double> mine = per_rank_values(r);
   StepRecord other = r;

@@ -26,8 +26,8 @@ StepMedians step_medians(const TrainResult& result, int warmup) {
   for (size_t i = static_cast<size_t>(warmup); i < last; i++) {
     const double later_waited = i + 1 < steps.size() ? steps[i + 1].update_wait_ms : 0.0;
     const double later_hidden = i + 1 < steps.size() ? steps[i + 1].update_hidden_ms : 0.0;
-    whole.push_back(steps[i].update_ms + later_waited + later_hidden);
-    exposed.push_back(steps[i].update_ms + later_waited);
+    whole.push_back(steps[i].update.ms + later_waited + later_hidden);
+    exposed.push_back(steps[i].update.ms + later_waited);
   }
   return {.tokens_per_s = median_of_field(&StepRecord::tokens_per_s),
           .ms = median_of_field(&StepRecord::ms),

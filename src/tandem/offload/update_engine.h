@@ -38,17 +38,6 @@ namespace tandem {
 
 class SnapshotPool;
 
-struct UpdateStepStats {
-  double ms = 0;
-  size_t h2d_bytes = 0;  // host-to-device bytes queued this step (backward included)
-  size_t d2h_bytes = 0;  // device-to-host bytes queued this step (backward included)
-  // CPU-updated subgroups whose gradients started moving to the host during backward.
-  size_t early_gradient_subgroups = 0;
-  // Milliseconds the step waited for a lazy snapshot's copies (begin_capture) before it
-  // could change a subgroup's state: the checkpoint's stall inside the update.
-  double capture_wait_ms = 0;
-};
-
 class UpdateEngine {
  public:
   // What the model computes with, in device memory: the working parameters (written by

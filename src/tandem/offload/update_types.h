@@ -35,4 +35,16 @@ struct UpdateSegment {
 // The layout's tensors as segments, neighbours with the same decay flag merged.
 std::vector<UpdateSegment> decay_segments(const ParamLayout& layout);
 
+// What one update did, as UpdateEngine::step reports it (train/step_record.h writes it).
+struct UpdateStepStats {
+  double ms = 0;
+  size_t h2d_bytes = 0;  // host-to-device bytes queued this step (backward included)
+  size_t d2h_bytes = 0;  // device-to-host bytes queued this step (backward included)
+  // CPU-updated subgroups whose gradients started moving to the host during backward.
+  size_t early_gradient_subgroups = 0;
+  // Milliseconds the step waited for a lazy snapshot's copies (begin_capture) before it
+  // could change a subgroup's state: the checkpoint's stall inside the update.
+  double capture_wait_ms = 0;
+};
+
 }  // namespace tandem

@@ -19,13 +19,13 @@ constexpr StepFigure kFigures[] = {
     {"ms", [](R r) -> json { return r.ms; }, true, false},
     {"forward_ms", [](R r) -> json { return r.forward_ms; }, true, false},
     {"backward_ms", [](R r) -> json { return r.backward_ms; }, true, false},
-    {"update_ms", [](R r) -> json { return r.update_ms; }, true, false},
+    {"update_ms", [](R r) -> json { return r.update.ms; }, true, false},
     {"update_hidden_ms", [](R r) -> json { return r.update_hidden_ms; }, true, false},
     {"update_wait_ms", [](R r) -> json { return r.update_wait_ms; }, true, false},
-    {"h2d_bytes", [](R r) -> json { return r.h2d_bytes; }, true, false},
-    {"d2h_bytes", [](R r) -> json { return r.d2h_bytes; }, true, false},
-    {"early_gradient_subgroups", [](R r) -> json { return r.early_gradient_subgroups; }, false,
-     false},
+    {"h2d_bytes", [](R r) -> json { return r.update.h2d_bytes; }, true, false},
+    {"d2h_bytes", [](R r) -> json { return r.update.d2h_bytes; }, true, false},
+    {"early_gradient_subgroups", [](R r) -> json { return r.update.early_gradient_subgroups; },
+     false, false},
     {"comm_bytes_sent", [](R r) -> json { return r.comm_bytes_sent; }, true, false},
     {"comm_bytes_received", [](R r) -> json { return r.comm_bytes_received; }, true, false},
     {"collective_ms", [](R r) -> json { return r.collective_ms; }, true, true},
@@ -34,18 +34,24 @@ constexpr StepFigure kFigures[] = {
     {"counted_targets",
      [](R r) -> json { return r.counted_targets >= 0 ? json(r.counted_targets) : json(); }, false,
      false},
+    // Only with several ranks.
+    {"ring_allreduce_bytes",
+     [](R r) -> json { return r.ring_allreduce_bytes > 0 ? json(r.ring_allreduce_bytes) : json(); },
+     false, false},
 };
 
 }  // namespace
 
 std::span<const StepFigure> step_figures() { return kFigures; }
 
-json step_metrics(const StepRecord& record, bool overlapped_collectives) {
+json step_metrics(const StepRecord& record, bool overlapped_collectives,
+                  const std::optional<json>& ranks) {
   json out = json::object();
   for (const StepFigure& f : kFigures) {
     if (f.overlap_only && !overlapped_collectives) continue;
     if (json value = f.value(record); !value.is_null()) out[std::string(f.key)] = std::move(value);
   }
+  if (ranks) out["ranks"] = *ranks;
   return out;
 }
 

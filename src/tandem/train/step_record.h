@@ -7,8 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string_view>
+
+#include "tandem/offload/update_types.h"
 
 namespace tandem {
 
@@ -18,17 +21,17 @@ struct StepRecord {
   double lr = 0;
   double grad_norm = 0;  // before clipping
   double tokens_per_s = 0;
-  // forward_ms includes waiting for the previous step's update (overlap_forward); update_ms
-  // is the update's time before the next forward could start.
-  double ms = 0, forward_ms = 0, backward_ms = 0, update_ms = 0;
+  // forward_ms includes waiting for the previous step's update (overlap_forward).
+  double ms = 0, forward_ms = 0, backward_ms = 0;
+  // The update engine's report, as it gave it: update.ms is the update's time before the
+  // next forward could start; its bytes each way; the subgroups whose gradients started
+  // moving to the host during backward.
+  UpdateStepStats update;
   // Of the previous step's update (offload_optimizer.overlap_forward), the milliseconds that
   // ran on behind this step's start (data loading, forward), hidden from the step time, and
   // those this step waited for (in forward_ms). The previous update took its update_ms plus
   // these two.
   double update_hidden_ms = 0, update_wait_ms = 0;
-  size_t h2d_bytes = 0, d2h_bytes = 0;
-  // Subgroups whose gradients started moving to the host during backward.
-  size_t early_gradient_subgroups = 0;
   // Bytes this rank sent and received through the communicator in the step (data
   // parallelism: gradient reduction and parameter gathers).
   size_t comm_bytes_sent = 0, comm_bytes_received = 0;
@@ -39,6 +42,10 @@ struct StepRecord {
   // With a loss mask, the targets it counts in the step (every rank's when gradients are
   // reduced); -1 without one.
   int64_t counted_targets = -1;
+  // With several ranks: what each would send (and receive) in a ring all-reduce of the
+  // fp32 gradients, 2 (N - 1) / N x 4 bytes per parameter, the yardstick beside
+  // comm_bytes_sent; 0 with one rank (not written).
+  size_t ring_allreduce_bytes = 0;
 };
 
 struct StepFigure {
@@ -50,8 +57,10 @@ struct StepFigure {
 std::span<const StepFigure> step_figures();
 
 // The --metrics record of a step: every figure (those of overlap only with
-// `overlapped_collectives`).
-nlohmann::json step_metrics(const StepRecord& record, bool overlapped_collectives);
+// `overlapped_collectives`), and with several ranks "ranks", the figures that differ between
+// them (differing_figures).
+nlohmann::json step_metrics(const StepRecord& record, bool overlapped_collectives,
+                            const std::optional<nlohmann::json>& ranks = std::nullopt);
 
 // This rank's per-rank figures, in step_figures() order, as numbers to gather.
 std::vector<double> per_rank_values(const StepRecord& record);

@@ -386,14 +386,12 @@ class Trainer {
     record.ms = ms;
     record.tokens_per_s = static_cast<double>(B_) * T_ * config_.gradient_accumulation_steps *
                           comm_.world_size() / (record.ms / 1e3);
-    record.update_ms = times.update.ms;
-    record.h2d_bytes = times.update.h2d_bytes;
-    record.d2h_bytes = times.update.d2h_bytes;
-    record.early_gradient_subgroups = times.update.early_gradient_subgroups;
-    nlohmann::json line = step_metrics(record, data_parallel_.overlaps_communication());
-    if (comm_.world_size() > 1) line["ring_allreduce_bytes"] = ring_allreduce_bytes();
+    record.update = times.update;
+    if (comm_.world_size() > 1) record.ring_allreduce_bytes = ring_allreduce_bytes();
+    nlohmann::json line = step_metrics(
+        record, data_parallel_.overlaps_communication(),
+        comm_.world_size() > 1 ? std::optional(per_rank_figures(record)) : std::nullopt);
     if (times.replicas_checked) line["replicas_identical"] = true;
-    if (comm_.world_size() > 1) line["ranks"] = per_rank_figures(record);
     report_.step(record, line);
     result_.steps.push_back(record);
     if (tracer_.enabled() && (step_ == options_.trace_last_step || step_ == last_step)) {
