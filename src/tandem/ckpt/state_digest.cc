@@ -8,18 +8,6 @@
 
 namespace tandem {
 
-std::vector<std::vector<float>> read_engine_state(UpdateEngine& engine, size_t num_params) {
-  // Each array made once, not copied from a first. (Not on huge pages: this runs at every
-  // synchronous save, and with THP's defrag "madvise" a fault on a fragmented host stalls
-  // for compaction: measured 35-272 ms against a steady 75-85.)
-  std::vector<std::vector<float>> state(engine.rule().state_floats());
-  for (std::vector<float>& array : state) array.resize(num_params);
-  std::vector<float*> arrays;
-  for (std::vector<float>& array : state) arrays.push_back(array.data());
-  engine.read_state(arrays);
-  return state;
-}
-
 std::string state_digest(UpdateEngine& engine, Communicator& comm, size_t num_params,
                          bool state_per_rank,
                          const std::function<void(float* array)>& gather_partitions) {

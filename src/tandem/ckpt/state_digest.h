@@ -7,17 +7,11 @@
 #include <cstddef>
 #include <functional>
 #include <string>
-#include <vector>
 
 namespace tandem {
 
 class Communicator;
 class UpdateEngine;
-
-// This rank's state arrays as the engine holds them (the fp32 params first, then the
-// rule's, OptimizerFamily::state_names), `num_params` floats each; partitions this rank
-// does not hold are left zero.
-std::vector<std::vector<float>> read_engine_state(UpdateEngine& engine, size_t num_params);
 
 // The digest of the whole run's state, the same on every rank (a collective). With one
 // rank it is hashed piece by piece as the engine reads it (no host copy of the state: 81 GB

@@ -186,6 +186,8 @@ class UpdateEngine {
   // and the step count stay as they are, gradient copies already started are waited for
   // (so the model may overwrite its gradients) and forgotten. A capture in flight goes on.
   void skip_step();
+  // What the last step() reported; empty when the last attempt was skipped (skip_step).
+  const UpdateStepStats& last_step_stats() const { return last_step_; }
 
   // Tells the engine that gradients [begin, end) of the coming step are final (called
   // from backward, see Model::GradientsReady; with a producer stream, final once the work
@@ -249,7 +251,8 @@ class UpdateEngine {
   int64_t step_ = 0;
   bool failed_ = false;
   TraceRecorder* tracer_ = nullptr;
-  UpdateStepStats pending_;  // what gradients_ready() queued before the step
+  UpdateStepStats pending_;    // what gradients_ready() queued before the step
+  UpdateStepStats last_step_;  // what the last step() returned (nothing after a skip)
 
   DeviceAllocation host_state_;    // pinned: state blocks of host and staged subgroups
   DeviceAllocation host_grads_;    // pinned: gradients of host subgroups
@@ -286,5 +289,10 @@ class UpdateEngine {
   // their parts before the update ended count (waking up late is not the update's time).
   std::vector<std::pair<double, double>> waits_;
 };
+
+// This rank's state arrays as `engine` holds them (the fp32 params first, then the rule's,
+// OptimizerFamily::state_names), `num_params` floats each; partitions this rank does not
+// hold are left zero.
+std::vector<std::vector<float>> read_engine_state(UpdateEngine& engine, size_t num_params);
 
 }  // namespace tandem

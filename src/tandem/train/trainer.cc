@@ -8,10 +8,9 @@
 #include <vector>
 
 #include "tandem/ckpt/checkpoint_dir.h"
-#include "tandem/ckpt/checkpointer.h"
 #include "tandem/ckpt/init_from.h"
 #include "tandem/ckpt/resume_check.h"
-#include "tandem/ckpt/run_lineage.h"
+#include "tandem/ckpt/run_checkpoints.h"
 #include "tandem/ckpt/sharded_checkpoint.h"
 #include "tandem/ckpt/state_digest.h"
 #include "tandem/ckpt/train_checkpoint.h"
@@ -159,8 +158,25 @@ class Trainer {
                      DataParallel::model_holds_gradients(config.zero.stage)
                          ? config.gradient_accumulation_steps
                          : 1),
-        checkpointer_(config_, engine_, *device_, comm, checkpoints_root(),
-                      rank_checkpoint_layout(), plan_.snapshot, options_.save_checkpoints),
+        checkpoints_({.config = config_,
+                      .comm = comm,
+                      .engine = engine_,
+                      .device = *device_,
+                      .data_parallel = data_parallel_,
+                      .root = checkpoints_root(),
+                      .snapshot = plan_.snapshot,
+                      .saves = options_.save_checkpoints,
+                      .train_tokens_xxh3 = train_tokens_xxh3_,
+                      .train_tokens = data_.train.size(),
+                      .position =
+                          [this] {
+                            return LoopPosition{.step = step_,
+                                                .train_position = train_loader_.position(),
+                                                .sample_rng = sample_rng_.state()};
+                          },
+                      .before_save = [this] { run_dir_.check_still_held(); },
+                      .recorded = [this](CheckpointRecord r) { record_checkpoint(std::move(r)); },
+                      .note = [this](const std::string& line) { report_.note(line); }}),
         data_parallel_hooks_(data_parallel_, engine_),
         local_gradient_hooks_(engine_),
         schedule_{.base_lr = config.optimizer.lr,
@@ -200,6 +216,7 @@ class Trainer {
     else
       hooks_.push_back(&local_gradient_hooks_);
     hooks_.insert(hooks_.end(), options.hooks.begin(), options.hooks.end());
+    hooks_.push_back(&checkpoints_);
     if (config.train.eval_interval > 0 && (comm.rank() == 0 || every_rank_runs_the_model()))
       val_loader_ = std::make_unique<DataLoader>(data_.val, B_, T_, config.train.seed, false, "val",
                                                  data_.val_mask);
@@ -223,8 +240,7 @@ class Trainer {
       Stopwatch watch;
       const double lr = schedule_.lr_at(step_);
       StepTimes times = runner_.run(step_ + 1, lr);
-      // A lazy checkpoint begun after the last step has its snapshot now.
-      checkpointer_.after_step(times.update);
+      for (StepHooks* hook : hooks_) hook->step_attempted(step_ + 1);
       if (times.skipped) {
         note_skipped_step(times.figures);
         continue;
@@ -240,7 +256,7 @@ class Trainer {
  private:
   void start() {
     check_ranks_agree(comm_, config_, data_, options_);
-    lineage_.agree_on_token(comm_);
+    checkpoints_.start();
     note_plan();
     run_dir_.take(comm_, static_cast<uint64_t>(plan_.num_params) * plan_.state_bytes_per_param,
                   options_.trace_path);
@@ -303,47 +319,13 @@ class Trainer {
   }
 
   void resume(const fs::path& requested) {
-    // A run directory resumes from its newest checkpoint that verifies.
-    const ResumableCheckpoint chosen = newest_verified_checkpoint(requested, checkpoint_lineage);
-    const fs::path& path = chosen.dir;
-    // New checkpoints go to train.output_dir: never among another run's.
-    run_dir_.refuse_another_run(path);
-    if (!chosen.passed_over.empty())
-      report_.note(cat("tandem: passed over checkpoints that do not verify (", chosen.passed_over,
-                       "); resuming from ", path.string()));
-    const TrainingState state = read_training_state(path);
-    for (const std::string& note : check_resumable(path, state, config_,
-                                                   {.train_tokens_xxh3 = train_tokens_xxh3_,
-                                                   .train_tokens = data_.train.size(),
-                                                   .world_size = comm_.world_size()},
-                                                   options_.allow_inexact_resume))
-      report_.note(note);
-    resumed_from_ = path;
-    lineage_.continue_from(state.lineage);
-    // Every rank streams the weights whole and its optimizer state (its partition, from the
-    // shards that overlap it; or its own) from the files into the engine, a few MiB at a
-    // time, read in place where the host holds the state: any world size and stage resumes
-    // any other's partitioned checkpoint, and no copy of the state is made on the way.
-    Stopwatch reading;
-    uint64_t bytes_read = 0;
-    engine_.load_state(
-        [&](const UpdateEngine::StateSink& put, const UpdateEngine::StatePlace& place) {
-          bytes_read = stream_training_arrays(path, state,
-                                              {.keep = data_parallel_.state_range(),
-                                               .rank = comm_.rank(),
-                                               .world_size = comm_.world_size()},
-                                              put, place);
-        },
-        state.step);
-    data_parallel_.parameters_loaded();
-    train_loader_.set_position(state.train_position);
-    sample_rng_.set_state(state.sample_rng);
-    step_ = state.step;
-    const double seconds = reading.millis() / 1e3;
-    report_.note(cat("tandem: resumed ", path.string(), " at step ", step_, " of ",
-                     config_.train.steps, " (", format_bytes(bytes_read), " read in ",
-                     format_fixed(seconds, 2), " s, ",
-                     format_fixed(seconds > 0 ? bytes_read / seconds / 1e9 : 0.0, 2), " GB/s)"));
+    LoopPosition position;
+    resumed_from_ = checkpoints_.resume(
+        requested, options_.allow_inexact_resume,
+        [this](const fs::path& path) { run_dir_.refuse_another_run(path); }, position);
+    train_loader_.set_position(position.train_position);
+    sample_rng_.set_state(position.sample_rng);
+    step_ = position.step;
   }
 
   // A resumed run already at train.steps: say so, rather than write the same checkpoint
@@ -365,8 +347,7 @@ class Trainer {
     result_.skipped_steps++;
     report_.skipped(step_ + 1, figures, skipped_in_a_row_);
     if (skipped_in_a_row_ <= config_.train.max_skipped_steps) return;
-    // The checkpoint in flight is finished first: the message names what is intact.
-    record_checkpoints(checkpointer_.collect(true));
+    for (StepHooks* hook : hooks_) hook->stopping_on_error();
     fail("step ", step_ + 1, ": the loss or gradient norm was not finite in ", skipped_in_a_row_,
          " attempts in a row (loss ", figures.loss, ", gradient norm ", figures.grad_norm,
          "; train.max_skipped_steps = ", config_.train.max_skipped_steps,
@@ -414,17 +395,7 @@ class Trainer {
       result_.last_val_loss = evaluate();
       report_.val_loss(step_, result_.last_val_loss);
     }
-    const int64_t every = config_.train.checkpoint_interval;
-    if (options_.save_checkpoints && (finished || (every > 0 && step_ % every == 0))) {
-      run_dir_.check_still_held();
-      // The last checkpoint has no next step to hide behind: it is written now.
-      if (config_.train.lazy_checkpoints && !finished)
-        checkpointer_.begin_lazy(trainer_state());
-      else
-        checkpointer_.save_now(trainer_state(), [this] { return save(); });
-      lineage_.begun_at(step_);
-    }
-    record_checkpoints(checkpointer_.collect(finished));
+    for (StepHooks* hook : hooks_) hook->step_finished(step_, finished);
     if (stop_signal == 0) return false;
     result_.stopped_by_signal = stop_signal;
     report_.note(cat("tandem: ", StopSignals::name(stop_signal), ": stopped after step ", step_,
@@ -543,65 +514,12 @@ class Trainer {
     return *std::max_element(all.begin(), all.end());
   }
 
-  RankCheckpointLayout rank_checkpoint_layout() {
-    return RankCheckpointLayout::of(
-        config_, comm_.rank(), data_parallel_.state_range(),
-        [this](float* params) { data_parallel_.gather_partitions(params, sizeof(float)); });
-  }
-
-  // What a checkpoint holds besides the engine's arrays.
-  TrainingState trainer_state() const {
-    TrainingState state;
-    state.config = config_;
-    state.step = step_;
-    state.train_position = train_loader_.position();
-    state.sample_rng = sample_rng_.state();
-    state.train_tokens_xxh3 = train_tokens_xxh3_;
-    state.train_tokens = data_.train.size();
-    state.world_size = comm_.world_size();
-    state.lineage = lineage_.at(step_);
-    return state;
-  }
-
-  // Committed (or failed, under checkpoint_failure "continue") checkpoints: metrics, a
+  // A committed (or failed, under checkpoint_failure "continue") checkpoint: metrics, a
   // note, the result.
-  void record_checkpoints(std::vector<CheckpointRecord> records) {
-    for (CheckpointRecord& record : records) {
-      report_.checkpoint(record);
-      if (record.error.empty() && !record.path.empty()) result_.last_checkpoint = record.path;
-      result_.checkpoints.push_back(std::move(record));
-    }
-  }
-
-  // A collective: every rank hands its partition of the state to the others; rank 0
-  // writes the checkpoint (the others return an empty path).
-  fs::path save() {
-    TrainingState state = trainer_state();
-    if (comm_.world_size() == 1) {
-      // Written from the engine's own memory, tensor by tensor: no copy of the state.
-      return save_training_checkpoint(checkpoints_root(), state,
-                                      [this](size_t array, ParamRange range, float* scratch) {
-                                        return engine_.state_span(array, range, scratch);
-                                      });
-    }
-    // Rank 0 writes the weights: every rank's partition of the fp32 params, gathered (the
-    // only copy of the state made). Each rank writes its part of the optimizer state from
-    // the engine's own memory (rank_checkpoint_layout).
-    state.params.resize(model_.layout().num_elements());
-    const ParamRange held = engine_.plan().partition;
-    for (size_t b = held.begin; b < held.end; b += UpdateEngine::kPieceFloats) {
-      const ParamRange piece{b, std::min(b + UpdateEngine::kPieceFloats, held.end)};
-      float* to = state.params.data() + b;  // also the scratch state_span may fill
-      const float* values = engine_.state_span(0, piece, to);
-      if (values != to) std::copy(values, values + piece.size(), to);
-    }
-    data_parallel_.gather_partitions(state.params.data(), sizeof(float));
-    const ShardedOptimizerState shard =
-        rank_checkpoint_layout().shard_of([this](size_t array, ParamRange range, float* scratch) {
-          return engine_.state_span(array, range, scratch);
-        });
-    const fs::path path = save_sharded_training_checkpoint(comm_, checkpoints_root(), state, shard);
-    return comm_.rank() == 0 ? path : fs::path();
+  void record_checkpoint(CheckpointRecord record) {
+    report_.checkpoint(record);
+    if (record.error.empty() && !record.path.empty()) result_.last_checkpoint = record.path;
+    result_.checkpoints.push_back(std::move(record));
   }
 
   TrainConfig config_;
@@ -616,7 +534,6 @@ class Trainer {
   TokenSplit data_;
   std::string train_tokens_xxh3_;  // recorded in checkpoints for resume's checks
   fs::path resumed_from_;          // the checkpoint this invocation resumed
-  RunLineage lineage_;             // of this run's checkpoints
   DataLoader train_loader_;
   std::unique_ptr<DataLoader> val_loader_;
   // The device first: the backend's tensors and the engine's state live in it, and it
@@ -632,7 +549,8 @@ class Trainer {
   DataParallel data_parallel_;  // the model's BlockMemory from stage 2
   UpdateEngine engine_;
   GradientAccumulator accumulator_;
-  Checkpointer checkpointer_;  // snapshots the engine's state: after it, gone before it
+  // The run's checkpoints (a hook): snapshots the engine's state, so after it, gone before it.
+  RunCheckpoints checkpoints_;
   DataParallelHooks data_parallel_hooks_;
   LocalGradientHooks local_gradient_hooks_;
   // Data parallelism (or the local gradients' hooks) first, then TrainOptions::hooks.
