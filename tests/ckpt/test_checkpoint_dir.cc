@@ -315,6 +315,16 @@ TEST_F(CheckpointDirTest, OnlyTheNamesASaveWritesAreEverRemoved) {
   fs::create_directory_symlink(elsewhere, linked);
   EXPECT_TRUE(clean_up_interrupted_saves(linked).empty());
   EXPECT_TRUE(fs::exists(elsewhere / "step_00000007.tmp-5")) << "removed through a link";
+  // Nor does the pruning after each checkpoint, though a committed checkpoint there makes the
+  // staging directory of an earlier step look abandoned.
+  fs::create_directories(elsewhere / "step_00000008");
+  fs::create_directories(elsewhere / "step_00000009");
+  write_file_atomic(elsewhere / "step_00000008" / "manifest.json", std::string("{}"));
+  write_file_atomic(elsewhere / "step_00000009" / "manifest.json", std::string("{}"));
+  write_file_atomic(elsewhere / "latest", std::string("step_00000009\n"));
+  EXPECT_TRUE(prune_checkpoints(linked, 1).empty());
+  EXPECT_TRUE(fs::exists(elsewhere / "step_00000007.tmp-5")) << "pruned through a link";
+  EXPECT_TRUE(fs::exists(elsewhere / "step_00000008")) << "pruned through a link";
 }
 
 }  // namespace

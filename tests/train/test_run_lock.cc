@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
@@ -83,6 +84,52 @@ TEST(RunDirectoryLock, ALockFileThatIsALinkOrNotAFileIsRefusedAndLeftAlone) {
   fs::create_directories(dir / "run2" / ".tandem.lock");
   EXPECT_CONTAINS(testing::error_of([&] { RunDirectoryLock lock(dir / "run2"); }),
                   ".tandem.lock: is not a regular file");
+}
+
+// A lock file that is a hard link to a file elsewhere would have that file truncated and
+// overwritten with the pid: refused, and the file left as it was.
+TEST(RunDirectoryLock, ALockFileWithSeveralNamesIsRefusedAndLeftAlone) {
+  testing::ScratchDir dir("run_lock_hard_link");
+  fs::create_directories(dir / "run");
+  write_file_atomic(dir / "outside.txt", std::string("precious\n"));
+  fs::create_hard_link(dir / "outside.txt", dir / "run" / ".tandem.lock");
+  EXPECT_CONTAINS(testing::error_of([&] { RunDirectoryLock lock(dir / "run"); }),
+                  ".tandem.lock: has 2 names (hard links)");
+  EXPECT_EQ(read_file_text(dir / "outside.txt"), "precious\n");
+}
+
+// The start's checks of paths: a NUL byte in output_dir is refused before the disk is
+// touched; checkpoints/ that is a file is found at the start, not at the first checkpoint;
+// a start refused after it made the directory leaves nothing behind.
+TEST(RunDirectoryLock, BadPathsAreRefusedAtTheStartAndLeaveNothing) {
+  testing::ScratchDir dir("run_paths");
+  testing::write_small_corpus(dir / "data.txt");
+  nlohmann::json with_nul = testing::tiny_run_config(dir / "data.txt", dir / "run");
+  with_nul["train"]["output_dir"] = (dir / "cut").string() + std::string(1, '\0') + "tail";
+  EXPECT_CONTAINS(testing::error_of([&] { parse_train_config(with_nul); }),
+                  "train.output_dir holds a NUL byte");
+  EXPECT_FALSE(fs::exists(dir / "cut"));
+
+  const TrainConfig config =
+      parse_train_config(testing::tiny_run_config(dir / "data.txt", dir / "run"));
+  fs::create_directories(dir / "run");
+  write_file_atomic(dir / "run" / "checkpoints", std::string("not a directory\n"));
+  EXPECT_CONTAINS(testing::error_of([&] { train(config, testing::quiet()); }),
+                  "checkpoints is not a directory");
+
+  // Refused after the lock is taken (a --trace that is a directory): the directories this
+  // start made go again, and one that was there stays.
+  const TrainConfig fresh =
+      parse_train_config(testing::tiny_run_config(dir / "data.txt", dir / "new" / "deeper"));
+  TrainOptions bad_trace = testing::quiet();
+  bad_trace.trace_path = dir.path();
+  EXPECT_CONTAINS(testing::error_of([&] { train(fresh, bad_trace); }), "--trace");
+  EXPECT_FALSE(fs::exists(dir / "new"));
+  fs::create_directories(dir / "kept");
+  const TrainConfig existing =
+      parse_train_config(testing::tiny_run_config(dir / "data.txt", dir / "kept"));
+  EXPECT_CONTAINS(testing::error_of([&] { train(existing, bad_trace); }), "--trace");
+  EXPECT_TRUE(fs::exists(dir / "kept"));
 }
 
 // A live run's directory removed (and taken by another run) is noticed: the lock file at

@@ -520,6 +520,10 @@ ResumableCheckpoint newest_verified_checkpoint(const fs::path& path, const Linea
 std::vector<fs::path> prune_checkpoints(const fs::path& root, int64_t keep,
                                         const LineageOf& lineage_of) {
   std::vector<fs::path> removed;
+  // A root that is a link leads out of the run directory: nothing there is the run's to
+  // remove (as clean_up_interrupted_saves).
+  std::error_code link_ec;
+  if (fs::is_symlink(root, link_ec)) return removed;
   fs::path latest;
   try {
     latest = follow_latest(root);

@@ -113,6 +113,11 @@ struct JsonKeys {
             [=](const JsonSection& s, Config& c) {
               TANDEM_CHECK(!s.read_string(name, field(c)).empty() || may_be_empty, s.path(name),
                            " must not be empty");
+              // A path with a NUL would be cut there by every system call (a directory made
+              // under another name); no text here may hold one.
+              TANDEM_CHECK(field(c).find('\0') == std::string::npos, s.path(name),
+                           " holds a NUL byte (\\u0000), which no file name or setting may "
+                           "hold; remove it");
             },
             [=](const Config& c) { return nlohmann::json(field(c)); }};
   }

@@ -15,19 +15,54 @@ namespace {
 
 constexpr const char* kRank0Refused = "rank 0 refused to start (its error says why)";
 
+// The first of `dir` and its parents that does not exist (what create_directories makes), or
+// nothing when `dir` exists.
+fs::path first_missing(const fs::path& dir) {
+  std::error_code ec;
+  fs::path missing;
+  for (fs::path p = fs::absolute(dir, ec); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    missing = p;
+    if (p == p.parent_path()) break;
+  }
+  return missing;
+}
+
+// Takes away what a refused start made: the lock file, then each directory it created, from
+// `dir` up to `created`, as long as it is empty.
+void remove_what_start_made(const fs::path& dir, const fs::path& created) {
+  std::error_code ec;
+  fs::remove(dir / ".tandem.lock", ec);
+  for (fs::path p = fs::absolute(dir, ec);; p = p.parent_path()) {
+    if (!fs::is_empty(p, ec) || ec || !fs::remove(p, ec)) return;
+    if (p == created || p == p.parent_path()) return;
+  }
+}
+
 }  // namespace
 
 void RunDirectory::take(Communicator& comm, uint64_t checkpoint_bytes, const fs::path& trace) {
   std::string error;
   if (comm.rank() == 0) {
+    const fs::path created = writes_ ? first_missing(dir_) : fs::path();
     try {
       if (writes_) {
         lock_ = std::make_unique<RunDirectoryLock>(dir_);
+        std::error_code ec;
+        const fs::file_status root = fs::symlink_status(checkpoints(), ec);
+        TANDEM_CHECK(!fs::exists(root) || fs::is_directory(fs::status(checkpoints(), ec)),
+                     checkpoints().string(),
+                     " is not a directory; the run's checkpoints go there: move it away, or "
+                     "write elsewhere with --set train.output_dir=DIR");
         check_free_space(dir_, checkpoint_bytes, "one checkpoint of this model");
       }
       if (!trace.empty()) check_writable_file(trace, "--trace");
     } catch (const Error& e) {
       error = e.what();
+      // A directory this start created holds nothing of anyone's: it goes again.
+      if (lock_ && !created.empty()) {
+        lock_.reset();
+        remove_what_start_made(dir_, created);
+      }
     }
   }
   fail_together(comm, error, kRank0Refused);

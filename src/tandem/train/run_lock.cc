@@ -40,6 +40,14 @@ RunDirectoryLock::RunDirectoryLock(const fs::path& output_dir) {
     fd_ = -1;
     fail(path.string(), ": is not a regular file; remove it (tandem makes its own lock file)");
   }
+  // A hard link is a name of a file elsewhere too: writing the pid would truncate it.
+  if (st.st_nlink > 1) {
+    ::close(fd_);
+    fd_ = -1;
+    fail(path.string(), ": has ", st.st_nlink,
+         " names (hard links), so it is also a file outside the run directory; tandem writes "
+         "only files of its own there: remove it (tandem makes its own lock file)");
+  }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;
     char holder[32] = {};
