@@ -7,7 +7,9 @@
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/ckpt/resume_check.h"
 #include "tandem/ckpt/sharded_checkpoint.h"
+#include "tandem/comm/agreement.h"
 #include "tandem/comm/communicator.h"
+#include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/timer.h"
 #include "tandem/offload/update_engine.h"
@@ -50,15 +52,25 @@ fs::path RunCheckpoints::resume(const fs::path& requested, bool allow_inexact,
   Stopwatch reading;
   uint64_t bytes_read = 0;
   DataParallel& data_parallel = parts_.data_parallel;
-  parts_.engine.load_state(
-      [&](const UpdateEngine::StateSink& put, const UpdateEngine::StatePlace& place) {
-        bytes_read = stream_training_arrays(path, state,
-                                            {.keep = data_parallel.state_range(),
-                                             .rank = comm.rank(),
-                                             .world_size = comm.world_size()},
-                                            put, place);
-      },
-      state.step);
+  std::string error;
+  try {
+    parts_.engine.load_state(
+        [&](const UpdateEngine::StateSink& put, const UpdateEngine::StatePlace& place) {
+          bytes_read = stream_training_arrays(path, state,
+                                              {.keep = data_parallel.state_range(),
+                                               .rank = comm.rank(),
+                                               .world_size = comm.world_size()},
+                                              put, place);
+        },
+        state.step);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  // Every rank has read its part (a shard missing from the manifest is one rank's error)
+  // before any says it resumed.
+  fail_together(comm, error,
+                "another rank could not read its part of the checkpoint (its "
+                "error says why)");
   data_parallel.parameters_loaded();
   position = {
       .step = state.step, .train_position = state.train_position, .sample_rng = state.sample_rng};
