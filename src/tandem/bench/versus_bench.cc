@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "tandem/ckpt/resume_check.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/timer.h"
@@ -72,6 +73,11 @@ VersusBenchResult run_versus_bench(const VersusBenchOptions& options) {
   for (int side = 0; side < 2; side++) sides[side]->medians = median_of(runs[side]);
   result.digests_agree = std::all_of(digests.begin(), digests.end(),
                                      [&](const std::string& d) { return d == digests.front(); });
+  TrainingState base_run;
+  base_run.config = configs[0];
+  base_run.world_size = 1;
+  for (const ResumeMismatch& m : resume_mismatches(base_run, configs[1], {.world_size = 1}))
+    result.number_changes.push_back(m.key);
   return result;
 }
 
@@ -103,9 +109,20 @@ std::string VersusBenchResult::to_text() const {
   row("variant", variant);
   text += cat("variant (", changed, ") / base: ", format_fixed(ms_ratio(), 3),
               "x the time per step, ", format_fixed(tokens_per_s_ratio(), 3), "x the tokens/s\n");
-  text += digests_agree ? cat("state digests: the same for both (", base.state_digest, ")\n")
-                        : "state digests: DIFFER between the sides (a bug: these settings must "
-                          "not change a number)\n";
+  std::string changed_numbers;
+  for (const std::string& key : number_changes)
+    changed_numbers += cat(changed_numbers.empty() ? "" : ", ", key);
+  if (digests_agree)
+    text += cat("state digests: the same for both (", base.state_digest, ")\n");
+  else if (!number_changes.empty())
+    text +=
+        cat("state digests: differ, as expected: the variant changes what the numbers "
+            "depend on (",
+            changed_numbers, ")\n");
+  else
+    text +=
+        "state digests: DIFFER between the sides (a bug: these settings must not change a "
+        "number)\n";
   return text;
 }
 
@@ -127,6 +144,7 @@ nlohmann::json VersusBenchResult::to_json() const {
           {"ms_ratio", ms_ratio()},
           {"tokens_per_s_ratio", tokens_per_s_ratio()},
           {"digests_agree", digests_agree},
+          {"number_changes", number_changes},
           {"params", params},
           {"batch", batch},
           {"seq_len", seq_len},

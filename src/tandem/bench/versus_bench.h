@@ -4,7 +4,8 @@
 // same batches, so that a noisy neighbour slows both alike; each side's figure is the
 // median over its rounds of each round's median step. The settings measured this way
 // (activation_checkpointing.interval, offload_optimizer.overlap_forward) change no number,
-// so both sides must end with the same state digest.
+// so both sides must end with the same state digest; a setting that does (lr, seed) is named
+// as the reason they differ.
 #pragma once
 
 #include <functional>
@@ -40,6 +41,11 @@ struct VersusBenchResult {
   std::vector<std::string> changes;
   VersusSide base, variant;
   bool digests_agree = false;  // every run of both sides ended with one state digest
+  // What of the variant's changes the numbers depend on (ckpt/resume_check.h's keys: lr, the
+  // seed, the micro-batch ...): with any, the digests are expected to differ.
+  std::vector<std::string> number_changes;
+  // Digests that differ where no change explains it: a bug.
+  bool digests_unexplained() const { return !digests_agree && number_changes.empty(); }
   size_t params = 0;
   int batch = 0, seq_len = 0, rounds = 0, timed_steps = 0;
   std::string device;

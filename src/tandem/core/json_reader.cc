@@ -49,9 +49,10 @@ struct ObjectLevel {
   std::string last_key;
 };
 
-json parse_json_refusing_duplicates(const std::string& text) {
+// `last_key`: the path of the last key read, for an error the parser meets in its value.
+json parse_json_refusing_duplicates(const std::string& text, std::string& last_key) {
   std::vector<ObjectLevel> stack;
-  const auto callback = [&stack](int, json::parse_event_t event, json& parsed) {
+  const auto callback = [&stack, &last_key](int, json::parse_event_t event, json& parsed) {
     switch (event) {
       case json::parse_event_t::object_start: {
         std::string path;
@@ -65,6 +66,7 @@ json parse_json_refusing_duplicates(const std::string& text) {
           if (!stack.back().keys.insert(key).second)
             fail("duplicate key '", join_json_path(stack.back().path, key), "'");
           stack.back().last_key = key;
+          last_key = join_json_path(stack.back().path, key);
         }
         break;
       }
@@ -166,8 +168,18 @@ json float_json(float f) {
 
 json read_json_file(const std::filesystem::path& path) {
   const std::string text = read_file_text(path);
+  std::string last_key;
   try {
-    return parse_json_refusing_duplicates(text);
+    return parse_json_refusing_duplicates(text, last_key);
+  } catch (const json::out_of_range& e) {
+    // A number beyond a double's range (1e400): the parser names the number, not where.
+    std::string number = e.what();
+    if (const size_t quote = number.find('\''); quote != std::string::npos)
+      number = number.substr(quote);
+    fail(path.string(), ": ", last_key.empty() ? "a number" : cat("the value of ", last_key),
+         " is out of range (", number,
+         "): numbers must be finite doubles, at most about 1.8e308 in magnitude; write a smaller "
+         "number");
   } catch (const json::parse_error& e) {
     // e.byte is 1-based and points at the character that broke the parse. nlohmann's own
     // message repeats a position in its own wording; keep only the explanation after it.
