@@ -28,6 +28,15 @@ void register_tokenize(CLI::App& app) {
     std::error_code ec;
     TANDEM_CHECK(!fs::is_directory(args->output, ec), "--output ", args->output,
                  ": is a directory; name the shard file to write (e.g. data.bin)");
+    const fs::path output_dir = fs::path(args->output).parent_path();
+    TANDEM_CHECK(output_dir.empty() || fs::is_directory(output_dir, ec), "--output ", args->output,
+                 ": its directory ", output_dir.string(),
+                 " does not exist; create it first (mkdir -p ", output_dir.string(), ")");
+    // A device or a pipe has no size to read up to (/dev/zero never ends, and says 0).
+    TANDEM_CHECK(!fs::exists(args->input, ec) || fs::is_regular_file(args->input, ec), "--input ",
+                 args->input,
+                 ": is not a regular file (a device, a pipe or a directory); tokenize reads a "
+                 "text file");
     TANDEM_CHECK(!fs::exists(args->output, ec) || !fs::equivalent(args->input, args->output, ec),
                  "--output ", args->output,
                  ": is the --input file; writing the shard would replace the text; name "
