@@ -7,8 +7,8 @@
 #include "tandem/bench/memory_bandwidth.h"
 #include "tandem/core/cpu_features.h"
 #include "tandem/core/thread_pool.h"
-#include "tandem/optim/adamw_reference.h"
-#include "tandem/optim/cpu_adamw.h"
+#include "tandem/optim/adamw/adamw_reference.h"
+#include "tandem/optim/adamw/cpu_adamw.h"
 
 namespace tandem {
 namespace {

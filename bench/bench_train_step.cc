@@ -11,7 +11,7 @@
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/rng.h"
 #include "tandem/model/gpt.h"
-#include "tandem/optim/adamw_reference.h"
+#include "tandem/optim/adamw/adamw_reference.h"
 
 namespace tandem {
 namespace {

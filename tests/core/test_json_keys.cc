@@ -18,6 +18,7 @@
 #include "tandem/device/device.h"
 #include "tandem/offload/offload_plan.h"
 #include "tandem/offload/update_types.h"
+#include "tandem/optim/demo/demo_wire.h"
 
 namespace tandem {
 namespace {

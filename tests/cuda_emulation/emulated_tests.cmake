@@ -143,16 +143,23 @@ gtest_discover_tests(test_cublaslt_emulated
 # Built only for these tests: the tandem binary and the other tests keep tandem_lib.
 set(TANDEM_EMULATED_GPU_TUS
   ${TANDEM_FLASH_EMULATED_TU} ${TANDEM_KERNELS_EMULATED_TU} ${TANDEM_CUBLASLT_EMULATED_TU})
-foreach(cuda_source compute/cuda/cuda_backend device/cuda/cuda_device optim/adamw_cuda
-                    optim/demo_cuda bench/cuda/memcpy_peak)
-  get_filename_component(cuda_name ${cuda_source} NAME)
+# The rest of src/tandem's .cu files, each in its emulated form (MODE=launches): the
+# device, the backend, every optimizer's kernels (optim/<name>/*.cu: a new optimizer's are
+# emulated without an edit here) and the bench's.
+file(GLOB_RECURSE TANDEM_OTHER_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/tandem/*.cu)
+list(REMOVE_ITEM TANDEM_OTHER_CUDA_SOURCES
+     ${PROJECT_SOURCE_DIR}/src/tandem/compute/cuda/flash_attention.cu
+     ${PROJECT_SOURCE_DIR}/src/tandem/compute/cuda/kernels.cu
+     ${PROJECT_SOURCE_DIR}/src/tandem/compute/cuda/cublaslt_matmul.cu)
+foreach(cuda_path ${TANDEM_OTHER_CUDA_SOURCES})
+  get_filename_component(cuda_name ${cuda_path} NAME_WE)
   set(emulated_tu ${PROJECT_BINARY_DIR}/cuda_emulation/${cuda_name}_emulated.cc)
   add_custom_command(
     OUTPUT ${emulated_tu}
-    COMMAND ${CMAKE_COMMAND} -DKERNEL_SOURCE=${PROJECT_SOURCE_DIR}/src/tandem/${cuda_source}.cu
+    COMMAND ${CMAKE_COMMAND} -DKERNEL_SOURCE=${cuda_path}
             -DMODE=launches -DOUTPUT=${emulated_tu}
             -P ${TANDEM_EMULATION_DIR}/generate_emulated_source.cmake
-    DEPENDS ${PROJECT_SOURCE_DIR}/src/tandem/${cuda_source}.cu
+    DEPENDS ${cuda_path}
             ${TANDEM_EMULATION_DIR}/generate_emulated_source.cmake
     COMMENT "Generating the emulated ${cuda_name}.cu"
     VERBATIM)
@@ -160,7 +167,7 @@ foreach(cuda_source compute/cuda/cuda_backend device/cuda/cuda_device optim/adam
     COMPILE_OPTIONS "-Wno-unknown-pragmas;-fno-strict-aliasing")
   list(APPEND TANDEM_EMULATED_GPU_TUS ${emulated_tu})
 endforeach()
-# Every .cu must be emulated: a new one fails the configuration until it is added above.
+# Every .cu is emulated (a check that the globs above stay in step).
 file(GLOB_RECURSE TANDEM_ALL_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/tandem/*.cu)
 list(LENGTH TANDEM_ALL_CUDA_SOURCES cuda_source_count)
 list(LENGTH TANDEM_EMULATED_GPU_TUS emulated_source_count)
@@ -205,9 +212,12 @@ tandem_emulated_gpu_test(test_cuda_device_emulated ${PROJECT_SOURCE_DIR}/tests/d
 tandem_emulated_gpu_test(test_cuda_backend_emulated ${PROJECT_SOURCE_DIR}/tests/compute/test_cuda_backend.cc
   "-CudaBackend.FiftyTrainingStepsMatchTheCpuRun")
 # Only its CUDA test: the others run on the CPU device, in test_update_engine already.
-tandem_emulated_gpu_test(test_demo_cuda_emulated ${PROJECT_SOURCE_DIR}/tests/optim/test_demo_cuda.cc "*")
-tandem_emulated_gpu_test(test_demo_rule_emulated ${PROJECT_SOURCE_DIR}/tests/optim/test_demo_rule.cc
+tandem_emulated_gpu_test(test_demo_cuda_emulated ${PROJECT_SOURCE_DIR}/tests/optim/demo/test_demo_cuda.cc "*")
+tandem_emulated_gpu_test(test_demo_rule_emulated ${PROJECT_SOURCE_DIR}/tests/optim/demo/test_demo_rule.cc
                          "DemoRuleCuda.*")
+# The optimizer recipe's SGD (optim/sgd/) on the GPU: its kernel against the scalar reference.
+tandem_emulated_gpu_test(test_sgd_recipe_emulated ${PROJECT_SOURCE_DIR}/tests/optim/test_sgd_recipe.cc
+                         "SgdRecipeCuda.*")
 tandem_emulated_gpu_test(test_update_engine_emulated ${PROJECT_SOURCE_DIR}/tests/offload/test_update_engine.cc "*Cuda*")
 # Data parallelism on the cuda device: two in-process ranks on the emulated GPU, every stage.
 tandem_emulated_gpu_test(test_data_parallel_gpu_emulated

@@ -15,9 +15,9 @@
 #include "support/test_util.h"
 #include "tandem/core/half.h"
 #include "tandem/device/cuda/cuda_device.h"
-#include "tandem/optim/adamw_cuda.h"
-#include "tandem/optim/adamw_device_kernel.h"
-#include "tandem/optim/adamw_reference.h"
+#include "tandem/optim/adamw/adamw_cuda.h"
+#include "tandem/optim/adamw/adamw_device_kernel.h"
+#include "tandem/optim/adamw/adamw_reference.h"
 
 namespace tandem {
 namespace {

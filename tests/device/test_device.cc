@@ -19,7 +19,7 @@
 #include "tandem/core/rng.h"
 #include "tandem/device/cpu/cpu_device.h"
 #include "tandem/device/device.h"
-#include "tandem/optim/adamw_device_kernel.h"
+#include "tandem/optim/adamw/adamw_device_kernel.h"
 
 namespace tandem {
 namespace {

@@ -21,7 +21,7 @@
 #include "tandem/device/device.h"
 #include "tandem/model/model_family.h"
 #include "tandem/offload/update_engine.h"
-#include "tandem/optim/adamw_rule.h"
+#include "tandem/optim/adamw/adamw_rule.h"
 
 namespace tandem {
 namespace {

@@ -32,9 +32,9 @@
 #include "tandem/offload/snapshot_pool.h"
 #include "tandem/offload/update_engine.h"
 #include "tandem/offload/update_rule.h"
-#include "tandem/optim/adamw_rule.h"
-#include "tandem/optim/adamw_timing.h"
-#include "tandem/optim/cpu_adamw.h"
+#include "tandem/optim/adamw/adamw_rule.h"
+#include "tandem/optim/adamw/adamw_timing.h"
+#include "tandem/optim/adamw/cpu_adamw.h"
 
 namespace tandem {
 namespace {

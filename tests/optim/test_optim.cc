@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "tandem/core/rng.h"
-#include "tandem/optim/adamw_reference.h"
+#include "tandem/optim/adamw/adamw_reference.h"
 #include "tandem/optim/grad_clip.h"
 #include "tandem/optim/lr_schedule.h"
 

@@ -22,6 +22,7 @@
 #include "tandem/core/thread_pool.h"
 #include "tandem/model/model_family.h"
 #include "tandem/model/param_layout.h"
+#include "tandem/optim/demo/demo_rule.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem {
@@ -277,7 +278,7 @@ TEST_F(DemoTraining, BadConfigsAreOneLineErrorsNamingTheKey) {
       {"/zero_optimization/stage", 1, "needs zero_optimization.stage 0"},
       {"/offload_optimizer/schedule", "auto", "offload_optimizer.schedule auto"},
       {"/optimizer/type", "Lion",
-       "optimizer.type must be one of: \"AdamW\", \"DeMo\"; got \"Lion\""},
+       "optimizer.type must be one of: \"AdamW\", \"DeMo\", \"SGD\"; got \"Lion\""},
   };
   for (const Case& c : cases) {
     nlohmann::json json = demo_config(data(), dir_ / "bad");
@@ -309,10 +310,10 @@ TEST_F(DemoTraining, BadConfigsAreOneLineErrorsNamingTheKey) {
   const TrainConfig config = parse_train_config(defaults);
   EXPECT_EQ(config.optimizer.type, OptimizerType::kDeMo);
   EXPECT_EQ(config.optimizer.weight_decay, 0.0);
-  EXPECT_EQ(config.optimizer.compression_decay, 0.999f);
-  EXPECT_EQ(config.optimizer.compression_topk, 32);
-  EXPECT_EQ(config.optimizer.compression_chunk, 64);
-  EXPECT_EQ(config.demo.replica_check_interval, 100);
+  EXPECT_EQ(own_settings<DemoSettings>(config.optimizer).compression_decay, 0.999f);
+  EXPECT_EQ(own_settings<DemoSettings>(config.optimizer).compression_topk, 32);
+  EXPECT_EQ(own_settings<DemoSettings>(config.optimizer).compression_chunk, 64);
+  EXPECT_EQ(own_settings<DemoSettings>(config.optimizer).replica_check_interval, 100);
   // The written config reads back the same.
   EXPECT_EQ(to_json(parse_train_config(to_json(config))), to_json(config));
 }

@@ -18,7 +18,7 @@
 #include "tandem/device/device.h"
 #include "tandem/model/model.h"
 #include "tandem/offload/update_engine.h"
-#include "tandem/optim/adamw_rule.h"
+#include "tandem/optim/adamw/adamw_rule.h"
 #include "tandem/optim/grad_clip.h"
 
 namespace tandem::testing {

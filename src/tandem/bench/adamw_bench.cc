@@ -9,7 +9,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/core/timer.h"
-#include "tandem/optim/cpu_adamw.h"
+#include "tandem/optim/adamw/cpu_adamw.h"
 
 namespace tandem {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "tandem/core/cpu_features.h"
-#include "tandem/optim/adamw_reference.h"
+#include "tandem/optim/adamw/adamw_reference.h"
 
 namespace tandem {
 

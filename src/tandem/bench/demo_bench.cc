@@ -13,7 +13,7 @@
 #include "tandem/core/thread_pool.h"
 #include "tandem/core/timer.h"
 #include "tandem/device/cuda/cuda_device.h"
-#include "tandem/optim/demo_device_kernel.h"
+#include "tandem/optim/demo/demo_device_kernel.h"
 
 namespace tandem {
 namespace {

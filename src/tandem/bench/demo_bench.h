@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "tandem/core/cpu_features.h"
-#include "tandem/optim/demo.h"
+#include "tandem/optim/demo/demo.h"
 
 namespace tandem {
 

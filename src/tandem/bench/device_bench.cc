@@ -7,8 +7,8 @@
 #include "tandem/core/error.h"
 #include "tandem/core/timer.h"
 #include "tandem/offload/perf_model.h"
-#include "tandem/optim/adamw_device_kernel.h"
-#include "tandem/optim/adamw_timing.h"
+#include "tandem/optim/adamw/adamw_device_kernel.h"
+#include "tandem/optim/adamw/adamw_timing.h"
 
 namespace tandem {
 PcieBenchResult run_pcie_bench(Device& device, size_t bytes, int repetitions) {

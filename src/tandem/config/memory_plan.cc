@@ -256,7 +256,7 @@ std::optional<UpdateRates> assumed_gpu_update_rates(const TrainConfig& config, T
     rates = family.calibrate_rates(*host, pool, sample, update_dtypes(config),
                                    plan.offload.max_subgroup_size);
   }
-  rates.device_params_per_s = gpu.adamw_params_per_s;
+  rates.device_params_per_s = gpu.for_optimizer(family).update_params_per_s;
   rates.h2d_bytes_per_s = gpu.h2d_bytes_per_s;
   rates.d2h_bytes_per_s = gpu.d2h_bytes_per_s;
   // What this machine's host-only device measured beside its CPU says nothing of a GPU's
@@ -273,7 +273,7 @@ TrainingMemoryPlan plan_training_on_assumed_gpu(const TrainConfig& config,
   const auto capacity = static_cast<size_t>(config.device.memory_gb * (1ull << 30));
   TrainingMemoryPlan plan = plan_training_at_rates(
       planned_for_gpu_machine(config), DeviceKind::kCuda, capacity, state_range, world_size, rates);
-  plan.gpu_assumed = gpu;
+  plan.gpu_assumed = gpu.for_optimizer(optimizer_family(config.optimizer.type));
   plan.machine_host_bytes = 0;  // the GPU machine's, unknown here
   return plan;
 }
@@ -376,10 +376,20 @@ std::string TrainingMemoryPlan::to_text() const {
   return text + cat("measured: ", rates.to_text(), "\n", prediction.to_text(), "\n");
 }
 
+AssumedGpu AssumedGpu::for_optimizer(const OptimizerFamily& family) const {
+  AssumedGpu gpu = *this;
+  gpu.update_bytes_per_param = family.gpu_bytes_per_param;
+  gpu.update_params_per_s =
+      family.gpu_bytes_per_param > 0
+          ? update_bytes_per_s / static_cast<double>(family.gpu_bytes_per_param)
+          : 0;
+  return gpu;
+}
+
 std::string AssumedGpu::to_text() const {
-  return cat(name, ", device update ", adamw_params_per_s / 1e9, " G params/s, host-to-device ",
+  return cat(name, ", device update ", update_params_per_s / 1e9, " G params/s, host-to-device ",
              h2d_bytes_per_s / 1e9, " GB/s, device-to-host ", d2h_bytes_per_s / 1e9, " GB/s (",
-             source, ")");
+             memory_source, " for ", update_bytes_per_param, " bytes/param; ", link_source, ")");
 }
 
 int fewest_ranks_at_zero_stage_3(const TrainConfig& config, DeviceKind kind, size_t capacity,

@@ -39,12 +39,13 @@ struct CheckpointSnapshotPlan {
 
 // The GPU a plan is made for where none is at hand (planning a run for a GPU machine
 // from a laptop or CI): its rates are assumed, not measured. The defaults are an H100's:
-// AdamW streams 28 bytes per parameter (fp32 params, m, v read and written, bf16 gradient
-// read, bf16 working copy written) at 70% of its 3.35 TB/s, and PCIe moves 19 GB/s each
-// way during the update (Deep Optimizer States' measurement on H100).
+// an optimizer's device update streams the bytes per parameter its row names
+// (optim/optimizer_family.h, gpu_bytes_per_param: AdamW 28, its fp32 params, m, v read and
+// written, bf16 gradient read, bf16 working copy written) at 70% of its 3.35 TB/s, and PCIe
+// moves 19 GB/s each way during the update (Deep Optimizer States' measurement on H100).
 struct AssumedGpu {
   std::string name = "H100";
-  double adamw_params_per_s = 0.7 * 3.35e12 / 28;
+  double update_bytes_per_s = 0.7 * 3.35e12;  // the memory bandwidth a device update reaches
   double h2d_bytes_per_s = 19e9;
   double d2h_bytes_per_s = 19e9;
   // Model FLOPs per second of forward and backward (step_plan.h's assumed compute): what
@@ -54,9 +55,14 @@ struct AssumedGpu {
   // The CPU update rate of the GPU machine; 0: this machine's, measured (the planner's
   // best guess; a plan made on the GPU machine itself measures everything).
   double cpu_params_per_s = 0;
-  std::string source =
-      "HBM 3.35 TB/s at 70% for 28 bytes/param; PCIe as Deep Optimizer "
-      "States measured on H100";
+  std::string memory_source = "HBM 3.35 TB/s at 70%";
+  std::string link_source = "PCIe as Deep Optimizer States measured on H100";
+  // For one optimizer (for_optimizer): the bytes per parameter its device update streams,
+  // and so its update rate; 0 until then.
+  size_t update_bytes_per_param = 0;
+  double update_params_per_s = 0;
+  // This GPU updating with `family`'s kernels (its row's gpu_bytes_per_param).
+  AssumedGpu for_optimizer(const OptimizerFamily& family) const;
   std::string to_text() const;
 };
 

@@ -125,25 +125,38 @@ Key optimizer_key() {
           }};
 }
 
-// A section that only the optimizer `type` reads ("demo" for DeMo): refused, naming the
-// type, with any other, and not written.
-Key section_of_optimizer(OptimizerType type, std::string_view name, std::vector<Key> keys) {
-  Key section = Keys::section(name, keys);
-  const auto read_section = section.read;
-  const auto write_section = section.write;
-  section.read = [=](const JsonSection& top, TrainConfig& config) {
-    const std::string_view owner = optimizer_type_name(type);
-    const JsonSection own = top.section(name);
-    for (const Key& key : keys)
-      TANDEM_CHECK(config.optimizer.type == type || own.find(key.name) == nullptr,
-                   own.path(key.name), " applies to optimizer.type ", owner,
-                   " only; remove it or set optimizer.type to ", owner);
-    read_section(top, config);
-  };
-  section.write = [=](const TrainConfig& config) {
-    return config.optimizer.type == type ? write_section(config) : json();
-  };
-  return section;
+// A section that only the optimizer `family` reads (its row's `sections`: "demo" for DeMo),
+// read into config.optimizer: refused, naming the type, with any other, and not written.
+Key section_of_optimizer(const OptimizerFamily& family, const OptimizerSection& section) {
+  const OptimizerType type = family.type;
+  const std::string_view owner = family.name, name = section.name;
+  const std::vector<JsonKey<OptimizerConfig>> keys = section.keys;
+  return {name,
+          [=](const JsonSection& top, TrainConfig& config) {
+            const JsonSection own = top.section(name);
+            for (const JsonKey<OptimizerConfig>& key : keys)
+              TANDEM_CHECK(config.optimizer.type == type || own.find(key.name) == nullptr,
+                           own.path(key.name), " applies to optimizer.type ", owner,
+                           " only; remove it or set optimizer.type to ", owner);
+            if (config.optimizer.type == type)
+              read_json_keys<OptimizerConfig>(own, keys, config.optimizer);
+            else
+              own.check_keys(json_key_names<OptimizerConfig>(keys));
+          },
+          [=](const TrainConfig& config) {
+            return config.optimizer.type == type
+                       ? write_json_keys<OptimizerConfig>(keys, config.optimizer)
+                       : json();
+          }};
+}
+
+// "optimizer", then every family's own sections.
+std::vector<Key> optimizer_keys() {
+  std::vector<Key> keys = {optimizer_key()};
+  for (const OptimizerFamily& family : optimizer_families())
+    for (const OptimizerSection& section : family.sections)
+      keys.push_back(section_of_optimizer(family, section));
+  return keys;
 }
 
 // "scheduler": {"type": "WarmupCosineLR", "params": {...}}, the one schedule there is.
@@ -259,43 +272,49 @@ std::vector<Key> activation_checkpointing_keys() {
 
 // The whole file, top-level keys in the order messages list them and sections are read.
 const std::vector<Key>& schema() {
-  static const std::vector<Key> keys = {
-      model_key(),
-      Keys::section("data", data_keys()),
-      Keys::integer("train_batch_size", TANDEM_FIELD(train_batch_size), 0,
-                    std::numeric_limits<int64_t>::max(),
-                    "a non-negative integer (sequences per optimizer step over all ranks; 0: "
-                    "train_micro_batch_size_per_gpu x gradient_accumulation_steps x ranks)"),
-      integer_or_auto("train_micro_batch_size_per_gpu", TANDEM_FIELD(micro_batch_size), 1,
-                      "a positive integer"),
-      integer_or_auto("gradient_accumulation_steps", TANDEM_FIELD(gradient_accumulation_steps), 1,
-                      "a positive integer"),
-      Keys::real("gradient_clipping", TANDEM_FIELD(gradient_clipping), "a number >= 0 (0 disables)",
-                 [](double v) { return v >= 0; }),
-      optimizer_key(),
-      section_of_optimizer(
-          OptimizerType::kDeMo, "demo",
-          {Keys::integer("replica_check_interval", TANDEM_FIELD(demo.replica_check_interval), 0)}),
-      scheduler_key(),
-      Keys::section("zero_optimization", zero_keys()),
-      Keys::section("offload_optimizer",
-                    {Keys::choice("schedule", TANDEM_FIELD(offload.schedule), kUpdateScheduleNames),
-                     Keys::real("ratio", TANDEM_FIELD(offload.ratio), "a number in [0, 1]",
-                                [](double v) { return v >= 0 && v <= 1; }),
-                     Keys::integer("stride", TANDEM_FIELD(offload.stride), 1),
-                     Keys::integer("staging_buffers", TANDEM_FIELD(offload.staging_buffers), 1),
-                     Keys::boolean("overlap_forward", TANDEM_FIELD(offload.overlap_forward))}),
-      Keys::section(
-          "device",
-          {Keys::choice("type", TANDEM_FIELD(device.type), kDeviceKindNames),
-           // Bounded so that the bytes fit a size_t with room (and no device has a petabyte).
-           Keys::real("memory_gb", TANDEM_FIELD(device.memory_gb),
-                      "a number > 0 and at most 1048576",
-                      [](double v) { return v > 0 && v <= 1048576; })}),
-      Keys::section("bf16", {Keys::boolean("enabled", TANDEM_FIELD(bf16))}),
-      Keys::section("activation_checkpointing", activation_checkpointing_keys()),
-      Keys::section("train", train_loop_keys()),
-  };
+  static const std::vector<Key> keys = [] {
+    std::vector<Key> top = {
+        model_key(),
+        Keys::section("data", data_keys()),
+        Keys::integer("train_batch_size", TANDEM_FIELD(train_batch_size), 0,
+                      std::numeric_limits<int64_t>::max(),
+                      "a non-negative integer (sequences per optimizer step over all ranks; 0: "
+                      "train_micro_batch_size_per_gpu x gradient_accumulation_steps x ranks)"),
+        integer_or_auto("train_micro_batch_size_per_gpu", TANDEM_FIELD(micro_batch_size), 1,
+                        "a positive integer"),
+        integer_or_auto("gradient_accumulation_steps", TANDEM_FIELD(gradient_accumulation_steps), 1,
+                        "a positive integer"),
+        Keys::real("gradient_clipping", TANDEM_FIELD(gradient_clipping),
+                   "a number >= 0 (0 disables)", [](double v) { return v >= 0; }),
+    };
+    // "optimizer", and each optimizer's own sections after it.
+    for (Key& key : optimizer_keys()) top.push_back(std::move(key));
+    top.insert(
+        top.end(),
+        {
+            scheduler_key(),
+            Keys::section("zero_optimization", zero_keys()),
+            Keys::section(
+                "offload_optimizer",
+                {Keys::choice("schedule", TANDEM_FIELD(offload.schedule), kUpdateScheduleNames),
+                 Keys::real("ratio", TANDEM_FIELD(offload.ratio), "a number in [0, 1]",
+                            [](double v) { return v >= 0 && v <= 1; }),
+                 Keys::integer("stride", TANDEM_FIELD(offload.stride), 1),
+                 Keys::integer("staging_buffers", TANDEM_FIELD(offload.staging_buffers), 1),
+                 Keys::boolean("overlap_forward", TANDEM_FIELD(offload.overlap_forward))}),
+            Keys::section(
+                "device",
+                {Keys::choice("type", TANDEM_FIELD(device.type), kDeviceKindNames),
+                 // Bounded so that the bytes fit a size_t with room (and no device has a petabyte).
+                 Keys::real("memory_gb", TANDEM_FIELD(device.memory_gb),
+                            "a number > 0 and at most 1048576",
+                            [](double v) { return v > 0 && v <= 1048576; })}),
+            Keys::section("bf16", {Keys::boolean("enabled", TANDEM_FIELD(bf16))}),
+            Keys::section("activation_checkpointing", activation_checkpointing_keys()),
+            Keys::section("train", train_loop_keys()),
+        });
+    return top;
+  }();
   return keys;
 }
 
@@ -369,6 +388,9 @@ void apply_config_override(json& config_json, const std::string& assignment) {
   }
 
   if (config_json.is_null()) config_json = json::object();
+  if (!config_json.is_object())
+    fail("cannot apply override '", assignment, "': the configuration's top level must be an "
+         "object ({...}), but it is ", describe_json(config_json));
   json* node = &config_json;
   std::string walked;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -393,8 +415,8 @@ void apply_config_override(json& config_json, const std::string& assignment) {
 TrainConfig load_train_config(const std::filesystem::path& path,
                               const std::vector<std::string>& overrides) {
   json config_json = read_json_file(path);
-  for (const std::string& assignment : overrides) apply_config_override(config_json, assignment);
   try {
+    for (const std::string& assignment : overrides) apply_config_override(config_json, assignment);
     TrainConfig config = parse_train_config(config_json);
     config.source_file = path;
     config.source_overrides = overrides;

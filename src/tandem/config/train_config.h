@@ -33,13 +33,6 @@ struct DataConfig {
   double val_fraction = 0.1;
 };
 
-struct DemoConfig {  // JSON: "demo": {...}, read with optimizer.type DeMo only
-  // Every this many steps the ranks compare a hash of their parameters and stop with an
-  // error on a mismatch (DeMo's replicas are meant to stay identical, bit for bit); 0:
-  // never.
-  int64_t replica_check_interval = 100;
-};
-
 struct SchedulerConfig {         // JSON: "scheduler": {"type": "WarmupCosineLR", "params": {...}}
   int64_t warmup_num_steps = 0;  // linear warm-up from 0 to lr
   double cos_min_ratio = 0.1;    // cosine decay to lr * cos_min_ratio at the last step
@@ -110,8 +103,9 @@ struct DeviceConfig {  // JSON: "device": {...}
 struct TrainConfig {
   ModelConfig model;
   DataConfig data;
+  // "optimizer", and any section of the optimizer's own ("demo" for DeMo): its family's
+  // (optim/optimizer_family.h).
   OptimizerConfig optimizer;
-  DemoConfig demo;
   SchedulerConfig scheduler;
   TrainLoopConfig train;
   // "zero_optimization": {"sub_group_size"}, "offload_optimizer": {"schedule", "ratio",

@@ -74,7 +74,7 @@ struct UpdateDTypes {
 // (SharedRates: the copies and device updates repeating on threads of their own).
 UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t sample_params,
                                    const UpdateDTypes& types = {}, size_t pass_params = 0);
-// (AdamW's: optim/adamw_timing.h.)
+// (AdamW's: optim/adamw/adamw_timing.h.)
 
 struct UpdatePrediction {
   double seconds = 0;

@@ -5,11 +5,11 @@
 // device memory. Both kernels must compute the same IEEE operations in the same order, so
 // that every offload schedule gives the same bits.
 //
-// A rule may need every rank before it can update (DeMo: optim/demo_rule.h): then each
+// A rule may need every rank before it can update (DeMo: optim/demo/demo_rule.h): then each
 // step the engine runs its prepare kernels on every subgroup at its site, calls exchange()
 // once every subgroup is prepared, and then runs its update kernels on every subgroup.
 //
-// Rules: AdamW (optim/adamw_rule.h), DeMo (optim/demo_rule.h).
+// Rules: AdamW (optim/adamw/adamw_rule.h), DeMo (optim/demo/demo_rule.h).
 #pragma once
 
 #include <cstddef>

@@ -30,12 +30,6 @@ JsonKey<OptimizerConfig> weight_decay_param() {
                     [](double v) { return v >= 0 && fits_a_float(v); });
 }
 
-std::span<const OptimizerFamily> optimizer_families() {
-  // One entry per optimizer, each row defined beside its rule.
-  static const std::vector<OptimizerFamily> families = {adamw_family(), demo_family()};
-  return families;
-}
-
 const OptimizerFamily& optimizer_family(OptimizerType type) {
   for (const OptimizerFamily& family : optimizer_families())
     if (family.type == type) return family;

@@ -1,23 +1,28 @@
 // The optimizers a run may ask for (optimizer.type), one row each: what the config reads
 // for it, what its update rule keeps and how the rest of tandem must treat it (checkpoints,
-// data parallelism, the offload plan, the performance model). Code outside the rows asks
-// them, never which optimizer it has, so adding one is a rule with its row in
-// optim/<name>_rule.cc, and its type, fields and place in the list here
-// (docs/architecture.md, "Where do I add").
+// data parallelism, the offload plan, the performance model, its own step hooks). Code
+// outside the rows asks them, never which optimizer it has. An optimizer is one room,
+// optim/<name>/, with its rule, its settings and its row (`<name>_family()`); adding one is
+// that room, and its type, row and place in the list here (docs/architecture.md, "Where do
+// I add"). This header includes no room.
 #pragma once
 
+#include <any>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <typeinfo>
 #include <vector>
 
 #include "tandem/core/enum_names.h"
+#include "tandem/core/error.h"
 #include "tandem/core/json_keys.h"
+#include "tandem/core/step_hooks.h"
 #include "tandem/device/device_kind.h"
-#include "tandem/optim/demo_wire.h"
 
 namespace tandem {
 
@@ -31,29 +36,80 @@ struct UpdateDTypes;
 struct UpdateRates;
 
 enum class OptimizerType {
-  kAdamW,  // optim/adamw_rule.h
-  kDeMo,   // optim/demo_rule.h
+  kAdamW,  // optim/adamw/
+  kDeMo,   // optim/demo/
+  kSgd,    // optim/sgd/ (the recipe's proof: docs/architecture.md, "Where do I add")
 };
 
-// JSON: "optimizer": {"type": "AdamW" or "DeMo", "params": {...}}; each type reads its own
-// params (its row's `params`; another type's keys are refused, naming the type).
+// JSON: "optimizer": {"type": "AdamW", "DeMo" or "SGD", "params": {...}}, and any section
+// of the type's own ("demo"); each type reads its own params (its row's `params`; another
+// type's keys are refused, naming the type).
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;
-  // lr and weight_decay are kept as written (doubles): DeMo derives its decay factor from
-  // them in double, as the reference does; AdamW rounds them to float (optim/adamw_rule.h).
+  // lr and weight_decay, which every type reads, are kept as written (doubles): DeMo
+  // derives its decay factor from them in double, as the reference does; AdamW rounds them
+  // to float (optim/adamw/adamw_rule.h).
   double lr = 1e-3;
-  // AdamW
-  float beta1 = 0.9f;  // "betas": [beta1, beta2]
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  // Decoupled. AdamW: applied to 2-D weights only, default 0.1. DeMo: to every tensor, as
-  // the reference does, default 0.
+  // The type's own default replaces it (AdamW 0.1, DeMo 0).
   double weight_decay = 0.1;
-  // DeMo (optim/demo.h)
-  float compression_decay = 0.999f;
-  int64_t compression_topk = 32;
-  int64_t compression_chunk = 64;
-  DemoValueFormat compression_values = DemoValueFormat::kFp32;  // "fp32", "bf16", "sign"
+  // The type's own settings, a struct of its room (AdamWSettings, DemoSettings, ...), read
+  // and written by its row's keys only (own_settings); empty: that struct's defaults.
+  std::any own;
+};
+
+// The settings of `config`'s type, its room's struct `Settings` (its defaults while none
+// were read); a config of another type's settings is a bug, and throws.
+template <typename Settings>
+Settings& own_settings(OptimizerConfig& config) {
+  if (!config.own.has_value()) config.own = Settings{};
+  Settings* settings = std::any_cast<Settings>(&config.own);
+  TANDEM_CHECK(settings != nullptr, "optimizer settings of type ", config.own.type().name(),
+               " read as ", typeid(Settings).name());
+  return *settings;
+}
+template <typename Settings>
+const Settings& own_settings(const OptimizerConfig& config) {
+  static const Settings defaults{};
+  if (!config.own.has_value()) return defaults;
+  const Settings* settings = std::any_cast<Settings>(&config.own);
+  TANDEM_CHECK(settings != nullptr, "optimizer settings of type ", config.own.type().name(),
+               " read as ", typeid(Settings).name());
+  return *settings;
+}
+
+// A field of a type's own settings, for its row's keys: TANDEM_OWN_FIELD(SgdSettings, momentum).
+#define TANDEM_OWN_FIELD(Settings, field) \
+  [](auto& c) -> auto& { return ::tandem::own_settings<Settings>(c).field; }
+
+// A section of the config's top level that one type alone reads (DeMo's "demo"): refused,
+// naming the type, with any other type, and not written then (config/train_config.cc).
+struct OptimizerSection {
+  std::string_view name;
+  std::vector<JsonKey<OptimizerConfig>> keys;
+};
+
+// An optimizer's own step hooks (core/step_hooks.h), made by its row for a run: checks of
+// its own beside the loop (DeMo's replica check), which no other optimizer inherits.
+class OptimizerHooks : public StepHooks {
+ public:
+  // Whether, after the update of `step` (the step just run), the ranks proved their
+  // replicas' parameters identical: the step's "replicas_identical" in the metrics.
+  virtual bool replicas_proved_identical(int64_t step) const {
+    (void)step;
+    return false;
+  }
+};
+
+// What an optimizer's hooks may use in a run (train/step_runner.cc makes them).
+struct OptimizerHookParts {
+  const OptimizerConfig& config;
+  Communicator& comm;  // the ranks
+  // Whether the attempt at the step just run updated the parameters (false: it was skipped,
+  // its loss or gradient norm not finite); after_update is called either way.
+  std::function<bool()> updated;
+  // This rank's fp32 parameters, from wherever the engine keeps them (after the update in
+  // flight); no collective.
+  std::function<std::vector<float>()> read_params;
 };
 
 struct OptimizerFamily {
@@ -91,6 +147,15 @@ struct OptimizerFamily {
   // is not costed.
   UpdateRates (*calibrate_rates)(Device& device, ThreadPool& pool, size_t sample_params,
                                  const UpdateDTypes& types, size_t pass_params) = nullptr;
+  // The bytes per parameter its device kernel moves through a GPU's memory in an update
+  // (AdamW 28): a GPU that is not here updates at its memory bandwidth over these
+  // (config/memory_plan.h, AssumedGpu); 0: not known, and no such GPU is costed.
+  size_t gpu_bytes_per_param = 0;
+  // Sections of the config's top level that it alone reads (DeMo's "demo").
+  std::vector<OptimizerSection> sections = {};
+  // Its own step hooks for a run (the trainer registers them after the gradients' hooks);
+  // null, or returning null: none.
+  std::unique_ptr<OptimizerHooks> (*make_hooks)(const OptimizerHookParts& parts) = nullptr;
 
   // The state arrays beside the fp32 params (AdamW: exp_avg, exp_avg_sq; DeMo: delta).
   std::vector<std::string> state_names() const;
@@ -105,16 +170,23 @@ struct OptimizerFamily {
   }
 };
 
-// Each family's row, defined beside its rule (optim/<name>_rule.cc).
+// Each family's row, defined in its room (optim/<name>/).
 OptimizerFamily adamw_family();
 OptimizerFamily demo_family();
+OptimizerFamily sgd_family();
+
+// Every family, in the order messages list them.
+inline std::span<const OptimizerFamily> optimizer_families() {
+  static const std::vector<OptimizerFamily> families = {adamw_family(), demo_family(),
+                                                        sgd_family()};
+  return families;
+}
+
 // The parameters every family reads alike (a number > 0, a number >= 0, each also a finite
 // float).
 JsonKey<OptimizerConfig> lr_param();
 JsonKey<OptimizerConfig> weight_decay_param();
 
-// Every family, in the order messages list them.
-std::span<const OptimizerFamily> optimizer_families();
 const OptimizerFamily& optimizer_family(OptimizerType type);
 // The family named `name` (any case); null when none is.
 const OptimizerFamily* find_optimizer_family(std::string_view name);

@@ -23,7 +23,23 @@ StepRunner::StepRunner(Parts parts)
       B_(parts_.config.micro_batch_size),
       T_(parts_.config.seq_len()),
       inputs_(static_cast<size_t>(B_) * T_),
-      targets_(static_cast<size_t>(B_) * T_) {}
+      targets_(static_cast<size_t>(B_) * T_) {
+  const OptimizerFamily& family = optimizer_family(parts_.config.optimizer.type);
+  if (family.make_hooks != nullptr)
+    optimizer_hooks_ =
+        family.make_hooks({.config = parts_.config.optimizer,
+                           .comm = parts_.comm,
+                           .updated = [this] { return updated_; },
+                           .read_params =
+                               [this] {
+                                 return std::move(read_engine_state(
+                                     parts_.engine, parts_.model.layout().num_elements())[0]);
+                               }});
+}
+
+StepRunner::~StepRunner() = default;
+
+StepHooks* StepRunner::optimizer_hooks() const { return optimizer_hooks_.get(); }
 
 bool StepRunner::micro_major() const {
   return !DataParallel::model_holds_gradients(parts_.config.zero.stage);
@@ -52,6 +68,8 @@ StepTimes StepRunner::run(int64_t step, double lr) {
     TraceScope scope(&parts_.tracer, "compute", "after update (parameter gather)");
     for (StepHooks* hooks : parts_.hooks) hooks->after_update(step);
   }
+  times.replicas_checked =
+      optimizer_hooks_ != nullptr && optimizer_hooks_->replicas_proved_identical(step);
   const CommunicatorTraffic traffic_after = traffic();
   times.figures.comm_bytes_sent = traffic_after.bytes_sent - traffic_before.bytes_sent;
   times.figures.comm_bytes_received = traffic_after.bytes_received - traffic_before.bytes_received;
@@ -169,32 +187,14 @@ void StepRunner::update(int64_t step, double lr, StepTimes& times) {
   times.skipped = parts_.comm.world_size() > 1 && !reduces_gradients()
                       ? !all_ranks_ok(parts_.comm, finite)
                       : !finite;
+  updated_ = !times.skipped;
   if (times.skipped) {
     parts_.engine.skip_step();
     return;
   }
-  {
-    const float scale = clip_scale(times.figures.grad_norm, parts_.config.gradient_clipping);
-    TraceScope scope(&parts_.tracer, "update", cat("optimizer step ", step));
-    times.update = parts_.engine.step(lr, scale);
-  }
-  const int64_t check_every = parts_.config.demo.replica_check_interval;
-  if (!reduces_gradients() && check_every > 0 && step % check_every == 0) {
-    check_replicas(step);
-    times.replicas_checked = true;
-  }
-}
-
-// DeMo's replicas hold the same parameters bit for bit by construction; every
-// demo.replica_check_interval steps the ranks prove it (a collective).
-void StepRunner::check_replicas(int64_t step) {
-  const std::vector<float> params =
-      std::move(read_engine_state(parts_.engine, parts_.model.layout().num_elements())[0]);
-  require_same_bits_on_every_rank(
-      parts_.comm, params.data(), params.size() * sizeof(float),
-      cat("DeMo: the parameters at step ", step),
-      "the replicas diverged, which DeMo's fixed order of operations should make impossible: "
-      "please report it, and resume from the last checkpoint");
+  const float scale = clip_scale(times.figures.grad_norm, parts_.config.gradient_clipping);
+  TraceScope scope(&parts_.tracer, "update", cat("optimizer step ", step));
+  times.update = parts_.engine.step(lr, scale);
 }
 
 uint64_t StepRunner::others_before(int micro) const {

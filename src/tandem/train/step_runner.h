@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -30,14 +31,17 @@ class DataLoader;
 class DataParallel;
 class GradientAccumulator;
 class Model;
+class OptimizerHooks;
 class StepHooks;
 class TraceRecorder;
 
 struct StepTimes {
   StepRecord figures;  // the runner fills the loss, norm, times and traffic; the trainer the rest
   UpdateStepStats update;
-  bool replicas_checked = false;  // DeMo's replica check ran (and passed) after the update
-  bool skipped = false;           // the loss or gradient norm was not finite: no update
+  // The optimizer's own hooks proved the ranks' replicas identical after the update
+  // (OptimizerHooks::replicas_proved_identical: DeMo's replica check ran and passed).
+  bool replicas_checked = false;
+  bool skipped = false;  // the loss or gradient norm was not finite: no update
 };
 
 class StepRunner {
@@ -59,6 +63,11 @@ class StepRunner {
     std::set<int64_t> nan_gradient_attempts;
   };
   explicit StepRunner(Parts parts);
+  ~StepRunner();
+
+  // The optimizer's own step hooks (its family row's make_hooks, optim/optimizer_family.h),
+  // for the trainer to register with the others; null: it has none.
+  StepHooks* optimizer_hooks() const;
 
   // Optimizer step `step` (1-based) at learning rate `lr`.
   StepTimes run(int64_t step, double lr);
@@ -71,7 +80,6 @@ class StepRunner {
   std::vector<float> forward_backward(StepRecord& figures);
   void backward(int micro, float loss_scale);
   void update(int64_t step, double lr, StepTimes& times);
-  void check_replicas(int64_t step);
   // The targets a loss mask counts in this rank's micro-batches of the next step (own),
   // and over the micro-batches (micro_batches of them) the step's mean is over (total).
   struct MaskWeights {
@@ -91,6 +99,8 @@ class StepRunner {
   int B_, T_;
   std::vector<int32_t> inputs_, targets_;
   int64_t attempts_ = 0;  // run() calls so far
+  bool updated_ = false;  // the last attempt updated the parameters (not skipped)
+  std::unique_ptr<OptimizerHooks> optimizer_hooks_;
 };
 
 }  // namespace tandem

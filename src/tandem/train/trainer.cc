@@ -215,6 +215,8 @@ class Trainer {
       hooks_.push_back(&data_parallel_hooks_);
     else
       hooks_.push_back(&local_gradient_hooks_);
+    // The optimizer's own hooks (its family row's, made by the runner; DeMo's replica check).
+    if (StepHooks* optimizer_hooks = runner_.optimizer_hooks()) hooks_.push_back(optimizer_hooks);
     hooks_.insert(hooks_.end(), options.hooks.begin(), options.hooks.end());
     hooks_.push_back(&checkpoints_);
     if (config.train.eval_interval > 0 && (comm.rank() == 0 || every_rank_runs_the_model()))
