@@ -279,7 +279,8 @@ TEST_F(CliTest, EveryBadCommandLineValueIsNamed) {
     std::string args, wanted;
   } cases[] = {
       {"foo --config " + config, "unknown command 'foo'; the commands are train, "},
-      {"bench foo", "unknown command 'bench foo'; the commands of 'tandem bench' are adamw, "},
+      {"bench foo",
+       "unknown command 'bench foo'; the commands of 'tandem bench' are plan, adamw, "},
       {"train --config " + d, d + ": is a directory; name a file"},
       {"train --config " + config + " --stop-at-step -3",
        "--stop-at-step: must be a number >= 0, got -3"},

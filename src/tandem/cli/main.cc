@@ -1,5 +1,6 @@
 // The `tandem` command: one subcommand per file of cli/ (train, plan, sample, tokenize,
-// logits, bench), registered below; `tandem COMMAND --help` lists each one's options.
+// logits, bench), registered below, and bench's own one per file of cli/bench/;
+// `tandem COMMAND --help` lists each one's options.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>

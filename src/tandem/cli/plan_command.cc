@@ -16,8 +16,7 @@ namespace tandem::cli {
 
 void register_plan(CLI::App& app) {
   struct Args {
-    std::string config;
-    std::vector<std::string> overrides;
+    ConfigOptions config;
     int world_size = 1;
     int rank = 0;
   };
@@ -27,8 +26,7 @@ void register_plan(CLI::App& app) {
       "Print, without training, the memory each tier needs, the optimizer update schedule and "
       "its predicted update time; with \"auto\" settings, the micro-batch, accumulation and "
       "recompute chosen, the runners-up and each one's predicted step");
-  cmd->add_option("--config", args->config, "Run configuration (JSON)")->required();
-  cmd->add_option("--set", args->overrides, "Override a config value (repeatable)");
+  add_config_options(cmd, args->config);
   cmd->add_option("--world-size", args->world_size,
                   "Plan one rank of a data-parallel run over this many ranks "
                   "(zero_optimization.stage decides what each rank holds)")
@@ -36,7 +34,7 @@ void register_plan(CLI::App& app) {
   cmd->add_option("--rank", args->rank, "The rank to plan (default 0, which holds the most)")
       ->check(non_negative_number());
   cmd->callback([args] {
-    const TrainConfig config = load_train_config(args->config, args->overrides);
+    const TrainConfig config = args->config.load();
     TANDEM_CHECK(args->rank < args->world_size, "--rank ", args->rank,
                  " is not a rank of --world-size ", args->world_size, "; use 0 to ",
                  args->world_size - 1);
@@ -63,7 +61,7 @@ void register_plan(CLI::App& app) {
                    : plan_step(config, *make_training_device(config), pool, args->world_size);
       const TrainConfig chosen =
           with_step_settings(config, step.chosen().settings, args->world_size);
-      std::printf("tandem plan for %s on %s\n%s%s%s\n", args->config.c_str(), on.c_str(),
+      std::printf("tandem plan for %s on %s\n%s%s%s\n", args->config.path.c_str(), on.c_str(),
                   step.to_text().c_str(), step.chosen().memory.to_text().c_str(),
                   largest_micro_batch_text(step.chosen().memory, chosen).c_str());
       return;
@@ -73,7 +71,7 @@ void register_plan(CLI::App& app) {
         modelled ? plan_training_without_gpu(config, pool, state_range, args->world_size)
                  : plan_training(config, *make_training_device(config), pool, state_range,
                                  args->world_size);
-    std::printf("tandem plan for %s on %s\n%s%s\n", args->config.c_str(), on.c_str(),
+    std::printf("tandem plan for %s on %s\n%s%s\n", args->config.path.c_str(), on.c_str(),
                 plan.to_text().c_str(), largest_micro_batch_text(plan, config).c_str());
     check_fits(plan, config);
   });

@@ -19,8 +19,7 @@ namespace tandem::cli {
 namespace {
 
 struct Args {
-  std::string config;
-  std::vector<std::string> overrides;
+  ConfigOptions config;
   std::string metrics;
   std::string resume;
   int64_t stop_at_step = 0;
@@ -39,7 +38,7 @@ TrainOptions train_options(const Args& args) {
   options.resume = args.resume;
   // A resumed run goes on in its own directory unless told where with --set.
   options.continue_in_resumed_run = true;
-  for (const std::string& o : args.overrides)
+  for (const std::string& o : args.config.overrides)
     if (o.rfind("train.output_dir=", 0) == 0) options.continue_in_resumed_run = false;
   options.allow_inexact_resume = args.allow_inexact_resume;
   options.allow_host_overcommit = args.allow_host_overcommit;
@@ -65,9 +64,8 @@ TrainOptions train_options(const Args& args) {
 void register_train(CLI::App& app) {
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("train", "Train a model from a JSON run configuration");
-  cmd->add_option("--config", args->config, "Run configuration (JSON)")->required();
-  cmd->add_option("--set", args->overrides,
-                  "Override a config value, e.g. --set optimizer.params.lr=3e-4 (repeatable)");
+  add_config_options(cmd, args->config,
+                     "Override a config value, e.g. --set optimizer.params.lr=3e-4 (repeatable)");
   cmd->add_option("--metrics", args->metrics,
                   "Append one JSON object per step and per evaluation to this file");
   cmd->add_option("--resume", args->resume,
@@ -97,7 +95,7 @@ void register_train(CLI::App& app) {
       TrainOptions options;
       std::string error;
       try {
-        config = load_train_config(args->config, args->overrides);
+        config = args->config.load();
         options = train_options(*args);
       } catch (const Error& e) {
         error = e.what();
@@ -135,10 +133,10 @@ void register_train(CLI::App& app) {
         // The same command, resuming: every option that shapes the run carried over, and the
         // program and the number of ranks as this run was started with.
         std::string resume =
-            shell_word(app.get_name()) + " train --config " + shell_word(args->config);
+            shell_word(app.get_name()) + " train --config " + shell_word(args->config.path);
         if (comm->world_size() > 1)
           resume = "mpirun" + mpirun_options(comm->world_size()) + " " + resume;
-        for (const std::string& o : args->overrides) resume += " --set " + shell_word(o);
+        for (const std::string& o : args->config.overrides) resume += " --set " + shell_word(o);
         if (!args->metrics.empty()) resume += " --metrics " + shell_word(args->metrics);
         if (args->stop_at_step > 0)
           resume += " --stop-at-step " + std::to_string(args->stop_at_step);

@@ -2,18 +2,16 @@
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "tandem/bench/step_plan_bench.h"
-#include "tandem/cli/commands.h"
+#include "tandem/cli/bench/bench_commands.h"
 #include "tandem/config/train_config.h"
 
 namespace tandem::cli {
 
 void register_bench_plan(CLI::App& bench) {
   struct Args {
-    std::string config;
-    std::vector<std::string> overrides;
+    ConfigOptions config;
     int steps = 4, warmup = 2, rounds = 2;
     bool json = false;
   };
@@ -22,8 +20,7 @@ void register_bench_plan(CLI::App& bench) {
       "plan",
       "The step planner's choice for a config's \"auto\" settings against every candidate that "
       "fits, each trained in alternating rounds: predicted and measured tokens/s");
-  cmd->add_option("--config", args->config, "Run configuration (JSON)")->required();
-  cmd->add_option("--set", args->overrides, "Override a config value (repeatable)");
+  add_config_options(cmd, args->config);
   cmd->add_option("--steps", args->steps, "Timed steps per candidate and round (median)")
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--warmup", args->warmup, "Steps run first and not timed")
@@ -33,16 +30,12 @@ void register_bench_plan(CLI::App& bench) {
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->callback([args] {
     StepPlanBenchOptions options;
-    options.config = load_train_config(args->config, args->overrides);
+    options.config = args->config.load();
     options.steps = args->steps;
     options.warmup = args->warmup;
     options.rounds = args->rounds;
-    options.progress = [](const std::string& what) {
-      std::fprintf(stderr, "tandem bench plan: %s\n", what.c_str());
-    };
-    const StepPlanBenchResult result = run_step_plan_bench(options);
-    std::printf("%s",
-                args->json ? (result.to_json().dump() + "\n").c_str() : result.to_text().c_str());
+    options.progress = progress_to_stderr("plan");
+    print_result(run_step_plan_bench(options), args->json);
   });
 }
 
