@@ -411,10 +411,11 @@ TEST(ParseTrainConfig, RangeErrors) {
        "scheduler.params.cos_min_ratio must be a number in "
        "[0, 1]"},
       {"train_micro_batch_size_per_gpu=0",
-       "train_micro_batch_size_per_gpu must be a positive integer, got 0"},
+       "train_micro_batch_size_per_gpu must be a positive integer, or \"auto\" (tandem chooses), "
+       "got 0"},
       {"train_micro_batch_size_per_gpu=3000000000",
-       "train_micro_batch_size_per_gpu must be a positive integer (at most 2147483647), got "
-       "3000000000"},
+       "train_micro_batch_size_per_gpu must be a positive integer, or \"auto\" (tandem chooses) "
+       "(at most 2147483647), got 3000000000"},
       {"train.steps=1e30", "train.steps must be a positive integer (at most 9223372036854775807)"},
       {"gradient_accumulation_steps=0", "gradient_accumulation_steps must be a positive integer"},
       {"gradient_clipping=-1", "gradient_clipping must be a number >= 0"},

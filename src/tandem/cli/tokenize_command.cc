@@ -33,10 +33,10 @@ void register_tokenize(CLI::App& app) {
                  ": its directory ", output_dir.string(),
                  " does not exist; create it first (mkdir -p ", output_dir.string(), ")");
     // A device or a pipe has no size to read up to (/dev/zero never ends, and says 0).
-    TANDEM_CHECK(!fs::exists(args->input, ec) || fs::is_regular_file(args->input, ec), "--input ",
-                 args->input,
-                 ": is not a regular file (a device, a pipe or a directory); tokenize reads a "
-                 "text file");
+    TANDEM_CHECK(!fs::exists(args->input, ec) || fs::is_regular_file(args->input, ec) ||
+                     fs::is_directory(args->input, ec),
+                 "--input ", args->input,
+                 ": is not a regular file (a device or a pipe); tokenize reads a text file");
     TANDEM_CHECK(!fs::exists(args->output, ec) || !fs::equivalent(args->input, args->output, ec),
                  "--output ", args->output,
                  ": is the --input file; writing the shard would replace the text; name "

@@ -122,6 +122,19 @@ std::string join_key_names(JsonKeyNames keys) {
 }
 
 std::string closest_key(std::string_view key, JsonKeyNames allowed) {
+  // A key cut short (train_micro_batch_size) means the one it begins, when only one does,
+  // though a shorter one be fewer edits away (train_batch_size).
+  if (key.size() >= 4) {
+    std::string extended;
+    bool several = false;
+    for (std::string_view candidate : allowed) {
+      if (candidate.size() <= key.size() || !ascii_lower(candidate).starts_with(ascii_lower(key)))
+        continue;
+      several = several || !extended.empty();
+      extended = candidate;
+    }
+    if (!extended.empty() && !several) return extended;
+  }
   const size_t limit = std::max<size_t>(1, key.size() / 3);
   std::string best;
   size_t best_distance = limit + 1;
@@ -129,14 +142,7 @@ std::string closest_key(std::string_view key, JsonKeyNames allowed) {
     const size_t d = edit_distance(key, candidate);
     if (d < best_distance) best_distance = d, best = candidate;
   }
-  if (!best.empty() || key.size() < 4) return best;
-  std::string extended;
-  for (std::string_view candidate : allowed) {
-    if (!ascii_lower(candidate).starts_with(ascii_lower(key))) continue;
-    if (!extended.empty()) return "";  // more than one: no guess
-    extended = candidate;
-  }
-  return extended;
+  return best;
 }
 
 std::string describe_json(const json& value) {
