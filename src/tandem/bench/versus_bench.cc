@@ -76,7 +76,9 @@ VersusBenchResult run_versus_bench(const VersusBenchOptions& options) {
   TrainingState base_run;
   base_run.config = configs[0];
   base_run.world_size = 1;
-  for (const ResumeMismatch& m : resume_mismatches(base_run, configs[1], {.world_size = 1}))
+  for (const ResumeMismatch& m :
+       resume_mismatches(base_run, configs[1],
+                         RunData{.train_tokens_xxh3 = {}, .train_tokens = 0, .world_size = 1}))
     result.number_changes.push_back(m.key);
   return result;
 }

@@ -1,5 +1,6 @@
 #include "tandem/comm/agreement.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -18,6 +19,13 @@ void fail_together(Communicator& comm, const std::string& error, std::string_vie
   if (all_ranks_ok(comm, error.empty())) return;
   if (!error.empty()) throw ErrorOnEveryRank(error);
   throw ErrorOnEveryRank(std::string(elsewhere), /*own=*/false);
+}
+
+int max_over_ranks(Communicator& comm, int value) {
+  if (comm.world_size() == 1) return value;
+  std::vector<int> all(static_cast<size_t>(comm.world_size()));
+  comm.all_gather(&value, all.data(), sizeof value);
+  return *std::max_element(all.begin(), all.end());
 }
 
 std::string rank_of_world(const Communicator& comm) {

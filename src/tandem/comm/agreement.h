@@ -19,6 +19,9 @@ bool all_ranks_ok(Communicator& comm, bool ok);
 // the others with `elsewhere` ("rank 0 refused ...: its error says why"), marked not their own.
 void fail_together(Communicator& comm, const std::string& error, std::string_view elsewhere);
 
+// The largest of every rank's `value` (every rank calls it; a world of one: its own).
+int max_over_ranks(Communicator& comm, int value);
+
 // "rank R of N: ", how an error of a job of several ranks names its rank.
 std::string rank_of_world(const Communicator& comm);
 

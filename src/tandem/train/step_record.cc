@@ -34,6 +34,8 @@ constexpr StepFigure kFigures[] = {
     {"counted_targets",
      [](R r) -> json { return r.counted_targets >= 0 ? json(r.counted_targets) : json(); }, false,
      false},
+    {"replicas_identical", [](R r) -> json { return r.replicas_checked ? json(true) : json(); },
+     false, false},
     // Only with several ranks.
     {"ring_allreduce_bytes",
      [](R r) -> json { return r.ring_allreduce_bytes > 0 ? json(r.ring_allreduce_bytes) : json(); },

@@ -46,6 +46,9 @@ struct StepRecord {
   // fp32 gradients, 2 (N - 1) / N x 4 bytes per parameter, the yardstick beside
   // comm_bytes_sent; 0 with one rank (not written).
   size_t ring_allreduce_bytes = 0;
+  // An optimizer that keeps replicas (DeMo) proved them identical after this step's update
+  // (written as "replicas_identical": true; not written otherwise).
+  bool replicas_checked = false;
 };
 
 struct StepFigure {

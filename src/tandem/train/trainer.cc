@@ -38,6 +38,7 @@
 #include "tandem/optim/grad_clip.h"
 #include "tandem/optim/lr_schedule.h"
 #include "tandem/optim/optimizer_family.h"
+#include "tandem/train/evaluation.h"
 #include "tandem/train/gradient_hooks.h"
 #include "tandem/train/preflight.h"
 #include "tandem/train/run_directory.h"
@@ -196,9 +197,7 @@ class Trainer {
                  .loader = train_loader_,
                  .hooks = hooks_,
                  .tracer = tracer_,
-                 .nan_gradient_attempts = options.nan_gradient_attempts}),
-        inputs_(static_cast<size_t>(B_) * T_),
-        targets_(static_cast<size_t>(B_) * T_) {
+                 .nan_gradient_attempts = options.nan_gradient_attempts}) {
     model_.set_block_memory(data_parallel_.block_memory());
     // The forward after an update reads each block once its update is done, while the
     // engine updates the later ones (offload_optimizer.overlap_forward).
@@ -371,10 +370,10 @@ class Trainer {
                           comm_.world_size() / (record.ms / 1e3);
     record.update = times.update;
     if (comm_.world_size() > 1) record.ring_allreduce_bytes = ring_allreduce_bytes();
-    nlohmann::json line = step_metrics(
+    record.replicas_checked = times.replicas_checked;
+    const nlohmann::json line = step_metrics(
         record, data_parallel_.overlaps_communication(),
         comm_.world_size() > 1 ? std::optional(per_rank_figures(record)) : std::nullopt);
-    if (times.replicas_checked) line["replicas_identical"] = true;
     report_.step(record, line);
     result_.steps.push_back(record);
     if (tracer_.enabled() && (step_ == options_.trace_last_step || step_ == last_step)) {
@@ -391,10 +390,14 @@ class Trainer {
   // After step `step_`: evaluation and a checkpoint when due, then whether a stop request
   // ends the run here (with a checkpoint, as if this were its last step).
   bool evaluate_checkpoint_or_stop(int64_t last_step) {
-    const int stop_signal = agreed_stop_signal();
+    // The signal that asks the run to stop after this step: the same on every rank (the
+    // highest any received; a collective each step).
+    const int stop_signal =
+        options_.stop_requested ? max_over_ranks(comm_, options_.stop_requested()) : 0;
     const bool finished = step_ == last_step || stop_signal != 0;
     if (val_loader_ && stop_signal == 0 && (step_ % config_.train.eval_interval == 0 || finished)) {
-      result_.last_val_loss = evaluate();
+      result_.last_val_loss =
+          validation_loss(model_, *val_loader_, config_.train.eval_batches, B_, T_);
       report_.val_loss(step_, result_.last_val_loss);
     }
     for (StepHooks* hook : hooks_) hook->step_finished(step_, finished);
@@ -485,36 +488,7 @@ class Trainer {
     return differing_figures(all, comm_.world_size());
   }
 
-  float evaluate() {
-    val_loader_->reset();
-    const int64_t batches =
-        std::min<int64_t>(config_.train.eval_batches, val_loader_->batches_per_epoch());
-    double sum = 0.0;
-    int64_t counted = 0;  // with a loss mask: the mean over every counted target
-    for (int64_t i = 0; i < batches; i++) {
-      val_loader_->next_batch(inputs_, targets_);
-      const float loss = model_.forward(inputs_.data(), targets_.data(), B_, T_);
-      sum += val_loader_->has_loss_mask() ? double{loss} * model_.counted_targets() : loss;
-      counted += model_.counted_targets();
-    }
-    if (val_loader_->has_loss_mask())
-      return counted == 0 ? std::numeric_limits<float>::quiet_NaN()
-                          : static_cast<float>(sum / static_cast<double>(counted));
-    return static_cast<float>(sum / batches);
-  }
-
   fs::path checkpoints_root() const { return run_dir_.checkpoints(); }
-
-  // The signal that asks this run to stop after the current step, or 0; with several ranks
-  // the same on every rank (the highest any rank received; a collective each step).
-  int agreed_stop_signal() {
-    if (!options_.stop_requested) return 0;
-    const int mine = options_.stop_requested();
-    if (comm_.world_size() == 1) return mine;
-    std::vector<int> all(static_cast<size_t>(comm_.world_size()));
-    comm_.all_gather(&mine, all.data(), sizeof mine);
-    return *std::max_element(all.begin(), all.end());
-  }
 
   // A committed (or failed, under checkpoint_failure "continue") checkpoint: metrics, a
   // note, the result.
@@ -561,7 +535,6 @@ class Trainer {
   Rng sample_rng_;
   RunReport report_;
   StepRunner runner_;
-  std::vector<int32_t> inputs_, targets_;  // the validation batches
   int64_t step_ = 0;
   int64_t start_step_ = 0;  // where this invocation began (after a resume: the checkpoint's)
   // What run() builds: the result, the non-finite attempts in a row, whether the trace was
