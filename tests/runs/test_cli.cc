@@ -235,9 +235,19 @@ TEST_F(CliTest, APlanBeyondTheMachinesMemoryIsRefusedUnlessAllowed) {
              " --set device.type=cpu --set device.memory_gb=200 --set bf16.enabled=false"
              " --set train.checkpoint_memory_mb=256 --set data.train_path=" +
              (dir_ / "data.txt").string() + " --set train.output_dir=" + (dir_ / "big").string());
-  expect_error(result, {"of host memory (pinned ", "more than the machine's",
-                        "pass --allow-host-overcommit to run anyway"});
+  expect_error(result,
+               {"of host memory (pinned ", "more than the machine's",
+                "lower train.checkpoint_memory_mb", "pass --allow-host-overcommit to run anyway"});
   EXPECT_FALSE(fs::exists(dir_ / "big" / "checkpoints"));
+  // Under the default (0: what the machine has left) that setting would take nothing off:
+  // the message does not offer it.
+  const auto automatic =
+      tandem("train --config " + (testing::source_dir() / "configs/gpt2-1.5b.json").string() +
+             " --set device.type=cpu --set device.memory_gb=200 --set bf16.enabled=false"
+             " --set data.train_path=" +
+             (dir_ / "data.txt").string() + " --set train.output_dir=" + (dir_ / "big").string());
+  expect_error(automatic, {"more than the machine's", "pass --allow-host-overcommit"});
+  EXPECT_EQ(automatic.output.find("checkpoint_memory_mb"), std::string::npos) << automatic.output;
 }
 
 TEST_F(CliTest, CorruptCheckpointIsRefusedAndKept) {

@@ -45,13 +45,17 @@ CheckpointSnapshotPlan plan_snapshot(const TrainConfig& config, const TrainingMe
   out.full_bytes = plan.num_params * plan.state_bytes_per_param * (plan.pinned_snapshot ? 2 : 1);
   const size_t mib = size_t{1} << 20;
   const bool automatic = config.train.checkpoint_memory_mb == 0;
+  out.automatic = automatic;
   if (automatic) {
     // What the machine has left once the other tiers are in (the cpu device's "device"
     // memory is host memory too), less a tenth for everything else.
     const size_t machine = host_memory_bytes() / 10 * 9;
     const size_t others =
         plan.total.pinned_host + (device_kind == DeviceKind::kHostOnly ? plan.total.device : 0);
-    out.budget = machine > others ? machine - others : 0;
+    // At least the smallest pool: with less left, the plan's host check names what to change
+    // (this setting would not help).
+    out.budget =
+        std::max(machine > others ? machine - others : 0, CheckpointSnapshotPlan::kMinPoolBytes);
   } else {
     out.budget = static_cast<size_t>(config.train.checkpoint_memory_mb * static_cast<double>(mib));
   }
@@ -351,10 +355,7 @@ std::string TrainingMemoryPlan::to_text() const {
     text +=
         cat("  machine:     ", format_bytes(machine_host_bytes), " of host memory; the plan takes ",
             format_bytes(host_bytes_needed()), device_is_host ? " (the cpu device's included)" : "",
-            host_fits() ? ""
-                        : "  << does not fit: offload less, lower train.checkpoint_memory_mb, "
-                          "or use a machine with more memory",
-            "\n");
+            host_fits() ? "" : cat("  << does not fit: ", host_memory_fixes()), "\n");
   if (snapshot.streamed)
     text += cat("checkpoint snapshot: streamed through a pool of ", snapshot.pool_slots, " x ",
                 format_bytes(snapshot.pool_slot_floats * sizeof(float)),
@@ -384,6 +385,12 @@ AssumedGpu AssumedGpu::for_optimizer(const OptimizerFamily& family) const {
           ? update_bytes_per_s / static_cast<double>(family.gpu_bytes_per_param)
           : 0;
   return gpu;
+}
+
+std::string TrainingMemoryPlan::host_memory_fixes() const {
+  return cat("offload less optimizer state, ",
+             snapshot.automatic ? "" : "lower train.checkpoint_memory_mb, ",
+             "lower the micro-batch or the sequence length, or use a machine with more memory");
 }
 
 std::string AssumedGpu::to_text() const {

@@ -28,6 +28,9 @@ struct CheckpointSnapshotPlan {
   static constexpr size_t kDefaultPoolBytes = size_t{256} << 20;  // the pool `auto` takes
   static constexpr size_t kMinPoolBytes = size_t{64} << 10;
   bool streamed = false;
+  // train.checkpoint_memory_mb was 0: the budget is what the machine has left, so lowering
+  // the setting would take nothing off the plan.
+  bool automatic = false;
   size_t budget = 0;      // host bytes it may take
   size_t full_bytes = 0;  // what full copies take
   size_t pool_slots = 0, pool_slot_floats = 0;
@@ -117,6 +120,8 @@ struct TrainingMemoryPlan {
   size_t host_bytes_needed() const {
     return total.host + total.pinned_host + (device_is_host ? total.device : 0);
   }
+  // What to lower for the host memory: the snapshot's budget only when the config set it.
+  std::string host_memory_fixes() const;
   bool host_fits() const {
     return machine_host_bytes == 0 || host_bytes_needed() <= machine_host_bytes;
   }

@@ -71,9 +71,8 @@ void check_plan_fits_host(const TrainingMemoryPlan& plan, bool allow_overcommit,
                                   ? cat(", the cpu device's ", format_bytes(plan.total.device))
                                   : std::string(),
                               "), more than the machine's ", format_bytes(plan.machine_host_bytes),
-                              "; offload less optimizer state, lower train.checkpoint_memory_mb, "
-                              "the micro-batch or the sequence length, use a machine with more "
-                              "memory, or pass --allow-host-overcommit to run anyway (expect "
+                              "; ", plan.host_memory_fixes(),
+                              "; or pass --allow-host-overcommit to run anyway (expect "
                               "swapping or the OOM killer)"),
                 "another rank's plan does not fit its machine's host memory (its error says why)");
 }
