@@ -37,6 +37,16 @@ StepMedians step_medians(const TrainResult& result, int warmup) {
           .update_exposed_ms = median(exposed)};
 }
 
+TrainResult train_for_bench(TrainConfig config, int warmup, int steps) {
+  config.train.steps = warmup + steps;
+  config.train.eval_interval = 0;
+  config.train.sample_bytes = 0;
+  TrainOptions quiet;
+  quiet.save_checkpoints = false;
+  quiet.show_progress = false;
+  return train(config, quiet);
+}
+
 OffloadBenchResult run_offload_bench(const OffloadBenchOptions& options) {
   OffloadBenchResult result;
   result.params = options.config.model.num_parameters();
@@ -51,12 +61,6 @@ OffloadBenchResult run_offload_bench(const OffloadBenchOptions& options) {
                            options.schedules.size(), ")"));
     TrainConfig config = options.config;
     config.offload.schedule = schedule;
-    config.train.steps = options.warmup + options.steps;
-    config.train.eval_interval = 0;
-    config.train.sample_bytes = 0;
-    TrainOptions train_options;
-    train_options.save_checkpoints = false;
-    train_options.show_progress = false;
     OffloadBenchCase c;
     c.schedule = schedule;
     try {
@@ -64,7 +68,7 @@ OffloadBenchResult run_offload_bench(const OffloadBenchOptions& options) {
       c.settings = {config.micro_batch_size, config.gradient_accumulation_steps,
                     config.activation_checkpointing.interval,
                     config.activation_checkpointing.cpu_checkpointing};
-      const TrainResult run = train(config, train_options);
+      const TrainResult run = train_for_bench(config, options.warmup, options.steps);
       c.medians = step_medians(run, options.warmup);
       c.plan = run.plan;
       c.predicted_update_ms = run.plan.prediction.seconds * 1e3;

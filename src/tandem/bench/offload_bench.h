@@ -29,6 +29,9 @@ struct StepMedians {
   double update_exposed_ms = 0;
 };
 StepMedians step_medians(const TrainResult& result, int warmup);
+// `config` trained as every benchmark trains it: `warmup` + `steps` steps, no evaluation, no
+// sample, no checkpoint, nothing printed.
+TrainResult train_for_bench(TrainConfig config, int warmup, int steps);
 
 struct OffloadBenchOptions {
   TrainConfig config;  // train.steps, eval and samples are set by the bench

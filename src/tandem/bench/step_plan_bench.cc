@@ -38,14 +38,8 @@ StepPlanBenchResult run_step_plan_bench(const StepPlanBenchOptions& options) {
       if (options.progress)
         options.progress(cat("round ", round + 1, " of ", options.rounds, ": ",
                              row.settings.to_text(), " (", i + 1, " of ", plan.ranked.size(), ")"));
-      TrainConfig config = with_step_settings(options.config, row.settings, 1);
-      config.train.steps = options.warmup + options.steps;
-      config.train.eval_interval = 0;
-      config.train.sample_bytes = 0;
-      TrainOptions quiet;
-      quiet.save_checkpoints = false;
-      quiet.show_progress = false;
-      const TrainResult run = train(config, quiet);
+      const TrainResult run = train_for_bench(with_step_settings(options.config, row.settings, 1),
+                                              options.warmup, options.steps);
       measured[i].push_back(step_medians(run, options.warmup).tokens_per_s);
       row.state_digest = run.state_digest;
     }

@@ -27,13 +27,6 @@ StepMedians median_of(const std::vector<StepMedians>& runs) {
           .update_exposed_ms = of(&StepMedians::update_exposed_ms)};
 }
 
-TrainConfig bench_config(TrainConfig config, const VersusBenchOptions& options) {
-  config.train.steps = options.warmup + options.steps;
-  config.train.eval_interval = 0;
-  config.train.sample_bytes = 0;
-  return config;
-}
-
 }  // namespace
 
 VersusBenchResult run_versus_bench(const VersusBenchOptions& options) {
@@ -47,14 +40,10 @@ VersusBenchResult run_versus_bench(const VersusBenchOptions& options) {
   result.rounds = options.rounds;
   result.timed_steps = options.steps;
   result.device = device_kind_name(options.base.device.type);
-  TrainOptions train_options;
-  train_options.save_checkpoints = false;
-  train_options.show_progress = false;
   std::vector<StepMedians> runs[2];
   std::vector<std::string> digests;
   VersusSide* sides[2] = {&result.base, &result.variant};
-  const TrainConfig configs[2] = {bench_config(options.base, options),
-                                  bench_config(options.variant, options)};
+  const TrainConfig* configs[2] = {&options.base, &options.variant};
   for (int round = 0; round < options.rounds; round++) {
     // Alternating which side goes first cancels a machine that speeds up or slows down.
     for (int k = 0; k < 2; k++) {
@@ -62,7 +51,7 @@ VersusBenchResult run_versus_bench(const VersusBenchOptions& options) {
       if (options.progress)
         options.progress(cat("round ", round + 1, " of ", options.rounds, ": the ",
                              side == 0 ? "base" : "variant"));
-      const TrainResult run = train(configs[side], train_options);
+      const TrainResult run = train_for_bench(*configs[side], options.warmup, options.steps);
       runs[side].push_back(step_medians(run, options.warmup));
       digests.push_back(run.state_digest);
       sides[side]->state_digest = run.state_digest;
@@ -74,10 +63,10 @@ VersusBenchResult run_versus_bench(const VersusBenchOptions& options) {
   result.digests_agree = std::all_of(digests.begin(), digests.end(),
                                      [&](const std::string& d) { return d == digests.front(); });
   TrainingState base_run;
-  base_run.config = configs[0];
+  base_run.config = options.base;
   base_run.world_size = 1;
   for (const ResumeMismatch& m :
-       resume_mismatches(base_run, configs[1],
+       resume_mismatches(base_run, options.variant,
                          RunData{.train_tokens_xxh3 = {}, .train_tokens = 0, .world_size = 1}))
     result.number_changes.push_back(m.key);
   return result;

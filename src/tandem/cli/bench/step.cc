@@ -74,15 +74,9 @@ void register_bench_step(CLI::App& bench) {
       ->check(CLI::Range(0, 100000));
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->callback([args] {
-    TrainConfig config =
+    const TrainConfig config =
         with_chosen_step_settings(args->config.load(), args->json ? nullptr : stderr);
-    config.train.steps = args->warmup + args->steps;
-    config.train.eval_interval = 0;
-    config.train.sample_bytes = 0;
-    TrainOptions options;
-    options.save_checkpoints = false;
-    options.show_progress = false;
-    const TrainResult result = train(config, options);
+    const TrainResult result = train_for_bench(config, args->warmup, args->steps);
     const nlohmann::json report = step_report(*args, config, result);
     if (args->json)
       std::printf("%s\n", report.dump().c_str());
