@@ -195,8 +195,10 @@ StepPlan rank_step_candidates(const TrainConfig& config, int world_size,
                               const ComputeRates& compute, const PlanMemoryFn& plan_memory) {
   StepPlan plan;
   plan.compute = compute;
+  // Every candidate splits the same share of train_batch_size.
+  if (!candidates.empty())
+    plan.sequences_per_rank = candidates.front().micro_batch * candidates.front().accumulation;
   for (const StepSettings& settings : candidates) {
-    plan.sequences_per_rank = settings.micro_batch * settings.accumulation;
     const TrainConfig resolved = with_step_settings(config, settings, world_size);
     TrainingMemoryPlan memory = plan_memory(resolved);
     if (!memory.fits() || !memory.host_fits()) {
