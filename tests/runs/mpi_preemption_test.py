@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Preemption under mpirun: SIGTERM to mpirun (what Slurm and most schedulers send on
-preemption or at a time limit) reaches the ranks through OpenMPI, which kills them
-odls_base_sigkill_timeout seconds later. Given that time (the README says how), two ranks
-stop after a step with a checkpoint of it, and rank 0 says where it stopped and how to go on.
+preemption or at a time limit) reaches the ranks through OpenMPI, which sends them SIGTERM
+odls_base_sigkill_timeout seconds later and SIGKILL as long again after that. Given that time
+(the README says how), two ranks stop after a step with a checkpoint of it, and rank 0 says
+where it stopped and how to go on: with mpirun's own options, the grace period's included.
 
   python3 tests/runs/mpi_preemption_test.py BUILD/tandem SOURCE_DIR
 """
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -31,9 +33,9 @@ def main():
         run_dir = os.path.join(work, "run")
         config = write_config(work, source_dir, run_dir)
         metrics = os.path.join(work, "metrics.jsonl")
-        # Checkpoints far apart: the one the signal asks for is the run's only one. 10 s before
-        # OpenMPI's SIGKILL are plenty for this model's (mpirun waits them out, even once the
-        # ranks have ended).
+        # Checkpoints far apart: the one the signal asks for is the run's only one. 10 s from
+        # OpenMPI's SIGTERM to its SIGKILL are plenty for this model's (mpirun waits out about
+        # twice that from the signal, even once the ranks have ended).
         command = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2",
                    "--mca", "odls_base_sigkill_timeout", "10",
                    binary, "train", "--config", config, "--metrics", metrics,
@@ -69,10 +71,16 @@ def main():
         if not m or "to continue: " not in err:
             sys.exit(f"FAIL: the ranks did not say where they stopped and how to go on "
                      f"(exit {proc.returncode}):\n{err}")
-        # The command to continue launches as this run was launched: pasteable as printed.
+        # The command to continue launches as this run was launched, pasteable as printed:
+        # mpirun with all its options, the grace period's included (without it a continued
+        # job's ranks get 1 s to save), and nothing mpirun adds for its own use.
         go_on = re.search(r"to continue: (.*)", err).group(1)
-        if not go_on.startswith("mpirun") or " -np 2 " not in go_on or f" {binary} train " not in go_on:
-            sys.exit(f"FAIL: the command to continue does not start 2 ranks of {binary}: {go_on}")
+        launcher = command[:command.index(binary)]
+        words = shlex.split(go_on)
+        if words[:len(launcher)] != launcher or words[len(launcher):len(launcher) + 2] != [
+                binary, "train"]:
+            sys.exit(f"FAIL: the command to continue does not start 2 ranks of {binary} as "
+                     f"{' '.join(launcher)} did: {go_on}")
         newest = committed(run_dir)
         if not newest or newest[0] != int(m.group(1)):
             sys.exit(f"FAIL: stopped after step {m.group(1)}, but the committed checkpoints are "

@@ -9,6 +9,7 @@
 #include "tandem/comm/agreement.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/mpi_communicator.h"
+#include "tandem/comm/mpi_launch.h"
 #include "tandem/config/train_config.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
@@ -131,11 +132,11 @@ void register_train(CLI::App& app) {
     if (result.stopped_by_signal != 0) {
       if (comm->rank() == 0) {
         // The same command, resuming: every option that shapes the run carried over, and the
-        // program and the number of ranks as this run was started with.
+        // program and the launcher (mpirun with its own options: the grace period's too) as
+        // this run was started with.
         std::string resume =
             shell_word(app.get_name()) + " train --config " + shell_word(args->config.path);
-        if (comm->world_size() > 1)
-          resume = "mpirun" + mpirun_options(comm->world_size()) + " " + resume;
+        if (comm->world_size() > 1) resume = launcher_command(comm->world_size()) + " " + resume;
         for (const std::string& o : args->config.overrides) resume += " --set " + shell_word(o);
         if (!args->metrics.empty()) resume += " --metrics " + shell_word(args->metrics);
         if (args->stop_at_step > 0)
