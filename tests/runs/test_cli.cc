@@ -268,6 +268,51 @@ TEST_F(CliTest, CorruptCheckpointIsRefusedAndKept) {
   EXPECT_FALSE(fs::exists(dir_ / "run/checkpoints/step_00000006"));
 }
 
+// sample of a run directory chooses as --resume does: a damaged newest checkpoint is passed
+// over, naming it and why, for the newest intact one; with none intact it names them all.
+// (Only the files sample reads count: damaged optimizer state does not stop it.)
+TEST_F(CliTest, SampleFallsBackFromADamagedNewestCheckpointNamingBoth) {
+  const fs::path config = write_config({{"train", {{"checkpoint_interval", 2}}}});
+  ASSERT_EQ(tandem("train --config " + config.string() + " --set train.steps=4").exit_code, 0);
+  const fs::path root = dir_ / "run/checkpoints";
+  const std::string run = (dir_ / "run").string();
+  const auto intact = tandem("sample --checkpoint " + run + " --bytes 20 --seed 3");
+  ASSERT_EQ(intact.exit_code, 0) << intact.output;
+  EXPECT_EQ(intact.output.find("damaged"), std::string::npos) << intact.output;
+
+  const fs::path newest = root / "step_00000004/model.safetensors";
+  std::vector<uint8_t> bytes = read_file_bytes(newest);
+  bytes[bytes.size() / 2] ^= 0x40;
+  write_file_atomic(newest, bytes);
+  const auto fallback = tandem("sample --checkpoint " + run + " --bytes 20 --seed 3");
+  ASSERT_EQ(fallback.exit_code, 0) << fallback.output;
+  EXPECT_CONTAINS(fallback.output,
+                  "tandem: step_00000004 is damaged (" + newest.string() + ": checksum mismatch");
+  EXPECT_CONTAINS(fallback.output, "; sampling from step_00000002 instead\n");
+  // The same text as sampling from step 2 by name.
+  const auto by_name =
+      tandem("sample --checkpoint " + (root / "step_00000002").string() + " --bytes 20 --seed 3");
+  ASSERT_EQ(by_name.exit_code, 0) << by_name.output;
+  EXPECT_EQ(fallback.output.substr(fallback.output.find(" instead\n") + 9), by_name.output);
+  // Named on its own, the damaged one is refused, naming the intact one beside it.
+  expect_error(tandem("sample --checkpoint " + (root / "step_00000004").string()),
+               {"checksum mismatch",
+                (root / "step_00000002").string() + " (step 2) verifies: sample from it"});
+  // Damaged optimizer state is not what sample reads.
+  const fs::path optimizer = root / "step_00000002/optimizer.safetensors";
+  ASSERT_TRUE(fs::exists(optimizer));
+  std::vector<uint8_t> state = read_file_bytes(optimizer);
+  state[state.size() / 2] ^= 0x40;
+  write_file_atomic(optimizer, state);
+  EXPECT_EQ(tandem("sample --checkpoint " + run + " --bytes 20 --seed 3").output, fallback.output);
+
+  // None intact: one error naming every checkpoint tried.
+  fs::resize_file(root / "step_00000002/model.safetensors", 100);
+  expect_error(tandem("sample --checkpoint " + run),
+               {"no checkpoint verifies (", (root / "step_00000004").string(),
+                (root / "step_00000002").string(), "no intact checkpoint to sample from"});
+}
+
 TEST_F(CliTest, FreshRunRefusesToOverwriteAnEarlierRun) {
   const fs::path config = write_config();
   ASSERT_EQ(tandem("train --config " + config.string() + " --set train.steps=2").exit_code, 0);

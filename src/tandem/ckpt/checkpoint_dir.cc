@@ -468,11 +468,22 @@ std::vector<std::pair<int64_t, fs::path>> timeline_of_latest(
 }  // namespace
 
 ResumableCheckpoint newest_verified_checkpoint(const fs::path& path, const LineageOf& lineage_of) {
+  return newest_verified_checkpoint(path, CheckpointChoice{.lineage_of = lineage_of});
+}
+
+ResumableCheckpoint newest_verified_checkpoint(const fs::path& path,
+                                               const CheckpointChoice& choice) {
+  const auto verify = [&choice](const fs::path& dir) {
+    if (choice.files_read)
+      verify_checkpoint(dir, choice.files_read(dir));
+    else
+      verify_checkpoint(dir);
+  };
   std::error_code ec;
   if (!fs::exists(path, ec)) fail(path.string(), ": no such file or directory");
   if (fs::is_regular_file(path / kManifestName, ec)) {
     try {
-      verify_checkpoint(path);
+      verify(path);
     } catch (const Error& e) {
       // Named on its own, it is never replaced by another; but the message names the one
       // beside it that would do.
@@ -480,16 +491,16 @@ ResumableCheckpoint newest_verified_checkpoint(const fs::path& path, const Linea
       for (const auto& [step, dir] : committed_checkpoints(path.parent_path())) {
         if (dir == path) continue;
         try {
-          verify_checkpoint(dir);
-          instead = cat("; ", dir.string(), " (step ", step,
-                        ") verifies: resume from it, or from the run directory");
+          verify(dir);
+          instead = cat("; ", dir.string(), " (step ", step, ") verifies: ", choice.use,
+                        " from it, or from the run directory");
           break;
         } catch (const Error&) {
         }
       }
       fail(e.what(), instead);
     }
-    return {path, ""};
+    return {path, "", {}};
   }
   // A run directory, or a checkpoints root (with or without its "latest": one deleted by
   // hand still leaves the committed checkpoints to choose from).
@@ -501,20 +512,22 @@ ResumableCheckpoint newest_verified_checkpoint(const fs::path& path, const Linea
   // before the rename that publishes it), so it counts even when a crash came before
   // `latest` was moved to it.
   const std::vector<std::pair<int64_t, fs::path>> candidates =
-      timeline_of_latest(root, committed_checkpoints(root), lineage_of);
+      timeline_of_latest(root, committed_checkpoints(root), choice.lineage_of);
   if (candidates.empty() && !fs::is_regular_file(root / kLatestName, ec))
     resolve_checkpoint(path);  // throws, saying what was looked for
-  std::string passed_over;
+  ResumableCheckpoint chosen;
   for (const auto& [step, dir] : candidates) {
     try {
-      verify_checkpoint(dir);
-      return {dir, passed_over};
+      verify(dir);
+      chosen.dir = dir;
+      return chosen;
     } catch (const Error& e) {
-      passed_over += (passed_over.empty() ? "" : "; ") + std::string(e.what());
+      chosen.passed_over += (chosen.passed_over.empty() ? "" : "; ") + std::string(e.what());
+      chosen.damaged.push_back({dir, e.what()});
     }
   }
   fail(path.string(), ": no checkpoint verifies (",
-       passed_over.empty() ? "none found" : passed_over, "); start afresh in another directory");
+       chosen.passed_over.empty() ? "none found" : chosen.passed_over, "); ", choice.if_none);
 }
 
 std::vector<fs::path> prune_checkpoints(const fs::path& root, int64_t keep,

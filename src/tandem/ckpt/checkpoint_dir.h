@@ -15,6 +15,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tandem {
@@ -127,6 +128,12 @@ struct CheckpointLineage {
 };
 using LineageOf = std::function<CheckpointLineage(const std::filesystem::path& checkpoint_dir)>;
 
+// A checkpoint newest_verified_checkpoint passed over, and why (verify_checkpoint's error).
+struct DamagedCheckpoint {
+  std::filesystem::path dir;
+  std::string why;
+};
+
 // What --resume reads. A checkpoint directory is taken as named (a damaged one is
 // refused). A checkpoints root or a run directory means what "latest" names: with
 // `lineage_of` and a latest that has a lineage, the newest committed checkpoint of its
@@ -137,10 +144,24 @@ using LineageOf = std::function<CheckpointLineage(const std::filesystem::path& c
 // Throws when none verifies.
 struct ResumableCheckpoint {
   std::filesystem::path dir;
-  std::string passed_over;  // empty when the first choice verified
+  std::string passed_over;                 // empty when the first choice verified
+  std::vector<DamagedCheckpoint> damaged;  // the same, one by one, newest first
 };
 ResumableCheckpoint newest_verified_checkpoint(const std::filesystem::path& path,
                                                const LineageOf& lineage_of = {});
+// The same choice for a reader of part of a checkpoint (`tandem sample` reads the weights
+// and the trainer state, not the optimizer state): only the files it reads must verify.
+struct CheckpointChoice {
+  LineageOf lineage_of = {};
+  // The files of a checkpoint directory that must verify; unset: every file.
+  std::function<std::vector<std::string>(const std::filesystem::path& dir)> files_read = {};
+  // For the messages: what the caller does with the checkpoint ("resume from it"), and
+  // what to do when none verifies.
+  std::string_view use = "resume";
+  std::string_view if_none = "start afresh in another directory";
+};
+ResumableCheckpoint newest_verified_checkpoint(const std::filesystem::path& path,
+                                               const CheckpointChoice& choice);
 
 // After a checkpoint is committed: removes committed checkpoints beyond the newest `keep`
 // (never the one "latest" names; keep 0 removes none), each renamed out of the step_*

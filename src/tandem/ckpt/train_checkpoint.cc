@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <utility>
 
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/ckpt/hf_weights.h"
@@ -273,6 +274,20 @@ TrainingState load_checkpoint_weights(const fs::path& path) {
                       read_verified(dir, file, read);
                     });
   return state;
+}
+
+ResumableCheckpoint newest_checkpoint_with_weights(const fs::path& path) {
+  CheckpointChoice choice{.lineage_of = checkpoint_lineage,
+                          .files_read =
+                              [](const fs::path& dir) {
+                                std::vector<std::string> files = {"trainer_state.json"};
+                                for (std::string& file : weight_files(dir))
+                                  files.push_back(std::move(file));
+                                return files;
+                              },
+                          .use = "sample",
+                          .if_none = "there is no intact checkpoint to sample from"};
+  return newest_verified_checkpoint(path, choice);
 }
 
 TrainingState TrainingState::without_arrays() const {

@@ -142,4 +142,11 @@ CheckpointLineage checkpoint_lineage(const std::filesystem::path& checkpoint_dir
 // Model weights and config only (what `tandem sample` needs); checksums verified.
 TrainingState load_checkpoint_weights(const std::filesystem::path& path);
 
+// The checkpoint at `path` that load_checkpoint_weights should read: chosen as --resume
+// chooses (newest_verified_checkpoint, following the run's timeline), the files it reads
+// (the trainer state and the weights) verified; a newer one damaged there is passed over
+// and named in `damaged`. A checkpoint directory is taken as named, or refused naming an
+// intact one beside it. Throws, naming every one it tried, when none is intact.
+ResumableCheckpoint newest_checkpoint_with_weights(const std::filesystem::path& path);
+
 }  // namespace tandem

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -119,6 +120,20 @@ void sample_token_ids(const Args& args, const TrainingState& state) {
   std::fputc('\n', stdout);
 }
 
+// The newest checkpoint at `path` whose weights verify, as --resume chooses: a damaged newer
+// one is passed over, saying so on stderr.
+std::filesystem::path intact_checkpoint(const std::string& path) {
+  const ResumableCheckpoint chosen = newest_checkpoint_with_weights(path);
+  if (!chosen.damaged.empty()) {
+    std::string line = "tandem:";
+    for (const DamagedCheckpoint& d : chosen.damaged)
+      line += cat(" ", d.dir.filename().string(), " is damaged (", d.why, ");");
+    line += cat(" sampling from ", chosen.dir.filename().string(), " instead\n");
+    std::fputs(line.c_str(), stderr);
+  }
+  return chosen.dir;
+}
+
 }  // namespace
 
 void register_sample(CLI::App& app) {
@@ -153,7 +168,7 @@ void register_sample(CLI::App& app) {
     args->gave_bytes = bytes->count() > 0;
     args->gave_prompt_tokens = prompt_tokens->count() > 0;
     args->gave_tokens = tokens->count() > 0;
-    const TrainingState state = load_checkpoint_weights(args->checkpoint);
+    const TrainingState state = load_checkpoint_weights(intact_checkpoint(args->checkpoint));
     if (!args->tokenizer.empty() || state.config.model.vocab_size != ByteTokenizer::kVocabSize) {
       sample_token_ids(*args, state);
       return;
