@@ -40,7 +40,16 @@ Blocks are numbered row-major over the tensor's grid of blocks; coefficient inde
 f_row * c_n + f_col within a 2-D block, f within a 1-D one. Hyper-parameters are strings
 in "__metadata__".
 
+With --clamped, the tensors are those whose DCT block is smaller than TOPK (a bias of 7, a
+prime length above the chunk, whose blocks are of 1, a 5 x 6 matrix) beside one that is not
+(64 x 64): each sends min(TOPK, its block) coefficients per block, as the reference clamps
+topk per tensor (bloc97/DeMo demo.py, CompressDCT._clamp_topk, lines 266-271, called by
+CompressDCT.compress at 279-281: topk = x.shape[-1], the block's coefficients, when larger).
+Its "compression_topk" stays TOPK; the index and value arrays are [b, min(TOPK, block)].
+
 Usage: python3 tools/make_demo_fixture.py [--out tests/fixtures/demo_reference.safetensors]
+       python3 tools/make_demo_fixture.py --clamped \
+           --out tests/fixtures/demo_reference_clamped.safetensors
 """
 
 import argparse
@@ -69,6 +78,14 @@ TENSORS = [
     ("w_128x64", (128, 64)),
     ("bias_37", (37,)),
     ("bias_100", (100,)),
+]
+# --clamped: blocks of 7, 1 (67 is a prime above the chunk) and 30 coefficients, below TOPK,
+# and one of 64 x 64 above it.
+CLAMPED_TENSORS = [
+    ("bias_7", (7,)),
+    ("bias_67", (67,)),
+    ("w_5x6", (5, 6)),
+    ("w_64x64", (64, 64)),
 ]
 
 
@@ -136,6 +153,11 @@ class Blocks:
         return self.from_blocks(b)
 
 
+def clamped_topk(topk, blocks):
+    """The reference's CompressDCT._clamp_topk: at most the block's coefficients."""
+    return min(topk, blocks.size)
+
+
 def top_k(z, k):
     """Per block: the k indices of largest |z|, decreasing, ties to the lower index."""
     order = np.argsort(-np.abs(z), axis=1, kind="stable")
@@ -153,7 +175,7 @@ def demo_step(p, deltas, grads, blocks, lr, out, name, t):
     for r in range(RANKS):
         d = beta32 * deltas[r] + lr32 * grads[r]  # float32: product, product, sum
         z = blocks.dct(d)
-        idx = top_k(z, TOPK)
+        idx = top_k(z, clamped_topk(TOPK, blocks))
         vals = np.take_along_axis(z, idx, axis=1)
         kept = np.zeros_like(z)
         np.put_along_axis(kept, idx, vals, axis=1)
@@ -218,18 +240,24 @@ def self_check():
     assert np.allclose(b.dct(x).reshape(48, 40), b.Cm @ x @ b.Cn.T, atol=1e-12)
     # Ties go to the lower index.
     assert top_k(np.array([[1.0, -3.0, 3.0, 2.0]]), 2).tolist() == [[1, 2]]
+    # The clamp: a block of 7 sends 7, of 1 sends 1, of 4096 sends TOPK.
+    assert [clamped_topk(TOPK, Blocks(s, CHUNK)) for s in [(7,), (67,), (5, 6), (64, 64)]] == [
+        7, 1, 30, TOPK]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="tests/fixtures/demo_reference.safetensors")
+    parser.add_argument("--clamped", action="store_true",
+                        help="tensors whose blocks are smaller than the top-k (see above)")
     args = parser.parse_args()
     self_check()
+    tensors = CLAMPED_TENSORS if args.clamped else TENSORS
     rng = np.random.default_rng(SEED)
     out = {}
-    for name, shape in TENSORS:
+    for name, shape in tensors:
         blocks = Blocks(shape, CHUNK)
-        assert TOPK <= blocks.size, f"{name}: topk {TOPK} > block of {blocks.size}"
+        assert args.clamped or TOPK <= blocks.size, f"{name}: topk {TOPK} > block of {blocks.size}"
         p = rng.normal(0.0, 0.5, size=shape).astype(np.float32)
         out[f"{name}.p0"] = p.copy()
         deltas = [np.zeros(shape, dtype=np.float32) for _ in range(RANKS)]
@@ -247,7 +275,7 @@ def main():
         "compression_decay": str(BETA), "compression_topk": str(TOPK),
         "compression_chunk": str(CHUNK), "weight_decay": str(WEIGHT_DECAY),
         "seed": str(SEED),
-        "tensors": ",".join(f"{n}:{'x'.join(str(d) for d in s)}" for n, s in TENSORS),
+        "tensors": ",".join(f"{n}:{'x'.join(str(d) for d in s)}" for n, s in tensors),
     }
     write_safetensors(args.out, out, metadata)
     print(f"wrote {args.out}: {len(out)} tensors", file=sys.stderr)

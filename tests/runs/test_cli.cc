@@ -407,6 +407,31 @@ TEST_F(CliTest, PlanPrintsTiersScheduleAndPrediction) {
     EXPECT_NE(result.output.find(part), std::string::npos) << part << " in " << result.output;
 }
 
+// DeMo at compression_topk 32 on the tiny model, whose layer norms and 16-wide biases have
+// DCT blocks of 16: clamped per tensor, as the reference does (a refused config before),
+// and said in one line by `tandem plan` and at the start of the run.
+TEST_F(CliTest, DemoClampsTheTopkToSmallerBlocksAndSaysSo) {
+  const fs::path config =
+      write_config({{"optimizer", {{"type", "DeMo"}, {"params", {{"compression_topk", 32}}}}}});
+  const std::string note =
+      "DeMo: optimizer.params.compression_topk 32 is clamped to the DCT block of 14 tensors "
+      "(sent whole, as the reference does): ";
+  const auto plan = tandem("plan --config " + config.string());
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_CONTAINS(plan.output, note);
+  const std::string line = plan.output.substr(plan.output.find(note));
+  EXPECT_CONTAINS(line.substr(0, line.find('\n')), " (16), ");
+  EXPECT_CONTAINS(line.substr(0, line.find('\n')), " and 10 more");
+  const auto run = tandem("train --config " + config.string() + " --set train.steps=2");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_CONTAINS(run.output, "tandem: " + note);
+  // Where every block holds compression_topk coefficients, nothing is said.
+  const auto fits =
+      tandem("plan --config " + config.string() + " --set optimizer.params.compression_topk=16");
+  ASSERT_EQ(fits.exit_code, 0) << fits.output;
+  EXPECT_EQ(fits.output.find("clamped"), std::string::npos) << fits.output;
+}
+
 TEST_F(CliTest, PlanShowsOneRankOfADataParallelRun) {
   const std::string config = write_config().string();
   const auto result = tandem("plan --config " + config +

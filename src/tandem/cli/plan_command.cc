@@ -11,8 +11,20 @@
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/cuda/cuda_device.h"
 #include "tandem/device/device.h"
+#include "tandem/model/model_family.h"
+#include "tandem/optim/optimizer_family.h"
 
 namespace tandem::cli {
+namespace {
+
+// The optimizer's word on how its settings apply to the model (DeMo's clamped top-k), a line.
+void print_settings_note(const TrainConfig& config) {
+  const std::string note =
+      optimizer_family(config.optimizer.type).note_on(config.optimizer, model_layout(config.model));
+  if (!note.empty()) std::printf("%s\n", note.c_str());
+}
+
+}  // namespace
 
 void register_plan(CLI::App& app) {
   struct Args {
@@ -64,6 +76,7 @@ void register_plan(CLI::App& app) {
       std::printf("tandem plan for %s on %s\n%s%s%s\n", args->config.path.c_str(), on.c_str(),
                   step.to_text().c_str(), step.chosen().memory.to_text().c_str(),
                   largest_micro_batch_text(step.chosen().memory, chosen).c_str());
+      print_settings_note(chosen);
       return;
     }
     if (config.train_batch_size > 0) step_candidates(config, args->world_size);  // the product
@@ -73,6 +86,7 @@ void register_plan(CLI::App& app) {
                                  args->world_size);
     std::printf("tandem plan for %s on %s\n%s%s\n", args->config.path.c_str(), on.c_str(),
                 plan.to_text().c_str(), largest_micro_batch_text(plan, config).c_str());
+    print_settings_note(config);
     check_fits(plan, config);
   });
 }

@@ -142,6 +142,10 @@ struct OptimizerFamily {
   size_t (*device_workspace_bytes)(const OptimizerConfig& config, const ParamLayout& layout,
                                    const OffloadPlan& plan, int world_size,
                                    DeviceKind kind) = nullptr;
+  // A line on how its settings apply to the model's tensors, for `tandem plan` and the
+  // start of a run (DeMo: compression_topk clamped to the blocks smaller than it); null,
+  // or returning "": nothing to say.
+  std::string (*settings_note)(const OptimizerConfig& config, const ParamLayout& layout) = nullptr;
   // Times the rule's kernels for the performance model (offload/perf_model.h); null: the
   // model knows nothing of them, so offload_optimizer.schedule auto is refused and the plan
   // is not costed.
@@ -163,6 +167,9 @@ struct OptimizerFamily {
   size_t state_bytes_per_param() const { return state_arrays.size() * sizeof(float); }
   // The flat indices where offload subgroups may end; empty when any index will do.
   std::vector<size_t> subgroup_cut_points(const ParamLayout& layout) const;
+  std::string note_on(const OptimizerConfig& config, const ParamLayout& layout) const {
+    return settings_note ? settings_note(config, layout) : std::string();
+  }
   size_t workspace_bytes(const OptimizerConfig& config, const ParamLayout& layout,
                          const OffloadPlan& plan, int world_size, DeviceKind kind) const {
     return device_workspace_bytes ? device_workspace_bytes(config, layout, plan, world_size, kind)

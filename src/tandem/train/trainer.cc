@@ -275,6 +275,10 @@ class Trainer {
 
   void note_plan() {
     report_.note_plan(plan_, device_->name());
+    // The optimizer's word on how its settings apply to this model (DeMo's clamped top-k).
+    const std::string settings =
+        optimizer_family(config_.optimizer.type).note_on(config_.optimizer, model_.layout());
+    if (!settings.empty()) report_.note("tandem: " + settings);
     if (!plan_.host_fits())  // allowed (checked_plan refuses it otherwise)
       report_.note(cat("tandem: warning: the plan takes ", format_bytes(plan_.host_bytes_needed()),
                        " of host memory, more than the machine's ",

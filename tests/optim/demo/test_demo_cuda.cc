@@ -1,10 +1,10 @@
-// DeMo's CUDA kernels (optim/demo/demo_cuda.h) against the CPU's DemoTensor (optim/demo/demo.h) on a
-// GPU (skipped, with the reason printed, where there is none; CI runs them on the emulated
-// GPU): on three ranks over several steps with a changing learning rate, for tensors whose
-// blocks are full, non-square, 1-D and of a prime length, with fp32 and bf16 gradients and
-// a 16-bit working copy, the messages (indices and values), each rank's momentum, the
-// decoded update and the parameters are the CPU's bits. A step of all-zero gradients checks
-// the ties: every |Z| equal, the lowest indices sent.
+// DeMo's CUDA kernels (optim/demo/demo_cuda.h) against the CPU's DemoTensor (optim/demo/demo.h) on
+// a GPU (skipped, with the reason printed, where there is none; CI runs them on the emulated GPU):
+// on three ranks over several steps with a changing learning rate, for tensors whose blocks are
+// full, non-square, 1-D, of a prime length and smaller than the top-k (which is then clamped to the
+// block, demo_topk), with fp32 and bf16 gradients and a 16-bit working copy, the messages (indices
+// and values), each rank's momentum, the decoded update and the parameters are the CPU's bits. A
+// step of all-zero gradients checks the ties: every |Z| equal, the lowest indices sent.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -49,8 +49,9 @@ struct Shape {
 };
 
 TEST_F(DemoCudaTest, EveryStepIsTheCpusBitsOnThreeRanks) {
-  const std::vector<Shape> shapes = {{{128, 64}, 32}, {{96, 80}, 16}, {{37}, 8},
-                                     {{100}, 32},     {{8, 130}, 5},  {{67, 3}, 3}};
+  // The last two: blocks smaller than the top-k (7, and 67's blocks of 1), sent whole.
+  const std::vector<Shape> shapes = {{{128, 64}, 32}, {{96, 80}, 16}, {{37}, 8}, {{100}, 32},
+                                     {{8, 130}, 5},   {{67, 3}, 3},   {{7}, 32}, {{67}, 32}};
   const int world = 3;
   const float lrs[] = {3e-3f, 1e-3f, 2e-3f, 5e-4f};
   for (bool bf16 : {false, true}) {

@@ -2,7 +2,9 @@
 // made by an independent numpy implementation written from the brief
 // (tools/make_demo_fixture.py): 3 in-process ranks, 3 steps with a changing learning rate
 // and weight decay, tensors whose chunk is not 64 (96 x 80), several 64 x 64 blocks, a prime
-// length below the chunk and a bias cut into two chunks.
+// length below the chunk and a bias cut into two chunks; and against
+// tests/fixtures/demo_reference_clamped.safetensors (the same script, --clamped): tensors whose
+// block is smaller than compression_topk, which send their whole block, as the reference does.
 //
 // What must hold, and how closely (the reference computes its transforms in float64 and
 // rounds once; tandem in float32 with fixed-order FMAs):
@@ -58,15 +60,18 @@ struct FixtureTensor {
   std::vector<int64_t> shape;
 };
 
-TEST(DemoReference, MatchesTheIndependentNumpyImplementation) {
-  const SafetensorsFile fixture = SafetensorsFile::read(testing::source_dir() / "tests" /
-                                                        "fixtures" / "demo_reference.safetensors");
+// Checks tandem's DemoTensor against the fixture `file` (tests/fixtures/) as the header says;
+// returns the number of its tensors whose topk was clamped to their block.
+int expect_the_fixtures_results(const std::string& file) {
+  const SafetensorsFile fixture =
+      SafetensorsFile::read(testing::source_dir() / "tests" / "fixtures" / file);
   const std::map<std::string, std::string>& meta = fixture.metadata();
   const int ranks = std::stoi(meta.at("ranks")), steps = std::stoi(meta.at("steps"));
   // The learning rates and the weight decay as the reference holds them: doubles.
   std::vector<double> lrs;
   for (const std::string& lr : split(meta.at("lrs"), ',')) lrs.push_back(std::stod(lr));
-  ASSERT_EQ(static_cast<int>(lrs.size()), steps);
+  EXPECT_EQ(static_cast<int>(lrs.size()), steps);
+  if (static_cast<int>(lrs.size()) != steps) return 0;
   DemoHyper hyper;
   hyper.compression_decay = std::stof(meta.at("compression_decay"));
   hyper.compression_topk = std::stoll(meta.at("compression_topk"));
@@ -79,12 +84,12 @@ TEST(DemoReference, MatchesTheIndependentNumpyImplementation) {
     for (const std::string& d : split(name_shape.at(1), 'x')) t.shape.push_back(std::stoll(d));
     tensors.push_back(t);
   }
-  ASSERT_EQ(tensors.size(), 4u);
-
+  int clamped = 0;
   for (const FixtureTensor& tensor : tensors) {
     SCOPED_TRACE(tensor.name);
     const DemoTensor rule(tensor.name, tensor.shape, hyper);
     const int64_t n = rule.blocks().num_elements(), k = rule.topk();
+    clamped += k < hyper.compression_topk;
     const int64_t blocks = rule.blocks().count();
     // results[rank][step]
     std::vector<std::vector<std::vector<float>>> params(ranks), deltas(ranks), us(ranks);
@@ -138,7 +143,8 @@ TEST(DemoReference, MatchesTheIndependentNumpyImplementation) {
           worst = std::max(worst, std::fabs(deltas[r][t][i] - delta_ref[i]));
         EXPECT_LE(worst, 2e-6f * delta_scale) << "momentum";
         const DemoMessage& got = sent[r][t];
-        ASSERT_EQ(got.indices.size(), index_ref.size());
+        EXPECT_EQ(got.indices.size(), index_ref.size());
+        if (got.indices.size() != index_ref.size()) return clamped;
         for (int64_t b = 0; b < blocks; b++) {
           const auto first = index_ref.begin() + b * k;
           EXPECT_TRUE(std::equal(first, first + k, got.indices.begin() + b * k))
@@ -152,6 +158,25 @@ TEST(DemoReference, MatchesTheIndependentNumpyImplementation) {
       }
     }
   }
+  return clamped;
+}
+
+TEST(DemoReference, MatchesTheIndependentNumpyImplementation) {
+  EXPECT_EQ(expect_the_fixtures_results("demo_reference.safetensors"), 0);
+}
+
+// A tensor whose DCT block holds fewer coefficients than compression_topk sends its whole
+// block, as the reference clamps topk per tensor (bloc97/DeMo demo.py,
+// CompressDCT._clamp_topk): the fixture's tensors at topk 32 are a bias of 7 (one block of
+// 7), a prime length above the chunk (67 blocks of 1), a 5 x 6 matrix (one block of 30)
+// and, unclamped beside them, a 64 x 64 one.
+TEST(DemoReference, ATopkAboveABlockIsClampedToItPerTensorAsTheReferenceDoes) {
+  EXPECT_EQ(expect_the_fixtures_results("demo_reference_clamped.safetensors"), 3);
+  DemoHyper hyper;
+  EXPECT_EQ(DemoTensor("bias", {7}, hyper).topk(), 7);
+  EXPECT_EQ(DemoTensor("bias", {67}, hyper).topk(), 1);
+  EXPECT_EQ(DemoTensor("w", {5, 6}, hyper).topk(), 30);
+  EXPECT_EQ(DemoTensor("w", {64, 64}, hyper).topk(), 32);
 }
 
 // Step 1's factor is the double 1 - lr * weight_decay rounded once, from the double lr the
@@ -433,9 +458,11 @@ TEST(DemoTensor, TensorsItCannotCompressAreOneLineErrorsNamingThem) {
                   "conv.weight has 3 dimensions");
   EXPECT_CONTAINS(testing::error_of([&] { DemoTensor("scale", {}, hyper); }),
                   "scale has 0 dimensions");
-  hyper.compression_topk = 40;
+  hyper.compression_topk = 0;
   EXPECT_CONTAINS(testing::error_of([&] { DemoTensor("bias", {37}, hyper); }),
-                  "compression_topk = 40 does not fit the DCT blocks of bias");
+                  "compression_topk = 0 for bias: must be at least 1");
+  hyper.compression_topk = 40;  // above the block of 37: clamped to it, not refused
+  EXPECT_EQ(DemoTensor("bias", {37}, hyper).topk(), 37);
   hyper.compression_topk = 32;
   hyper.compression_chunk = 0;
   EXPECT_CONTAINS(testing::error_of([&] {

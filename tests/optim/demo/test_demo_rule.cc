@@ -40,9 +40,12 @@ std::vector<DemoRuleTensor> demo_tensors(const ParamLayout& layout) {
   return tensors;
 }
 
-DemoHyper hyper() {
+// kModel's 1-D tensors are of 32 (layer norms, most biases): at compression_topk 40 they
+// send their whole block (demo_topk), the 2-D ones 40 of theirs.
+DemoHyper hyper(int64_t topk = 32) {
   DemoHyper h;
   h.weight_decay = 0.1;
+  h.compression_topk = topk;
   return h;
 }
 
@@ -72,12 +75,12 @@ struct RankState {
 };
 
 // The library on flat arrays: each tensor a DemoTensor, one demo_step per step.
-std::vector<RankState> library_run(const Problem& problem, bool bf16 = false) {
+std::vector<RankState> library_run(const Problem& problem, bool bf16 = false, int64_t topk = 32) {
   std::vector<RankState> out(kRanks);
   run_local_ranks(kRanks, [&](Communicator& comm) {
     std::vector<DemoTensor> tensors;
     for (const DemoRuleTensor& t : demo_tensors(problem.layout))
-      tensors.emplace_back(t.name, t.shape, hyper());
+      tensors.emplace_back(t.name, t.shape, hyper(topk));
     std::vector<float> p = problem.params, delta(problem.P, 0.0f), g(problem.P);
     for (int s = 0; s < kSteps; s++) {
       // The clipping scale multiplies the gradient first, as the rule does.
@@ -103,7 +106,7 @@ std::vector<RankState> library_run(const Problem& problem, bool bf16 = false) {
 // given the same gradients rounded to bf16, widened).
 std::vector<RankState> engine_run(const Problem& problem, const OffloadSettings& settings,
                                   bool cut_at_tensors, DeviceKind kind = DeviceKind::kHostOnly,
-                                  bool bf16 = false) {
+                                  bool bf16 = false, int64_t topk = 32) {
   std::vector<RankState> out(kRanks);
   run_local_ranks(kRanks, [&](Communicator& comm) {
     auto device = kind == DeviceKind::kCuda ? make_cuda_device({}) : make_cpu_device({});
@@ -112,7 +115,7 @@ std::vector<RankState> engine_run(const Problem& problem, const OffloadSettings&
     const size_t P = problem.P, elem = bf16 ? 2 : 4;
     DeviceAllocation working = device->allocate(MemorySpace::kDevice, P * elem);
     DeviceAllocation grads = device->allocate(MemorySpace::kDevice, P * elem);
-    auto rule = std::make_unique<DemoRule>(demo_tensors(problem.layout), hyper(), comm, &pool);
+    auto rule = std::make_unique<DemoRule>(demo_tensors(problem.layout), hyper(topk), comm, &pool);
     const std::vector<size_t> cuts = cut_at_tensors ? rule->tensor_ends() : std::vector<size_t>{};
     UpdateEngine engine(*device, problem.layout,
                         make_offload_plan(settings, P, ParamRange{0, P}, cuts), std::move(rule),
@@ -157,17 +160,17 @@ const OffloadSettings kSchedules[] = {
     {.schedule = UpdateSchedule::kRatio, .sub_group_size = 1500, .ratio = 0.5},
 };
 
-void expect_every_schedule_gives_the_librarys_bits(DeviceKind kind) {
+void expect_every_schedule_gives_the_librarys_bits(DeviceKind kind, int64_t topk = 32) {
   const Problem problem;
   for (bool bf16 : {false, true}) {
     SCOPED_TRACE(bf16 ? "bf16" : "fp32");
-    const std::vector<RankState> want = library_run(problem, bf16);
+    const std::vector<RankState> want = library_run(problem, bf16, topk);
     for (int r = 1; r < kRanks; r++) ASSERT_TRUE(same_bits(want[r].params, want[0].params));
     // The momenta differ (each rank's own gradients).
     ASSERT_FALSE(same_bits(want[1].delta, want[0].delta));
     for (const OffloadSettings& settings : kSchedules) {
       SCOPED_TRACE(update_schedule_name(settings.schedule));
-      const std::vector<RankState> got = engine_run(problem, settings, true, kind, bf16);
+      const std::vector<RankState> got = engine_run(problem, settings, true, kind, bf16, topk);
       for (int r = 0; r < kRanks; r++) {
         EXPECT_TRUE(same_bits(got[r].params, want[r].params)) << "rank " << r << " params";
         EXPECT_TRUE(same_bits(got[r].delta, want[r].delta)) << "rank " << r << " momentum";
@@ -190,6 +193,19 @@ TEST(DemoRuleCuda, EveryScheduleGivesTheLibrarysBitsOnEveryRank) {
   expect_every_schedule_gives_the_librarys_bits(DeviceKind::kCuda);
 }
 
+// A compression_topk above some tensors' blocks is clamped to each (demo_topk, as the
+// reference does), on the CPU and in the GPU's workspace and kernels alike: every schedule
+// still gives the library's bits.
+TEST(DemoRule, ATopkAboveSomeBlocksIsClampedPerTensorOnEverySchedule) {
+  expect_every_schedule_gives_the_librarys_bits(DeviceKind::kHostOnly, 40);
+}
+
+TEST(DemoRuleCuda, ATopkAboveSomeBlocksIsClampedPerTensorOnEverySchedule) {
+  std::string why;
+  if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no GPU to run on: " << why;
+  expect_every_schedule_gives_the_librarys_bits(DeviceKind::kCuda, 40);
+}
+
 TEST(DemoRule, APlanThatSplitsATensorIsRefusedNamingIt) {
   const Problem problem;
   const std::string message = testing::error_of([&] {
@@ -199,18 +215,25 @@ TEST(DemoRule, APlanThatSplitsATensorIsRefusedNamingIt) {
   EXPECT_CONTAINS(message, "subgroups must be cut at tensor boundaries");
 }
 
-// compression_topk is checked against every tensor at once: the message names each that it
-// does not fit and the largest value that fits them all.
-TEST(DemoRule, ATopkThatDoesNotFitNamesEveryTensorAndTheBound) {
+// A compression_topk above a tensor's block is clamped to it, as the reference does, and
+// said in one line: the first few tensors with their block's size, and how many more.
+TEST(DemoRule, ATopkAboveABlockIsClampedAndTheNoteNamesTheTensors) {
   const std::vector<DemoRuleTensor> tensors = {
       {"w", {64, 64}, 0}, {"bias", {37}, 4096}, {"ln", {20}, 4096 + 37}};
   run_local_ranks(1, [&](Communicator& comm) {
-    const std::string message = testing::error_of(
-        [&] { DemoRule rule(tensors, DemoHyper{.compression_topk = 40}, comm, nullptr); });
-    EXPECT_CONTAINS(message,
-                    "compression_topk = 40 does not fit the DCT blocks of 2 tensors: "
-                    "bias (1 x 37 = 37), ln (1 x 20 = 20); use a value from 1 to 20");
+    DemoRule rule(tensors, DemoHyper{.compression_topk = 40}, comm, nullptr);
+    EXPECT_EQ(rule.tensor_ends(), (std::vector<size_t>{4096, 4096 + 37, 4096 + 57}));
   });
+  EXPECT_EQ(DemoRule::topk_note(tensors, DemoHyper{.compression_topk = 40}),
+            "DeMo: optimizer.params.compression_topk 40 is clamped to the DCT block of 2 "
+            "tensors (sent whole, as the reference does): bias (37), ln (20)");
+  EXPECT_EQ(DemoRule::topk_note(tensors, DemoHyper{.compression_topk = 20}), "");
+  std::vector<DemoRuleTensor> many;
+  for (size_t i = 0; i < 7; i++) many.push_back({cat("b", i), {7}, 7 * i});
+  EXPECT_EQ(DemoRule::topk_note(many, DemoHyper{.compression_topk = 8}),
+            "DeMo: optimizer.params.compression_topk 8 is clamped to the DCT block of 7 "
+            "tensors (sent whole, as the reference does): b0 (7), b1 (7), b2 (7), b3 (7) and 3 "
+            "more");
 }
 
 }  // namespace

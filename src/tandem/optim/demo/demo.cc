@@ -15,22 +15,28 @@ namespace tandem {
 
 namespace {
 
-// compression_topk, when it fits the tensor's blocks.
-int64_t checked_topk(int64_t topk, const DemoBlocks& blocks, const std::string& name) {
-  TANDEM_CHECK(topk >= 1 && topk <= blocks.block_size(),
-               "optimizer.params.compression_topk = ", topk, " does not fit the DCT blocks of ",
-               name, " (", blocks.block_rows(), " x ", blocks.block_cols(), " = ",
-               blocks.block_size(), " coefficients); use a value from 1 to ", blocks.block_size());
+// compression_topk, at least 1 (the config's own check says so for a config's).
+int64_t checked_topk(int64_t topk, const std::string& name) {
+  TANDEM_CHECK(topk >= 1, "optimizer.params.compression_topk = ", topk, " for ", name,
+               ": must be at least 1");
   return topk;
 }
 
 }  // namespace
 
+// The reference clamps topk to the coefficients of the block, per tensor: bloc97/DeMo
+// demo.py (commit 0e48145), CompressDCT._clamp_topk, lines 266-271 ("if topk > x.shape[-1]:
+// topk = x.shape[-1]"), called by CompressDCT.compress at lines 279-281 on the coefficients
+// laid out [..., block] ("y x (h w)" for a 2-D tensor, [blocks, w] for a 1-D one).
+int64_t demo_topk(int64_t compression_topk, const DemoBlocks& blocks) {
+  return std::min(compression_topk, blocks.block_size());
+}
+
 DemoTensor::DemoTensor(std::string name, const std::vector<int64_t>& shape, const DemoHyper& hyper,
                        SimdTarget target)
     : name_(std::move(name)),
       blocks_(shape, hyper.compression_chunk, name_.c_str(), target),
-      topk_(checked_topk(hyper.compression_topk, blocks_, name_)),
+      topk_(demo_topk(checked_topk(hyper.compression_topk, name_), blocks_)),
       wire_(blocks_.count(), blocks_.block_size(), topk_, hyper.compression_values),
       beta_(hyper.compression_decay),
       weight_decay_(hyper.weight_decay) {}

@@ -11,7 +11,8 @@
 //                                                    (times the clipping scale, if any)
 //   3. Z     = DCT(delta) per block (demo_transform.h)
 //      S     = the compression_topk coefficients of largest |Z| per block, ties to the
-//              lower index, sent in that order (decreasing |Z|)
+//              lower index, sent in that order (decreasing |Z|); a block of fewer
+//              coefficients sends all of them (demo_topk: the reference's clamp)
 //   4. delta = delta - IDCT(Z restricted to S)       error feedback
 //   then every rank's (indices, values) are all-gathered, packed (demo_wire.h), and
 //   5. Q[i]  = (sum of the values sent for coefficient i, ranks in order, from 0) / number
@@ -61,10 +62,15 @@ struct DemoMessage {
   std::vector<float> values;
 };
 
+// The coefficients a tensor of `blocks` sends per block: compression_topk, or the block's
+// size where that is smaller (a short 1-D tensor, a prime length's blocks of 1), as the
+// reference clamps it per tensor.
+int64_t demo_topk(int64_t compression_topk, const DemoBlocks& blocks);
+
 class DemoTensor {
  public:
   // Throws tandem::Error naming the tensor or the key for a tensor DeMo cannot compress
-  // (0 or more than 2 dimensions) and a compression_topk outside [1, block size].
+  // (0 or more than 2 dimensions) and a compression_topk below 1; topk() is demo_topk's.
   DemoTensor(std::string name, const std::vector<int64_t>& shape, const DemoHyper& hyper,
              SimdTarget target = best_simd_target());
 

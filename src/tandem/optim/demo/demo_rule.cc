@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <utility>
 
 #include "tandem/core/error.h"
@@ -17,7 +16,7 @@ namespace tandem {
 
 namespace {
 
-// Coefficients a rank sends for the tensor: topk per block.
+// Coefficients a rank sends for the tensor: its topk per block.
 size_t message_entries(const DemoTensor& tensor) {
   return static_cast<size_t>(tensor.blocks().count() * tensor.topk());
 }
@@ -35,8 +34,8 @@ std::vector<char> tensors_on_device(const std::vector<DemoRuleTensor>& tensors,
 }
 
 // How the GPU workspace is laid out: every distinct DCT matrix once, scratch for the
-// largest tensor on the device, and each tensor's entries (count x topk) in a rank's
-// messages.
+// largest tensor on the device, and each tensor's entries (count x its topk, demo_topk) in
+// a rank's messages.
 struct WorkspaceLayout {
   std::vector<std::pair<int64_t, size_t>> dct;  // (size n, float offset) of each matrix
   size_t dct_floats = 0;
@@ -58,14 +57,14 @@ struct WorkspaceLayout {
 };
 
 WorkspaceLayout workspace_layout(const std::vector<DemoRuleTensor>& tensors,
-                                 const std::vector<DemoBlocks>& blocks, int64_t topk,
+                                 const std::vector<DemoBlocks>& blocks, int64_t compression_topk,
                                  const OffloadPlan& plan) {
   WorkspaceLayout w;
   const std::vector<char> on_device = tensors_on_device(tensors, plan);
   for (size_t t = 0; t < tensors.size(); t++) {
     const DemoBlocks& b = blocks[t];
     w.offset.push_back(w.entries);
-    w.entries += static_cast<size_t>(b.count() * topk);
+    w.entries += static_cast<size_t>(b.count() * demo_topk(compression_topk, b));
     if (!on_device[t]) continue;
     w.any_on_device = true;
     for (int64_t n : {b.block_rows(), b.block_cols()}) {
@@ -103,25 +102,10 @@ struct DemoRule::CudaWorkspace {
 
 DemoRule::DemoRule(std::vector<DemoRuleTensor> tensors, const DemoHyper& hyper, Communicator& comm,
                    ThreadPool* pool, SimdTarget target)
-    : layout_(std::move(tensors)), comm_(comm), pool_(pool) {
-  // compression_topk against every tensor's blocks at once: one message naming all that it
-  // does not fit, and the largest value that fits them all.
-  std::string too_small;
-  size_t count = 0;
-  int64_t smallest = std::numeric_limits<int64_t>::max();
-  for (const DemoRuleTensor& t : layout_) {
-    const DemoBlocks blocks(t.shape, hyper.compression_chunk, t.name.c_str(), target);
-    smallest = std::min(smallest, blocks.block_size());
-    if (hyper.compression_topk <= blocks.block_size()) continue;
-    if (count++ < 5)
-      too_small += cat(too_small.empty() ? "" : ", ", t.name, " (", blocks.block_rows(), " x ",
-                       blocks.block_cols(), " = ", blocks.block_size(), ")");
-  }
-  TANDEM_CHECK(count == 0, "optimizer.params.compression_topk = ", hyper.compression_topk,
-               " does not fit the DCT blocks of ", count,
-               count == 1 ? " tensor: " : " tensors: ", too_small,
-               count > 5 ? cat(" and ", count - 5, " more") : std::string(),
-               "; use a value from 1 to ", smallest, " (the smallest block's coefficients)");
+    : layout_(std::move(tensors)),
+      compression_topk_(hyper.compression_topk),
+      comm_(comm),
+      pool_(pool) {
   size_t next = 0;
   for (const DemoRuleTensor& t : layout_) {
     TANDEM_CHECK(t.begin == next, "DeMo: tensor ", t.name, " starts at ", t.begin,
@@ -137,6 +121,23 @@ DemoRule::DemoRule(std::vector<DemoRuleTensor> tensors, const DemoHyper& hyper, 
 
 DemoRule::~DemoRule() = default;
 
+std::string DemoRule::topk_note(const std::vector<DemoRuleTensor>& tensors,
+                                const DemoHyper& hyper) {
+  std::string names;
+  size_t count = 0;
+  for (const DemoRuleTensor& t : tensors) {
+    const DemoBlocks blocks(t.shape, hyper.compression_chunk, t.name.c_str(), SimdTarget::kScalar);
+    if (demo_topk(hyper.compression_topk, blocks) == hyper.compression_topk) continue;
+    if (count++ < kNamedInNote)
+      names += cat(names.empty() ? "" : ", ", t.name, " (", blocks.block_size(), ")");
+  }
+  if (count == 0) return "";
+  return cat("DeMo: optimizer.params.compression_topk ", hyper.compression_topk,
+             " is clamped to the DCT block of ", count, count == 1 ? " tensor" : " tensors",
+             " (sent whole, as the reference does): ", names,
+             count > kNamedInNote ? cat(" and ", count - kNamedInNote, " more") : std::string());
+}
+
 size_t DemoRule::device_workspace_bytes(const std::vector<DemoRuleTensor>& tensors,
                                         const DemoHyper& hyper, int world_size,
                                         const OffloadPlan& plan, DeviceKind kind) {
@@ -151,9 +152,8 @@ void DemoRule::attach_device(Device& device, const OffloadPlan& plan) {
   if (device.kind() != DeviceKind::kCuda) return;  // the device variants run the CPU code
   std::vector<DemoBlocks> blocks;
   for (const DemoTensor& t : tensors_) blocks.push_back(t.blocks());
-  const int64_t topk = tensors_.empty() ? 0 : tensors_.front().topk();
   auto w = std::make_unique<CudaWorkspace>();
-  w->layout = workspace_layout(layout_, blocks, topk, plan);
+  w->layout = workspace_layout(layout_, blocks, compression_topk_, plan);
   if (!w->layout.any_on_device) return;
   w->world = static_cast<size_t>(comm_.world_size());
   const size_t message_bytes = w->layout.entries * (sizeof(int32_t) + sizeof(float));
@@ -399,6 +399,10 @@ std::unique_ptr<UpdateRule> make_demo(const OptimizerConfig& config, const Param
   return std::make_unique<DemoRule>(demo_tensors(layout), demo_hyper(config), comm, &pool);
 }
 
+std::string demo_settings_note(const OptimizerConfig& config, const ParamLayout& layout) {
+  return DemoRule::topk_note(demo_tensors(layout), demo_hyper(config));
+}
+
 size_t demo_workspace_bytes(const OptimizerConfig& config, const ParamLayout& layout,
                             const OffloadPlan& plan, int world_size, DeviceKind kind) {
   return DemoRule::device_workspace_bytes(demo_tensors(layout), demo_hyper(config), world_size,
@@ -416,8 +420,8 @@ OptimizerFamily demo_family() {
                  ParamKeys::real("compression_decay",
                                  TANDEM_OWN_FIELD(DemoSettings, compression_decay),
                                  "a number in [0, 1)", [](double v) { return v >= 0 && v < 1; }),
-                 // Whether it fits each tensor's blocks is checked when the blocks are known
-                 // (optim/demo/demo.h).
+                 // Clamped to each tensor's block where that is smaller (demo_topk), as the
+                 // reference does; `tandem plan` and the run's start say for which.
                  ParamKeys::integer("compression_topk",
                                     TANDEM_OWN_FIELD(DemoSettings, compression_topk), 1),
                  ParamKeys::integer("compression_chunk",
@@ -433,6 +437,7 @@ OptimizerFamily demo_family() {
       .cuts_at_tensor_ends = true,
       .make_rule = make_demo,
       .device_workspace_bytes = demo_workspace_bytes,
+      .settings_note = demo_settings_note,
       .sections = {{"demo",
                     {ParamKeys::integer("replica_check_interval",
                                         TANDEM_OWN_FIELD(DemoSettings, replica_check_interval),

@@ -68,6 +68,13 @@ class DemoRule final : public UpdateRule {
                                        const DemoHyper& hyper, int world_size,
                                        const OffloadPlan& plan, DeviceKind kind);
 
+  // One line naming the tensors whose DCT block is smaller than compression_topk (each
+  // sends its whole block: demo_topk, the reference's clamp), the first kNamedInNote with
+  // their block's size and a count of the rest; empty when there are none. DeMo's row's
+  // settings_note: `tandem plan` and the start of a run print it.
+  static std::string topk_note(const std::vector<DemoRuleTensor>& tensors, const DemoHyper& hyper);
+  static constexpr size_t kNamedInNote = 4;
+
   // The state arrays, the fp32 params first (a checkpoint's names; optim/optimizer_family.h).
   static constexpr std::string_view kStateArrays[] = {"param", "delta"};
 
@@ -93,6 +100,7 @@ class DemoRule final : public UpdateRule {
   void apply(const RuleArrays& arrays, ThreadPool* pool) const;
 
   std::vector<DemoRuleTensor> layout_;
+  int64_t compression_topk_;  // as configured; each tensor's own is DemoTensor::topk()
   std::vector<DemoTensor> tensors_;
   Communicator& comm_;
   ThreadPool* pool_;
