@@ -42,7 +42,8 @@ deps:
 # a warning: the tests that need the package then skip, saying why.
 PY_PACKAGES := tokenizers tiktoken jinja2 pyarrow
 
-pydeps:
+# After deps (python3 and pip are among its packages), whatever -j.
+pydeps: deps
 	@for p in $(PY_PACKAGES); do \
 	  python3 -c "import $$p" 2>/dev/null && continue; \
 	  echo "installing python package $$p"; \
@@ -55,10 +56,20 @@ pydeps:
 	  echo "warning: could not install $$p for python3; the tests that need it skip, saying why"; \
 	done
 
-$(BUILD_DIR)/CMakeCache.txt:
-	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS)
+# The configure step. Its target is a stamp written only once CMake has configured and
+# generated: a configure that failed (or was interrupted) leaves no stamp, so the next make
+# configures again, instead of taking a half-written build/ for a configured one (whose
+# missing Makefile then stops every `cmake --build`). A failed configure also deletes its
+# CMakeCache.txt: what that run did not find (a package not yet installed, "no MPI") must
+# not be cached for the next one. `| deps`: configure only after deps has installed the
+# packages, whatever -j (order-only, as deps always runs and must not force a reconfigure).
+CONFIGURED := $(BUILD_DIR)/.tandem-configured
 
-build: deps $(BUILD_DIR)/CMakeCache.txt
+$(CONFIGURED): | deps
+	cmake -S . -B $(BUILD_DIR) $(CMAKE_FLAGS) || { rm -f $(BUILD_DIR)/CMakeCache.txt; exit 1; }
+	touch $@
+
+build: deps $(CONFIGURED)
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 # Tests labelled `long` (minutes each: the 200-kill crash test) run only with `make test-long`.
@@ -70,7 +81,7 @@ test-long: build
 
 # A fresh demo run each time: the previous demo output is replaced.
 # The demo needs only the tandem binary, not the test suite (a third of the first build).
-demo: deps $(BUILD_DIR)/CMakeCache.txt
+demo: deps $(CONFIGURED)
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target tandem
 	rm -rf $(DEMO_DIR)
 	$(BUILD_DIR)/tandem train --config $(DEMO_CONFIG) --metrics $(DEMO_DIR)/metrics.jsonl
