@@ -15,9 +15,16 @@
 
 #include "tandem/compute/cpu/cpu_kernels.h"
 #include "tandem/compute/cpu/fast_math.h"
+#include "tandem/core/thread_pool.h"
 
 namespace tandem::cpu {
 namespace {
+
+// The kernels' threads, shared by the tests of this file.
+ThreadPool& kernel_pool() {
+  static ThreadPool pool(2, false);
+  return pool;
+}
 
 constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2 / pi)
 constexpr double kGeluCube = 0.044715;
@@ -88,7 +95,7 @@ TEST(CpuKernels, FastExpWithinTwoUlpOfDoubleExp) {
 TEST(CpuKernels, GeluForwardMatchesDoubleReference) {
   const std::vector<float> xs = gelu_inputs();
   std::vector<float> out(xs.size());
-  gelu_forward(out.data(), xs.data(), xs.size());
+  gelu_forward(kernel_pool(), out.data(), xs.data(), xs.size());
   for (size_t i = 0; i < xs.size(); i++) {
     const double x = xs[i];
     const double ref = gelu_ref(x);
@@ -101,7 +108,7 @@ TEST(CpuKernels, GeluBackwardMatchesDoubleReference) {
   const std::vector<float> xs = gelu_inputs();
   // dout of 1 tests GELU' itself; a second pass with random dout tests the product.
   std::vector<float> ones(xs.size(), 1.0f), dinp(xs.size());
-  gelu_backward(dinp.data(), xs.data(), ones.data(), xs.size());
+  gelu_backward(kernel_pool(), dinp.data(), xs.data(), ones.data(), xs.size());
   for (size_t i = 0; i < xs.size(); i++) {
     const GeluGradRef ref = gelu_grad_ref(xs[i]);
     ASSERT_LE(std::abs(dinp[i] - ref.value), gelu_tolerance(xs[i], ref.magnitude, kBackwardFloor))
@@ -111,7 +118,7 @@ TEST(CpuKernels, GeluBackwardMatchesDoubleReference) {
   std::normal_distribution<float> normal;
   std::vector<float> dout(xs.size());
   for (float& d : dout) d = normal(gen);
-  gelu_backward(dinp.data(), xs.data(), dout.data(), xs.size());
+  gelu_backward(kernel_pool(), dinp.data(), xs.data(), dout.data(), xs.size());
   for (size_t i = 0; i < xs.size(); i++) {
     const GeluGradRef ref = gelu_grad_ref(xs[i]);
     const double tol = gelu_tolerance(xs[i], ref.magnitude, kBackwardFloor) * std::abs(dout[i]);
@@ -123,9 +130,9 @@ TEST(CpuKernels, GeluPropagatesNan) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float one = 1.0f;
   float out = 0.0f;
-  gelu_forward(&out, &nan, 1);
+  gelu_forward(kernel_pool(), &out, &nan, 1);
   EXPECT_TRUE(std::isnan(out));
-  gelu_backward(&out, &nan, &one, 1);
+  gelu_backward(kernel_pool(), &out, &nan, &one, 1);
   EXPECT_TRUE(std::isnan(out));
 }
 
@@ -228,14 +235,14 @@ void check_attention(int B, int T, int C, int NH, int KVH) {
   // Each score sums hs products in fp32: its rounding error grows with hs.
   const int score_terms = std::max(1, hs / 8);
   std::vector<float> out(dout.size()), lse(static_cast<size_t>(B) * NH * T);
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, KVH, hs);
+  attention_forward(kernel_pool(), out.data(), lse.data(), qkv.data(), B, T, NH, KVH, hs);
   expect_close(out, ref.out, "out", score_terms);
   expect_close(lse, ref.lse, "lse", score_terms);
 
   // Start from garbage: the kernel overwrites dqkv.
   std::vector<float> dqkv(qkv.size(), 123.0f);
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, NH, KVH,
-                     hs);
+  attention_backward(kernel_pool(), dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B,
+                     T, NH, KVH, hs);
   expect_close(dqkv, ref.dqkv, "dqkv", NH / KVH * score_terms);
 }
 
@@ -280,8 +287,8 @@ TEST(CpuKernels, HeadRmsNormMatchesDoubleReferenceAndLeavesOtherColumns) {
   for (float& v : dout) v = normal(gen);
   for (float& v : weight) v = 1.0f + 0.3f * normal(gen);
   std::vector<float> out(N * stride, sentinel), rstd(N * H);
-  head_rmsnorm_forward(out.data() + offset, rstd.data(), x.data() + offset, weight.data(), eps, N,
-                       H, HS, stride);
+  head_rmsnorm_forward(kernel_pool(), out.data() + offset, rstd.data(), x.data() + offset,
+                       weight.data(), eps, N, H, HS, stride);
 
   std::vector<double> want_dw(HS, 0.25);
   for (int n = 0; n < N; n++) {
@@ -310,7 +317,7 @@ TEST(CpuKernels, HeadRmsNormMatchesDoubleReferenceAndLeavesOtherColumns) {
     std::vector<float> grad = in_place ? dout : std::vector<float>(N * stride, sentinel);
     std::vector<float> dweight(HS, 0.25f);
     const std::vector<float> dout_copy = dout;
-    head_rmsnorm_backward(grad.data() + offset, dweight.data(),
+    head_rmsnorm_backward(kernel_pool(), grad.data() + offset, dweight.data(),
                           (in_place ? grad.data() : dout_copy.data()) + offset, x.data() + offset,
                           weight.data(), rstd.data(), N, H, HS, stride);
     for (int c = 0; c < HS; c++)

@@ -27,9 +27,16 @@
 #include "tandem/compute/cuda/cublaslt_matmul.cuh"
 #include "tandem/core/half.h"
 #include "tandem/core/rng.h"
+#include "tandem/core/thread_pool.h"
 
 namespace tandem {
 namespace {
+
+// The CPU reference kernels' threads, shared by the tests of this file.
+ThreadPool& kernel_pool() {
+  static ThreadPool pool(2, false);
+  return pool;
+}
 
 using testing::nans;
 using testing::randn;
@@ -139,7 +146,8 @@ void expect_matmuls_match(const Shape& s, double rel) {
 
     // forward without bias.
     std::vector<Elem> expected(NOC);
-    cpu::matmul_forward(expected.data(), inp_v.data(), w_v.data(), nullptr, N, C, OC);
+    cpu::matmul_forward(kernel_pool(), expected.data(), inp_v.data(), w_v.data(), nullptr, N, C,
+                        OC);
     Tensor<Elem> out(nans<Elem>(NOC), s.offset);
     int calls = counters.matmul_calls;
     matmul.forward(out.data(), inp.data(), weight.data(), static_cast<const Elem*>(nullptr), N, C,
@@ -159,7 +167,8 @@ void expect_matmuls_match(const Shape& s, double rel) {
 
     // forward with bias: the epilogue for a 16-byte aligned bias, otherwise the bias rows
     // (broadcast_rows) and beta = 1.
-    cpu::matmul_forward(expected.data(), inp_v.data(), w_v.data(), b_v.data(), N, C, OC);
+    cpu::matmul_forward(kernel_pool(), expected.data(), inp_v.data(), w_v.data(), b_v.data(), N, C,
+                        OC);
     Tensor<Elem> out_b(nans<Elem>(NOC), s.offset);
     calls = counters.matmul_calls;
     matmul.forward(out_b.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
@@ -182,8 +191,8 @@ void expect_matmuls_match(const Shape& s, double rel) {
 
     // backward_input overwrites dinp; backward_weight adds onto dweight.
     std::vector<Elem> expected_dinp(NC), expected_dw = dw_v;
-    cpu::matmul_backward(expected_dinp.data(), expected_dw.data(), nullptr, dout_v.data(),
-                         inp_v.data(), w_v.data(), N, C, OC);
+    cpu::matmul_backward(kernel_pool(), expected_dinp.data(), expected_dw.data(), nullptr,
+                         dout_v.data(), inp_v.data(), w_v.data(), N, C, OC);
     Tensor<Elem> dinp(nans<Elem>(NC), s.offset);
     matmul.backward_input(dinp.data(), dout.data(), weight.data(), N, C, OC);
     expect_call(CUBLASLT_EPILOGUE_DEFAULT, 0.0f, C, N, OC, "backward_input");

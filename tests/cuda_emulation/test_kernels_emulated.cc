@@ -28,10 +28,17 @@
 #include "tandem/compute/cuda/kernels.cuh"
 #include "tandem/core/half.h"
 #include "tandem/core/rng.h"
+#include "tandem/core/thread_pool.h"
 #include "tandem/optim/grad_clip.h"
 
 namespace tandem {
 namespace {
+
+// The CPU reference kernels' threads, shared by the tests of this file.
+ThreadPool& kernel_pool() {
+  static ThreadPool pool(2, false);
+  return pool;
+}
 
 using testing::nans;
 using testing::randn;
@@ -92,13 +99,13 @@ class Scratch {
 // for Bf16 the fp32 kernel on the widened values, rounded once, which is the contract
 // (sums in fp32, the old value added before rounding).
 void column_sums_reference(float* sum, const float* x, int N, int C) {
-  cpu::column_sums_accumulate(sum, x, N, C);
+  cpu::column_sums_accumulate(kernel_pool(), sum, x, N, C);
 }
 void column_sums_reference(Bf16* sum, const Bf16* x, int N, int C) {
   std::vector<float> s(C), wide(static_cast<size_t>(N) * C);
   for (int c = 0; c < C; c++) s[c] = to_float(sum[c]);
   for (size_t i = 0; i < wide.size(); i++) wide[i] = to_float(x[i]);
-  cpu::column_sums_accumulate(s.data(), wide.data(), N, C);
+  cpu::column_sums_accumulate(kernel_pool(), s.data(), wide.data(), N, C);
   for (int c = 0; c < C; c++) sum[c] = from_float<Bf16>(s[c]);
 }
 
@@ -139,7 +146,8 @@ std::pair<std::vector<Elem>, std::vector<Elem>> encoder_backward_on_both(
     const std::vector<int32_t>& tokens, int B, int T, int C) {
   Array<Elem> got_dwte(dwte), got_dwpe(dwpe), d(dout);
   Array<int32_t> tok(tokens);
-  cpu::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  cpu::encoder_backward(kernel_pool(), dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T,
+                        C);
   Scratch scratch(cuda::encoder_backward_scratch_bytes(B, T, C));
   cuda::encoder_backward(got_dwte.data(), got_dwpe.data(), d.data(), tok.data(), B, T, C,
                          scratch.get(), nullptr);
@@ -191,7 +199,8 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
 
   {  // encoder_forward
     std::vector<Elem> want(NC);
-    cpu::encoder_forward(want.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    cpu::encoder_forward(kernel_pool(), want.data(), tokens.data(), wte.data(), wpe.data(), B, T,
+                         C);
     Array<Elem> got(nans<Elem>(NC)), w(wte), p(wpe);
     Array<int32_t> tok(tokens);
     cuda::encoder_forward(got.data(), tok.data(), w.data(), p.data(), B, T, C, nullptr);
@@ -209,7 +218,7 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
   }
   {  // without a position embedding (Llama): wpe and dwpe null
     std::vector<Elem> want(NC);
-    cpu::encoder_forward(want.data(), tokens.data(), wte.data(), nullptr, B, T, C);
+    cpu::encoder_forward(kernel_pool(), want.data(), tokens.data(), wte.data(), nullptr, B, T, C);
     Array<Elem> got(nans<Elem>(NC)), w(wte);
     Array<int32_t> tok(tokens);
     cuda::encoder_forward(got.data(), tok.data(), w.data(), static_cast<const Elem*>(nullptr), B, T,
@@ -219,7 +228,7 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
 
     std::vector<Elem> dwte = data(static_cast<size_t>(V) * C, 20, 0.1f);
     Array<Elem> got_dwte(dwte), d(dout);
-    cpu::encoder_backward(dwte.data(), nullptr, dout.data(), tokens.data(), B, T, C);
+    cpu::encoder_backward(kernel_pool(), dwte.data(), nullptr, dout.data(), tokens.data(), B, T, C);
     Scratch scratch(cuda::encoder_backward_scratch_bytes(B, T, C));
     cuda::encoder_backward(got_dwte.data(), static_cast<Elem*>(nullptr), d.data(), tok.data(), B, T,
                            C, scratch.get(), nullptr);
@@ -233,8 +242,8 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
   std::vector<float> mean(N), rstd(N);
   {
     std::vector<Elem> want(NC);
-    cpu::layernorm_forward(want.data(), mean.data(), rstd.data(), x.data(), weight.data(),
-                           bias.data(), N, C);
+    cpu::layernorm_forward(kernel_pool(), want.data(), mean.data(), rstd.data(), x.data(),
+                           weight.data(), bias.data(), N, C);
     Array<Elem> got(nans<Elem>(NC)), in(x), w(weight), b(bias);
     Array<float> got_mean(std::vector<float>(N, NAN)), got_rstd(std::vector<float>(N, NAN));
     cuda::layernorm_forward(got.data(), got_mean.data(), got_rstd.data(), in.data(), w.data(),
@@ -250,8 +259,8 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     std::vector<Elem> dx = data(NC, 22), dw = data(C, 23, 0.1f), db = data(C, 24, 0.1f);
     Array<Elem> got_dx(dx), got_dw(dw), got_db(db), d(dout), in(x), w(weight);
     Array<float> m(mean), r(rstd);
-    cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), weight.data(),
-                            mean.data(), rstd.data(), N, C);
+    cpu::layernorm_backward(kernel_pool(), dx.data(), dw.data(), db.data(), dout.data(), x.data(),
+                            weight.data(), mean.data(), rstd.data(), N, C);
     Scratch scratch(cuda::layernorm_backward_scratch_bytes(N, C));
     cuda::layernorm_backward(got_dx.data(), got_dw.data(), got_db.data(), d.data(), in.data(),
                              w.data(), m.data(), r.data(), N, C, scratch.get(), nullptr);
@@ -270,7 +279,8 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
   std::vector<float> rms_rstd(N);
   {
     std::vector<Elem> want(NC);
-    cpu::rmsnorm_forward(want.data(), rms_rstd.data(), rms_x.data(), weight.data(), eps, N, C);
+    cpu::rmsnorm_forward(kernel_pool(), want.data(), rms_rstd.data(), rms_x.data(), weight.data(),
+                         eps, N, C);
     Array<Elem> got(nans<Elem>(NC)), in(rms_x), w(weight);
     Array<float> got_rstd(std::vector<float>(N, NAN));
     cuda::rmsnorm_forward(got.data(), got_rstd.data(), in.data(), w.data(), eps, N, C, nullptr);
@@ -283,8 +293,8 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     std::vector<Elem> dx = data(NC, 26), dw = data(C, 27, 0.1f);
     Array<Elem> got_dx(dx), got_dw(dw), d(dout), in(rms_x), w(weight);
     Array<float> r(rms_rstd);
-    cpu::rmsnorm_backward(dx.data(), dw.data(), dout.data(), rms_x.data(), weight.data(),
-                          rms_rstd.data(), N, C);
+    cpu::rmsnorm_backward(kernel_pool(), dx.data(), dw.data(), dout.data(), rms_x.data(),
+                          weight.data(), rms_rstd.data(), N, C);
     Scratch scratch(cuda::rmsnorm_backward_scratch_bytes(N, C));
     cuda::rmsnorm_backward(got_dx.data(), got_dw.data(), d.data(), in.data(), w.data(), r.data(), N,
                            C, scratch.get(), nullptr);
@@ -303,8 +313,8 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     const std::vector<Elem> hx = data(span, 33, 3.0f), hd = data(span, 34), hw = data(HS, 35, 0.5f);
     std::vector<Elem> want = nans<Elem>(span);
     std::vector<float> head_rstd(static_cast<size_t>(N) * H);
-    cpu::head_rmsnorm_forward(want.data(), head_rstd.data(), hx.data(), hw.data(), eps, N, H, HS,
-                              stride);
+    cpu::head_rmsnorm_forward(kernel_pool(), want.data(), head_rstd.data(), hx.data(), hw.data(),
+                              eps, N, H, HS, stride);
     Array<Elem> got(nans<Elem>(span)), in(hx), w(hw);
     Array<float> got_rstd(std::vector<float>(head_rstd.size(), NAN));
     cuda::head_rmsnorm_forward(got.data(), got_rstd.data(), in.data(), w.data(), eps, N, H, HS,
@@ -327,7 +337,7 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     std::vector<Elem> dx = hd, dw = data(HS, 36, 0.1f);
     Array<Elem> got_dx(hd), got_dw(dw);
     Array<float> r(head_rstd);
-    cpu::head_rmsnorm_backward(dx.data(), dw.data(), dx.data(), hx.data(), hw.data(),
+    cpu::head_rmsnorm_backward(kernel_pool(), dx.data(), dw.data(), dx.data(), hx.data(), hw.data(),
                                head_rstd.data(), N, H, HS, stride);
     Scratch scratch(cuda::head_rmsnorm_backward_scratch_bytes(N, H, HS));
     cuda::head_rmsnorm_backward(got_dx.data(), got_dw.data(), got_dx.data(), in.data(), w.data(),
@@ -349,10 +359,10 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
       std::vector<Elem> want = data(qkv_n, forward ? 16 : 17);
       Array<Elem> got(shifted(want, offset));
       if (forward) {
-        cpu::rope_forward(want.data(), cos_sin.data(), B, T, NH, KVH, HS);
+        cpu::rope_forward(kernel_pool(), want.data(), cos_sin.data(), B, T, NH, KVH, HS);
         cuda::rope_forward(got.data() + offset, cos_sin.data(), B, T, NH, KVH, HS, nullptr);
       } else {
-        cpu::rope_backward(want.data(), cos_sin.data(), B, T, NH, KVH, HS);
+        cpu::rope_backward(kernel_pool(), want.data(), cos_sin.data(), B, T, NH, KVH, HS);
         cuda::rope_backward(got.data() + offset, cos_sin.data(), B, T, NH, KVH, HS, nullptr);
       }
       expect_near(want.data(), got.data() + offset, qkv_n, rel, what);
@@ -362,12 +372,12 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     const std::vector<Elem> gate_up = data(static_cast<size_t>(N) * 2 * I, 18, 2.0f);
     Array<Elem> in(shifted(gate_up, offset)), d(shifted(dout, offset));
     std::vector<Elem> want(NC), dwant(2 * NC);
-    cpu::swiglu_forward(want.data(), gate_up.data(), N, I);
+    cpu::swiglu_forward(kernel_pool(), want.data(), gate_up.data(), N, I);
     Array<Elem> got(nans<Elem>(NC + offset));
     cuda::swiglu_forward(got.data() + offset, in.data() + offset, N, I, nullptr);
     expect_near(want.data(), got.data() + offset, NC, rel, "swiglu_forward" + at);
     keep(results, "swiglu_forward" + at, got.data() + offset, NC);
-    cpu::swiglu_backward(dwant.data(), gate_up.data(), dout.data(), N, I);
+    cpu::swiglu_backward(kernel_pool(), dwant.data(), gate_up.data(), dout.data(), N, I);
     Array<Elem> dgot(nans<Elem>(2 * NC + offset));
     cuda::swiglu_backward(dgot.data() + offset, in.data() + offset, d.data() + offset, N, I,
                           nullptr);
@@ -396,19 +406,21 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     Array<Elem> in(x), d(dout);
     std::vector<Elem> want(NC);
     Array<Elem> got(nans<Elem>(NC));
-    cpu::gelu_forward(want.data() + offset, x.data() + offset, n);
+    cpu::gelu_forward(kernel_pool(), want.data() + offset, x.data() + offset, n);
     cuda::gelu_forward(got.data() + offset, in.data() + offset, n, nullptr);
     expect_near(want.data() + offset, got.data() + offset, n, rel, "gelu_forward" + at);
     keep(results, "gelu_forward" + at, got.data() + offset, n);
 
     Array<Elem> got2(nans<Elem>(NC));
-    cpu::gelu_backward(want.data() + offset, x.data() + offset, dout.data() + offset, n);
+    cpu::gelu_backward(kernel_pool(), want.data() + offset, x.data() + offset, dout.data() + offset,
+                       n);
     cuda::gelu_backward(got2.data() + offset, in.data() + offset, d.data() + offset, n, nullptr);
     expect_near(want.data() + offset, got2.data() + offset, n, rel, "gelu_backward" + at);
     keep(results, "gelu_backward" + at, got2.data() + offset, n);
 
     Array<Elem> got3(nans<Elem>(NC));
-    cpu::residual_forward(want.data() + offset, x.data() + offset, dout.data() + offset, n);
+    cpu::residual_forward(kernel_pool(), want.data() + offset, x.data() + offset,
+                          dout.data() + offset, n);
     cuda::residual_forward(got3.data() + offset, in.data() + offset, d.data() + offset, n, nullptr);
     expect_near(want.data() + offset, got3.data() + offset, n, 0, "residual_forward" + at);
     keep(results, "residual_forward" + at, got3.data() + offset, n);
@@ -420,14 +432,15 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     Array<Elem> lg(logits);
     Array<int32_t> tgt(targets);
     std::vector<float> losses(N);
-    cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V);
+    cpu::cross_entropy_forward(kernel_pool(), losses.data(), logits.data(), targets.data(), N, V);
     Array<float> got_losses(std::vector<float>(N, NAN));
     cuda::cross_entropy_forward(got_losses.data(), lg.data(), tgt.data(), N, V, nullptr);
     expect_near(losses.data(), got_losses.data(), N, rel, "cross_entropy_forward");
     keep(results, "cross_entropy_forward", got_losses.data(), N);
 
     std::vector<Elem> dlogits(NV);
-    cpu::cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), 0.25f, N, V);
+    cpu::cross_entropy_backward(kernel_pool(), dlogits.data(), logits.data(), targets.data(), 0.25f,
+                                N, V);
     // dlogits at logits' offset from 16 bytes (vector path) and one element off (scalar).
     for (const size_t offset : {size_t{0}, size_t{1}}) {
       const std::string what = "cross_entropy_backward, dlogits offset " + std::to_string(offset);
@@ -443,7 +456,7 @@ Results expect_every_kernel_matches(const Sizes& s, double rel) {
     const size_t n = 100000;
     Array<Elem> sq(data(n, 13));
     for (const size_t offset : {size_t{0}, size_t{1}}) {
-      const double want = cpu::sum_of_squares(sq.data() + offset, n - offset);
+      const double want = cpu::sum_of_squares(kernel_pool(), sq.data() + offset, n - offset);
       Array<double> got(std::vector<double>(1, NAN));
       Scratch scratch(cuda::sum_of_squares_scratch_bytes(n - offset));
       cuda::sum_of_squares(got.data(), sq.data() + offset, n - offset, scratch.get(), nullptr);
@@ -493,7 +506,8 @@ TEST(KernelsEmulated, EncoderBackwardAddsRepeatedTokensInPositionOrder) {
   std::vector<float> dwte = randn(static_cast<size_t>(V) * C, 32), dwpe = randn(T * C, 33);
   Array<float> got_dwte(dwte), got_dwpe(dwpe), d(dout);
   Array<int32_t> tok(tokens);
-  cpu::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  cpu::encoder_backward(kernel_pool(), dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T,
+                        C);
   Scratch scratch(cuda::encoder_backward_scratch_bytes(B, T, C));
   cuda::encoder_backward(got_dwte.data(), got_dwpe.data(), d.data(), tok.data(), B, T, C,
                          scratch.get(), nullptr);

@@ -131,7 +131,7 @@ inline std::vector<float> three_clipped_adamw_steps(Model& model, const Safetens
     model.zero_grads();
     model.forward(tokens.data(), targets.data(), B, T);
     model.backward();
-    const double norm = global_grad_norm(model.grads_as<float>(), P);
+    const double norm = global_grad_norm(pool, model.grads_as<float>(), P);
     const float expected = fixture.read_f32("grad_norm.step" + std::to_string(step), {})[0];
     EXPECT_NEAR(norm, expected, 1e-5 * expected) << "step " << step;
     const float scale = clip_scale(norm, max_norm);

@@ -4,8 +4,8 @@
 
 namespace tandem {
 
-double global_grad_norm(const float* grads, size_t n) {
-  return std::sqrt(sum_of_squares(grads, n));
+double global_grad_norm(ThreadPool& pool, const float* grads, size_t n) {
+  return std::sqrt(sum_of_squares(pool, grads, n));
 }
 
 float clip_scale(double norm, float max_norm) {

@@ -8,7 +8,7 @@
 namespace tandem {
 
 // sqrt(sum_of_squares(grads, n)): the same bits for any thread count.
-double global_grad_norm(const float* grads, size_t n);
+double global_grad_norm(ThreadPool& pool, const float* grads, size_t n);
 
 // The factor to multiply gradients by: max_norm / (norm + 1e-6) when norm exceeds
 // max_norm, else 1 (as torch.nn.utils.clip_grad_norm_). max_norm <= 0 disables.

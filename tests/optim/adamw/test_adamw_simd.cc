@@ -202,31 +202,5 @@ TEST(Half, Fp16MatchesF16cHardwareOnAStrideOfAllFloats) {
   }
 }
 
-TEST(ThreadPool, SplitsRangesContiguouslyAndRethrows) {
-  ThreadPool pool(3);
-  std::vector<int> owner(1000, -1);
-  pool.run([&](int w) {
-    const Range r = split_range(owner.size(), pool.size(), w, 16);
-    for (size_t i = r.begin; i < r.end; i++) owner[i] = w;
-  });
-  for (size_t i = 0; i < owner.size(); i++) {
-    ASSERT_GE(owner[i], 0) << i;
-    if (i > 0) {
-      ASSERT_GE(owner[i], owner[i - 1]);
-    }
-  }
-  EXPECT_THROW(pool.run([](int w) {
-    if (w == 1) throw Error("worker failed");
-  }),
-               Error);
-  int calls = 0;
-  std::mutex mutex;
-  pool.run([&](int) {
-    std::lock_guard<std::mutex> lock(mutex);
-    calls++;
-  });
-  EXPECT_EQ(calls, 3);  // still usable after an exception
-}
-
 }  // namespace
 }  // namespace tandem

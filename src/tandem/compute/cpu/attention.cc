@@ -27,6 +27,7 @@
 
 #include "tandem/compute/cpu/cpu_kernels.h"
 #include "tandem/compute/cpu/fast_math.h"
+#include "tandem/core/thread_pool.h"
 
 namespace tandem::cpu {
 namespace {
@@ -398,38 +399,33 @@ __attribute__((target_clones("avx2", "default"))) void attention_backward_group(
 
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int KVH,
-                       int HS) {
+void attention_forward(ThreadPool& pool, float* out, float* lse, const float* qkv, int B, int T,
+                       int NH, int KVH, int HS) {
   const size_t hs = HS;
-#pragma omp parallel
-  {
-    std::vector<float> kt(hs * T), vp(panel_floats(T, HS));  // this thread's scratch
+  // One item per (batch, head): a head is tens of microseconds of work or more.
+  pool.parallel_for(static_cast<size_t>(B) * NH, 1, [&](size_t first, size_t last) {
+    std::vector<float> kt(hs * T), vp(panel_floats(T, HS));  // this chunk's scratch
     std::vector<float> w(kQueryBlock * static_cast<size_t>(T));
-#pragma omp for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++) {
-      for (int h = 0; h < NH; h++) {
-        attention_forward_head(out, lse, qkv, b, h, T, NH, KVH, HS, kt.data(), vp.data(), w.data());
-      }
+    for (size_t bh = first; bh < last; bh++) {
+      attention_forward_head(out, lse, qkv, static_cast<int>(bh / NH), static_cast<int>(bh % NH), T,
+                             NH, KVH, HS, kt.data(), vp.data(), w.data());
     }
-  }
+  });
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int B, int T, int NH, int KVH, int HS) {
+void attention_backward(ThreadPool& pool, float* dqkv, const float* dout, const float* qkv,
+                        const float* out, const float* lse, int B, int T, int NH, int KVH, int HS) {
   const size_t hs = HS;
-#pragma omp parallel
-  {
+  pool.parallel_for(static_cast<size_t>(B) * KVH, 1, [&](size_t first, size_t last) {
     std::vector<float> kt(hs * T), vt(hs * T), dkt(hs * T), dvt(hs * T), kp(panel_floats(T, HS));
     std::vector<float> p(kQueryBlock * static_cast<size_t>(T)), ds(p.size()), d_dot_out(T);
-#pragma omp for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++) {
-      for (int g = 0; g < KVH; g++) {
-        attention_backward_group(dqkv, dout, qkv, out, lse, b, g, T, NH, KVH, HS, kt.data(),
-                                 vt.data(), dkt.data(), dvt.data(), p.data(), ds.data(),
-                                 d_dot_out.data(), kp.data());
-      }
+    for (size_t bg = first; bg < last; bg++) {
+      attention_backward_group(dqkv, dout, qkv, out, lse, static_cast<int>(bg / KVH),
+                               static_cast<int>(bg % KVH), T, NH, KVH, HS, kt.data(), vt.data(),
+                               dkt.data(), dvt.data(), p.data(), ds.data(), d_dot_out.data(),
+                               kp.data());
     }
-  }
+  });
 }
 
 }  // namespace tandem::cpu

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tandem/compute/cpu/cpu_kernels.h"
+#include "tandem/core/thread_pool.h"
 
 namespace tandem::cpu {
 namespace {
@@ -18,29 +19,31 @@ float row_logsumexp(const float* row, int V) {
 
 }  // namespace
 
-void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int N,
-                           int V) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const float* row = logits + static_cast<size_t>(n) * V;
-    losses[n] = targets[n] < 0 ? 0.0f : row_logsumexp(row, V) - row[targets[n]];
-  }
+void cross_entropy_forward(ThreadPool& pool, float* losses, const float* logits,
+                           const int32_t* targets, int N, int V) {
+  pool.parallel_for(N, rows_per_chunk(V), [&](size_t first, size_t last) {
+    for (size_t n = first; n < last; n++) {
+      const float* row = logits + n * V;
+      losses[n] = targets[n] < 0 ? 0.0f : row_logsumexp(row, V) - row[targets[n]];
+    }
+  });
 }
 
-void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
-                            float dloss, int N, int V) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const float* row = logits + static_cast<size_t>(n) * V;
-    float* drow = dlogits + static_cast<size_t>(n) * V;
-    if (targets[n] < 0) {
-      for (int v = 0; v < V; v++) drow[v] = 0.0f;
-      continue;
+void cross_entropy_backward(ThreadPool& pool, float* dlogits, const float* logits,
+                            const int32_t* targets, float dloss, int N, int V) {
+  pool.parallel_for(N, rows_per_chunk(V), [&](size_t first, size_t last) {
+    for (size_t n = first; n < last; n++) {
+      const float* row = logits + n * V;
+      float* drow = dlogits + n * V;
+      if (targets[n] < 0) {
+        for (int v = 0; v < V; v++) drow[v] = 0.0f;
+        continue;
+      }
+      const float lse = row_logsumexp(row, V);
+      for (int v = 0; v < V; v++) drow[v] = dloss * std::exp(row[v] - lse);
+      drow[targets[n]] -= dloss;
     }
-    const float lse = row_logsumexp(row, V);
-    for (int v = 0; v < V; v++) drow[v] = dloss * std::exp(row[v] - lse);
-    drow[targets[n]] -= dloss;
-  }
+  });
 }
 
 }  // namespace tandem::cpu

@@ -9,57 +9,64 @@
 #include "tandem/compute/cpu/fast_math.h"
 #include "tandem/compute/cpu/sum_of_squares.h"
 #include "tandem/compute/embedding_backward_order.h"
+#include "tandem/core/thread_pool.h"
 
 namespace tandem::cpu {
 
-double sum_of_squares(const float* x, size_t n) { return tandem::sum_of_squares(x, n); }
-
-void sum_of_squares_blocks(const float* x, size_t n, double* partials) {
-  tandem::sum_of_squares_blocks(x, n, partials);
+double sum_of_squares(ThreadPool& pool, const float* x, size_t n) {
+  return tandem::sum_of_squares(pool, x, n);
 }
 
-void column_sums_accumulate(float* sum, const float* x, int N, int C) {
+void sum_of_squares_blocks(ThreadPool& pool, const float* x, size_t n, double* partials) {
+  tandem::sum_of_squares_blocks(pool, x, n, partials);
+}
+
+void column_sums_accumulate(ThreadPool& pool, float* sum, const float* x, int N, int C) {
   const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static)
-  for (int blk = 0; blk < blocks; blk++) {
-    const int c0 = blk * kColumnBlock;
-    const int c1 = std::min(C, c0 + kColumnBlock);
-    float acc[kColumnBlock] = {};
-    for (int n = 0; n < N; n++) {
-      const float* row = x + static_cast<size_t>(n) * C;
-      for (int c = c0; c < c1; c++) acc[c - c0] += row[c];
+  pool.parallel_for(blocks, 1, [&](size_t first, size_t last) {
+    for (size_t blk = first; blk < last; blk++) {
+      const int c0 = static_cast<int>(blk) * kColumnBlock;
+      const int c1 = std::min(C, c0 + kColumnBlock);
+      float acc[kColumnBlock] = {};
+      for (int n = 0; n < N; n++) {
+        const float* row = x + static_cast<size_t>(n) * C;
+        for (int c = c0; c < c1; c++) acc[c - c0] += row[c];
+      }
+      for (int c = c0; c < c1; c++) sum[c] += acc[c - c0];
     }
-    for (int c = c0; c < c1; c++) sum[c] += acc[c - c0];
-  }
+  });
 }
 
-void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                     int T, int C) {
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++) {
-    for (int t = 0; t < T; t++) {
-      float* o = out + (static_cast<size_t>(b) * T + t) * C;
-      const float* tok = wte + static_cast<size_t>(tokens[b * T + t]) * C;
+void encoder_forward(ThreadPool& pool, float* out, const int32_t* tokens, const float* wte,
+                     const float* wpe, int B, int T, int C) {
+  pool.parallel_for(static_cast<size_t>(B) * T, rows_per_chunk(C), [&](size_t first, size_t last) {
+    for (size_t bt = first; bt < last; bt++) {
+      float* o = out + bt * C;
+      const float* tok = wte + static_cast<size_t>(tokens[bt]) * C;
       if (wpe == nullptr) {
         for (int c = 0; c < C; c++) o[c] = tok[c];
         continue;
       }
-      const float* pos = wpe + static_cast<size_t>(t) * C;
+      const float* pos = wpe + (bt % T) * C;
       for (int c = 0; c < C; c++) o[c] = tok[c] + pos[c];
     }
-  }
+  });
 }
 
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                      int T, int C) {
+void encoder_backward(ThreadPool& pool, float* dwte, float* dwpe, const float* dout,
+                      const int32_t* tokens, int B, int T, int C) {
   // dwpe: each position sums over the batch, b in order.
-#pragma omp parallel for schedule(static)
-  for (int t = 0; t < (dwpe != nullptr ? T : 0); t++) {
-    float* dpos = dwpe + static_cast<size_t>(t) * C;
-    for (int b = 0; b < B; b++) {
-      const float* d = dout + (static_cast<size_t>(b) * T + t) * C;
-      for (int c = 0; c < C; c++) dpos[c] += d[c];
-    }
+  if (dwpe != nullptr) {
+    pool.parallel_for(T, rows_per_chunk(static_cast<size_t>(B) * C),
+                      [&](size_t first, size_t last) {
+                        for (size_t t = first; t < last; t++) {
+                          float* dpos = dwpe + t * C;
+                          for (int b = 0; b < B; b++) {
+                            const float* d = dout + (static_cast<size_t>(b) * T + t) * C;
+                            for (int c = 0; c < C; c++) dpos[c] += d[c];
+                          }
+                        }
+                      });
   }
   // dwte: a scatter-add by token id, in the order of embedding_backward_order.h (the
   // GPU's). A stable counting sort groups the positions by token.
@@ -76,26 +83,27 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
   }
   // Parallel over column blocks, so the order is the same whatever the thread count.
   const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static)
-  for (int blk = 0; blk < blocks; blk++) {
-    const int c0 = blk * kColumnBlock;
-    const int c1 = std::min(C, c0 + kColumnBlock);
-    float piece[kColumnBlock];
-    for (int32_t token = 0; token < V; token++) {
-      const int first = run_start[token], end = run_start[token + 1];
-      if (first == end) continue;
-      float* drow = dwte + static_cast<size_t>(token) * C;
-      std::fill(piece, piece + (c1 - c0), 0.0f);
-      for (int j = first; j < end; j++) {
-        const float* d = dout + static_cast<size_t>(sorted[j]) * C;
-        for (int c = c0; c < c1; c++) piece[c - c0] += d[c];
-        if ((j + 1) % kEmbeddingBackwardPiece == 0 || j + 1 == end) {
-          for (int c = c0; c < c1; c++) drow[c] += piece[c - c0];
-          std::fill(piece, piece + (c1 - c0), 0.0f);
+  pool.parallel_for(blocks, 1, [&](size_t first_block, size_t last_block) {
+    for (size_t blk = first_block; blk < last_block; blk++) {
+      const int c0 = static_cast<int>(blk) * kColumnBlock;
+      const int c1 = std::min(C, c0 + kColumnBlock);
+      float piece[kColumnBlock];
+      for (int32_t token = 0; token < V; token++) {
+        const int first = run_start[token], end = run_start[token + 1];
+        if (first == end) continue;
+        float* drow = dwte + static_cast<size_t>(token) * C;
+        std::fill(piece, piece + (c1 - c0), 0.0f);
+        for (int j = first; j < end; j++) {
+          const float* d = dout + static_cast<size_t>(sorted[j]) * C;
+          for (int c = c0; c < c1; c++) piece[c - c0] += d[c];
+          if ((j + 1) % kEmbeddingBackwardPiece == 0 || j + 1 == end) {
+            for (int c = c0; c < c1; c++) drow[c] += piece[c - c0];
+            std::fill(piece, piece + (c1 - c0), 0.0f);
+          }
         }
       }
     }
-  }
+  });
 }
 
 namespace {
@@ -115,10 +123,6 @@ constexpr float kGeluCube = 0.044715f;
 // target_clones: an AVX2 and a baseline (SSE2) build of each loop, picked at load
 // time. No AVX-512 clone: it would enable FMA contraction and so round differently,
 // while these two evaluate the same operations and give bit-identical results.
-
-// Elements per work item of the parallel loops: large enough to amortise the call,
-// small enough to balance threads.
-constexpr size_t kGeluChunk = 8192;
 
 // Beyond |x| = 20 the derivative is 1 or 0 to within 1e-35, so the backward pass
 // evaluates it at x clamped to this; that keeps the x^3 factor finite.
@@ -162,27 +166,22 @@ __attribute__((target_clones("avx2", "default"))) void gelu_backward_range(float
 
 }  // namespace
 
-void gelu_forward(float* out, const float* inp, size_t N) {
-  const size_t chunks = (N + kGeluChunk - 1) / kGeluChunk;
-#pragma omp parallel for schedule(static)
-  for (size_t c = 0; c < chunks; c++) {
-    const size_t begin = c * kGeluChunk;
-    gelu_forward_range(out + begin, inp + begin, std::min(kGeluChunk, N - begin));
-  }
+void gelu_forward(ThreadPool& pool, float* out, const float* inp, size_t N) {
+  pool.parallel_for(N, kChunkFloats, [&](size_t begin, size_t end) {
+    gelu_forward_range(out + begin, inp + begin, end - begin);
+  });
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, size_t N) {
-  const size_t chunks = (N + kGeluChunk - 1) / kGeluChunk;
-#pragma omp parallel for schedule(static)
-  for (size_t c = 0; c < chunks; c++) {
-    const size_t begin = c * kGeluChunk;
-    gelu_backward_range(dinp + begin, inp + begin, dout + begin, std::min(kGeluChunk, N - begin));
-  }
+void gelu_backward(ThreadPool& pool, float* dinp, const float* inp, const float* dout, size_t N) {
+  pool.parallel_for(N, kChunkFloats, [&](size_t begin, size_t end) {
+    gelu_backward_range(dinp + begin, inp + begin, dout + begin, end - begin);
+  });
 }
 
-void residual_forward(float* out, const float* a, const float* b, size_t N) {
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < N; i++) out[i] = a[i] + b[i];
+void residual_forward(ThreadPool& pool, float* out, const float* a, const float* b, size_t N) {
+  pool.parallel_for(N, kChunkFloats, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; i++) out[i] = a[i] + b[i];
+  });
 }
 
 }  // namespace tandem::cpu

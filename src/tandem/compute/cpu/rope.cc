@@ -4,6 +4,7 @@
 #include <cstddef>
 
 #include "tandem/compute/cpu/cpu_kernels.h"
+#include "tandem/core/thread_pool.h"
 
 namespace tandem::cpu {
 namespace {
@@ -11,15 +12,15 @@ namespace {
 // Turns each (x[i], x[i + HS/2]) of the NH + KVH rotated heads of every row by the row's
 // angles; `sign` -1 turns the other way (the backward pass, whose Jacobian is the
 // transposed rotation).
-void rotate(float* qkv, const float* cos_sin, int B, int T, int NH, int KVH, int HS, float sign) {
+void rotate(ThreadPool& pool, float* qkv, const float* cos_sin, int B, int T, int NH, int KVH,
+            int HS, float sign) {
   const int half = HS / 2;
   const size_t W = static_cast<size_t>(NH + 2 * KVH) * HS;
   const int rotated_heads = NH + KVH;  // queries then keys; the values follow, untouched
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++) {
-    for (int t = 0; t < T; t++) {
-      float* row = qkv + (static_cast<size_t>(b) * T + t) * W;
-      const float* angles = cos_sin + static_cast<size_t>(t) * half * 2;
+  pool.parallel_for(static_cast<size_t>(B) * T, rows_per_chunk(W), [&](size_t first, size_t last) {
+    for (size_t bt = first; bt < last; bt++) {
+      float* row = qkv + bt * W;
+      const float* angles = cos_sin + (bt % T) * half * 2;
       for (int h = 0; h < rotated_heads; h++) {
         float* x = row + static_cast<size_t>(h) * HS;
         for (int i = 0; i < half; i++) {
@@ -30,17 +31,19 @@ void rotate(float* qkv, const float* cos_sin, int B, int T, int NH, int KVH, int
         }
       }
     }
-  }
+  });
 }
 
 }  // namespace
 
-void rope_forward(float* qkv, const float* cos_sin, int B, int T, int NH, int KVH, int HS) {
-  rotate(qkv, cos_sin, B, T, NH, KVH, HS, 1.0f);
+void rope_forward(ThreadPool& pool, float* qkv, const float* cos_sin, int B, int T, int NH, int KVH,
+                  int HS) {
+  rotate(pool, qkv, cos_sin, B, T, NH, KVH, HS, 1.0f);
 }
 
-void rope_backward(float* dqkv, const float* cos_sin, int B, int T, int NH, int KVH, int HS) {
-  rotate(dqkv, cos_sin, B, T, NH, KVH, HS, -1.0f);
+void rope_backward(ThreadPool& pool, float* dqkv, const float* cos_sin, int B, int T, int NH,
+                   int KVH, int HS) {
+  rotate(pool, dqkv, cos_sin, B, T, NH, KVH, HS, -1.0f);
 }
 
 }  // namespace tandem::cpu

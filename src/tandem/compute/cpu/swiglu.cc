@@ -6,6 +6,7 @@
 
 #include "tandem/compute/cpu/cpu_kernels.h"
 #include "tandem/compute/cpu/fast_math.h"
+#include "tandem/core/thread_pool.h"
 
 namespace tandem::cpu {
 namespace {
@@ -41,21 +42,24 @@ __attribute__((target_clones("avx2", "default"))) void swiglu_backward_row(
 
 }  // namespace
 
-void swiglu_forward(float* out, const float* inp, int N, int I) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const float* gate = inp + static_cast<size_t>(n) * 2 * I;
-    swiglu_forward_row(out + static_cast<size_t>(n) * I, gate, gate + I, I);
-  }
+void swiglu_forward(ThreadPool& pool, float* out, const float* inp, int N, int I) {
+  pool.parallel_for(N, rows_per_chunk(3 * static_cast<size_t>(I)), [&](size_t first, size_t last) {
+    for (size_t n = first; n < last; n++) {
+      const float* gate = inp + n * 2 * I;
+      swiglu_forward_row(out + n * I, gate, gate + I, I);
+    }
+  });
 }
 
-void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int I) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const float* gate = inp + static_cast<size_t>(n) * 2 * I;
-    float* dgate = dinp + static_cast<size_t>(n) * 2 * I;
-    swiglu_backward_row(dgate, dgate + I, gate, gate + I, dout + static_cast<size_t>(n) * I, I);
-  }
+void swiglu_backward(ThreadPool& pool, float* dinp, const float* inp, const float* dout, int N,
+                     int I) {
+  pool.parallel_for(N, rows_per_chunk(5 * static_cast<size_t>(I)), [&](size_t first, size_t last) {
+    for (size_t n = first; n < last; n++) {
+      const float* gate = inp + n * 2 * I;
+      float* dgate = dinp + n * 2 * I;
+      swiglu_backward_row(dgate, dgate + I, gate, gate + I, dout + n * I, I);
+    }
+  });
 }
 
 }  // namespace tandem::cpu

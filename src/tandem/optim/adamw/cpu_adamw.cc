@@ -6,6 +6,9 @@
 #include "tandem/optim/adamw/adamw_simd.h"
 
 namespace tandem {
+namespace {
+constexpr size_t kChunkElements = size_t{1} << 16;
+}  // namespace
 
 CpuAdamW::CpuAdamW(ThreadPool& pool, SimdTarget target) : pool_(pool), target_(target) {
   TANDEM_CHECK(cpu_supports(target), "this CPU does not support the ", simd_target_name(target),
@@ -16,13 +19,13 @@ void CpuAdamW::update(const AdamWArrays& arrays, std::span<const UpdateSegment> 
                       const AdamWStepScalars& with_decay, const AdamWStepScalars& without_decay) {
   if (segments.empty()) return;
   const size_t total = segments.back().end;
-  pool_.run([&](int worker) {
-    // 64 elements: a 256-byte boundary keeps every thread's first vector and cache line
-    // its own.
-    const Range mine = split_range(total, pool_.size(), worker, 64);
+  // Chunks of whole 256-byte lines (a thread's first vector and cache line its own), each
+  // long enough (64K elements, 1 MiB of the four arrays) that claiming it costs nothing
+  // against streaming it.
+  pool_.parallel_for(total, kChunkElements, [&](size_t chunk_begin, size_t chunk_end) {
     for (const UpdateSegment& segment : segments) {
-      const size_t begin = std::max(segment.begin, mine.begin);
-      const size_t end = std::min(segment.end, mine.end);
+      const size_t begin = std::max(segment.begin, chunk_begin);
+      const size_t end = std::min(segment.end, chunk_end);
       if (begin >= end) continue;
       adamw_kernel(target_, arrays.slice(begin), end - begin,
                    segment.weight_decay ? with_decay : without_decay);

@@ -96,11 +96,10 @@ class SgdRule final : public UpdateRule {
   void update_on_host(const RuleArrays& arrays, std::span<const UpdateSegment> segments) override {
     const SgdArrays a = sgd_arrays(arrays);
     const size_t total = segments.empty() ? 0 : segments.back().end;
-    pool_.run([&](int worker) {
-      const Range mine = split_range(total, pool_.size(), worker, 64);
+    pool_.parallel_for(total, size_t{1} << 16, [&](size_t chunk_begin, size_t chunk_end) {
       for (const UpdateSegment& segment : segments) {
-        const UpdateSegment part{std::max(segment.begin, mine.begin),
-                                 std::min(segment.end, mine.end), segment.weight_decay};
+        const UpdateSegment part{std::max(segment.begin, chunk_begin),
+                                 std::min(segment.end, chunk_end), segment.weight_decay};
         if (part.begin < part.end) sgd_segments(a, {&part, 1}, scalars_);
       }
     });
