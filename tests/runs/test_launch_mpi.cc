@@ -191,6 +191,40 @@ TEST_F(LaunchMpi, DemoOnThreeRanksGivesInProcessRanksBitsAndResumesBitExactly) {
   EXPECT_EQ(digest(dir_ / "split.jsonl"), digests[0]);
 }
 
+// A resume where one rank cannot read its part: every rank agrees it failed before any says
+// "resumed", so the output holds the refusal and no announcement that misleads (issue 44).
+TEST_F(LaunchMpi, AResumeOneRankRefusesIsNotAnnouncedByAnother) {
+  nlohmann::json json = testing::tiny_run_config(dir_ / "data.txt", dir_ / "shards");
+  json["model"]["n_embd"] = 64;
+  json["gradient_accumulation_steps"] = 1;
+  json["optimizer"] = {{"type", "DeMo"}, {"params", {{"lr", 3e-3}, {"compression_topk", 8}}}};
+  json["train"]["steps"] = 2;
+  json["train"]["eval_interval"] = 0;
+  json["train"]["checkpoint_interval"] = 2;
+  const fs::path config = dir_ / "shards.json";
+  write_file_atomic(config, json.dump(2));
+  const std::string train = launcher_ + " -np 2 " + kTandem + " train --config " + config.string();
+  const testing::CommandResult first = testing::run_command(train);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+
+  // Rank 1's shard taken out of the manifest: rank 0 reads its own and would resume.
+  const fs::path manifest = dir_ / "shards" / "checkpoints" / "step_00000002" / "manifest.json";
+  nlohmann::json listed = nlohmann::json::parse(read_file_text(manifest));
+  nlohmann::json& shards = listed["optimizer_shards"]["shards"];
+  ASSERT_EQ(shards.size(), 2u) << listed.dump();
+  shards.erase(1);
+  write_file_atomic(manifest, listed.dump(2));
+
+  const testing::CommandResult resumed = testing::run_command(
+      train + " --resume " + (dir_ / "shards").string() + " --set train.steps=4");
+  EXPECT_NE(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("no optimizer shard of rank 1"), std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(resumed.output.find("tandem: resumed"), std::string::npos)
+      << "a rank announced a resume that another refused:\n"
+      << resumed.output;
+}
+
 TEST_F(LaunchMpi, RanksStartedDifferentlyAreRefusedNamingTheKey) {
   const fs::path config = write_config("differ", 1, 1);
   const std::string train = kTandem + " train --config " + config.string();
