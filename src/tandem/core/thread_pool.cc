@@ -161,8 +161,14 @@ void ThreadPool::parallel_for(size_t n, size_t min_chunk,
   const size_t most_chunks = static_cast<size_t>(size()) * 8;
   const size_t chunk = (std::max(min_chunk, (n + most_chunks - 1) / most_chunks) + min_chunk - 1) /
                        min_chunk * min_chunk;
-  const size_t chunks = (n + chunk - 1) / chunk;
-  run_items(chunks, [&](size_t c) { fn(c * chunk, std::min(n, (c + 1) * chunk)); });
+  // One reference captured, so the item function fits std::function's inline storage: a
+  // step makes hundreds of these calls, and none of them allocates.
+  const struct {
+    size_t n, chunk;
+    const std::function<void(size_t, size_t)>& fn;
+  } loop{n, chunk, fn};
+  run_items((n + chunk - 1) / chunk,
+            [&loop](size_t c) { loop.fn(c * loop.chunk, std::min(loop.n, (c + 1) * loop.chunk)); });
 }
 
 void ThreadPool::run(const std::function<void(int)>& fn) {
