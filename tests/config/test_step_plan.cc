@@ -77,6 +77,31 @@ TEST(StepPlanConfig, AutoNeedsABatchToSplitAndNamesWhatIsWrong) {
   expect_error_naming([&] { parsed(j); }, {"train_batch_size"});
 }
 
+// train_batch_tokens is train_batch_size in tokens: whole sequences of train.seq_len (64 here),
+// refused with the nearest whole batches otherwise, and refused when both keys disagree.
+TEST(StepPlanConfig, TrainBatchTokensIsWholeSequencesOfTheRun) {
+  json j = small_config();
+  j["train_batch_tokens"] = 24 * 64;
+  j["train_micro_batch_size_per_gpu"] = "auto";
+  const TrainConfig c = parsed(j);
+  EXPECT_EQ(c.train_batch_size, 24);
+  EXPECT_EQ(to_json(parse_train_config(to_json(c))), to_json(c));
+  j["train_batch_size"] = 24;  // the same batch said twice
+  EXPECT_EQ(parsed(j).train_batch_size, 24);
+  j["train_batch_size"] = 12;
+  expect_error_naming([&] { parsed(j); },
+                      {"train_batch_tokens 1536", "24 sequences", "train_batch_size is 12"});
+  j.erase("train_batch_size");
+  j["train_batch_tokens"] = 1000;
+  expect_error_naming([&] { parsed(j); }, {"train_batch_tokens 1000", "train.seq_len",
+                                           "960 (15 sequences)", "1024 (16 sequences)"});
+  j["train_batch_tokens"] = 10;
+  expect_error_naming([&] { parsed(j); }, {"train_batch_tokens 10", "64 (1 sequence)"});
+  j["train_batch_tokens"] = 128;
+  j["train"]["seq_len"] = 32;  // the run's sequence length, not the model's context
+  EXPECT_EQ(parsed(j).train_batch_size, 4);
+}
+
 TrainConfig auto_config(int64_t train_batch_size) {
   json j = small_config();
   j["train_batch_size"] = train_batch_size;

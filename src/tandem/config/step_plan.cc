@@ -195,6 +195,7 @@ StepPlan rank_step_candidates(const TrainConfig& config, int world_size,
                               const ComputeRates& compute, const PlanMemoryFn& plan_memory) {
   StepPlan plan;
   plan.compute = compute;
+  plan.seq_len = config.seq_len();
   // Every candidate splits the same share of train_batch_size.
   if (!candidates.empty())
     plan.sequences_per_rank = candidates.front().micro_batch * candidates.front().accumulation;
@@ -229,8 +230,9 @@ StepPlan rank_step_candidates(const TrainConfig& config, int world_size,
 
 std::string StepPlan::to_text(int runners_up) const {
   std::string text =
-      cat("step plan: ", sequences_per_rank, " sequences per optimizer step and rank; ",
-          ranked.size(), " of ", ranked.size() + not_fitting.size(), " candidate settings fit\n");
+      cat("step plan: ", sequences_per_rank, " sequences (", int64_t{sequences_per_rank} * seq_len,
+          " tokens) per optimizer step and rank; ", ranked.size(), " of ",
+          ranked.size() + not_fitting.size(), " candidate settings fit\n");
   text += cat("compute ", compute.source, ":");
   for (const ComputeRates::Sample& s : compute.samples)
     text +=

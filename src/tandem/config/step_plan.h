@@ -89,6 +89,7 @@ struct StepPlan {
   std::vector<StepSettings> not_fitting;
   ComputeRates compute;
   int sequences_per_rank = 0;  // per optimizer step
+  int seq_len = 0;             // tokens per sequence
   const StepCandidate& chosen() const { return ranked.front(); }
   // The choice, up to `runners_up` others, and each one's predicted split.
   std::string to_text(int runners_up = 4) const;

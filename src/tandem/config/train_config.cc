@@ -280,6 +280,10 @@ const std::vector<Key>& schema() {
                       std::numeric_limits<int64_t>::max(),
                       "a non-negative integer (sequences per optimizer step over all ranks; 0: "
                       "train_micro_batch_size_per_gpu x gradient_accumulation_steps x ranks)"),
+        Keys::integer("train_batch_tokens", TANDEM_FIELD(train_batch_tokens), 0,
+                      std::numeric_limits<int64_t>::max(),
+                      "a non-negative integer (tokens per optimizer step over all ranks: "
+                      "train_batch_size x the sequence length; 0: not given)"),
         integer_or_auto("train_micro_batch_size_per_gpu", TANDEM_FIELD(micro_batch_size), 1,
                         "a positive integer"),
         integer_or_auto("gradient_accumulation_steps", TANDEM_FIELD(gradient_accumulation_steps), 1,
@@ -334,6 +338,25 @@ void check_optimizer_fits(const TrainConfig& config) {
                  "cpu, ratio or interleave");
 }
 
+// train_batch_tokens as train_batch_size: whole sequences, and the same batch when both are set.
+void resolve_batch_tokens(TrainConfig& config) {
+  const int64_t tokens = config.train_batch_tokens;
+  if (tokens == 0) return;
+  const int64_t T = config.seq_len();
+  if (tokens % T != 0) {
+    const int64_t below = tokens / T, above = below + 1;
+    fail("train_batch_tokens ", tokens, " is not a whole number of sequences of ", T,
+         " tokens (train.seq_len, else model.context_length); the nearest are ",
+         below > 0 ? cat(below * T, " (", below, " sequences) and ") : std::string(), above * T,
+         " (", above, below > 0 ? " sequences)" : " sequence)");
+  }
+  TANDEM_CHECK(config.train_batch_size == 0 || config.train_batch_size == tokens / T,
+               "train_batch_tokens ", tokens, " is ", tokens / T, " sequences of ", T,
+               " tokens, but train_batch_size is ", config.train_batch_size,
+               "; set only one of them");
+  config.train_batch_size = tokens / T;
+}
+
 // What "auto" needs: a batch per optimizer step to split, and no half-made choice of recompute.
 void check_auto_settings(const TrainConfig& config) {
   for (const auto& [name, value] :
@@ -342,7 +365,7 @@ void check_auto_settings(const TrainConfig& config) {
     TANDEM_CHECK(value != kAuto || config.train_batch_size > 0, name,
                  " is \"auto\", which splits train_batch_size (sequences per optimizer step over "
                  "all ranks) into micro-batches, but train_batch_size is not set; set it, e.g. "
-                 "\"train_batch_size\": 64");
+                 "\"train_batch_size\": 64, or train_batch_tokens");
   TANDEM_CHECK(config.activation_checkpointing.interval != kAuto ||
                    !config.activation_checkpointing.cpu_checkpointing,
                "activation_checkpointing.interval is \"auto\", which chooses cpu_checkpointing "
@@ -357,6 +380,7 @@ TrainConfig parse_train_config(const json& config_json) {
   TrainConfig config;
   read_json_keys<TrainConfig>(JsonSection(&config_json, ""), schema(), config);
   check_optimizer_fits(config);
+  resolve_batch_tokens(config);
   check_auto_settings(config);
   TANDEM_CHECK(!config.activation_checkpointing.cpu_checkpointing ||
                    config.activation_checkpointing.interval != 0,
@@ -389,8 +413,10 @@ void apply_config_override(json& config_json, const std::string& assignment) {
 
   if (config_json.is_null()) config_json = json::object();
   if (!config_json.is_object())
-    fail("cannot apply override '", assignment, "': the configuration's top level must be an "
-         "object ({...}), but it is ", describe_json(config_json));
+    fail("cannot apply override '", assignment,
+         "': the configuration's top level must be an "
+         "object ({...}), but it is ",
+         describe_json(config_json));
   json* node = &config_json;
   std::string walked;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {

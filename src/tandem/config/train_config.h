@@ -124,6 +124,9 @@ struct TrainConfig {
   // ranks (DeepSpeed's key and rule); 0: whatever those give. Needed when B or the
   // accumulation is "auto".
   int64_t train_batch_size = 0;
+  // "train_batch_tokens": the same in tokens, for those who think of a batch so; must be
+  // train_batch_size x the sequence length (it sets train_batch_size when that is absent).
+  int64_t train_batch_tokens = 0;
   float gradient_clipping = 1.0f;  // "gradient_clipping"; 0 disables
 
   // Where it came from (load_train_config; not a key): the file and the --set overrides,
