@@ -19,6 +19,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/model/model_family.h"
+#include "tandem/zero/partition.h"
 
 namespace tandem {
 namespace {
@@ -244,6 +245,79 @@ TEST(PredictStep, IsTheSumOfItsParts) {
   p = predict_step(c, hand_plan(0, 0, false), rates);
   const double kept = 3.0 * 4 * 64 * 32 * 2;
   EXPECT_NEAR(p.copies, 3 * ((kept / 1000 - 0.8) + (kept / 500 - 2.2)), 1e-9);
+}
+
+// With several ranks, the step adds the ZeRO stage's traffic at the ranks' rate, less what the
+// compute beside it hides when overlap_comm runs the collectives on their own thread.
+TEST(PredictStep, CommunicationIsTheStagesTrafficLessWhatTheComputeBesideItHides) {
+  TrainConfig c = parsed(small_config());
+  c.micro_batch_size = 4;
+  c.gradient_accumulation_steps = 3;
+  ComputeRates rates;  // forward 0.8 s and backward 1.6 s per micro-batch
+  rates.samples = {{.micro_batch = 4, .forward = {0.1, 0.2}, .backward = {0.2, 0.4}}};
+  TrainingMemoryPlan memory = hand_plan(0, 0, false);
+  memory.world_size = 4;
+  const double P = static_cast<double>(c.model.num_parameters());
+  const double ring = 0.75 * P * 4;  // (N - 1) / N of the fp32 model
+  const CommRate one_ring_a_second{ring, "test"};
+  const double gather_after_update =
+      3.0 * static_cast<double>(ZeroPartition(c.model.num_parameters(), 4).partition_size()) * 4 /
+      ring;
+  const auto predicted = [&](int stage, bool overlap) {
+    c.zero.stage = stage;
+    c.zero.overlap_comm = overlap;
+    return predict_step(c, memory, rates, one_ring_a_second);
+  };
+  // Stage 0: one all-reduce (2 s) beside the last backward (1.6 s).
+  EXPECT_NEAR(predicted(0, true).communication, 0.4, 1e-9);
+  EXPECT_NEAR(predicted(0, false).communication, 2.0, 1e-9);
+  EXPECT_NEAR(predicted(0, true).comm_bytes, 2 * ring, 1e-6);
+  // Stage 1: the reduce-scatter hidden by the last backward, the gather after the update not.
+  EXPECT_NEAR(predicted(1, true).communication, gather_after_update, 1e-9);
+  EXPECT_NEAR(predicted(1, false).communication, 1.0 + gather_after_update, 1e-9);
+  // Stage 2: every micro-batch's reduction (1 s) hidden by its backward, or each exposed.
+  EXPECT_NEAR(predicted(2, true).communication, gather_after_update, 1e-9);
+  EXPECT_NEAR(predicted(2, false).communication, 3.0 + gather_after_update, 1e-9);
+  // Stage 3: gathers of 1 s beside each forward of 0.8 s, and a gather and a reduction (2 s)
+  // beside each backward of 1.6 s.
+  const StepPrediction stage3 = predicted(3, true);
+  EXPECT_NEAR(stage3.communication, 3 * 0.2 + 3 * 0.4, 1e-9);
+  EXPECT_NEAR(stage3.comm_bytes, 3 * 3 * ring, 1e-6);
+  EXPECT_NEAR(stage3.seconds(), 3 * 0.8 + 3 * 1.6 + 1.8, 1e-9);
+  EXPECT_NEAR(predicted(3, false).communication, 9.0, 1e-9);
+  // One rank moves nothing; several with no rate known cannot be predicted.
+  memory.world_size = 1;
+  EXPECT_EQ(predicted(3, true).communication, 0);
+  memory.world_size = 4;
+  expect_error_naming([&] { predict_step(c, memory, rates); }, {"4 ranks", "rate"});
+}
+
+// Stage 3 gathers the parameters for every micro-batch: over a slow link the planner takes
+// fewer, larger micro-batches than the compute alone would choose.
+TEST(RankStepCandidates, ASlowLinkAtStage3ChoosesFewerMicroBatches) {
+  TrainConfig c = auto_config(8);
+  c.activation_checkpointing.interval = 0;
+  c.zero.stage = 3;
+  ComputeRates rates;  // a sequence costs 10% more in a micro-batch of 4 than alone
+  rates.samples = {{.micro_batch = 1, .forward = {0.010, 0.002}, .backward = {0.020, 0.004}},
+                   {.micro_batch = 4, .forward = {0.044, 0.0088}, .backward = {0.088, 0.0176}}};
+  const auto memory_over = [](int ranks) {
+    return [ranks](const TrainConfig&) {
+      TrainingMemoryPlan plan;
+      plan.device_capacity = 1;
+      plan.world_size = ranks;
+      return plan;
+    };
+  };
+  const StepPlan alone = rank_step_candidates(c, 1, step_candidates(c, 1), rates, memory_over(1));
+  EXPECT_EQ(alone.chosen().settings.micro_batch, 1) << alone.to_text();
+  const double ring = 0.5 * static_cast<double>(c.model.num_parameters()) * 4;
+  const StepPlan two = rank_step_candidates(c, 2, step_candidates(c, 2), rates, memory_over(2),
+                                            CommRate{ring, "over a test link"});
+  EXPECT_EQ(two.chosen().settings, (StepSettings{4, 1, 0, false})) << two.to_text();
+  EXPECT_CONTAINS(two.to_text(), "communication between the 2 ranks over a test link");
+  EXPECT_CONTAINS(two.to_text(), "+ communication ");
+  EXPECT_EQ(alone.to_text().find("communication"), std::string::npos) << alone.to_text();
 }
 
 // A planner over a synthetic memory model: activations of B sequences take B units (half with

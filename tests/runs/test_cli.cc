@@ -450,10 +450,22 @@ TEST_F(CliTest, PlanChoosesAutoSettingsAndShowsTheRunnersUp) {
       " --set gradient_accumulation_steps=auto --set activation_checkpointing.interval=auto";
   const auto result = tandem("plan --config " + write_config().string() + autos);
   ASSERT_EQ(result.exit_code, 0) << result.output;
-  for (const char* part : {"step plan: 8 sequences per optimizer step",
+  for (const char* part : {"step plan: 8 sequences (128 tokens) per optimizer step",
                            "measured on the cpu device", "chosen: micro-batch", "runner-up 1: ",
                            "exposed update", "memory per tier", "largest micro-batch that fits"})
     EXPECT_NE(result.output.find(part), std::string::npos) << part << " in " << result.output;
+  // The same batch in tokens, over 2 ranks at stage 2: each candidate's communication at
+  // the rate measured between in-process ranks.
+  const auto ranks =
+      tandem("plan --config " + write_config().string() +
+             " --set train_batch_tokens=128 --set train_micro_batch_size_per_gpu=auto"
+             " --set gradient_accumulation_steps=auto"
+             " --set zero_optimization.stage=2 --world-size 2");
+  ASSERT_EQ(ranks.exit_code, 0) << ranks.output;
+  for (const char* part :
+       {"step plan: 4 sequences (64 tokens) per optimizer step and rank",
+        "communication between the 2 ranks measured: local all-reduce", "+ communication "})
+    EXPECT_NE(ranks.output.find(part), std::string::npos) << part << " in " << ranks.output;
   // The modelled GPU plans from its assumed FLOPs.
   const auto modelled = tandem("plan --config " + write_config().string() + autos +
                                " --set device.type=cuda --set bf16.enabled=true");

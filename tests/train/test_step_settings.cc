@@ -3,8 +3,10 @@
 // compute calibration measures on the cpu device.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "support/test_util.h"
 #include "support/tiny_run.h"
@@ -73,6 +75,30 @@ TEST(StepSettings, EveryRankTakesRankZerosChoice) {
   // 8 sequences over 3 ranks do not split: every rank refuses, naming the fix.
   const testing::RankResults three = testing::train_on_ranks(3, auto_run_config(dir, "r3", 8));
   for (const std::string& error : three.errors) EXPECT_CONTAINS(error, "multiple of 3");
+}
+
+// Over several ranks, all of them measure how fast their data moves and rank 0 plans with it:
+// the plan it logs costs each candidate's communication.
+TEST(StepSettings, TheRanksMeasureTheirRateAndRankZeroPlansWithIt) {
+  testing::ScratchDir dir("step_settings_comm");
+  testing::write_small_corpus(dir / "data.txt");
+  json j = auto_run_config(dir, "c", 8);
+  j["zero_optimization"] = {{"stage", 2}};
+  const TrainConfig config = parse_train_config(j);
+  std::string plan_text;
+  std::vector<TrainConfig> chosen(2);
+  run_local_ranks(2, [&](Communicator& comm) {
+    std::FILE* log = comm.rank() == 0 ? std::tmpfile() : nullptr;
+    chosen[comm.rank()] = with_chosen_step_settings(config, comm, {}, log);
+    if (log == nullptr) return;
+    std::rewind(log);
+    for (int c; (c = std::fgetc(log)) != EOF;) plan_text += static_cast<char>(c);
+    std::fclose(log);
+  });
+  EXPECT_CONTAINS(plan_text, "communication between the 2 ranks measured: local all-reduce");
+  EXPECT_CONTAINS(plan_text, "iB sent)");
+  EXPECT_EQ(chosen[0].micro_batch_size, chosen[1].micro_batch_size);
+  EXPECT_EQ(chosen[0].gradient_accumulation_steps, chosen[1].gradient_accumulation_steps);
 }
 
 TEST(StepSettings, AResumeKeepsTheCheckpointsSettings) {

@@ -31,6 +31,7 @@
 #include "tandem/train/trainer.h"
 #include "tandem/zero/gradient_accumulator.h"
 #include "tandem/zero/partition.h"
+#include "tandem/zero/zero_traffic.h"
 
 namespace tandem {
 namespace {
@@ -310,6 +311,37 @@ TEST_F(DataParallelTraining, EachRankMovesAboutTwoModelSizesPerStep) {
         EXPECT_NEAR(static_cast<double>(step.comm_bytes_received), expected, 0.02 * expected);
       }
     }
+  }
+}
+
+// The planner's traffic model (zero/zero_traffic.h) is what the ranks move: per stage, with
+// one and two micro-batches per step (stage 2 reduces each, stages 0 and 1 once), fp32 and
+// bf16 (half the bytes of gradients and working parameters).
+TEST_F(DataParallelTraining, TheTrafficModelIsWhatEachRankSends) {
+  TrainOptions options;
+  options.save_checkpoints = false;
+  const int world = 4;
+  struct Case {
+    int stage, accum;
+    bool bf16;
+  };
+  for (const Case c : {Case{0, 2, false}, Case{1, 2, false}, Case{2, 1, false}, Case{2, 2, false},
+                       Case{2, 2, true}}) {
+    nlohmann::json json = dp_config(data(), dir_ / "traffic", c.stage, c.accum);
+    json["train"]["steps"] = 2;
+    json["bf16"] = {{"enabled", c.bf16}};
+    const RankResults run = train_on_ranks(world, json, options);
+    const TrainConfig config = parse_train_config(json);
+    const size_t bytes = c.bf16 ? 2 : 4;
+    const double expected =
+        zero_step_traffic(c.stage, config.model.num_parameters(), world, bytes, bytes)
+            .total(c.accum);
+    const std::string what =
+        cat("stage ", c.stage, ", ", c.accum, " micro-batches", c.bf16 ? ", bf16" : "");
+    for (int r = 0; r < world; r++)
+      for (const StepRecord& step : run.by_rank[r].steps)
+        EXPECT_NEAR(static_cast<double>(step.comm_bytes_sent), expected, 0.02 * expected)
+            << what << ", rank " << r << ", step " << step.step;
   }
 }
 

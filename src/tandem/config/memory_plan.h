@@ -60,6 +60,11 @@ struct AssumedGpu {
   double cpu_params_per_s = 0;
   std::string memory_source = "HBM 3.35 TB/s at 70%";
   std::string link_source = "PCIe as Deep Optimizer States measured on H100";
+  // A rank's share of a collective between the GPUs of one machine (comm/comm_rate.h):
+  // NCCL point-to-point over NVLink, below its 450 GB/s a direction since tandem sums the
+  // pieces with its own fixed-order kernels (nccl_communicator.h).
+  double peer_bytes_per_s = 100e9;
+  std::string peer_source = "assumed: NVLink between the GPUs of one machine";
   // For one optimizer (for_optimizer): the bytes per parameter its device update streams,
   // and so its update rate; 0 until then.
   size_t update_bytes_per_param = 0;

@@ -4,11 +4,13 @@
 #include <cmath>
 #include <limits>
 
+#include "tandem/compute/compute_backend.h"
 #include "tandem/config/compute_calibration.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/model/model_family.h"
 #include "tandem/model/recompute_segments.h"
+#include "tandem/zero/zero_traffic.h"
 
 namespace tandem {
 
@@ -156,7 +158,7 @@ TrainConfig with_step_settings(const TrainConfig& config, const StepSettings& se
 }
 
 StepPrediction predict_step(const TrainConfig& config, const TrainingMemoryPlan& memory,
-                            const ComputeRates& compute) {
+                            const ComputeRates& compute, const CommRate& comm) {
   const int B = config.micro_batch_size, G = config.gradient_accumulation_steps;
   const int L = config.model.n_layer, T = config.seq_len();
   const int interval = config.activation_checkpointing.interval;
@@ -187,15 +189,39 @@ StepPrediction predict_step(const TrainConfig& config, const TrainingMemoryPlan&
                             ? predict_hidden_update(memory.offload, memory.prediction, forward)
                             : 0;
   p.exposed_update = std::max(0.0, p.update - hidden);
+  // DeMo exchanges its compressed momentum instead (a small fraction of the model): not
+  // costed here.
+  if (memory.world_size > 1 && optimizer_family(config.optimizer.type).reduces_gradients) {
+    TANDEM_CHECK(comm.bytes_per_s > 0, "predicting a step over ", memory.world_size,
+                 " ranks needs the rate their data moves at (measure_comm_rate)");
+    const size_t elem_bytes = storage_dtype_bytes(config.storage_dtype());
+    const ZeroStepTraffic traffic =
+        zero_step_traffic(config.zero.stage, static_cast<size_t>(config.model.num_parameters()),
+                          memory.world_size, elem_bytes, elem_bytes);
+    const bool overlap = config.zero.overlap_comm;
+    const auto exposed = [&](double bytes, double beside) {
+      const double seconds = bytes / comm.bytes_per_s;
+      return overlap ? std::max(0.0, seconds - beside) : seconds;
+    };
+    p.comm_bytes = traffic.total(G);
+    p.communication =
+        G * exposed(traffic.forward_per_micro_batch, forward) +
+        (G - 1) * exposed(traffic.backward_per_micro_batch, backward + recompute) +
+        exposed(traffic.backward_per_micro_batch + traffic.last_backward, backward + recompute) +
+        traffic.after_update / comm.bytes_per_s;
+  }
   return p;
 }
 
 StepPlan rank_step_candidates(const TrainConfig& config, int world_size,
                               const std::vector<StepSettings>& candidates,
-                              const ComputeRates& compute, const PlanMemoryFn& plan_memory) {
+                              const ComputeRates& compute, const PlanMemoryFn& plan_memory,
+                              const CommRate& comm) {
   StepPlan plan;
   plan.compute = compute;
   plan.seq_len = config.seq_len();
+  plan.world_size = world_size;
+  plan.comm = comm;
   // Every candidate splits the same share of train_batch_size.
   if (!candidates.empty())
     plan.sequences_per_rank = candidates.front().micro_batch * candidates.front().accumulation;
@@ -206,7 +232,7 @@ StepPlan rank_step_candidates(const TrainConfig& config, int world_size,
       plan.not_fitting.push_back(settings);
       continue;
     }
-    StepPrediction prediction = predict_step(resolved, memory, compute);
+    StepPrediction prediction = predict_step(resolved, memory, compute, comm);
     StepCandidate candidate{
         .settings = settings, .memory = std::move(memory), .prediction = prediction};
     candidate.tokens_per_s = static_cast<double>(plan.sequences_per_rank) * config.seq_len() /
@@ -239,7 +265,10 @@ std::string StepPlan::to_text(int runners_up) const {
         cat(" B=", s.micro_batch, " forward ", ms(s.forward.layer), "/layer + ", ms(s.forward.rest),
             ", backward ", ms(s.backward.layer), "/layer + ", ms(s.backward.rest), " ms;");
   text.back() = '\n';
-  const auto row = [](const StepCandidate& c) {
+  if (world_size > 1)
+    text += cat("communication between the ", world_size, " ranks ", comm.source, ": ",
+                format_fixed(comm.bytes_per_s / 1e9, 2), " GB/s per rank\n");
+  const auto row = [this](const StepCandidate& c) {
     const StepPrediction& p = c.prediction;
     return cat(c.settings.to_text(), ", ", update_schedule_name(c.memory.offload.settings.schedule),
                " (", c.memory.offload.count(UpdateSite::kHost), " host, ",
@@ -248,7 +277,10 @@ std::string StepPlan::to_text(int runners_up) const {
                " staged): ", format_fixed(c.tokens_per_s, 0), " tokens/s, step ", ms(p.seconds()),
                " ms = forward ", ms(p.forward), " + backward ", ms(p.backward), " + recompute ",
                ms(p.recompute), " + copies ", ms(p.copies), " + exposed update ",
-               ms(p.exposed_update), " (of ", ms(p.update), ")");
+               ms(p.exposed_update), " (of ", ms(p.update), ")",
+               world_size > 1 ? cat(" + communication ", ms(p.communication), " (",
+                                    format_bytes(static_cast<size_t>(p.comm_bytes)), " sent)")
+                              : std::string());
   };
   if (ranked.empty()) return text + "none fits\n";
   text += cat("chosen: ", row(chosen()), "\n");
@@ -276,7 +308,8 @@ using MeasureCompute = std::function<ComputeRates(const std::vector<int>& micro_
 
 StepPlan plan_step_with(const TrainConfig& config, int world_size,
                         const std::vector<StepSettings>& candidates,
-                        const PlanMemoryFn& plan_memory, const MeasureCompute& measure) {
+                        const PlanMemoryFn& plan_memory, const MeasureCompute& measure,
+                        const CommRate& comm) {
   std::vector<int> fitting;
   for (const StepSettings& settings : candidates) {
     const TrainingMemoryPlan memory = plan_memory(with_step_settings(config, settings, world_size));
@@ -288,12 +321,13 @@ StepPlan plan_step_with(const TrainConfig& config, int world_size,
     fail("no setting of train_batch_size ", config.train_batch_size,
          " fits the machine's host memory (`tandem plan` shows each tier)");
   }
-  return rank_step_candidates(config, world_size, candidates, measure(fitting), plan_memory);
+  return rank_step_candidates(config, world_size, candidates, measure(fitting), plan_memory, comm);
 }
 
 }  // namespace
 
-StepPlan plan_step(const TrainConfig& config, Device& device, ThreadPool& pool, int world_size) {
+StepPlan plan_step(const TrainConfig& config, Device& device, ThreadPool& pool, int world_size,
+                   CommRate comm) {
   const std::vector<StepSettings> candidates = step_candidates(config, world_size);
   const ParamRange state_range = zero_state_range(config, world_size, 0);
   const std::optional<UpdateRates> rates =
@@ -304,6 +338,11 @@ StepPlan plan_step(const TrainConfig& config, Device& device, ThreadPool& pool, 
   // Beyond this many tokens a micro-batch's time per sequence hardly changes on a GPU, and
   // on a CPU not at all: fewer, shorter timings.
   const int max_tokens = kind == DeviceKind::kCuda ? 65536 : 8192;
+  if (world_size > 1 && comm.bytes_per_s <= 0) {
+    const AssumedGpu gpu;
+    comm = kind == DeviceKind::kCuda ? CommRate{gpu.peer_bytes_per_s, gpu.peer_source}
+                                     : measure_local_comm_rate(world_size);
+  }
   return plan_step_with(
       config, world_size, candidates,
       [&](const TrainConfig& c) {
@@ -312,7 +351,8 @@ StepPlan plan_step(const TrainConfig& config, Device& device, ThreadPool& pool, 
       [&](const std::vector<int>& micro_batches) {
         return calibrate_compute_rates(
             config, device, calibration_batches(micro_batches, config.seq_len(), max_tokens));
-      });
+      },
+      comm);
 }
 
 StepPlan plan_step_without_gpu(const TrainConfig& config, ThreadPool& pool, int world_size,
@@ -330,7 +370,8 @@ StepPlan plan_step_without_gpu(const TrainConfig& config, ThreadPool& pool, int 
       [&](const std::vector<int>& micro_batches) {
         return assumed_compute_rates(config.model, config.seq_len(), micro_batches,
                                      gpu.model_flops_per_s, gpu.name);
-      });
+      },
+      world_size > 1 ? CommRate{gpu.peer_bytes_per_s, gpu.peer_source} : CommRate{});
 }
 
 }  // namespace tandem

@@ -15,6 +15,13 @@
 //              (during the last backward), each beyond the compute it runs beside
 //   update     the performance model's (perf_model.h), less what the next forward hides of it
 //              (offload_optimizer.overlap_forward)
+//   communication  with several ranks, the ZeRO stage's traffic (zero/zero_traffic.h) at the
+//              ranks' measured rate (comm/comm_rate.h), less what the compute beside it hides
+//              when the collectives run on their own thread (zero_optimization.overlap_comm):
+//              stage 3's gathers beside each forward, the reductions beside the backward
+//              (stages 2 and 3: every micro-batch's; 0 and 1: the last's), and stages 1 and
+//              2's gather of the updated parameters beside nothing
+//              (DeMo's compressed exchange, a small fraction of that, is not costed)
 // The per-layer and rest times come from calibration on the run's device (compute_calibration.h)
 // or, for a GPU that is not here, from an assumed rate of model FLOPs (said so in the text).
 #pragma once
@@ -23,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/comm/comm_rate.h"
 #include "tandem/config/memory_plan.h"
 #include "tandem/config/train_config.h"
 
@@ -72,8 +80,12 @@ struct StepSettings {
 
 struct StepPrediction {
   double forward = 0, backward = 0, recompute = 0, copies = 0, exposed_update = 0;
-  double update = 0;  // the whole update, of which exposed_update is not hidden
-  double seconds() const { return forward + backward + recompute + copies + exposed_update; }
+  double communication = 0;  // exposed; 0 with one rank
+  double update = 0;         // the whole update, of which exposed_update is not hidden
+  double comm_bytes = 0;     // what this rank sends per step
+  double seconds() const {
+    return forward + backward + recompute + copies + exposed_update + communication;
+  }
 };
 
 struct StepCandidate {
@@ -90,6 +102,8 @@ struct StepPlan {
   ComputeRates compute;
   int sequences_per_rank = 0;  // per optimizer step
   int seq_len = 0;             // tokens per sequence
+  int world_size = 1;
+  CommRate comm;  // between the ranks (none with one)
   const StepCandidate& chosen() const { return ranked.front(); }
   // The choice, up to `runners_up` others, and each one's predicted split.
   std::string to_text(int runners_up = 4) const;
@@ -106,9 +120,10 @@ std::vector<StepSettings> step_candidates(const TrainConfig& config, int world_s
 TrainConfig with_step_settings(const TrainConfig& config, const StepSettings& settings,
                                int world_size);
 
-// The predicted step of a config with every setting fixed, on `memory`, its plan.
+// The predicted step of a config with every setting fixed, on `memory`, its plan (for
+// memory.world_size ranks, whose data move at `comm`: needed when there are several).
 StepPrediction predict_step(const TrainConfig& config, const TrainingMemoryPlan& memory,
-                            const ComputeRates& compute);
+                            const ComputeRates& compute, const CommRate& comm = {});
 
 // How one candidate's memory is planned (plan_training_at_rates, with the device and rates
 // of the caller): the planner's one tie to the device, so that tests give synthetic ones.
@@ -118,15 +133,19 @@ using PlanMemoryFn = std::function<TrainingMemoryPlan(const TrainConfig&)>;
 // less recompute, then the larger micro-batch). `compute` must cover the candidates' B.
 StepPlan rank_step_candidates(const TrainConfig& config, int world_size,
                               const std::vector<StepSettings>& candidates,
-                              const ComputeRates& compute, const PlanMemoryFn& plan_memory);
+                              const ComputeRates& compute, const PlanMemoryFn& plan_memory,
+                              const CommRate& comm = {});
 
 // The plan on this machine: the update rates and the compute measured on `device` (the run's,
 // nothing allocated on it yet), every candidate planned for rank 0 of `world_size` (which
-// holds the most). Throws DeviceOutOfMemory, as check_fits does for the candidate that needs
-// the least device memory, when none fits.
-StepPlan plan_step(const TrainConfig& config, Device& device, ThreadPool& pool, int world_size = 1);
+// holds the most). `comm`: the ranks' rate, measured by the run's own ranks; when not given,
+// between in-process ranks on a cpu device, and the assumed NVLink rate (AssumedGpu) on a
+// cuda one. Throws DeviceOutOfMemory, as check_fits does for the candidate that needs the
+// least device memory, when none fits.
+StepPlan plan_step(const TrainConfig& config, Device& device, ThreadPool& pool, int world_size = 1,
+                   CommRate comm = {});
 // The plan for a cuda device that is not here: `gpu`'s assumed rates (compute from its model
-// FLOPs), this machine's CPU update rate.
+// FLOPs, communication over its NVLink), this machine's CPU update rate.
 StepPlan plan_step_without_gpu(const TrainConfig& config, ThreadPool& pool, int world_size = 1,
                                const AssumedGpu& gpu = {});
 

@@ -7,6 +7,7 @@
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/ckpt/train_checkpoint.h"
 #include "tandem/comm/agreement.h"
+#include "tandem/comm/comm_rate.h"
 #include "tandem/comm/local_group.h"
 #include "tandem/config/memory_plan.h"
 #include "tandem/config/step_plan.h"
@@ -64,6 +65,11 @@ TrainConfig with_chosen_step_settings(const TrainConfig& config, Communicator& c
   } catch (const Error& e) {
     error = e.what();
   }
+  // The ranks' rate, measured by all of them (on a cuda device the buffers go through NCCL,
+  // which is not set up yet: the planner assumes NVLink's rate there).
+  CommRate rate;
+  if (error.empty() && world_size > 1 && config.device.type != DeviceKind::kCuda)
+    rate = measure_comm_rate(comm);
   if (comm.rank() == 0 && error.empty()) {
     try {
       if (const std::optional<StepSettings> then = resumed_settings(config, resume, world_size)) {
@@ -74,7 +80,7 @@ TrainConfig with_chosen_step_settings(const TrainConfig& config, Communicator& c
       } else {
         ThreadPool pool;
         const std::unique_ptr<Device> device = make_training_device(config, 0, injected);
-        const StepPlan plan = plan_step(config, *device, pool, world_size);
+        const StepPlan plan = plan_step(config, *device, pool, world_size, rate);
         chosen = settings_json(plan.chosen().settings).dump();
         if (log != nullptr) std::fprintf(log, "tandem: %s", plan.to_text().c_str());
       }
