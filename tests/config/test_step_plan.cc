@@ -19,6 +19,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/model/model_family.h"
+#include "tandem/optim/optimizer_family.h"
 #include "tandem/zero/partition.h"
 
 namespace tandem {
@@ -285,6 +286,19 @@ TEST(PredictStep, CommunicationIsTheStagesTrafficLessWhatTheComputeBesideItHides
   EXPECT_NEAR(stage3.comm_bytes, 3 * 3 * ring, 1e-6);
   EXPECT_NEAR(stage3.seconds(), 3 * 0.8 + 3 * 1.6 + 1.8, 1e-9);
   EXPECT_NEAR(predicted(3, false).communication, 9.0, 1e-9);
+  // DeMo reduces no gradient: its own exchange (a fraction of a ring), in the update.
+  json demo_json = small_config();
+  demo_json["optimizer"] = {{"type", "DeMo"}};
+  TrainConfig demo = parsed(demo_json);
+  demo.micro_batch_size = 4;
+  demo.gradient_accumulation_steps = 3;
+  const double exchange = optimizer_family(OptimizerType::kDeMo)
+                              .exchange_bytes(demo.optimizer, model_layout(demo.model), 4);
+  EXPECT_GT(exchange, 0);
+  EXPECT_LT(exchange, ring / 2);
+  const StepPrediction demo_step = predict_step(demo, memory, rates, one_ring_a_second);
+  EXPECT_DOUBLE_EQ(demo_step.comm_bytes, exchange);
+  EXPECT_NEAR(demo_step.communication, exchange / ring, 1e-12);
   // One rank moves nothing; several with no rate known cannot be predicted.
   memory.world_size = 1;
   EXPECT_EQ(predicted(3, true).communication, 0);

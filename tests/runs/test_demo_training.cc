@@ -23,6 +23,7 @@
 #include "tandem/model/model_family.h"
 #include "tandem/model/param_layout.h"
 #include "tandem/optim/demo/demo_rule.h"
+#include "tandem/optim/optimizer_family.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem {
@@ -196,6 +197,9 @@ TEST_F(DemoTraining, EachRankSendsAFractionOfAGradientAllReduce) {
   expect_ranks_agree(run, "4 ranks");
   const size_t P = static_cast<size_t>(parse_train_config(json).model.num_parameters());
   const double ring = 2.0 * (world - 1) / world * 4.0 * static_cast<double>(P);
+  const TrainConfig config = parse_train_config(json);
+  const double exchange = optimizer_family(OptimizerType::kDeMo)
+                              .exchange_bytes(config.optimizer, model_layout(config.model), world);
   std::ifstream metrics(dir_ / "metrics.jsonl");
   std::string line;
   int steps = 0, checks = 0;
@@ -209,6 +213,9 @@ TEST_F(DemoTraining, EachRankSendsAFractionOfAGradientAllReduce) {
     // less), but still far less than the all-reduce.
     EXPECT_LT(sent * 10, ring) << line;
     EXPECT_GT(sent, 0) << line;
+    // What the step planner costs the exchange at (optimizer_family.h exchange_bytes); the
+    // rest is the step's loss and the replica check's hashes, a few bytes.
+    EXPECT_NEAR(sent, exchange, 0.02 * exchange) << line;
     checks += record.value("replicas_identical", false);
   }
   EXPECT_EQ(steps, 6);

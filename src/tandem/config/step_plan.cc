@@ -189,9 +189,15 @@ StepPrediction predict_step(const TrainConfig& config, const TrainingMemoryPlan&
                             ? predict_hidden_update(memory.offload, memory.prediction, forward)
                             : 0;
   p.exposed_update = std::max(0.0, p.update - hidden);
-  // DeMo exchanges its compressed momentum instead (a small fraction of the model): not
-  // costed here.
-  if (memory.world_size > 1 && optimizer_family(config.optimizer.type).reduces_gradients) {
+  const OptimizerFamily& family = optimizer_family(config.optimizer.type);
+  if (memory.world_size > 1 && family.exchange_bytes != nullptr) {
+    // The rule's own exchange (DeMo's) runs in the update, beside nothing.
+    TANDEM_CHECK(comm.bytes_per_s > 0, "predicting a step over ", memory.world_size,
+                 " ranks needs the rate their data moves at (measure_comm_rate)");
+    p.comm_bytes =
+        family.exchange_bytes(config.optimizer, model_layout(config.model), memory.world_size);
+    p.communication = p.comm_bytes / comm.bytes_per_s;
+  } else if (memory.world_size > 1) {
     TANDEM_CHECK(comm.bytes_per_s > 0, "predicting a step over ", memory.world_size,
                  " ranks needs the rate their data moves at (measure_comm_rate)");
     const size_t elem_bytes = storage_dtype_bytes(config.storage_dtype());

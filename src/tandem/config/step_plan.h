@@ -21,7 +21,7 @@
 //              stage 3's gathers beside each forward, the reductions beside the backward
 //              (stages 2 and 3: every micro-batch's; 0 and 1: the last's), and stages 1 and
 //              2's gather of the updated parameters beside nothing
-//              (DeMo's compressed exchange, a small fraction of that, is not costed)
+//              (DeMo: its own exchange of compressed momentum, in the update, beside nothing)
 // The per-layer and rest times come from calibration on the run's device (compute_calibration.h)
 // or, for a GPU that is not here, from an assumed rate of model FLOPs (said so in the text).
 #pragma once

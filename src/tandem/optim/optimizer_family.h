@@ -142,6 +142,12 @@ struct OptimizerFamily {
   size_t (*device_workspace_bytes)(const OptimizerConfig& config, const ParamLayout& layout,
                                    const OffloadPlan& plan, int world_size,
                                    DeviceKind kind) = nullptr;
+  // What one rank sends per step over `world_size` ranks in the rule's own exchange,
+  // counted as Communicator::traffic() counts it (DeMo: the all-gather of its packed
+  // messages), for the step planner; null for a type whose gradients data parallelism
+  // reduces (zero/zero_traffic.h counts those).
+  double (*exchange_bytes)(const OptimizerConfig& config, const ParamLayout& layout,
+                           int world_size) = nullptr;
   // A line on how its settings apply to the model's tensors, for `tandem plan` and the
   // start of a run (DeMo: compression_topk clamped to the blocks smaller than it); null,
   // or returning "": nothing to say.

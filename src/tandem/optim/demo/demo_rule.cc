@@ -409,6 +409,22 @@ size_t demo_workspace_bytes(const OptimizerConfig& config, const ParamLayout& la
                                           plan, kind);
 }
 
+// Every rank's packed messages (demo_wire.h) reach every other: an all-gather, which sends
+// (N - 1) times one rank's message as the communicators count it.
+double demo_exchange_bytes(const OptimizerConfig& config, const ParamLayout& layout,
+                           int world_size) {
+  const DemoHyper hyper = demo_hyper(config);
+  double message = 0;
+  for (const DemoRuleTensor& t : demo_tensors(layout)) {
+    const DemoBlocks blocks(t.shape, hyper.compression_chunk, t.name.c_str(), SimdTarget::kScalar);
+    message += static_cast<double>(DemoWire(blocks.count(), blocks.block_size(),
+                                            demo_topk(hyper.compression_topk, blocks),
+                                            hyper.compression_values)
+                                       .bytes());
+  }
+  return (world_size - 1) * message;
+}
+
 }  // namespace
 
 OptimizerFamily demo_family() {
@@ -437,6 +453,7 @@ OptimizerFamily demo_family() {
       .cuts_at_tensor_ends = true,
       .make_rule = make_demo,
       .device_workspace_bytes = demo_workspace_bytes,
+      .exchange_bytes = demo_exchange_bytes,
       .settings_note = demo_settings_note,
       .sections = {{"demo",
                     {ParamKeys::integer("replica_check_interval",
