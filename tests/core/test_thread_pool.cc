@@ -3,11 +3,14 @@
 // loop run inline; and a loop that finishes while one of its threads is held up, because
 // the others take over what that thread has not started (a static split would wait).
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <future>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -152,6 +155,86 @@ TEST(ThreadPool, DoesNotPinMoreThreadsThanCpus) {
   const int cpus = static_cast<int>(allowed_cpus().size());
   ThreadPool pool(cpus + 1, true);
   EXPECT_FALSE(pool.pinned());
+}
+
+// The CPUs the calling thread may run on.
+std::vector<int> own_affinity() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (pthread_getaffinity_np(pthread_self(), sizeof(set), &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  return cpus;
+}
+
+// A pinned pool unbinds its workers when other programs come to need their cores, and binds
+// them again once those are gone: a neighbour that starts after the pool does not meet
+// workers stuck on the cores it took. The others' load is given here; the pool looks at
+// the start of a loop (every time: recheck 0).
+TEST(ThreadPool, UnbindsItsWorkersWhileOthersNeedTheirCores) {
+  const int cpus = static_cast<int>(allowed_cpus().size());
+  if (cpus < 2) GTEST_SKIP() << "one allowed CPU: a pool of 2 is never pinned";
+  std::atomic<long> others{0};
+  ThreadPool pool(
+      2, true, [&] { return others.load(); }, 0ms);
+  if (!pool.pinned()) GTEST_SKIP() << "this machine forbids binding threads to CPUs";
+  // Every thread that runs a chunk says which CPUs it may run on.
+  const auto affinities = [&] {
+    std::mutex mutex;
+    std::vector<std::vector<int>> seen;
+    pool.parallel_for(64, 1, [&](size_t, size_t) {
+      std::this_thread::sleep_for(100us);
+      const std::lock_guard lock(mutex);
+      seen.push_back(own_affinity());
+    });
+    return seen;
+  };
+  for (const std::vector<int>& a : affinities())
+    EXPECT_TRUE(a.size() == 1 || a == allowed_cpus()) << "the worker is bound to one CPU";
+  // Room for the others beside the pool's 2 threads: still bound.
+  others = cpus - 2;
+  affinities();
+  EXPECT_TRUE(pool.pinned());
+  // One more than that: unbound, every thread free to run anywhere it may.
+  others = cpus - 1;
+  for (const std::vector<int>& a : affinities()) EXPECT_EQ(a, allowed_cpus());
+  EXPECT_FALSE(pool.pinned());
+  // Gone again: bound again. A load that cannot be read leaves the workers unbound.
+  others = 0;
+  affinities();
+  EXPECT_TRUE(pool.pinned());
+  others = -1;
+  affinities();
+  EXPECT_FALSE(pool.pinned());
+}
+
+// The others' load as /proc tells it leaves out this process's own threads: four of ours
+// kept running do not raise it by four. (The fewest of ten looks each, so that a moment's
+// work of another program does not decide.)
+TEST(ThreadPool, OthersRunnableThreadsLeavesOutThisProcess) {
+  const auto fewest_of_ten_looks = [] {
+    long fewest = std::numeric_limits<long>::max();
+    for (int look = 0; look < 10; look++) {
+      fewest = std::min(fewest, others_runnable_threads());
+      std::this_thread::sleep_for(1ms);
+    }
+    return fewest;
+  };
+  const long before = fewest_of_ten_looks();
+  ASSERT_GE(before, 0) << "/proc/loadavg or /proc/self/task could not be read";
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  for (int i = 0; i < 4; i++)
+    busy.emplace_back([&] {
+      while (!stop.load()) {
+      }
+    });
+  std::this_thread::sleep_for(10ms);
+  const long beside_ours = fewest_of_ten_looks();
+  stop = true;
+  for (std::thread& t : busy) t.join();
+  EXPECT_LT(beside_ours, before + 4) << "this process's running threads were counted";
 }
 
 }  // namespace

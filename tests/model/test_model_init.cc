@@ -5,7 +5,6 @@
 // update engine's streamed load and read: the trainer's way for a model whose state fills
 // host memory gives the bits of the whole-array way.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -42,6 +41,7 @@ struct FamilyModel {
 };
 
 TEST(ModelInit, AnyRangeGivesTheWholesValues) {
+  ThreadPool pool(2, false);
   for (const char* path : kConfigs) {
     FamilyModel f(path);
     const std::vector<float> whole = f.model->initial_params(1337);
@@ -57,7 +57,7 @@ TEST(ModelInit, AnyRangeGivesTheWholesValues) {
       if (view.numel > C) ranges.push_back({view.offset + C - 5, view.offset + C + 5});
     for (ParamRange r : ranges) {
       std::vector<float> piece(r.size(), -7.0f);
-      f.model->initial_params(1337, r, piece.data());
+      f.model->initial_params(1337, r, piece.data(), pool);
       EXPECT_TRUE(std::equal(piece.begin(), piece.end(), whole.begin() + r.begin))
           << path << " [" << r.begin << ", " << r.end << ")";
     }
@@ -67,12 +67,11 @@ TEST(ModelInit, AnyRangeGivesTheWholesValues) {
 TEST(ModelInit, TheSameValuesAtAnyThreadCount) {
   for (const char* path : kConfigs) {
     FamilyModel f(path);
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(1);
-    const std::vector<float> one = f.model->initial_params(5);
-    omp_set_num_threads(3);
-    const std::vector<float> three = f.model->initial_params(5);
-    omp_set_num_threads(threads);
+    const size_t P = f.model->layout().num_elements();
+    std::vector<float> one(P), three(P);
+    ThreadPool alone(1, false), three_threads(3, false);
+    f.model->initial_params(5, {0, P}, one.data(), alone);
+    f.model->initial_params(5, {0, P}, three.data(), three_threads);
     EXPECT_EQ(checksum64(one.data(), one.size() * 4), checksum64(three.data(), three.size() * 4))
         << path;
   }

@@ -7,6 +7,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
 
 namespace tandem {
 namespace {
@@ -52,25 +55,17 @@ constexpr uint64_t cursor(uint64_t next, uint64_t end) { return end << 32 | next
 constexpr uint64_t cursor_next(uint64_t c) { return c & 0xffffffffu; }
 constexpr uint64_t cursor_end(uint64_t c) { return c >> 32; }
 
-// Whether programs other than this one's calling thread are runnable now, on more cores
-// than the pool leaves free: /proc/loadavg's fourth field counts the runnable threads of
-// the whole machine (this one included). The fewest of three looks, a millisecond apart,
-// so that a moment's work elsewhere does not count.
-bool cores_taken_by_others(int cpus, int participants) {
-  long fewest = -1;
-  for (int look = 0; look < 3; look++) {
-    if (look > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    std::FILE* file = std::fopen("/proc/loadavg", "r");
-    if (file == nullptr) return false;
-    double one, five, fifteen;
-    long runnable = 0, total = 0;
-    const int fields =
-        std::fscanf(file, "%lf %lf %lf %ld/%ld", &one, &five, &fifteen, &runnable, &total);
-    std::fclose(file);
-    if (fields != 5) return false;
-    fewest = fewest < 0 ? runnable : std::min(fewest, runnable);
-  }
-  return fewest - 1 > cpus - participants;
+// Whether the others' runnable threads would take cores the pool's workers are bound to:
+// more of them than the CPUs the pool leaves free.
+bool others_need_the_cores(long others, int cpus, int participants) {
+  return others > cpus - participants;
+}
+
+// The state field of a /proc/<pid>/task/<tid>/stat line: after the command's closing
+// parenthesis (a command may hold spaces and parentheses itself).
+char task_state(const std::string& stat) {
+  const size_t close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
 }
 
 }  // namespace
@@ -124,23 +119,83 @@ Range split_range(size_t n, int parts, int index, size_t align) {
   return {begin, end};
 }
 
-ThreadPool::ThreadPool(int threads, bool pin) : job_(std::make_unique<Job>()) {
-  const std::vector<int> cpus = allowed_cpus();
+long others_runnable_threads() {
+  std::FILE* file = std::fopen("/proc/loadavg", "r");
+  if (file == nullptr) return -1;
+  double one, five, fifteen;
+  long runnable = 0, total = 0;
+  const int fields =
+      std::fscanf(file, "%lf %lf %lf %ld/%ld", &one, &five, &fifteen, &runnable, &total);
+  std::fclose(file);
+  if (fields != 5) return -1;
+  long own = 0;
+  std::error_code error;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", error)) {
+    std::ifstream stat(task.path() / "stat");
+    std::string line;
+    if (std::getline(stat, line) && task_state(line) == 'R') own++;
+  }
+  if (error) return -1;
+  return std::max(0L, runnable - own);
+}
+
+ThreadPool::ThreadPool(int threads, bool pin) : ThreadPool(threads, pin, others_runnable_threads) {}
+
+ThreadPool::ThreadPool(int threads, bool pin, LoadProbe others_runnable,
+                       std::chrono::milliseconds recheck)
+    : job_(std::make_unique<Job>()),
+      cpus_(allowed_cpus()),
+      others_runnable_(std::move(others_runnable)),
+      recheck_(recheck) {
   if (threads <= 0) threads = default_thread_count();
   parts_ = std::make_unique<Part[]>(threads);
-  pinned_ = pin && threads <= static_cast<int>(cpus.size()) &&
-            !cores_taken_by_others(static_cast<int>(cpus.size()), threads);
+  pin_ = pin && threads > 1 && threads <= static_cast<int>(cpus_.size());
   workers_.reserve(threads - 1);
-  for (int participant = 1; participant < threads; participant++) {
+  for (int participant = 1; participant < threads; participant++)
     workers_.emplace_back([this, participant] { worker_loop(participant); });
-    if (pinned_) {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      CPU_SET(cpus[participant], &set);
-      // Pinning is an optimisation: a container may forbid it, and that is not an error.
-      if (pthread_setaffinity_np(workers_.back().native_handle(), sizeof(set), &set) != 0)
-        pinned_ = false;
+  follow_load(true);
+}
+
+bool ThreadPool::bind_workers(bool pin) {
+  for (size_t w = 0; w < workers_.size(); w++) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (pin) {
+      CPU_SET(cpus_[w + 1], &set);  // the caller keeps the first
+    } else {
+      for (int cpu : cpus_) CPU_SET(cpu, &set);
     }
+    // Pinning is an optimisation: a container may forbid it, and that is not an error.
+    if (pthread_setaffinity_np(workers_[w].native_handle(), sizeof(set), &set) != 0) return false;
+  }
+  return true;
+}
+
+void ThreadPool::follow_load(bool now) {
+  if (!pin_) return;
+  const Clock::time_point time = Clock::now();
+  if (!now && time < next_look_) return;
+  next_look_ = time + recheck_;
+  // At the start, the fewest of three looks a millisecond apart, so that a moment's work
+  // elsewhere does not count; later one look, and the next one corrects a wrong call.
+  long others = others_runnable_();
+  for (int look = 1; now && look < 3 && others > 0; look++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    others = std::min(others, others_runnable_());
+  }
+  const bool want =
+      others >= 0 && !others_need_the_cores(others, static_cast<int>(cpus_.size()), size());
+  if (want == pinned_.load(std::memory_order_relaxed)) return;
+  if (want) {
+    const bool bound = bind_workers(true);
+    if (!bound) {
+      bind_workers(false);
+      pin_ = false;  // not allowed here: never try again
+    }
+    pinned_.store(bound, std::memory_order_relaxed);
+  } else {
+    bind_workers(false);
+    pinned_.store(false, std::memory_order_relaxed);
   }
 }
 
@@ -183,6 +238,7 @@ void ThreadPool::run_items(size_t items, const std::function<void(size_t)>& fn) 
     return;
   }
   std::lock_guard<std::mutex> one_job_at_a_time(submit_mutex_);
+  follow_load(false);
   Job& job = *job_;
   job.fn.store(&fn, std::memory_order_relaxed);
   job.done.store(0, std::memory_order_relaxed);

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -31,21 +32,29 @@ namespace tandem {
 
 class ThreadPool {
  public:
+  // Runnable threads of other programs on this machine now; < 0 when it cannot be told.
+  using LoadProbe = std::function<long()>;
+
   // `threads` participants: the calling thread and threads - 1 workers; <= 0: one per
   // CPU this process may run on (OMP_NUM_THREADS where set, as the CPU kernels have
   // always honoured it). With `pin`, worker i is bound to the (i+1)-th allowed CPU, but
-  // only where there are at least as many allowed CPUs as participants and no other
-  // program is running on them when the pool starts (a pinned thread cannot move off a
-  // core that another program took).
+  // only while there are at least as many allowed CPUs as participants and other programs
+  // leave them free: a pinned thread cannot move off a core another program takes. The
+  // pool looks when it starts and again, at most every `recheck`, when a loop starts, and
+  // unbinds its workers while others would need their cores (binds them again once the
+  // others are gone). `others_runnable`: how it looks (others_runnable_threads; tests
+  // give their own).
   explicit ThreadPool(int threads = 0, bool pin = true);
+  ThreadPool(int threads, bool pin, LoadProbe others_runnable,
+             std::chrono::milliseconds recheck = std::chrono::milliseconds(1000));
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   // Participants, the caller included.
   int size() const { return static_cast<int>(workers_.size()) + 1; }
-  // Whether every worker was bound to a core of its own.
-  bool pinned() const { return pinned_; }
+  // Whether every worker is bound to a core of its own now.
+  bool pinned() const { return pinned_.load(std::memory_order_relaxed); }
 
   // Calls fn(begin, end) on consecutive chunks covering [0, n), each a multiple of
   // `min_chunk` indices (the last may be shorter), on any of the participants; returns
@@ -70,6 +79,10 @@ class ThreadPool {
   void work_on_current_job(int participant);
   void worker_loop(int participant);
   void run_items(size_t items, const std::function<void(size_t item)>& fn);
+  // Binds or unbinds the workers as the other programs' load allows, if `recheck` has
+  // passed since the last look (the submitter's, under submit_mutex_).
+  void follow_load(bool now);
+  bool bind_workers(bool pin);
 
   std::vector<std::thread> workers_;
   std::unique_ptr<Part[]> parts_;  // one per participant, on cache lines of their own
@@ -82,8 +95,20 @@ class ThreadPool {
   std::atomic<bool> stopping_{false};
   std::mutex sleep_mutex_;
   std::condition_variable wake_;
-  bool pinned_ = false;
+
+  // Pinning (follow_load).
+  std::vector<int> cpus_;  // allowed_cpus() when the pool started
+  bool pin_ = false;       // asked for, and possible: participants <= CPUs
+  LoadProbe others_runnable_;
+  std::chrono::milliseconds recheck_{1000};
+  std::chrono::steady_clock::time_point next_look_;
+  std::atomic<bool> pinned_{false};
 };
+
+// Runnable threads of programs other than this one, now: /proc/loadavg's count of the
+// machine's runnable threads less this process's (/proc/self/task/*/stat in state R);
+// -1 where /proc cannot be read.
+long others_runnable_threads();
 
 // The i-th of `parts` contiguous pieces of [0, n), with piece boundaries on multiples
 // of `align` elements (so SIMD loops and cache lines are not split between threads).

@@ -123,11 +123,12 @@ std::vector<float> Model::download(const void* src, size_t n) const {
 
 std::vector<float> Model::initial_params(uint64_t seed) const {
   std::vector<float> params(layout().num_elements());
-  initial_params(seed, ParamRange{0, params.size()}, params.data());
+  ThreadPool pool(0, /*pin=*/false);
+  initial_params(seed, ParamRange{0, params.size()}, params.data(), pool);
   return params;
 }
 
-void Model::initial_params(uint64_t seed, ParamRange range, float* out) const {
+void Model::initial_params(uint64_t seed, ParamRange range, float* out, ThreadPool& pool) const {
   // The chunks of normals that overlap the range, as (tensor, chunk) pairs.
   struct Chunk {
     size_t tensor, index;
@@ -151,17 +152,18 @@ void Model::initial_params(uint64_t seed, ParamRange range, float* out) const {
   }
   // A chunk's stream: SplitMix64 expands (seed, tensor, chunk) into unrelated states.
   const uint64_t seed_key = Rng(seed).next_u64();
-#pragma omp parallel for schedule(dynamic)
-  for (size_t i = 0; i < chunks.size(); i++) {
-    const ParamView& view = views[chunks[i].tensor];
-    Rng rng(seed_key ^ (static_cast<uint64_t>(chunks[i].tensor) << 40) ^ chunks[i].index);
-    const size_t first = view.offset + chunks[i].index * kInitChunk;
-    const size_t last = std::min(first + kInitChunk, view.offset + view.numel);
-    for (size_t at = first; at < std::min(last, range.end); at++) {
-      const float value = chunks[i].std * rng.normal();
-      if (at >= range.begin) out[at - range.begin] = value;
+  pool.parallel_for(chunks.size(), 1, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; i++) {
+      const ParamView& view = views[chunks[i].tensor];
+      Rng rng(seed_key ^ (static_cast<uint64_t>(chunks[i].tensor) << 40) ^ chunks[i].index);
+      const size_t first = view.offset + chunks[i].index * kInitChunk;
+      const size_t last = std::min(first + kInitChunk, view.offset + view.numel);
+      for (size_t at = first; at < std::min(last, range.end); at++) {
+        const float value = chunks[i].std * rng.normal();
+        if (at >= range.begin) out[at - range.begin] = value;
+      }
     }
-  }
+  });
 }
 
 void Model::set_params(const std::vector<float>& host_params) {

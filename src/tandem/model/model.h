@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tandem/compute/compute_backend.h"
+#include "tandem/core/thread_pool.h"
 #include "tandem/data/loss_mask.h"
 #include "tandem/model/block_memory.h"
 #include "tandem/model/model_config.h"
@@ -104,10 +105,10 @@ class Model {
   // Those of [range.begin, range.end) alone, into out[0, range.size()): the values the
   // whole would have there. A tensor's normals come in chunks of kInitChunk elements, each
   // from a stream of its own (seed, tensor, chunk), so any range is made without the rest,
-  // in parallel, with the same values for any thread count: a model whose weights fill host
-  // memory is initialised piece by piece (UpdateEngine::load_state).
+  // in parallel on `pool`, with the same values for any thread count: a model whose weights
+  // fill host memory is initialised piece by piece (UpdateEngine::load_state).
   static constexpr size_t kInitChunk = size_t{1} << 16;
-  void initial_params(uint64_t seed, ParamRange range, float* out) const;
+  void initial_params(uint64_t seed, ParamRange range, float* out, ThreadPool& pool) const;
   // How a family starts one of its tensors.
   struct TensorInit {
     enum class Kind { kZeros, kOnes, kNormal } kind = Kind::kZeros;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "tandem/core/error.h"
@@ -303,6 +304,7 @@ void UpdateEngine::load_state(const StateFeed& feed, int64_t step) {
   wait_for_producer({stream.get()});
   const ParamRange held = working_range();
   std::vector<uint16_t> piece16;
+  std::optional<ThreadPool> convert_pool;  // made only for a 16-bit working copy
   size_t working_landed = 0;
   std::vector<size_t> landed(state_floats_, 0);
   // The subgroups tile the partition in flat order: the first one ending past `begin`.
@@ -325,9 +327,11 @@ void UpdateEngine::load_state(const StateFeed& feed, int64_t step) {
           const bool bf16 = buffers_.working_dtype == WorkingDType::kBF16;
           stream->synchronize();  // piece16's last copy has left
           piece16.resize(n);
-#pragma omp parallel for
-          for (size_t i = 0; i < n; i++)
-            piece16[i] = bf16 ? float_to_bf16(from[i]) : float_to_fp16(from[i]);
+          if (!convert_pool) convert_pool.emplace(0, /*pin=*/false);
+          convert_pool->parallel_for(n, 4096, [&](size_t begin, size_t end) {
+            for (size_t i = begin; i < end; i++)
+              piece16[i] = bf16 ? float_to_bf16(from[i]) : float_to_fp16(from[i]);
+          });
           working = piece16.data();
         }
         device_.copy_async(working_at(at), working, n * working_bytes(), *stream);

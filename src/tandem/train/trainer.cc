@@ -301,12 +301,13 @@ class Trainer {
         config_.train.init_from.empty()
             ? std::vector<float>()
             : read_init_weights(config_.train.init_from, config_.model, model_.layout());
+    ThreadPool pool(0, /*pin=*/false);
     engine_.load_state(
         [&](size_t k, ParamRange range, float* out) {
           if (k > 0)
             std::fill(out, out + range.size(), 0.0f);
           else if (weights.empty())
-            model_.initial_params(config_.train.seed, range, out);
+            model_.initial_params(config_.train.seed, range, out, pool);
           else
             std::copy(weights.begin() + static_cast<ptrdiff_t>(range.begin),
                       weights.begin() + static_cast<ptrdiff_t>(range.end), out);
