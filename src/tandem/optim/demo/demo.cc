@@ -43,18 +43,18 @@ DemoTensor::DemoTensor(std::string name, const std::vector<int64_t>& shape, cons
 
 namespace {
 
-// Runs fn(begin, end) over contiguous pieces of [0, n): one per worker of `pool`, or all
-// of it on this thread without one. Each piece is computed the same way whatever the
-// split, so the bits do not depend on the number of threads.
+// Runs fn(begin, end) over contiguous chunks of [0, n) on `pool`'s threads, or all of it on
+// this thread without one: a thread whose core another program took leaves its chunks to
+// the others (core/thread_pool.h). Each block is computed the same way whatever the split,
+// so the bits do not depend on the number of threads.
 template <typename Fn>
 void split_work(ThreadPool* pool, int64_t n, Fn&& fn) {
   if (pool == nullptr || pool->size() == 1 || n <= 1) {
     fn(int64_t{0}, n);
     return;
   }
-  pool->run([&](int worker) {
-    const Range r = split_range(static_cast<size_t>(n), pool->size(), worker, 1);
-    if (r.begin < r.end) fn(static_cast<int64_t>(r.begin), static_cast<int64_t>(r.end));
+  pool->parallel_for(static_cast<size_t>(n), 1, [&](size_t begin, size_t end) {
+    fn(static_cast<int64_t>(begin), static_cast<int64_t>(end));
   });
 }
 
