@@ -50,6 +50,7 @@ if ! command -v debootstrap > /dev/null; then
   apt-get install -y -qq debootstrap > /dev/null
 fi
 repo=$(cd "$(dirname "$0")/.." && pwd)
+source "$repo/tools/chroot_with_mounts.sh"
 git -C "$repo" diff --quiet HEAD -- ||
   echo "fresh_root_make: note: uncommitted changes are not tested (HEAD is copied)" >&2
 if [[ -n $makefile_rev ]]; then
@@ -92,16 +93,9 @@ tar -C "$root" -xf "$base"
 # system's mounts in a mount namespace that takes them away when it ends, and a clean
 # environment (nothing of this machine's: no CUDA, no PATH of its own).
 in_root() {
-  unshare --mount --propagation private bash -c '
-    root=$1; shift
-    mount -t proc proc "$root/proc"
-    mount --rbind /sys "$root/sys"
-    mount --rbind /dev "$root/dev"
-    mount -t tmpfs -o mode=1777 shm "$root/dev/shm"
-    cp /etc/resolv.conf "$root/etc/resolv.conf"
-    exec chroot "$root" env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
-      PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-      bash -c "cd /root/tandem 2> /dev/null || cd /root; $1"' in_root "$root" "$1"
+  chroot_with_mounts "$root" env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    bash -c "cd /root/tandem 2> /dev/null || cd /root; $1"
 }
 
 echo "== the root: $root (logs in $logs)"

@@ -54,6 +54,7 @@ esac
 command -v debootstrap > /dev/null ||
   { echo "readme_walkthrough: debootstrap not found (apt-get install -y debootstrap)" >&2; exit 1; }
 repo=$(cd "$(dirname "$0")/.." && pwd)
+source "$repo/tools/chroot_with_mounts.sh"
 git -C "$repo" diff --quiet HEAD ||
   echo "readme_walkthrough: note: uncommitted changes are not walked through (HEAD is cloned)" >&2
 
@@ -66,20 +67,6 @@ if [[ ! -x $base/bin/bash ]]; then
     { echo "readme_walkthrough: debootstrap failed; see $dir/debootstrap.log" >&2; exit 1; }
   mv "$base.partial" "$base"
 fi
-
-# Runs "$@" inside root directory $1 with the system's mounts, in a mount namespace that
-# takes them away when it ends.
-in_system() {
-  local root=$1; shift
-  unshare --mount --propagation private bash -c '
-    root=$1; shift
-    mount -t proc proc "$root/proc"
-    mount --rbind /sys "$root/sys"
-    mount --rbind /dev "$root/dev"
-    mount -t tmpfs -o mode=1777 shm "$root/dev/shm"
-    cp /etc/resolv.conf "$root/etc/resolv.conf"
-    exec chroot "$root" "$@"' in_system "$root" "$@"
-}
 
 status=0
 for role in "${roles[@]}"; do
@@ -101,10 +88,10 @@ for role in "${roles[@]}"; do
     cp -a "$base" "$system"
     mkdir -p "$system/logs"
     # A fresh Debian with a sudo user: sudo installed, the user in its group.
-    [[ $role == user ]] && in_system "$system" bash -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sudo > /dev/null &&
+    [[ $role == user ]] && chroot_with_mounts "$system" bash -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sudo > /dev/null &&
       useradd -m -s /bin/bash -G sudo dev && echo "dev ALL=(ALL) NOPASSWD: ALL" > /etc/sudoers.d/dev-walkthrough'
     git clone -q "$repo" "$system$home/tandem"
-    [[ $role == user ]] && in_system "$system" chown -R dev:dev "$home/tandem"
+    [[ $role == user ]] && chroot_with_mounts "$system" chown -R dev:dev "$home/tandem"
   fi
   mapfile -d '' commands < <(python3 "$repo/tools/readme_commands.py" list --role "$role" "$repo/README.md")
   results=()
@@ -115,7 +102,7 @@ for role in "${roles[@]}"; do
     printf '[%d/%d] %s: %s\n' "$((i + 1))" "${#commands[@]}" "$role" "$command"
     start=$SECONDS
     rc=0
-    { echo "\$ $command"; in_system "$system" timeout "$timeout_s" "${prefix[@]}" "cd ~/tandem && $command"; } \
+    { echo "\$ $command"; chroot_with_mounts "$system" timeout "$timeout_s" "${prefix[@]}" "cd ~/tandem && $command"; } \
       > "$log" 2>&1 < /dev/null || rc=$?
     took=$((SECONDS - start))
     if [[ $rc == 0 ]]; then verdict=ok; else verdict="FAILED (exit $rc; $log)"; status=1; fi
