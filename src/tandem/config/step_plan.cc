@@ -157,6 +157,40 @@ TrainConfig with_step_settings(const TrainConfig& config, const StepSettings& se
   return out;
 }
 
+namespace {
+
+// p.comm_bytes and p.communication over `world_size` ranks: the rule's own exchange (DeMo's)
+// in the update, beside nothing; else the ZeRO stage's traffic, each part less what the
+// compute beside it hides when the collectives run on their own thread. `forward` and
+// `backward` are one micro-batch's (backward with its recompute).
+void predict_communication(const TrainConfig& config, int world_size, const CommRate& comm,
+                           double forward, double backward, StepPrediction& p) {
+  TANDEM_CHECK(comm.bytes_per_s > 0, "predicting a step over ", world_size,
+               " ranks needs the rate their data moves at (measure_comm_rate)");
+  const OptimizerFamily& family = optimizer_family(config.optimizer.type);
+  if (family.exchange_bytes != nullptr) {
+    p.comm_bytes = family.exchange_bytes(config.optimizer, model_layout(config.model), world_size);
+    p.communication = p.comm_bytes / comm.bytes_per_s;
+    return;
+  }
+  const size_t elem_bytes = storage_dtype_bytes(config.storage_dtype());
+  const ZeroStepTraffic traffic =
+      zero_step_traffic(config.zero.stage, static_cast<size_t>(config.model.num_parameters()),
+                        world_size, elem_bytes, elem_bytes);
+  const auto exposed = [&](double bytes, double beside) {
+    const double seconds = bytes / comm.bytes_per_s;
+    return config.zero.overlap_comm ? std::max(0.0, seconds - beside) : seconds;
+  };
+  const int G = config.gradient_accumulation_steps;
+  p.comm_bytes = traffic.total(G);
+  p.communication = G * exposed(traffic.forward_per_micro_batch, forward) +
+                    (G - 1) * exposed(traffic.backward_per_micro_batch, backward) +
+                    exposed(traffic.backward_per_micro_batch + traffic.last_backward, backward) +
+                    traffic.after_update / comm.bytes_per_s;
+}
+
+}  // namespace
+
 StepPrediction predict_step(const TrainConfig& config, const TrainingMemoryPlan& memory,
                             const ComputeRates& compute, const CommRate& comm) {
   const int B = config.micro_batch_size, G = config.gradient_accumulation_steps;
@@ -189,33 +223,8 @@ StepPrediction predict_step(const TrainConfig& config, const TrainingMemoryPlan&
                             ? predict_hidden_update(memory.offload, memory.prediction, forward)
                             : 0;
   p.exposed_update = std::max(0.0, p.update - hidden);
-  const OptimizerFamily& family = optimizer_family(config.optimizer.type);
-  if (memory.world_size > 1 && family.exchange_bytes != nullptr) {
-    // The rule's own exchange (DeMo's) runs in the update, beside nothing.
-    TANDEM_CHECK(comm.bytes_per_s > 0, "predicting a step over ", memory.world_size,
-                 " ranks needs the rate their data moves at (measure_comm_rate)");
-    p.comm_bytes =
-        family.exchange_bytes(config.optimizer, model_layout(config.model), memory.world_size);
-    p.communication = p.comm_bytes / comm.bytes_per_s;
-  } else if (memory.world_size > 1) {
-    TANDEM_CHECK(comm.bytes_per_s > 0, "predicting a step over ", memory.world_size,
-                 " ranks needs the rate their data moves at (measure_comm_rate)");
-    const size_t elem_bytes = storage_dtype_bytes(config.storage_dtype());
-    const ZeroStepTraffic traffic =
-        zero_step_traffic(config.zero.stage, static_cast<size_t>(config.model.num_parameters()),
-                          memory.world_size, elem_bytes, elem_bytes);
-    const bool overlap = config.zero.overlap_comm;
-    const auto exposed = [&](double bytes, double beside) {
-      const double seconds = bytes / comm.bytes_per_s;
-      return overlap ? std::max(0.0, seconds - beside) : seconds;
-    };
-    p.comm_bytes = traffic.total(G);
-    p.communication =
-        G * exposed(traffic.forward_per_micro_batch, forward) +
-        (G - 1) * exposed(traffic.backward_per_micro_batch, backward + recompute) +
-        exposed(traffic.backward_per_micro_batch + traffic.last_backward, backward + recompute) +
-        traffic.after_update / comm.bytes_per_s;
-  }
+  if (memory.world_size > 1)
+    predict_communication(config, memory.world_size, comm, forward, backward + recompute, p);
   return p;
 }
 
