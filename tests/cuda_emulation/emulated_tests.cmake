@@ -224,6 +224,8 @@ tandem_emulated_gpu_test(test_data_parallel_gpu_emulated
   ${PROJECT_SOURCE_DIR}/tests/zero/test_data_parallel_gpu.cc "*")
 # The emulated GPU with its streams run out of order (emulated_streams.h): training gives
 # the same bits whatever order the streams' work runs in, as long as CUDA's promises hold.
+tandem_emulated_gpu_test(test_step_plan_gpu_emulated
+  ${PROJECT_SOURCE_DIR}/tests/config/test_step_plan_gpu.cc "*")
 tandem_emulated_gpu_test(test_stream_order_emulated
   ${PROJECT_SOURCE_DIR}/tests/cuda_emulation/test_stream_order_emulated.cc "*")
 # The one-rank device communicator's contract over emulated device memory.
