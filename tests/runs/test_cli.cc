@@ -506,6 +506,26 @@ TEST_F(CliTest, BenchPlanTrainsEveryCandidate) {
                {"has none", "train_batch_size"});
 }
 
+// Over in-process ranks: the ranks plan (the communication costed) and train every candidate.
+TEST_F(CliTest, BenchPlanOverRanksCostsTheirCommunication) {
+  const auto result =
+      tandem("bench plan --json --rounds 1 --steps 1 --warmup 0 --world-size 2 --config " +
+             write_config().string() +
+             " --set train_batch_size=8 --set train_micro_batch_size_per_gpu=auto"
+             " --set gradient_accumulation_steps=auto --set zero_optimization.stage=2");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const nlohmann::json report =
+      nlohmann::json::parse(result.output.substr(result.output.rfind("\n{") + 1));
+  EXPECT_EQ(report["world_size"], 2);
+  EXPECT_CONTAINS(report["plan"].get<std::string>(),
+                  "communication between the 2 ranks measured: local all-reduce");
+  ASSERT_EQ(report["rows"].size(), 3u) << report;  // 4 sequences a rank: 1x4, 2x2, 4x1
+  for (const nlohmann::json& row : report["rows"]) {
+    EXPECT_GT(row["measured_tokens_per_s"].get<double>(), 0) << row;
+    EXPECT_EQ(row["micro_batch"].get<int>() * row["gradient_accumulation_steps"].get<int>(), 4);
+  }
+}
+
 TEST_F(CliTest, ADeviceTooSmallStopsBeforeTraining) {
   const fs::path config = write_config();
   const std::string too_small = " --set device.memory_gb=0.0001";

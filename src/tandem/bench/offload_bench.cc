@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "tandem/comm/local_group.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/timer.h"
@@ -37,14 +38,20 @@ StepMedians step_medians(const TrainResult& result, int warmup) {
           .update_exposed_ms = median(exposed)};
 }
 
-TrainResult train_for_bench(TrainConfig config, int warmup, int steps) {
+TrainResult train_for_bench(TrainConfig config, int warmup, int steps, int world_size) {
   config.train.steps = warmup + steps;
   config.train.eval_interval = 0;
   config.train.sample_bytes = 0;
   TrainOptions quiet;
   quiet.save_checkpoints = false;
   quiet.show_progress = false;
-  return train(config, quiet);
+  if (world_size == 1) return train(config, quiet);
+  TrainResult first;
+  run_local_ranks(world_size, [&](Communicator& comm) {
+    TrainResult mine = train(config, quiet, comm);
+    if (comm.rank() == 0) first = std::move(mine);
+  });
+  return first;
 }
 
 OffloadBenchResult run_offload_bench(const OffloadBenchOptions& options) {

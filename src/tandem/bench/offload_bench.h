@@ -31,7 +31,9 @@ struct StepMedians {
 StepMedians step_medians(const TrainResult& result, int warmup);
 // `config` trained as every benchmark trains it: `warmup` + `steps` steps, no evaluation, no
 // sample, no checkpoint, nothing printed.
-TrainResult train_for_bench(TrainConfig config, int warmup, int steps);
+// Over `world_size` in-process ranks (threads of this process, sharing its CPUs), rank 0's
+// result.
+TrainResult train_for_bench(TrainConfig config, int warmup, int steps, int world_size = 1);
 
 struct OffloadBenchOptions {
   TrainConfig config;  // train.steps, eval and samples are set by the bench

@@ -4,6 +4,8 @@
 #include <cstdio>
 
 #include "tandem/bench/offload_bench.h"
+#include "tandem/comm/comm_rate.h"
+#include "tandem/comm/local_group.h"
 #include "tandem/config/memory_plan.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
@@ -18,14 +20,24 @@ StepPlanBenchResult run_step_plan_bench(const StepPlanBenchOptions& options) {
                "tandem bench plan measures the choice of \"auto\" settings, and the config has "
                "none; set train_batch_size and train_micro_batch_size_per_gpu=auto (or "
                "gradient_accumulation_steps=auto, activation_checkpointing.interval=auto)");
+  const int ranks = options.world_size;
   StepPlan plan;
-  {
+  if (ranks == 1) {
     ThreadPool pool;
     const std::unique_ptr<Device> device = make_training_device(options.config);
     plan = plan_step(options.config, *device, pool);
+  } else {
+    run_local_ranks(ranks, [&](Communicator& comm) {
+      const CommRate rate = measure_comm_rate(comm);
+      ThreadPool pool;
+      const std::unique_ptr<Device> device = make_training_device(options.config);
+      StepPlan mine = plan_step(options.config, *device, pool, ranks, rate);
+      if (comm.rank() == 0) plan = std::move(mine);
+    });
   }
   StepPlanBenchResult result;
   result.plan_text = plan.to_text();
+  result.world_size = ranks;
   std::vector<std::vector<double>> measured(plan.ranked.size());
   for (const StepCandidate& candidate : plan.ranked)
     result.rows.push_back({.settings = candidate.settings,
@@ -38,9 +50,10 @@ StepPlanBenchResult run_step_plan_bench(const StepPlanBenchOptions& options) {
       if (options.progress)
         options.progress(cat("round ", round + 1, " of ", options.rounds, ": ",
                              row.settings.to_text(), " (", i + 1, " of ", plan.ranked.size(), ")"));
-      const TrainResult run = train_for_bench(with_step_settings(options.config, row.settings, 1),
-                                              options.warmup, options.steps);
-      measured[i].push_back(step_medians(run, options.warmup).tokens_per_s);
+      const TrainResult run =
+          train_for_bench(with_step_settings(options.config, row.settings, ranks), options.warmup,
+                          options.steps, ranks);
+      measured[i].push_back(step_medians(run, options.warmup).tokens_per_s / ranks);
       row.state_digest = run.state_digest;
     }
   }
@@ -56,8 +69,10 @@ double StepPlanBenchResult::chosen_to_best_measured() const {
 }
 
 std::string StepPlanBenchResult::to_text() const {
-  std::string text = plan_text + "measured (the planner's order, the chosen first):\n" +
-                     "predicted tok/s  measured tok/s  measured/predicted  setting\n";
+  std::string text =
+      plan_text + "measured (the planner's order, the chosen first" +
+      (world_size > 1 ? cat("; per rank of ", world_size, " in-process ranks") : std::string()) +
+      "):\n" + "predicted tok/s  measured tok/s  measured/predicted  setting\n";
   for (const Row& row : rows) {
     char line[160];
     std::snprintf(line, sizeof line, "%15.0f  %14.0f  %18.3f  ", row.predicted_tokens_per_s,
@@ -81,7 +96,10 @@ nlohmann::json StepPlanBenchResult::to_json() const {
                          {"predicted_tokens_per_s", row.predicted_tokens_per_s},
                          {"measured_tokens_per_s", row.measured_tokens_per_s},
                          {"state_digest", row.state_digest}});
-  return {{"rows", rows_json}, {"chosen_to_best_measured", chosen_to_best_measured()}};
+  return {{"plan", plan_text},
+          {"world_size", world_size},
+          {"rows", rows_json},
+          {"chosen_to_best_measured", chosen_to_best_measured()}};
 }
 
 }  // namespace tandem

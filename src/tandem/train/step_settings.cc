@@ -65,22 +65,30 @@ TrainConfig with_chosen_step_settings(const TrainConfig& config, Communicator& c
   } catch (const Error& e) {
     error = e.what();
   }
-  // The ranks' rate, measured by all of them (on a cuda device the buffers go through NCCL,
-  // which is not set up yet: the planner assumes NVLink's rate there).
-  CommRate rate;
-  if (error.empty() && world_size > 1 && config.device.type != DeviceKind::kCuda)
-    rate = measure_comm_rate(comm);
+  // A resumed run keeps its checkpoint's settings where they still make the batch: rank 0
+  // reads them and tells the others.
   if (comm.rank() == 0 && error.empty()) {
+    if (const std::optional<StepSettings> then = resumed_settings(config, resume, world_size)) {
+      chosen = settings_json(*then).dump();
+      if (log != nullptr)
+        std::fprintf(log, "tandem: \"auto\" settings as the resumed run chose them: %s\n",
+                     then->to_text().c_str());
+    }
+  }
+  if (error.empty()) chosen = broadcast_string(comm, chosen, 0);
+  // Otherwise the planner chooses, rank 0's plan deciding. On a cpu device every rank plans
+  // at once: the ranks share this machine's cores while they train, and so they do while
+  // they measure. On a cuda device each rank will have a GPU of its own (which one is known
+  // only once NCCL has placed them), so rank 0 measures on one alone and the buffers' rate is
+  // assumed (NVLink).
+  const bool cpu = config.device.type != DeviceKind::kCuda;
+  if (error.empty() && chosen.empty() && (cpu || comm.rank() == 0)) {
     try {
-      if (const std::optional<StepSettings> then = resumed_settings(config, resume, world_size)) {
-        chosen = settings_json(*then).dump();
-        if (log != nullptr)
-          std::fprintf(log, "tandem: \"auto\" settings as the resumed run chose them: %s\n",
-                       then->to_text().c_str());
-      } else {
-        ThreadPool pool;
-        const std::unique_ptr<Device> device = make_training_device(config, 0, injected);
-        const StepPlan plan = plan_step(config, *device, pool, world_size, rate);
+      const CommRate rate = world_size > 1 && cpu ? measure_comm_rate(comm) : CommRate{};
+      ThreadPool pool;
+      const std::unique_ptr<Device> device = make_training_device(config, 0, injected);
+      const StepPlan plan = plan_step(config, *device, pool, world_size, rate);
+      if (comm.rank() == 0) {
         chosen = settings_json(plan.chosen().settings).dump();
         if (log != nullptr) std::fprintf(log, "tandem: %s", plan.to_text().c_str());
       }
@@ -88,7 +96,7 @@ TrainConfig with_chosen_step_settings(const TrainConfig& config, Communicator& c
       error = e.what();
     }
   }
-  fail_together(comm, error, "rank 0 could not choose the \"auto\" settings (its error says why)");
+  fail_together(comm, error, "a rank could not choose the \"auto\" settings (its error says why)");
   chosen = broadcast_string(comm, chosen, 0);
   return with_step_settings(config, settings_of(nlohmann::json::parse(chosen)), world_size);
 }

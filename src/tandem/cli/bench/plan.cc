@@ -13,6 +13,7 @@ void register_bench_plan(CLI::App& bench) {
   struct Args {
     ConfigOptions config;
     int steps = 4, warmup = 2, rounds = 2;
+    int world_size = 1;
     bool json = false;
   };
   auto args = std::make_shared<Args>();
@@ -27,6 +28,11 @@ void register_bench_plan(CLI::App& bench) {
       ->check(CLI::Range(0, 100000));
   cmd->add_option("--rounds", args->rounds, "Passes over the grid (the median of each's)")
       ->check(CLI::Range(1, 1000));
+  cmd->add_option("--world-size", args->world_size,
+                  "Plan and train over this many in-process ranks (threads of this process, "
+                  "sharing its CPUs; zero_optimization.stage decides what each holds); figures "
+                  "per rank")
+      ->check(CLI::Range(1, 64));
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->callback([args] {
     StepPlanBenchOptions options;
@@ -34,6 +40,7 @@ void register_bench_plan(CLI::App& bench) {
     options.steps = args->steps;
     options.warmup = args->warmup;
     options.rounds = args->rounds;
+    options.world_size = args->world_size;
     options.progress = progress_to_stderr("plan");
     print_result(run_step_plan_bench(options), args->json);
   });
