@@ -64,8 +64,11 @@ if [[ -f $from/tandem-gpu.tar.xz ]]; then
 else
   bin="$from"
 fi
-for binary in tandem test_cuda_device test_cuda_backend test_update_engine test_nccl \
-  test_data_parallel_gpu test_one_rank_device_communicator test_demo_cuda test_demo_rule; do
+# What tools/pack_gpu_payload.sh packs, and what this run needs.
+binaries=(tandem test_cuda_device test_cuda_backend test_update_engine test_nccl
+  test_data_parallel_gpu test_one_rank_device_communicator test_demo_cuda test_demo_rule
+  test_step_plan_gpu)
+for binary in "${binaries[@]}"; do
   [[ -x $bin/$binary ]] || {
     note "FAIL: $bin/$binary is missing (run tools/pack_gpu_payload.sh first)"
     exit 1
@@ -109,8 +112,7 @@ note "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.
 nvidia-smi >&2
 
 step "libraries"
-for binary in tandem test_cuda_device test_cuda_backend test_update_engine test_nccl \
-  test_data_parallel_gpu test_one_rank_device_communicator test_demo_cuda test_demo_rule; do
+for binary in "${binaries[@]}"; do
   missing=$(ldd "$bin/$binary" 2>&1 | grep 'not found')
   if [[ -n $missing ]]; then
     note "FAIL: $binary cannot load: $(echo "$missing" | awk '{ print $1 }' | tr '\n' ' ')"
@@ -149,6 +151,8 @@ run_tests one_rank_device_communicator 30 test_one_rank_device_communicator
 # DeMo's CUDA kernels against the CPU's bits, alone and under every offload schedule.
 run_tests demo_cuda 60 test_demo_cuda
 run_tests demo_rule_cuda 60 test_demo_rule --gtest_filter='DemoRuleCuda.*'
+# The step planner's calibration on the GPU, its plan, and an "auto" run with its choice.
+run_tests step_plan_gpu 60 test_step_plan_gpu
 
 step "compute-sanitizer"
 : >"$out/sanitizer.log"

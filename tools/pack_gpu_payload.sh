@@ -31,7 +31,7 @@ build=${1:-build-gpu}
 dest=${2:-gpu-payload}
 limit_bytes=$((64 * 1024 * 1024))
 binaries=(tandem test_cuda_device test_cuda_backend test_update_engine test_nccl test_data_parallel_gpu
-  test_one_rank_device_communicator test_demo_cuda test_demo_rule)
+  test_one_rank_device_communicator test_demo_cuda test_demo_rule test_step_plan_gpu)
 
 # TANDEM_PACK_NO_BUILD=1: pack what BUILD_DIR holds, building nothing (the size test does).
 if [[ ${TANDEM_PACK_NO_BUILD:-0} != 1 && ! -f $build/CMakeCache.txt ]]; then
