@@ -4,13 +4,13 @@
 #include <cstdio>
 
 #include "tandem/bench/offload_bench.h"
-#include "tandem/comm/comm_rate.h"
 #include "tandem/comm/local_group.h"
 #include "tandem/config/memory_plan.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/core/timer.h"
+#include "tandem/train/step_settings.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem {
@@ -21,20 +21,12 @@ StepPlanBenchResult run_step_plan_bench(const StepPlanBenchOptions& options) {
                "none; set train_batch_size and train_micro_batch_size_per_gpu=auto (or "
                "gradient_accumulation_steps=auto, activation_checkpointing.interval=auto)");
   const int ranks = options.world_size;
+  // Planned as a run's ranks plan (on in-process ranks: one, or threads of this process).
   StepPlan plan;
-  if (ranks == 1) {
-    ThreadPool pool;
-    const std::unique_ptr<Device> device = make_training_device(options.config);
-    plan = plan_step(options.config, *device, pool);
-  } else {
-    run_local_ranks(ranks, [&](Communicator& comm) {
-      const CommRate rate = measure_comm_rate(comm);
-      ThreadPool pool;
-      const std::unique_ptr<Device> device = make_training_device(options.config);
-      StepPlan mine = plan_step(options.config, *device, pool, ranks, rate);
-      if (comm.rank() == 0) plan = std::move(mine);
-    });
-  }
+  run_local_ranks(ranks, [&](Communicator& comm) {
+    std::optional<StepPlan> mine = plan_step_over_ranks(options.config, comm);
+    if (comm.rank() == 0) plan = std::move(*mine);
+  });
   StepPlanBenchResult result;
   result.plan_text = plan.to_text();
   result.world_size = ranks;

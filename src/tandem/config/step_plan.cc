@@ -319,6 +319,10 @@ StepSettings leanest(const TrainConfig& config, const std::vector<StepSettings>&
       [&](const StepSettings& a, const StepSettings& b) { return bytes(a) < bytes(b); });
 }
 
+CommRate assumed_peer_rate(const AssumedGpu& gpu) {
+  return {gpu.peer_bytes_per_s, gpu.peer_source};
+}
+
 using MeasureCompute = std::function<ComputeRates(const std::vector<int>& micro_batches)>;
 
 StepPlan plan_step_with(const TrainConfig& config, int world_size,
@@ -355,8 +359,7 @@ StepPlan plan_step(const TrainConfig& config, Device& device, ThreadPool& pool, 
   const int max_tokens = kind == DeviceKind::kCuda ? 65536 : 8192;
   if (world_size > 1 && comm.bytes_per_s <= 0) {
     const AssumedGpu gpu;
-    comm = kind == DeviceKind::kCuda ? CommRate{gpu.peer_bytes_per_s, gpu.peer_source}
-                                     : measure_local_comm_rate(world_size);
+    comm = kind == DeviceKind::kCuda ? assumed_peer_rate(gpu) : measure_local_comm_rate(world_size);
   }
   return plan_step_with(
       config, world_size, candidates,
@@ -386,7 +389,7 @@ StepPlan plan_step_without_gpu(const TrainConfig& config, ThreadPool& pool, int 
         return assumed_compute_rates(config.model, config.seq_len(), micro_batches,
                                      gpu.model_flops_per_s, gpu.name);
       },
-      world_size > 1 ? CommRate{gpu.peer_bytes_per_s, gpu.peer_source} : CommRate{});
+      world_size > 1 ? assumed_peer_rate(gpu) : CommRate{});
 }
 
 }  // namespace tandem

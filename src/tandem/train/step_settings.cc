@@ -50,6 +50,17 @@ std::optional<StepSettings> resumed_settings(const TrainConfig& now,
 
 }  // namespace
 
+std::optional<StepPlan> plan_step_over_ranks(const TrainConfig& config, Communicator& comm,
+                                             const CpuDeviceOptions& injected) {
+  const int world_size = comm.world_size();
+  const bool cpu = config.device.type != DeviceKind::kCuda;
+  if (!cpu && comm.rank() != 0) return std::nullopt;
+  const CommRate rate = world_size > 1 && cpu ? measure_comm_rate(comm) : CommRate{};
+  ThreadPool pool;
+  const std::unique_ptr<Device> device = make_training_device(config, 0, injected);
+  return plan_step(config, *device, pool, world_size, rate);
+}
+
 TrainConfig with_chosen_step_settings(const TrainConfig& config, Communicator& comm,
                                       const std::filesystem::path& resume, std::FILE* log,
                                       const CpuDeviceOptions& injected) {
@@ -76,21 +87,13 @@ TrainConfig with_chosen_step_settings(const TrainConfig& config, Communicator& c
     }
   }
   if (error.empty()) chosen = broadcast_string(comm, chosen, 0);
-  // Otherwise the planner chooses, rank 0's plan deciding. On a cpu device every rank plans
-  // at once: the ranks share this machine's cores while they train, and so they do while
-  // they measure. On a cuda device each rank will have a GPU of its own (which one is known
-  // only once NCCL has placed them), so rank 0 measures on one alone and the buffers' rate is
-  // assumed (NVLink).
-  const bool cpu = config.device.type != DeviceKind::kCuda;
-  if (error.empty() && chosen.empty() && (cpu || comm.rank() == 0)) {
+  // Otherwise the planner chooses, rank 0's plan deciding.
+  if (error.empty() && chosen.empty()) {
     try {
-      const CommRate rate = world_size > 1 && cpu ? measure_comm_rate(comm) : CommRate{};
-      ThreadPool pool;
-      const std::unique_ptr<Device> device = make_training_device(config, 0, injected);
-      const StepPlan plan = plan_step(config, *device, pool, world_size, rate);
+      const std::optional<StepPlan> plan = plan_step_over_ranks(config, comm, injected);
       if (comm.rank() == 0) {
-        chosen = settings_json(plan.chosen().settings).dump();
-        if (log != nullptr) std::fprintf(log, "tandem: %s", plan.to_text().c_str());
+        chosen = settings_json(plan->chosen().settings).dump();
+        if (log != nullptr) std::fprintf(log, "tandem: %s", plan->to_text().c_str());
       }
     } catch (const Error& e) {
       error = e.what();
