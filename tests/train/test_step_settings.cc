@@ -1,6 +1,6 @@
 // "auto" settings in whole runs (train/step_settings.h): the planner's choice trains and is
 // what the checkpoint records, ranks take rank 0's, a resume keeps the checkpoint's, and the
-// compute calibration measures on the cpu device.
+// compute calibration measures on the cpu device, alone and over ranks that share its cores.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -18,6 +18,7 @@
 #include "tandem/config/step_plan.h"
 #include "tandem/core/file_io.h"
 #include "tandem/core/thread_pool.h"
+#include "tandem/model/model_family.h"
 #include "tandem/train/step_settings.h"
 #include "tandem/train/trainer.h"
 
@@ -168,6 +169,45 @@ TEST(ComputeCalibration, MeasuresEachMicroBatchOnTheCpuDevice) {
   EXPECT_EQ(plan.ranked.size(), 4u);  // 1x8, 2x4, 4x2, 8x1, without recompute
   EXPECT_TRUE(plan.not_fitting.empty());
   EXPECT_CONTAINS(plan.to_text(), "chosen: micro-batch");
+}
+
+// Ranks that calibrate together (as a run's ranks on one machine's cores do) time rank 0's
+// micro-batches, only those every rank's device holds, each pass started together and timed
+// as the slowest rank's: every rank ends with the same rates, to the bit.
+TEST(ComputeCalibration, RanksTimeTogetherWhatEveryRankHolds) {
+  testing::ScratchDir dir("calibration_ranks");
+  const TrainConfig config = parse_train_config(testing::tiny_run_config(dir / "d.txt", dir / "o"));
+  // Rank 1's device holds a two-layer model at a micro-batch of 4, not of 8 (the calibration's
+  // estimate: parameters and gradients, activations, a tenth more).
+  ModelConfig two_layers = config.model;
+  two_layers.n_layer = 2;
+  const size_t e = storage_dtype_bytes(config.storage_dtype());
+  const auto bytes = [&](int B) {
+    return (model_layout(two_layers).num_elements() * 2 * e +
+            model_activation_bytes(two_layers, B, config.seq_len(), config.storage_dtype())) /
+           10 * 11;
+  };
+  std::vector<ComputeRates> rates(2);
+  run_local_ranks(2, [&](Communicator& comm) {
+    CpuDeviceOptions options;
+    if (comm.rank() == 1) options.memory_bytes = (bytes(4) + bytes(8)) / 2;
+    const std::unique_ptr<Device> device = make_cpu_device(options);
+    // Rank 1 asks for others: rank 0's decide.
+    const std::vector<int> wanted = comm.rank() == 0 ? std::vector<int>{1, 4, 8} : std::vector{2};
+    rates[comm.rank()] = calibrate_compute_rates(config, *device, wanted, 3, &comm);
+  });
+  for (const ComputeRates& r : rates) {
+    ASSERT_EQ(r.samples.size(), 2u);
+    EXPECT_EQ(r.samples[0].micro_batch, 1);
+    EXPECT_EQ(r.samples[1].micro_batch, 4);
+    EXPECT_CONTAINS(r.source, "2 ranks in step");
+  }
+  for (size_t i = 0; i < 2; i++) {
+    EXPECT_EQ(rates[0].samples[i].forward.layer, rates[1].samples[i].forward.layer);
+    EXPECT_EQ(rates[0].samples[i].forward.rest, rates[1].samples[i].forward.rest);
+    EXPECT_EQ(rates[0].samples[i].backward.layer, rates[1].samples[i].backward.layer);
+    EXPECT_EQ(rates[0].samples[i].backward.rest, rates[1].samples[i].backward.rest);
+  }
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 
+#include "tandem/comm/agreement.h"
 #include "tandem/compute/compute_backend.h"
 #include "tandem/core/error.h"
 #include "tandem/core/timer.h"
@@ -19,20 +21,50 @@ struct PassTimes {
   double backward = std::numeric_limits<double>::infinity();
 };
 
-// One forward and backward of a micro-batch of B on `model`, timed into `fastest`.
-void time_pass(Model& model, const std::vector<int32_t>& tokens,
-               const std::vector<int32_t>& targets, int B, int T, PassTimes& fastest) {
+// One forward and backward of a micro-batch of B on `model`, timed.
+PassTimes time_pass(Model& model, const std::vector<int32_t>& tokens,
+                    const std::vector<int32_t>& targets, int B, int T) {
   Stream& stream = model.backend().stream();
   model.zero_grads();
   stream.synchronize();
+  PassTimes pass;
   Stopwatch forward;
   model.forward(tokens.data(), targets.data(), B, T);
   stream.synchronize();
-  fastest.forward = std::min(fastest.forward, forward.seconds());
+  pass.forward = forward.seconds();
   Stopwatch backward;
   model.backward();
   stream.synchronize();
-  fastest.backward = std::min(fastest.backward, backward.seconds());
+  pass.backward = backward.seconds();
+  return pass;
+}
+
+// Every rank's `pass` (every rank calls it), the slowest of each: ranks that train together
+// wait for the slowest at every collective.
+PassTimes slowest_rank(Communicator& peers, const PassTimes& pass) {
+  std::vector<PassTimes> all(static_cast<size_t>(peers.world_size()));
+  peers.all_gather(&pass, all.data(), sizeof pass);
+  PassTimes slowest{0, 0};
+  for (const PassTimes& p : all)
+    slowest = {std::max(slowest.forward, p.forward), std::max(slowest.backward, p.backward)};
+  return slowest;
+}
+
+PassTimes fastest(const std::vector<PassTimes>& passes) {
+  PassTimes best;
+  for (const PassTimes& p : passes)
+    best = {std::min(best.forward, p.forward), std::min(best.backward, p.backward)};
+  return best;
+}
+
+PassTimes median(std::vector<PassTimes> passes) {
+  const auto middle = [&](double PassTimes::*part) {
+    std::vector<double> v;
+    for (const PassTimes& p : passes) v.push_back(p.*part);
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  return {middle(&PassTimes::forward), middle(&PassTimes::backward)};
 }
 
 // A layer's time and the rest's from the one- and two-layer models' (t1, t2), kept
@@ -46,7 +78,14 @@ PassSeconds split_layers(double t1, double t2) {
 }  // namespace
 
 ComputeRates calibrate_compute_rates(const TrainConfig& config, Device& device,
-                                     std::vector<int> micro_batches, int passes) {
+                                     std::vector<int> micro_batches, int passes,
+                                     Communicator* peers) {
+  if (peers != nullptr && peers->world_size() == 1) peers = nullptr;
+  if (peers != nullptr) {  // rank 0's list: a rank's host memory may have left it others
+    nlohmann::json mine = micro_batches;
+    micro_batches =
+        nlohmann::json::parse(broadcast_string(*peers, mine.dump(), 0)).get<std::vector<int>>();
+  }
   std::sort(micro_batches.begin(), micro_batches.end());
   micro_batches.erase(std::unique(micro_batches.begin(), micro_batches.end()), micro_batches.end());
   TANDEM_CHECK(!micro_batches.empty() && micro_batches.front() > 0,
@@ -67,6 +106,11 @@ ComputeRates calibrate_compute_rates(const TrainConfig& config, Device& device,
   };
   const size_t free = device.device_free();
   std::erase_if(micro_batches, [&](int B) { return bytes(shapes[1], B) > free; });
+  // What a model needs grows with B, so every rank kept a prefix of the same list: the
+  // shortest is the one all can time.
+  if (peers != nullptr)
+    micro_batches.resize(
+        static_cast<size_t>(-max_over_ranks(*peers, -static_cast<int>(micro_batches.size()))));
   TANDEM_CHECK(!micro_batches.empty(), "the ", device.name(),
                " device cannot hold a two-layer model of this width to time its passes; set "
                "train_micro_batch_size_per_gpu, gradient_accumulation_steps and "
@@ -74,7 +118,15 @@ ComputeRates calibrate_compute_rates(const TrainConfig& config, Device& device,
   const int most = micro_batches.back();
   // Both models at once when they fit, their passes alternating so that a neighbour's load
   // falls on both alike; else one after the other. Each time is the fastest of `passes`.
-  const bool together = bytes(shapes[0], most) + bytes(shapes[1], most) <= free;
+  bool together = bytes(shapes[0], most) + bytes(shapes[1], most) <= free;
+  if (peers != nullptr) together = all_ranks_ok(*peers, together);
+  // With peers, every rank starts the pass together and its time is the slowest rank's.
+  const auto timed_pass = [&](Model& model, const std::vector<int32_t>& tokens,
+                              const std::vector<int32_t>& targets, int B) {
+    if (peers != nullptr) peers->barrier();
+    const PassTimes pass = time_pass(model, tokens, targets, B, T);
+    return peers != nullptr ? slowest_rank(*peers, pass) : pass;
+  };
   const std::vector<std::vector<int>> groups =
       together ? std::vector<std::vector<int>>{{0, 1}} : std::vector<std::vector<int>>{{0}, {1}};
   std::vector<PassTimes> times[2];
@@ -95,11 +147,12 @@ ComputeRates calibrate_compute_rates(const TrainConfig& config, Device& device,
         tokens[i] = static_cast<int32_t>((i * 7919) % V);
         targets[i] = static_cast<int32_t>((i * 104729 + 1) % V);
       }
-      PassTimes warm_up, fastest[2];
-      for (int m : group) time_pass(*models[m], tokens, targets, B, T, warm_up);
+      for (int m : group) timed_pass(*models[m], tokens, targets, B);  // warm-up
+      std::vector<PassTimes> passes_of[2];
       for (int pass = 0; pass < passes; pass++)
-        for (int m : group) time_pass(*models[m], tokens, targets, B, T, fastest[m]);
-      for (int m : group) times[m].push_back(fastest[m]);
+        for (int m : group) passes_of[m].push_back(timed_pass(*models[m], tokens, targets, B));
+      for (int m : group)
+        times[m].push_back(peers != nullptr ? median(passes_of[m]) : fastest(passes_of[m]));
     }
   }
   ComputeRates rates;
@@ -107,8 +160,9 @@ ComputeRates calibrate_compute_rates(const TrainConfig& config, Device& device,
     rates.samples.push_back({.micro_batch = micro_batches[i],
                              .forward = split_layers(times[0][i].forward, times[1][i].forward),
                              .backward = split_layers(times[0][i].backward, times[1][i].backward)});
-  rates.source = cat("measured on the ", device.name(), " device (1 and 2 layers, fastest of ",
-                     passes, " passes)");
+  rates.source =
+      cat("measured on the ", device.name(), " device (1 and 2 layers, fastest of ", passes,
+          " passes", peers != nullptr ? cat(", ", peers->world_size(), " ranks in step") : "", ")");
   return rates;
 }
 

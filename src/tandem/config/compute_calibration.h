@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "tandem/comm/communicator.h"
 #include "tandem/config/step_plan.h"
 #include "tandem/config/train_config.h"
 #include "tandem/device/device.h"
@@ -14,9 +15,17 @@ namespace tandem {
 
 // At each of `micro_batches` that the device's free memory holds a two-layer model of (throws
 // naming the settings to fix when none): the fastest of `passes` timed passes after a
-// warm-up.
+// warm-up. `peers`: the ranks that calibrate at this moment on the same cores (every one of
+// them calls it, with the same `passes`): they take rank 0's
+// micro-batches, the fewest any rank's memory holds, start every pass together and take the
+// slowest rank's time, as a training step meets the others' load and waits for the slowest
+// at its collectives. Alone, a rank's fastest pass is one that ran while the others happened
+// to wait, and the plan would promise what training never sees.
+constexpr int kCalibrationPasses = 5;
 ComputeRates calibrate_compute_rates(const TrainConfig& config, Device& device,
-                                     std::vector<int> micro_batches, int passes = 5);
+                                     std::vector<int> micro_batches,
+                                     int passes = kCalibrationPasses,
+                                     Communicator* peers = nullptr);
 
 // The micro-batches worth timing among `wanted` (ascending, distinct): those of at most
 // `max_tokens` tokens (beyond, the time per sequence is the largest sample's), and of those

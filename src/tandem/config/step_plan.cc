@@ -346,7 +346,7 @@ StepPlan plan_step_with(const TrainConfig& config, int world_size,
 }  // namespace
 
 StepPlan plan_step(const TrainConfig& config, Device& device, ThreadPool& pool, int world_size,
-                   CommRate comm) {
+                   CommRate comm, Communicator* peers) {
   const std::vector<StepSettings> candidates = step_candidates(config, world_size);
   const ParamRange state_range = zero_state_range(config, world_size, 0);
   const std::optional<UpdateRates> rates =
@@ -368,7 +368,8 @@ StepPlan plan_step(const TrainConfig& config, Device& device, ThreadPool& pool, 
       },
       [&](const std::vector<int>& micro_batches) {
         return calibrate_compute_rates(
-            config, device, calibration_batches(micro_batches, config.seq_len(), max_tokens));
+            config, device, calibration_batches(micro_batches, config.seq_len(), max_tokens),
+            kCalibrationPasses, peers);
       },
       comm);
 }

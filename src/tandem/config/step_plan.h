@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "tandem/comm/comm_rate.h"
+#include "tandem/comm/communicator.h"
 #include "tandem/config/memory_plan.h"
 #include "tandem/config/train_config.h"
 
@@ -140,10 +141,11 @@ StepPlan rank_step_candidates(const TrainConfig& config, int world_size,
 // nothing allocated on it yet), every candidate planned for rank 0 of `world_size` (which
 // holds the most). `comm`: the ranks' rate, measured by the run's own ranks; when not given,
 // between in-process ranks on a cpu device, and the assumed NVLink rate (AssumedGpu) on a
-// cuda one. Throws DeviceOutOfMemory, as check_fits does for the candidate that needs the
-// least device memory, when none fits.
+// cuda one. `peers`: the ranks planning at this moment on the same cores, which time their
+// passes together (calibrate_compute_rates). Throws DeviceOutOfMemory, as check_fits does for
+// the candidate that needs the least device memory, when none fits.
 StepPlan plan_step(const TrainConfig& config, Device& device, ThreadPool& pool, int world_size = 1,
-                   CommRate comm = {});
+                   CommRate comm = {}, Communicator* peers = nullptr);
 // The plan for a cuda device that is not here: `gpu`'s assumed rates (compute from its model
 // FLOPs, communication over its NVLink), this machine's CPU update rate.
 StepPlan plan_step_without_gpu(const TrainConfig& config, ThreadPool& pool, int world_size = 1,

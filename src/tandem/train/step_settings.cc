@@ -55,10 +55,12 @@ std::optional<StepPlan> plan_step_over_ranks(const TrainConfig& config, Communic
   const int world_size = comm.world_size();
   const bool cpu = config.device.type != DeviceKind::kCuda;
   if (!cpu && comm.rank() != 0) return std::nullopt;
-  const CommRate rate = world_size > 1 && cpu ? measure_comm_rate(comm) : CommRate{};
+  // The ranks that will share this machine's cores, measuring together.
+  Communicator* peers = world_size > 1 && cpu ? &comm : nullptr;
+  const CommRate rate = peers != nullptr ? measure_comm_rate(*peers) : CommRate{};
   ThreadPool pool;
   const std::unique_ptr<Device> device = make_training_device(config, 0, injected);
-  return plan_step(config, *device, pool, world_size, rate);
+  return plan_step(config, *device, pool, world_size, rate, peers);
 }
 
 TrainConfig with_chosen_step_settings(const TrainConfig& config, Communicator& comm,
