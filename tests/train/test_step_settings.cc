@@ -200,7 +200,7 @@ TEST(ComputeCalibration, RanksTimeTogetherWhatEveryRankHolds) {
     ASSERT_EQ(r.samples.size(), 2u);
     EXPECT_EQ(r.samples[0].micro_batch, 1);
     EXPECT_EQ(r.samples[1].micro_batch, 4);
-    EXPECT_CONTAINS(r.source, "2 ranks in step");
+    EXPECT_CONTAINS(r.source, "2 ranks in step, the slowest's, median of 3 passes");
   }
   for (size_t i = 0; i < 2; i++) {
     EXPECT_EQ(rates[0].samples[i].forward.layer, rates[1].samples[i].forward.layer);

@@ -161,8 +161,10 @@ ComputeRates calibrate_compute_rates(const TrainConfig& config, Device& device,
                              .forward = split_layers(times[0][i].forward, times[1][i].forward),
                              .backward = split_layers(times[0][i].backward, times[1][i].backward)});
   rates.source =
-      cat("measured on the ", device.name(), " device (1 and 2 layers, fastest of ", passes,
-          " passes", peers != nullptr ? cat(", ", peers->world_size(), " ranks in step") : "", ")");
+      cat("measured on the ", device.name(), " device (1 and 2 layers, ",
+          peers != nullptr ? cat(peers->world_size(), " ranks in step, the slowest's, median")
+                           : std::string("fastest"),
+          " of ", passes, " passes)");
   return rates;
 }
 
