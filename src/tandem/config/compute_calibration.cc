@@ -117,7 +117,8 @@ ComputeRates calibrate_compute_rates(const TrainConfig& config, Device& device,
                "activation_checkpointing.interval to numbers");
   const int most = micro_batches.back();
   // Both models at once when they fit, their passes alternating so that a neighbour's load
-  // falls on both alike; else one after the other. Each time is the fastest of `passes`.
+  // falls on both alike; else one after the other. Each time is the fastest of `passes`
+  // (with peers, the median: see the header).
   bool together = bytes(shapes[0], most) + bytes(shapes[1], most) <= free;
   if (peers != nullptr) together = all_ranks_ok(*peers, together);
   // With peers, every rank starts the pass together and its time is the slowest rank's.

@@ -15,11 +15,11 @@ namespace tandem {
 
 // At each of `micro_batches` that the device's free memory holds a two-layer model of (throws
 // naming the settings to fix when none): the fastest of `passes` timed passes after a
-// warm-up. `peers`: the ranks that calibrate at this moment on the same cores (every one of
-// them calls it, with the same `passes`): they take rank 0's
-// micro-batches, the fewest any rank's memory holds, start every pass together and take the
-// slowest rank's time, as a training step meets the others' load and waits for the slowest
-// at its collectives. Alone, a rank's fastest pass is one that ran while the others happened
+// warm-up. `peers`: the ranks that calibrate at this moment on the same cores, every one of
+// them calling it with the same `passes`. They time rank 0's micro-batches, only those every
+// rank's memory holds, start every pass together and count it at the slowest rank's time, the
+// median of `passes`: a training step meets the others' load and waits for the slowest at its
+// collectives. Timed alone, a rank's fastest pass is one that ran while the others happened
 // to wait, and the plan would promise what training never sees.
 constexpr int kCalibrationPasses = 5;
 ComputeRates calibrate_compute_rates(const TrainConfig& config, Device& device,
