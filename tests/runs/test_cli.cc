@@ -454,8 +454,8 @@ TEST_F(CliTest, PlanChoosesAutoSettingsAndShowsTheRunnersUp) {
                            "measured on the cpu device", "chosen: micro-batch", "runner-up 1: ",
                            "exposed update", "memory per tier", "largest micro-batch that fits"})
     EXPECT_NE(result.output.find(part), std::string::npos) << part << " in " << result.output;
-  // The same batch in tokens, over 2 ranks at stage 2: each candidate's communication at
-  // the rate measured between in-process ranks.
+  // The same batch in tokens, over 2 ranks at stage 2, planned by 2 in-process ranks: each
+  // candidate's communication at the rate they measure.
   const auto ranks =
       tandem("plan --config " + write_config().string() +
              " --set train_batch_tokens=128 --set train_micro_batch_size_per_gpu=auto"
@@ -464,7 +464,9 @@ TEST_F(CliTest, PlanChoosesAutoSettingsAndShowsTheRunnersUp) {
   ASSERT_EQ(ranks.exit_code, 0) << ranks.output;
   for (const char* part :
        {"step plan: 4 sequences (64 tokens) per optimizer step and rank",
-        "communication between the 2 ranks measured: local all-reduce", "+ communication "})
+        "communication between the 2 ranks measured: local all-reduce", "+ communication ",
+        // Both ranks calibrate, as a run's ranks on this machine's cores do.
+        "2 ranks in step, the slowest's, median of 5 passes"})
     EXPECT_NE(ranks.output.find(part), std::string::npos) << part << " in " << ranks.output;
   // The modelled GPU plans from its assumed FLOPs.
   const auto modelled = tandem("plan --config " + write_config().string() + autos +

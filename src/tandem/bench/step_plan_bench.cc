@@ -4,7 +4,6 @@
 #include <cstdio>
 
 #include "tandem/bench/offload_bench.h"
-#include "tandem/comm/local_group.h"
 #include "tandem/config/memory_plan.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
@@ -21,12 +20,7 @@ StepPlanBenchResult run_step_plan_bench(const StepPlanBenchOptions& options) {
                "none; set train_batch_size and train_micro_batch_size_per_gpu=auto (or "
                "gradient_accumulation_steps=auto, activation_checkpointing.interval=auto)");
   const int ranks = options.world_size;
-  // Planned as a run's ranks plan (on in-process ranks: one, or threads of this process).
-  StepPlan plan;
-  run_local_ranks(ranks, [&](Communicator& comm) {
-    std::optional<StepPlan> mine = plan_step_over_ranks(options.config, comm);
-    if (comm.rank() == 0) plan = std::move(*mine);
-  });
+  const StepPlan plan = plan_step_on_local_ranks(options.config, ranks);
   StepPlanBenchResult result;
   result.plan_text = plan.to_text();
   result.world_size = ranks;

@@ -13,6 +13,7 @@
 #include "tandem/device/device.h"
 #include "tandem/model/model_family.h"
 #include "tandem/optim/optimizer_family.h"
+#include "tandem/train/step_settings.h"
 
 namespace tandem::cli {
 namespace {
@@ -68,9 +69,9 @@ void register_plan(CLI::App& app) {
       TANDEM_CHECK(args->rank == 0,
                    "--rank is for fixed settings: with \"auto\" ones rank 0 "
                    "plans for every rank; leave --rank out");
-      const StepPlan step =
-          modelled ? plan_step_without_gpu(config, pool, args->world_size)
-                   : plan_step(config, *make_training_device(config), pool, args->world_size);
+      // As the run's ranks would plan it: on a cpu device, all of them at once.
+      const StepPlan step = modelled ? plan_step_without_gpu(config, pool, args->world_size)
+                                     : plan_step_on_local_ranks(config, args->world_size);
       const TrainConfig chosen =
           with_step_settings(config, step.chosen().settings, args->world_size);
       std::printf("tandem plan for %s on %s\n%s%s%s\n", args->config.path.c_str(), on.c_str(),

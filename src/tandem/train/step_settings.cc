@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <utility>
 
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/ckpt/train_checkpoint.h"
@@ -61,6 +62,15 @@ std::optional<StepPlan> plan_step_over_ranks(const TrainConfig& config, Communic
   ThreadPool pool;
   const std::unique_ptr<Device> device = make_training_device(config, 0, injected);
   return plan_step(config, *device, pool, world_size, rate, peers);
+}
+
+StepPlan plan_step_on_local_ranks(const TrainConfig& config, int world_size) {
+  StepPlan plan;
+  run_local_ranks(world_size, [&](Communicator& comm) {
+    std::optional<StepPlan> mine = plan_step_over_ranks(config, comm);
+    if (comm.rank() == 0) plan = std::move(*mine);
+  });
+  return plan;
 }
 
 TrainConfig with_chosen_step_settings(const TrainConfig& config, Communicator& comm,

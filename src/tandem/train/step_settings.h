@@ -34,6 +34,11 @@ TrainConfig with_chosen_step_settings(const TrainConfig& config, Communicator& c
 std::optional<StepPlan> plan_step_over_ranks(const TrainConfig& config, Communicator& comm,
                                              const CpuDeviceOptions& injected = {});
 
+// The plan a run of `world_size` ranks on this machine would make, the ranks played by
+// threads of this process (plan_step_over_ranks on in-process ranks): what `tandem plan
+// --world-size N` and `tandem bench plan` show is what such a run chooses.
+StepPlan plan_step_on_local_ranks(const TrainConfig& config, int world_size);
+
 // The same for a process that is a world of its own (the bench commands).
 TrainConfig with_chosen_step_settings(const TrainConfig& config, std::FILE* log = stderr);
 
