@@ -42,7 +42,9 @@ void register_plan(CLI::App& app) {
   add_config_options(cmd, args->config);
   cmd->add_option("--world-size", args->world_size,
                   "Plan one rank of a data-parallel run over this many ranks "
-                  "(zero_optimization.stage decides what each rank holds)")
+                  "(zero_optimization.stage decides what each rank holds; \"auto\" settings "
+                  "on the cpu device: that many in-process ranks measure together, as the "
+                  "run's would)")
       ->check(positive_number());
   cmd->add_option("--rank", args->rank, "The rank to plan (default 0, which holds the most)")
       ->check(non_negative_number());
