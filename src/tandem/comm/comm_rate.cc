@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <vector>
 
-#include "tandem/comm/local_group.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/timer.h"
@@ -30,17 +29,6 @@ CommRate measure_comm_rate(Communicator& comm, size_t floats) {
   return {rate, cat("measured: ", comm.backend(), " all-reduce of ",
                     format_fixed(static_cast<double>(floats) * sizeof(float) / (1 << 20), 0),
                     " MiB over ", N, " ranks")};
-}
-
-CommRate measure_local_comm_rate(int world_size, size_t floats) {
-  if (world_size <= 1) return {};
-  CommRate rate;
-  run_local_ranks(world_size, [&](Communicator& comm) {
-    const CommRate measured = measure_comm_rate(comm, floats);
-    if (comm.rank() == 0) rate = measured;
-  });
-  rate.source += " (in-process ranks of this machine)";
-  return rate;
 }
 
 }  // namespace tandem

@@ -21,9 +21,4 @@ struct CommRate {
 // 0's figure on every rank. Collective: every rank calls it with the same `floats`.
 CommRate measure_comm_rate(Communicator& comm, size_t floats = size_t{1} << 22);
 
-// The same between `world_size` in-process ranks (threads) of this machine: what a plan
-// made without the run's ranks (`tandem plan --world-size N` on the cpu device) measures.
-// Ranks in processes of one machine (MPI over shared memory) move data about as fast.
-CommRate measure_local_comm_rate(int world_size, size_t floats = size_t{1} << 22);
-
 }  // namespace tandem

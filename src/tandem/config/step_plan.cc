@@ -357,10 +357,8 @@ StepPlan plan_step(const TrainConfig& config, Device& device, ThreadPool& pool, 
   // Beyond this many tokens a micro-batch's time per sequence hardly changes on a GPU, and
   // on a CPU not at all: fewer, shorter timings.
   const int max_tokens = kind == DeviceKind::kCuda ? 65536 : 8192;
-  if (world_size > 1 && comm.bytes_per_s <= 0) {
-    const AssumedGpu gpu;
-    comm = kind == DeviceKind::kCuda ? assumed_peer_rate(gpu) : measure_local_comm_rate(world_size);
-  }
+  if (world_size > 1 && comm.bytes_per_s <= 0 && kind == DeviceKind::kCuda)
+    comm = assumed_peer_rate(AssumedGpu{});
   return plan_step_with(
       config, world_size, candidates,
       [&](const TrainConfig& c) {

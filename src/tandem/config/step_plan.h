@@ -139,9 +139,9 @@ StepPlan rank_step_candidates(const TrainConfig& config, int world_size,
 
 // The plan on this machine: the update rates and the compute measured on `device` (the run's,
 // nothing allocated on it yet), every candidate planned for rank 0 of `world_size` (which
-// holds the most). `comm`: the ranks' rate, measured by the run's own ranks; when not given,
-// between in-process ranks on a cpu device, and the assumed NVLink rate (AssumedGpu) on a
-// cuda one. `peers`: the ranks planning at this moment on the same cores, which time their
+// holds the most). `comm`: the ranks' rate, measured by the run's own ranks (needed over
+// several on a cpu device); when not given on a cuda one, the assumed NVLink rate
+// (AssumedGpu). `peers`: the ranks planning at this moment on the same cores, which time their
 // passes together (calibrate_compute_rates). Throws DeviceOutOfMemory, as check_fits does for
 // the candidate that needs the least device memory, when none fits.
 StepPlan plan_step(const TrainConfig& config, Device& device, ThreadPool& pool, int world_size = 1,
