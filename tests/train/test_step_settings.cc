@@ -1,10 +1,13 @@
 // "auto" settings in whole runs (train/step_settings.h): the planner's choice trains and is
 // what the checkpoint records, ranks take rank 0's, a resume keeps the checkpoint's, and the
-// compute calibration measures on the cpu device, alone and over ranks that share its cores.
+// compute calibration measures on the cpu device, alone and over ranks that share its cores,
+// and so does the update's.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -208,6 +211,51 @@ TEST(ComputeCalibration, RanksTimeTogetherWhatEveryRankHolds) {
     EXPECT_EQ(rates[0].samples[i].backward.layer, rates[1].samples[i].backward.layer);
     EXPECT_EQ(rates[0].samples[i].backward.rest, rates[1].samples[i].backward.rest);
   }
+}
+
+// Ranks that plan at once (as a run's ranks on one machine do) time the update together and
+// keep the slowest rank's rates: every rank ends with the same rates, to the bit, and says how
+// they were measured. Where one rank's plan cannot fit, no rank times anything (and none waits
+// for it).
+TEST(UpdateCalibration, RanksTimeTheUpdateTogetherAndKeepTheSlowestsRates) {
+  testing::ScratchDir dir("update_calibration_ranks");
+  json j = testing::tiny_run_config(dir / "d.txt", dir / "o");
+  j["offload_optimizer"] = {{"schedule", "auto"}};
+  const TrainConfig config = parse_train_config(j);
+  const auto measure = [&](size_t rank1_device_bytes) {
+    std::vector<std::optional<UpdateRates>> rates(2);
+    run_local_ranks(2, [&](Communicator& comm) {
+      CpuDeviceOptions options;
+      if (comm.rank() == 1) options.memory_bytes = rank1_device_bytes;
+      const std::unique_ptr<Device> device = make_cpu_device(options);
+      ThreadPool pool(1);
+      rates[comm.rank()] = measure_update_rates(config, *device, pool,
+                                                zero_state_range(config, 2, comm.rank()), 2, &comm);
+    });
+    return rates;
+  };
+  const std::vector<std::optional<UpdateRates>> together = measure(size_t{1} << 30);
+  ASSERT_TRUE(together[0] && together[1]);
+  const UpdateRates& a = *together[0];
+  const UpdateRates& b = *together[1];
+  for (double UpdateRates::*rate :
+       {&UpdateRates::cpu_params_per_s, &UpdateRates::device_params_per_s,
+        &UpdateRates::h2d_bytes_per_s, &UpdateRates::d2h_bytes_per_s}) {
+    EXPECT_GT(a.*rate, 0);
+    EXPECT_EQ(a.*rate, b.*rate);
+  }
+  for (SharedRates UpdateRates::*lanes : {&UpdateRates::shared, &UpdateRates::shared_h2d}) {
+    EXPECT_EQ((a.*lanes).cpu_params_per_s, (b.*lanes).cpu_params_per_s);
+    EXPECT_EQ((a.*lanes).device_params_per_s, (b.*lanes).device_params_per_s);
+    EXPECT_EQ((a.*lanes).h2d_bytes_per_s, (b.*lanes).h2d_bytes_per_s);
+    EXPECT_EQ((a.*lanes).d2h_bytes_per_s, (b.*lanes).d2h_bytes_per_s);
+  }
+  EXPECT_EQ(a.ranks_at_once, 2);
+  EXPECT_CONTAINS(a.to_text(), "each the slowest of 2 ranks measuring at once");
+  // Rank 1's device is too small for its plan: neither rank measures.
+  const std::vector<std::optional<UpdateRates>> one_short = measure(4096);
+  EXPECT_FALSE(one_short[0]);
+  EXPECT_FALSE(one_short[1]);
 }
 
 }  // namespace

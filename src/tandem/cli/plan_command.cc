@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "tandem/cli/commands.h"
+#include "tandem/comm/local_group.h"
 #include "tandem/config/memory_plan.h"
 #include "tandem/config/step_plan.h"
 #include "tandem/config/train_config.h"
@@ -25,6 +26,21 @@ void print_settings_note(const TrainConfig& config) {
   if (!note.empty()) std::printf("%s\n", note.c_str());
 }
 
+// Rank `rank`'s plan as a run of `world_size` ranks on the cpu device would make it: every
+// rank at once (played by threads of this process), sharing this machine's cores as they would
+// while they train, so that the update rates it predicts with are theirs.
+TrainingMemoryPlan plan_on_local_ranks(const TrainConfig& config, int world_size, int rank) {
+  TrainingMemoryPlan plan;
+  run_local_ranks(world_size, [&](Communicator& comm) {
+    ThreadPool pool;
+    TrainingMemoryPlan mine =
+        plan_training(config, *make_training_device(config), pool,
+                      zero_state_range(config, world_size, comm.rank()), world_size, &comm);
+    if (comm.rank() == rank) plan = std::move(mine);
+  });
+  return plan;
+}
+
 }  // namespace
 
 void register_plan(CLI::App& app) {
@@ -42,9 +58,8 @@ void register_plan(CLI::App& app) {
   add_config_options(cmd, args->config);
   cmd->add_option("--world-size", args->world_size,
                   "Plan one rank of a data-parallel run over this many ranks "
-                  "(zero_optimization.stage decides what each rank holds; \"auto\" settings "
-                  "on the cpu device: that many in-process ranks measure together, as the "
-                  "run's would)")
+                  "(zero_optimization.stage decides what each rank holds; on the cpu device, "
+                  "that many in-process ranks measure together, as the run's would)")
       ->check(positive_number());
   cmd->add_option("--rank", args->rank, "The rank to plan (default 0, which holds the most)")
       ->check(non_negative_number());
@@ -83,10 +98,12 @@ void register_plan(CLI::App& app) {
       return;
     }
     if (config.train_batch_size > 0) step_candidates(config, args->world_size);  // the product
+    const bool cpu_ranks = config.device.type != DeviceKind::kCuda && args->world_size > 1;
     const TrainingMemoryPlan plan =
-        modelled ? plan_training_without_gpu(config, pool, state_range, args->world_size)
-                 : plan_training(config, *make_training_device(config), pool, state_range,
-                                 args->world_size);
+        modelled    ? plan_training_without_gpu(config, pool, state_range, args->world_size)
+        : cpu_ranks ? plan_on_local_ranks(config, args->world_size, args->rank)
+                    : plan_training(config, *make_training_device(config), pool, state_range,
+                                    args->world_size);
     std::printf("tandem plan for %s on %s\n%s%s\n", args->config.path.c_str(), on.c_str(),
                 plan.to_text().c_str(), largest_micro_batch_text(plan, config).c_str());
     print_settings_note(config);

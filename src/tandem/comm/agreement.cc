@@ -28,6 +28,13 @@ int max_over_ranks(Communicator& comm, int value) {
   return *std::max_element(all.begin(), all.end());
 }
 
+size_t min_over_ranks(Communicator& comm, size_t value) {
+  if (comm.world_size() == 1) return value;
+  std::vector<size_t> all(static_cast<size_t>(comm.world_size()));
+  comm.all_gather(&value, all.data(), sizeof value);
+  return *std::min_element(all.begin(), all.end());
+}
+
 std::string rank_of_world(const Communicator& comm) {
   return cat("rank ", comm.rank(), " of ", comm.world_size(), ": ");
 }

@@ -21,6 +21,8 @@ void fail_together(Communicator& comm, const std::string& error, std::string_vie
 
 // The largest of every rank's `value` (every rank calls it; a world of one: its own).
 int max_over_ranks(Communicator& comm, int value);
+// The smallest of every rank's `value` (every rank calls it; a world of one: its own).
+size_t min_over_ranks(Communicator& comm, size_t value);
 
 // "rank R of N: ", how an error of a job of several ranks names its rank.
 std::string rank_of_world(const Communicator& comm);

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <type_traits>
+#include <vector>
 
+#include "tandem/comm/agreement.h"
 #include "tandem/core/error.h"
 #include "tandem/core/format.h"
 #include "tandem/core/host_memory.h"
@@ -195,21 +198,60 @@ size_t timing_sample(const TrainingMemoryPlan& plan, size_t device_free) {
   return std::min(sample, device_free / (2 * 4 * sizeof(float)));
 }
 
+void keep_slower(double& kept, double other) { kept = std::min(kept, other); }
+void keep_slower(SharedRates& kept, const SharedRates& other) {
+  keep_slower(kept.cpu_params_per_s, other.cpu_params_per_s);
+  keep_slower(kept.device_params_per_s, other.device_params_per_s);
+  keep_slower(kept.h2d_bytes_per_s, other.h2d_bytes_per_s);
+  keep_slower(kept.d2h_bytes_per_s, other.d2h_bytes_per_s);
+}
+
+// Every rank's rates (every rank calls it), each the slowest rank's: ranks that train together
+// wait for the slowest at the step's collectives.
+UpdateRates slowest_rank(Communicator& peers, const UpdateRates& mine) {
+  static_assert(std::is_trivially_copyable_v<UpdateRates>);
+  std::vector<UpdateRates> all(static_cast<size_t>(peers.world_size()));
+  peers.all_gather(&mine, all.data(), sizeof mine);
+  UpdateRates slowest = mine;
+  for (const UpdateRates& r : all) {
+    keep_slower(slowest.cpu_params_per_s, r.cpu_params_per_s);
+    keep_slower(slowest.device_params_per_s, r.device_params_per_s);
+    keep_slower(slowest.h2d_bytes_per_s, r.h2d_bytes_per_s);
+    keep_slower(slowest.d2h_bytes_per_s, r.d2h_bytes_per_s);
+    keep_slower(slowest.shared, r.shared);
+    keep_slower(slowest.shared_h2d, r.shared_h2d);
+  }
+  slowest.ranks_at_once = peers.world_size();
+  return slowest;
+}
+
 }  // namespace
 
 std::optional<UpdateRates> measure_update_rates(const TrainConfig& config, Device& device,
                                                 ThreadPool& pool, ParamRange state_range,
-                                                int world_size) {
+                                                int world_size, Communicator* peers) {
+  if (peers != nullptr && peers->world_size() == 1) peers = nullptr;
   const TrainingMemoryPlan plan =
       plan_memory(config, device.kind(), device.device_capacity(), state_range, world_size);
-  if (!plan.fits()) return std::nullopt;  // nothing to measure: the run cannot start
-  // A rule the performance model cannot time has a fixed plan (no `auto`).
+  // Nothing to time where the run cannot start, or for a rule the performance model cannot
+  // time (a fixed plan, no `auto`).
   const OptimizerFamily& family = optimizer_family(config.optimizer.type);
-  if (family.calibrate_rates == nullptr) return std::nullopt;
-  const size_t sample = timing_sample(plan, device.device_free());
+  size_t sample = plan.fits() && family.calibrate_rates != nullptr
+                      ? timing_sample(plan, device.device_free())
+                      : 0;
+  size_t pass = plan.offload.max_subgroup_size;
+  if (peers != nullptr) {
+    // The same work on every rank, so that each kind runs on all at once: the smallest sample
+    // (none where any rank has nothing to time), in rank 0's subgroups.
+    sample = min_over_ranks(*peers, sample);
+    peers->broadcast(&pass, sizeof pass, 0);
+  }
   if (sample < 1024) return std::nullopt;
-  return family.calibrate_rates(device, pool, sample, update_dtypes(config),
-                                plan.offload.max_subgroup_size);
+  if (peers == nullptr)
+    return family.calibrate_rates(device, pool, sample, update_dtypes(config), pass, {});
+  const UpdateRates mine = family.calibrate_rates(device, pool, sample, update_dtypes(config), pass,
+                                                  [peers] { peers->barrier(); });
+  return slowest_rank(*peers, mine);
 }
 
 TrainingMemoryPlan plan_training_at_rates(const TrainConfig& config, DeviceKind kind,
@@ -221,10 +263,10 @@ TrainingMemoryPlan plan_training_at_rates(const TrainConfig& config, DeviceKind 
 }
 
 TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
-                                 ParamRange state_range, int world_size) {
+                                 ParamRange state_range, int world_size, Communicator* peers) {
   return plan_training_at_rates(
       config, device.kind(), device.device_capacity(), state_range, world_size,
-      measure_update_rates(config, device, pool, state_range, world_size));
+      measure_update_rates(config, device, pool, state_range, world_size, peers));
 }
 
 namespace {
@@ -258,7 +300,7 @@ std::optional<UpdateRates> assumed_gpu_update_rates(const TrainConfig& config, T
     const size_t sample = timing_sample(plan, std::numeric_limits<size_t>::max());
     auto host = make_cpu_device({.memory_bytes = 2 * 4 * sizeof(float) * sample});
     rates = family.calibrate_rates(*host, pool, sample, update_dtypes(config),
-                                   plan.offload.max_subgroup_size);
+                                   plan.offload.max_subgroup_size, {});
   }
   rates.device_params_per_s = gpu.for_optimizer(family).update_params_per_s;
   rates.h2d_bytes_per_s = gpu.h2d_bytes_per_s;

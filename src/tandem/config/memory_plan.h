@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "tandem/comm/communicator.h"
 #include "tandem/config/train_config.h"
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/device.h"
@@ -146,15 +147,19 @@ std::unique_ptr<Device> make_training_device(const TrainConfig& config, int cuda
 // Call it before the model allocates anything on the device.
 TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool);
 // The same for a rank that holds the optimizer state of `state_range` only (ZeRO).
+// `peers`: the ranks planning at this moment on the same machine (every one calls it), which
+// time the update together, so that the rates are those of ranks sharing the host's cores and
+// memory bandwidth (each the slowest rank's, the same on every rank).
 TrainingMemoryPlan plan_training(const TrainConfig& config, Device& device, ThreadPool& pool,
-                                 ParamRange state_range, int world_size = 1);
+                                 ParamRange state_range, int world_size = 1,
+                                 Communicator* peers = nullptr);
 // plan_training's two halves, for a planner that plans many configs at one set of rates
 // (step_plan.h): the rates measured on `device` for `config` (none: the optimizer is not
 // timed, or the plan does not fit), and the plan at given rates (none: a fixed plan, no
 // prediction).
 std::optional<UpdateRates> measure_update_rates(const TrainConfig& config, Device& device,
                                                 ThreadPool& pool, ParamRange state_range,
-                                                int world_size = 1);
+                                                int world_size = 1, Communicator* peers = nullptr);
 TrainingMemoryPlan plan_training_at_rates(const TrainConfig& config, DeviceKind kind,
                                           size_t capacity, ParamRange state_range, int world_size,
                                           const std::optional<UpdateRates>& rates);

@@ -351,7 +351,7 @@ StepPlan plan_step(const TrainConfig& config, Device& device, ThreadPool& pool, 
   const ParamRange state_range = zero_state_range(config, world_size, 0);
   const std::optional<UpdateRates> rates =
       measure_update_rates(with_step_settings(config, leanest(config, candidates), world_size),
-                           device, pool, state_range, world_size);
+                           device, pool, state_range, world_size, peers);
   const DeviceKind kind = device.kind();
   const size_t capacity = device.device_capacity();
   // Beyond this many tokens a micro-batch's time per sequence hardly changes on a GPU, and

@@ -32,6 +32,8 @@ std::string UpdateRates::to_text() const {
   if (shared_h2d.measured())
     text += cat("; beside host-to-device copies alone: CPU ", shared_h2d.cpu_params_per_s / 1e9,
                 " G params/s, host-to-device ", shared_h2d.h2d_bytes_per_s / 1e9, " GB/s");
+  if (ranks_at_once > 1)
+    text += cat("; each the slowest of ", ranks_at_once, " ranks measuring at once");
   return text;
 }
 
@@ -130,7 +132,8 @@ std::vector<double> measure_beside(const std::function<void()>& cpu_pass, size_t
 }  // namespace
 
 UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t sample_params,
-                                   const UpdateDTypes& types, size_t pass_params) {
+                                   const UpdateDTypes& types, size_t pass_params,
+                                   const std::function<void()>& before_each_kind) {
   const size_t n = std::max<size_t>(sample_params, 1024);
   // Each pass updates a slice of `pass` params, the next pass the next slice: a subgroup's
   // state comes from memory as in training, where a step has gone by since it was last
@@ -206,12 +209,19 @@ UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t samp
     s.synchronize();
   };
   const size_t all_bytes = slices * slice_bytes;
+  const auto next_kind = [&] {
+    if (before_each_kind) before_each_kind();
+  };
   // Medians, not bests: a prediction of a real run wants the typical pass.
+  next_kind();
   rates.cpu_params_per_s = pass / median_seconds(kPasses, cpu_pass);
+  next_kind();
   rates.device_params_per_s = pass / median_seconds(kPasses, [&] { device_pass(*stream); });
+  next_kind();
   rates.h2d_bytes_per_s = all_bytes / median_seconds(kPasses, [&] {
                             copy_pass(*stream, dev.data(), host.data(), all_bytes);
                           });
+  next_kind();
   rates.d2h_bytes_per_s = all_bytes / median_seconds(kPasses, [&] {
                             copy_pass(*stream, host.data(), dev.data(), all_bytes);
                           });
@@ -230,11 +240,13 @@ UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t samp
       [&] { copy_pass(*d2h_stream, host_bytes + copy_bytes, dev_bytes + copy_bytes, copy_bytes); },
       static_cast<double>(copy_bytes)};
   const Beside compute{[&] { device_pass(*compute_stream); }, static_cast<double>(pass)};
+  next_kind();
   const std::vector<double> all = measure_beside(cpu_pass, pass, {h2d, d2h, compute});
   rates.shared = {.cpu_params_per_s = all[0],
                   .device_params_per_s = all[3] > 0 ? all[3] : rates.device_params_per_s,
                   .h2d_bytes_per_s = all[1] > 0 ? all[1] : rates.h2d_bytes_per_s,
                   .d2h_bytes_per_s = all[2] > 0 ? all[2] : rates.d2h_bytes_per_s};
+  next_kind();
   const std::vector<double> copies = measure_beside(cpu_pass, pass, {h2d});
   rates.shared_h2d = {.cpu_params_per_s = copies[0],
                       .device_params_per_s = rates.device_params_per_s,

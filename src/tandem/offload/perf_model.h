@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "tandem/core/thread_pool.h"
@@ -54,6 +55,9 @@ struct UpdateRates {
   // The CPU's and the host-to-device link's with the two alone at once (the cpu schedule's
   // lanes: CPU updates and their working copies); the others alone. Unmeasured: `shared`.
   SharedRates shared_h2d = {};
+  // Ranks that measured these at once, sharing the host's cores and memory (as a run's ranks
+  // on one machine update at once): each rate is the slowest rank's. 1: measured alone.
+  int ranks_at_once = 1;
   // The rates of a lane while the other lane works too: beside a device lane of
   // host-to-device copies only, or beside all of its work.
   UpdateRates while_shared(bool device_lane_copies_only = false) const;
@@ -70,10 +74,13 @@ struct UpdateDTypes {
 
 // Measures the rates of `rule` on `sample_params` parameters, updating as the engine does
 // for `types`, each pass `pass_params` of them (a subgroup's size; 0: all), each pass the
-// next slice: each kind of work alone (best of a few passes), then beside the CPU's passes
+// next slice: each kind of work alone (median of a few passes), then beside the CPU's passes
 // (SharedRates: the copies and device updates repeating on threads of their own).
+// `before_each_kind`, where given, runs before each kind of work is timed: ranks calibrating
+// at once pass a barrier there, so that each kind runs on all of them at the same time.
 UpdateRates calibrate_update_rates(Device& device, UpdateRule& rule, size_t sample_params,
-                                   const UpdateDTypes& types = {}, size_t pass_params = 0);
+                                   const UpdateDTypes& types = {}, size_t pass_params = 0,
+                                   const std::function<void()>& before_each_kind = {});
 // (AdamW's: optim/adamw/adamw_timing.h.)
 
 struct UpdatePrediction {

@@ -154,9 +154,10 @@ struct OptimizerFamily {
   std::string (*settings_note)(const OptimizerConfig& config, const ParamLayout& layout) = nullptr;
   // Times the rule's kernels for the performance model (offload/perf_model.h); null: the
   // model knows nothing of them, so offload_optimizer.schedule auto is refused and the plan
-  // is not costed.
+  // is not costed. `before_each_kind`: as calibrate_update_rates takes it.
   UpdateRates (*calibrate_rates)(Device& device, ThreadPool& pool, size_t sample_params,
-                                 const UpdateDTypes& types, size_t pass_params) = nullptr;
+                                 const UpdateDTypes& types, size_t pass_params,
+                                 const std::function<void()>& before_each_kind) = nullptr;
   // The bytes per parameter its device kernel moves through a GPU's memory in an update
   // (AdamW 28): a GPU that is not here updates at its memory bandwidth over these
   // (config/memory_plan.h, AssumedGpu); 0: not known, and no such GPU is costed.

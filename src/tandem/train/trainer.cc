@@ -114,9 +114,11 @@ UpdateEngine::DeviceBuffers engine_buffers(Model& model, DataParallel& data_para
 
 TrainingMemoryPlan checked_plan(const TrainConfig& config, Device& device, ThreadPool& pool,
                                 Communicator& comm, const TrainOptions& options) {
+  // Every rank times the update at once: on one machine they share its cores and memory
+  // bandwidth, as their updates do in every step.
   TrainingMemoryPlan plan =
       plan_training(config, device, pool, zero_state_range(config, comm.world_size(), comm.rank()),
-                    comm.world_size());
+                    comm.world_size(), &comm);
   check_fits(plan, config);
   check_plan_fits_host(plan, options.allow_host_overcommit, comm);
   return plan;

@@ -8,9 +8,11 @@
 namespace tandem {
 
 UpdateRates calibrate_adamw_rates(Device& device, ThreadPool& pool, size_t sample_params,
-                                  const UpdateDTypes& types, size_t pass_params) {
+                                  const UpdateDTypes& types, size_t pass_params,
+                                  const std::function<void()>& before_each_kind) {
   AdamWRule adamw(AdamWHyper{.lr = 1e-4f, .weight_decay = 0.01f}, pool);
-  return calibrate_update_rates(device, adamw, sample_params, types, pass_params);
+  return calibrate_update_rates(device, adamw, sample_params, types, pass_params,
+                                before_each_kind);
 }
 
 AdamWArrays fill_adamw_timing_state(Device& device, Stream& stream, float* state, size_t n) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 #include "tandem/core/thread_pool.h"
 #include "tandem/device/device.h"
@@ -13,7 +14,8 @@ namespace tandem {
 
 // calibrate_update_rates with AdamW, its CPU kernel on `pool`.
 UpdateRates calibrate_adamw_rates(Device& device, ThreadPool& pool, size_t sample_params,
-                                  const UpdateDTypes& types = {}, size_t pass_params = 0);
+                                  const UpdateDTypes& types = {}, size_t pass_params = 0,
+                                  const std::function<void()>& before_each_kind = {});
 
 // Fills [params | m | v | grads] (4 x n floats at `state`, in any memory space of
 // `device`) with values that time AdamW fairly: params 1, m and v 0, gradients 1e-3
