@@ -15,6 +15,7 @@
 #include "tandem/ckpt/state_digest.h"
 #include "tandem/ckpt/train_checkpoint.h"
 #include "tandem/comm/agreement.h"
+#include "tandem/comm/cpu_binding.h"
 #include "tandem/comm/communicator.h"
 #include "tandem/comm/local_group.h"
 #include "tandem/comm/nccl_communicator.h"
@@ -286,6 +287,13 @@ class Trainer {
                        " of host memory, more than the machine's ",
                        format_bytes(plan_.machine_host_bytes),
                        " (--allow-host-overcommit); expect swapping or the OOM killer"));
+    // A collective. Only processes an MPI launcher started: a single process's CPUs are what its
+    // user gave it.
+    if (comm_.backend() == "mpi") {
+      const std::string binding = cpu_binding_warning(comm_);
+      const bool works_on_the_cpu = !on_gpu() || plan_.offload.params_at(UpdateSite::kHost) > 0;
+      if (!binding.empty() && works_on_the_cpu) report_.note("tandem: warning: " + binding);
+    }
     if (reduces_gradients(config_) &&
         DataParallel::overlaps_communication(config_.zero, comm_.world_size()) &&
         !data_parallel_.overlaps_communication())
