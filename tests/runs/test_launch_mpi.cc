@@ -12,9 +12,12 @@
 #include "support/tiny_run.h"
 #include "tandem/ckpt/checkpoint_dir.h"
 #include "tandem/ckpt/train_checkpoint.h"
+#include "tandem/comm/cpu_binding.h"
 #include "tandem/comm/local_group.h"
 #include "tandem/core/error.h"
 #include "tandem/core/file_io.h"
+#include "tandem/core/format.h"
+#include "tandem/core/thread_pool.h"
 #include "tandem/train/trainer.h"
 
 namespace tandem {
@@ -101,6 +104,29 @@ TEST_F(LaunchMpi, TwoRanksGiveTheBitsOfOneProcessAccumulatingTwoMicroBatches) {
   EXPECT_TRUE(a.optimizer_state == b.optimizer_state);
   EXPECT_TRUE(
       fs::exists(resolve_checkpoint(dir_ / "two") / "optimizer_shard_00001_of_00002.safetensors"));
+}
+
+// A rank mpirun bound to one core while its launcher may use more is warned about, naming its
+// CPU and the option that gives it the rest; unbound, it is not.
+TEST_F(LaunchMpi, ARankBoundToOneCoreIsWarnedAbout) {
+  const size_t cpus = allowed_cpus().size();
+  if (cpus < 2)
+    GTEST_SKIP() << "this process may run on " << cpus
+                 << " CPU: a rank bound to one core leaves nothing idle to warn about";
+  const fs::path config = write_config("bound", 1, 0);
+  const auto train = [&](const std::string& binding, const std::string& name) {
+    return testing::run_command(launcher_ + " " + binding + " -np 1 " + kTandem +
+                                " train --set train.steps=1 --set train.output_dir=" +
+                                (dir_ / name).string() + " --config " + config.string());
+  };
+  const testing::CommandResult bound = train("--bind-to core", "bound");
+  ASSERT_EQ(bound.exit_code, 0) << bound.output;
+  EXPECT_CONTAINS(bound.output, cat("tandem: warning: rank 0 on ", this_rank_cpus().host,
+                                    " may run on 1 of the ", cpus, " CPUs its launcher may (CPU "));
+  EXPECT_CONTAINS(bound.output, "give it the rest with `mpirun --bind-to none`");
+  const testing::CommandResult unbound = train("--bind-to none", "unbound");
+  ASSERT_EQ(unbound.exit_code, 0) << unbound.output;
+  EXPECT_EQ(unbound.output.find("may run on"), std::string::npos) << unbound.output;
 }
 
 // Real MPI, a world size that divides neither the parameters nor a power of two: every
