@@ -19,6 +19,7 @@
 #include "tandem/data/byte_tokenizer.h"
 #include "tandem/data/token_shard.h"
 #include "tandem/device/cuda/cuda_device.h"
+#include "tandem/train/step_settings.h"
 
 namespace tandem {
 namespace {
@@ -437,12 +438,18 @@ TEST_F(CliTest, PlanShowsOneRankOfADataParallelRun) {
   const auto result = tandem("plan --config " + config +
                              " --world-size 3 --rank 1 --set zero_optimization.stage=2");
   ASSERT_EQ(result.exit_code, 0) << result.output;
-  // On the cpu device the 3 ranks time the update together, as a run's ranks on one
-  // machine's cores would.
-  for (const char* part : {"rank 1 of 3", "ZeRO stage 2 over 3 ranks: this rank updates",
-                           "memory per tier (per rank)",
-                           "each the slowest of 3 ranks measuring at once"})
+  // On the cpu device the ranks time the update together, as a run's ranks on one machine's
+  // cores would: 3, or as many as this machine has CPUs (at least 2).
+  const std::string together =
+      cat("each the slowest of ", ranks_planning_here(3), " ranks measuring at once");
+  for (const std::string& part :
+       {std::string("rank 1 of 3"), std::string("ZeRO stage 2 over 3 ranks: this rank updates"),
+        std::string("memory per tier (per rank)"), together})
     EXPECT_NE(result.output.find(part), std::string::npos) << part << " in " << result.output;
+  // A plan for many ranks measures with no more ranks than this machine's CPUs.
+  const auto many = tandem("plan --config " + config + " --world-size 4096");
+  ASSERT_EQ(many.exit_code, 0) << many.output;
+  EXPECT_CONTAINS(many.output, cat("each the slowest of ", ranks_planning_here(4096), " ranks"));
   expect_error(tandem("plan --config " + config + " --world-size 2 --rank 2"),
                {"--rank 2 is not a rank of --world-size 2"});
 }

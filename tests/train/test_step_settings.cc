@@ -4,6 +4,7 @@
 // and so does the update's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -211,6 +212,16 @@ TEST(ComputeCalibration, RanksTimeTogetherWhatEveryRankHolds) {
     EXPECT_EQ(rates[0].samples[i].backward.layer, rates[1].samples[i].backward.layer);
     EXPECT_EQ(rates[0].samples[i].backward.rest, rates[1].samples[i].backward.rest);
   }
+}
+
+// A plan for many ranks is measured by no more ranks than this process has CPUs, and by at
+// least two of several (their communication is measured too).
+TEST(StepSettings, RanksPlanningHereAreAtMostTheCpus) {
+  const int cpus = static_cast<int>(allowed_cpus().size());
+  EXPECT_EQ(ranks_planning_here(1), 1);
+  EXPECT_EQ(ranks_planning_here(2), 2);
+  EXPECT_EQ(ranks_planning_here(3), std::min(3, std::max(2, cpus)));
+  EXPECT_EQ(ranks_planning_here(4096), std::max(2, cpus));
 }
 
 // Ranks that plan at once (as a run's ranks on one machine do) time the update together and

@@ -26,17 +26,18 @@ void print_settings_note(const TrainConfig& config) {
   if (!note.empty()) std::printf("%s\n", note.c_str());
 }
 
-// Rank `rank`'s plan as a run of `world_size` ranks on the cpu device would make it: every
-// rank at once (played by threads of this process), sharing this machine's cores as they would
-// while they train, so that the update rates it predicts with are theirs.
+// Rank `rank`'s plan as a run of `world_size` ranks on the cpu device would make it: its ranks
+// at once (ranks_planning_here of them, threads of this process, each planning `rank`'s
+// part), sharing this machine's cores as they would while they train, so that the update rates
+// it predicts with are theirs.
 TrainingMemoryPlan plan_on_local_ranks(const TrainConfig& config, int world_size, int rank) {
   TrainingMemoryPlan plan;
-  run_local_ranks(world_size, [&](Communicator& comm) {
+  run_local_ranks(ranks_planning_here(world_size), [&](Communicator& comm) {
     ThreadPool pool;
     TrainingMemoryPlan mine =
         plan_training(config, *make_training_device(config), pool,
-                      zero_state_range(config, world_size, comm.rank()), world_size, &comm);
-    if (comm.rank() == rank) plan = std::move(mine);
+                      zero_state_range(config, world_size, rank), world_size, &comm);
+    if (comm.rank() == 0) plan = std::move(mine);
   });
   return plan;
 }
@@ -56,10 +57,12 @@ void register_plan(CLI::App& app) {
       "its predicted update time; with \"auto\" settings, the micro-batch, accumulation and "
       "recompute chosen, the runners-up and each one's predicted step");
   add_config_options(cmd, args->config);
-  cmd->add_option("--world-size", args->world_size,
-                  "Plan one rank of a data-parallel run over this many ranks "
-                  "(zero_optimization.stage decides what each rank holds; on the cpu device, "
-                  "that many in-process ranks measure together, as the run's would)")
+  cmd->add_option(
+         "--world-size", args->world_size,
+         "Plan one rank of a data-parallel run over this many ranks "
+         "(zero_optimization.stage decides what each rank holds; on the cpu device, "
+         "that many in-process ranks (at most this machine's CPUs) measure together, as the "
+         "run's would)")
       ->check(positive_number());
   cmd->add_option("--rank", args->rank, "The rank to plan (default 0, which holds the most)")
       ->check(non_negative_number());

@@ -51,26 +51,42 @@ std::optional<StepSettings> resumed_settings(const TrainConfig& now,
 
 }  // namespace
 
-std::optional<StepPlan> plan_step_over_ranks(const TrainConfig& config, Communicator& comm,
-                                             const CpuDeviceOptions& injected) {
-  const int world_size = comm.world_size();
+namespace {
+
+// plan_step_over_ranks for a run of `world_size` ranks, `comm`'s measuring (all of the run's, or
+// those of them that play it on this machine).
+std::optional<StepPlan> plan_step_for(const TrainConfig& config, Communicator& comm, int world_size,
+                                      const CpuDeviceOptions& injected) {
   const bool cpu = config.device.type != DeviceKind::kCuda;
   if (!cpu && comm.rank() != 0) return std::nullopt;
   // The ranks that will share this machine's cores, measuring together.
-  Communicator* peers = world_size > 1 && cpu ? &comm : nullptr;
+  Communicator* peers = comm.world_size() > 1 && cpu ? &comm : nullptr;
   const CommRate rate = peers != nullptr ? measure_comm_rate(*peers) : CommRate{};
   ThreadPool pool;
   const std::unique_ptr<Device> device = make_training_device(config, 0, injected);
   return plan_step(config, *device, pool, world_size, rate, peers);
 }
 
+}  // namespace
+
+std::optional<StepPlan> plan_step_over_ranks(const TrainConfig& config, Communicator& comm,
+                                             const CpuDeviceOptions& injected) {
+  return plan_step_for(config, comm, comm.world_size(), injected);
+}
+
 StepPlan plan_step_on_local_ranks(const TrainConfig& config, int world_size) {
   StepPlan plan;
-  run_local_ranks(world_size, [&](Communicator& comm) {
-    std::optional<StepPlan> mine = plan_step_over_ranks(config, comm);
+  run_local_ranks(ranks_planning_here(world_size), [&](Communicator& comm) {
+    std::optional<StepPlan> mine = plan_step_for(config, comm, world_size, {});
     if (comm.rank() == 0) plan = std::move(*mine);
   });
   return plan;
+}
+
+int ranks_planning_here(int world_size) {
+  if (world_size <= 1) return 1;
+  const int cpus = static_cast<int>(allowed_cpus().size());
+  return std::min(world_size, std::max(2, cpus));
 }
 
 TrainConfig with_chosen_step_settings(const TrainConfig& config, Communicator& comm,

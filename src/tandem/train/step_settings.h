@@ -35,9 +35,15 @@ std::optional<StepPlan> plan_step_over_ranks(const TrainConfig& config, Communic
                                              const CpuDeviceOptions& injected = {});
 
 // The plan a run of `world_size` ranks on this machine would make, the ranks played by
-// threads of this process (plan_step_over_ranks on in-process ranks): what `tandem plan
-// --world-size N` and `tandem bench plan` show is what such a run chooses.
+// threads of this process (ranks_planning_here of them, as plan_step_over_ranks's): what
+// `tandem plan --world-size N` and `tandem bench plan` show is what such a run chooses.
 StepPlan plan_step_on_local_ranks(const TrainConfig& config, int world_size);
+
+// How many in-process ranks measure for a run of `world_size` planned on this machine: at
+// most the CPUs this process may use (a run puts no more ranks on one machine's cores, and a
+// plan for 64 ranks must not hold 64 ranks' calibration buffers), at least two of several
+// (to measure their communication).
+int ranks_planning_here(int world_size);
 
 // The same for a process that is a world of its own (the bench commands).
 TrainConfig with_chosen_step_settings(const TrainConfig& config, std::FILE* log = stderr);
