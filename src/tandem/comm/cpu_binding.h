@@ -17,12 +17,13 @@ class Communicator;
 
 // Where one rank runs.
 struct RankCpus {
-  std::string host;
+  std::string host;  // as gethostname gives it (sent between ranks: its first 63 bytes)
   std::vector<int> cpus;           // those it may run on (its affinity), in increasing order
   std::vector<int> launcher_cpus;  // its parent process's; empty when they cannot be read
 };
 
-// This process's (its calling thread's affinity, its parent's from sched_getaffinity).
+// This process's: its host name, its main thread's affinity (the trainer's threads start from
+// it; a thread pool may pin its workers within it) and its parent's.
 RankCpus this_rank_cpus();
 
 // "0-3,8,10-11": CPU numbers in increasing order, runs of consecutive ones as ranges.
