@@ -49,10 +49,6 @@ std::optional<StepSettings> resumed_settings(const TrainConfig& now,
   }
 }
 
-}  // namespace
-
-namespace {
-
 // plan_step_over_ranks for a run of `world_size` ranks, `comm`'s measuring (all of the run's, or
 // those of them that play it on this machine).
 std::optional<StepPlan> plan_step_for(const TrainConfig& config, Communicator& comm, int world_size,
