@@ -108,9 +108,7 @@ ComputeRates calibrate_compute_rates(const TrainConfig& config, Device& device,
   std::erase_if(micro_batches, [&](int B) { return bytes(shapes[1], B) > free; });
   // What a model needs grows with B, so every rank kept a prefix of the same list: the
   // shortest is the one all can time.
-  if (peers != nullptr)
-    micro_batches.resize(
-        static_cast<size_t>(-max_over_ranks(*peers, -static_cast<int>(micro_batches.size()))));
+  if (peers != nullptr) micro_batches.resize(min_over_ranks(*peers, micro_batches.size()));
   TANDEM_CHECK(!micro_batches.empty(), "the ", device.name(),
                " device cannot hold a two-layer model of this width to time its passes; set "
                "train_micro_batch_size_per_gpu, gradient_accumulation_steps and "
