@@ -14,13 +14,20 @@ Modes (--mode):
                   released on one GPU), the config's sub_group_size;
   zero3-twinflow  ZeRO-3 with a partial offload: offload_optimizer.ratio R of the subgroups
                   updated by CPU Adam on the host, the rest by torch AdamW on the GPU
-                  ("Twin-Flow", ZeRO-Offload++; ZeRO-3 only).
+                  ("Twin-Flow", ZeRO-Offload++; ZeRO-3 only);
+  best            the mode, micro-batch, accumulation and activation checkpointing that
+                  bench/deepspeed_memory.py finds fit this machine's GPU and host memory, per
+                  train batch (--micro-batch is then the largest micro-batch known to fit
+                  without checkpointing); a train batch that nothing fits is not run, and its
+                  JSON line says why. --print-plan prints the choice.
 --zero-stage 2|3 is the old spelling of zero2-offload|zero3-offload.
 
 Batch: --train-batch-size sequences per optimizer step (a comma list runs one phase per
-value in one process, the engine built once: DeepSpeed's set_train_batch_size changes the
-accumulation), --micro-batch, --grad-accum (train_batch_size = micro x accumulation on one
-GPU); --activation-checkpointing (transformers' gradient checkpointing, every layer);
+value in one process, the engine built once: DeepSpeed's set_train_micro_batch_size and
+set_train_batch_size change the micro-batch and the accumulation), --micro-batch (one, or one
+per phase), --grad-accum (train_batch_size = micro x accumulation on one GPU);
+--activation-checkpointing (transformers' gradient checkpointing, every layer; in every phase,
+or per phase: 0,1);
 --find-largest-micro-batch tries micro-batches 1, 2, 4, ... up to the train batch on the built
 engine (one full step each) until one runs out of GPU memory, prints the largest that ran and
 exits. Learning rate: tandem's WarmupCosineLR exactly (linear warm-up to lr over W steps, then
@@ -57,6 +64,8 @@ import subprocess
 import sys
 import time
 
+import deepspeed_memory
+
 ME = "deepspeed_offload_train.py"
 INSTALL = ("PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-index "
            "--find-links gpu-payload/wheels deepspeed")
@@ -77,15 +86,16 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="a tandem config with model.type llama")
-    parser.add_argument("--mode", choices=sorted(MODES), help="default zero2-offload")
+    parser.add_argument("--mode", choices=sorted(MODES) + ["best"],
+                        help="default zero2-offload")
     parser.add_argument("--zero-stage", type=int,
                         help="old spelling: 2 is --mode zero2-offload, 3 is zero3-offload")
     parser.add_argument("--train-batch-size",
                         help="sequences per optimizer step, or a comma list of them (one phase "
                              "each; default micro-batch x accumulation)")
-    parser.add_argument("--micro-batch", "--batch", dest="micro_batch", type=int,
-                        help="sequences per forward (default: the config's "
-                             "train_micro_batch_size_per_gpu)")
+    parser.add_argument("--micro-batch", "--batch", dest="micro_batch",
+                        help="sequences per forward, or a comma list of one per phase "
+                             "(default: the config's train_micro_batch_size_per_gpu)")
     parser.add_argument("--grad-accum", type=int,
                         help="micro-batches per optimizer step (default: train batch / micro)")
     parser.add_argument("--seq-len", type=int, help="sequence length (default: train.seq_len)")
@@ -96,8 +106,14 @@ def parse_args(argv=None):
                         help="WarmupCosineLR's warmup_num_steps (default: --warmup)")
     parser.add_argument("--cos-min-ratio", type=float,
                         help="WarmupCosineLR's floor (default: the config's, else 0.1)")
-    parser.add_argument("--activation-checkpointing", action="store_true",
-                        help="recompute every layer's activations in the backward")
+    parser.add_argument("--activation-checkpointing", nargs="?", const="1",
+                        help="recompute every layer's activations in the backward: in every "
+                             "phase, or per phase as a comma list of 0 and 1")
+    parser.add_argument("--gpu-memory-gb", type=float,
+                        help="GPU memory DeepSpeed may use, GiB, for --mode best and the memory "
+                             "check (default: the GPU's, less 3 GiB)")
+    parser.add_argument("--host-memory-gb", type=float,
+                        help="host memory DeepSpeed may use, GiB (default: MemAvailable)")
     parser.add_argument("--reduce-bucket-size", type=float, default=5e8,
                         help="zero_optimization.reduce_bucket_size (elements; DeepSpeed's "
                              "default 5e8)")
@@ -128,6 +144,9 @@ def parse_args(argv=None):
     parser.add_argument("--data", help="llm.c token shard to train on (default: random tokens)")
     parser.add_argument("--print-ds-config", action="store_true",
                         help="print the DeepSpeed config of the first phase and exit")
+    parser.add_argument("--print-plan", action="store_true",
+                        help="print every phase's mode, micro-batch, accumulation, "
+                             "checkpointing and memory estimates, and exit")
     parser.add_argument("--print-lr-schedule", action="store_true",
                         help="print each step's learning rate of the first phase and exit")
     return parser.parse_args(argv)
@@ -150,6 +169,68 @@ def load_config(path):
     return config
 
 
+def int_list(flag, text):
+    """A comma list of integers (None stays None), or exit 2 naming the flag."""
+    if text is None:
+        return None
+    try:
+        return [int(v) for v in str(text).split(",")]
+    except ValueError:
+        fail(f"{flag} {text} is not a number or a comma list of numbers; pass e.g. 16 or 4,16")
+
+
+def gpu_memory_bytes(args):
+    """--gpu-memory-gb, else the first GPU's memory (nvidia-smi) less 3 GiB for the CUDA
+    context and cuBLAS, as bench/gpu_offload_sweep.sh gives tandem; exit 2 without either."""
+    if args.gpu_memory_gb is not None:
+        return args.gpu_memory_gb * deepspeed_memory.GIB
+    try:
+        mib = subprocess.run(["nvidia-smi", "--query-gpu=memory.total",
+                              "--format=csv,noheader,nounits"], capture_output=True,
+                             text=True, check=True).stdout.split()[0]
+        return (int(mib) / 1024 - 3) * deepspeed_memory.GIB
+    except (OSError, subprocess.CalledProcessError, IndexError, ValueError):
+        fail("--mode best needs the GPU's memory and nvidia-smi did not give it; pass "
+             "--gpu-memory-gb")
+
+
+def host_memory_bytes(args):
+    if args.host_memory_gb is not None:
+        return args.host_memory_gb * deepspeed_memory.GIB
+    available = deepspeed_memory.available_host_bytes()
+    if available is None:
+        fail("/proc/meminfo has no MemAvailable to plan host memory by; pass --host-memory-gb")
+    return available
+
+
+def plan_best_phases(args, config, micros):
+    """--mode best: bench/deepspeed_memory.py's plan for the train batch sizes, which also sets
+    args.mode. --micro-batch (one value) is the largest known to fit without checkpointing."""
+    if micros is not None and len(micros) != 1:
+        fail("--mode best takes one --micro-batch (the largest that fits without activation "
+             "checkpointing), not one per phase")
+    shape = deepspeed_memory.llama_shape(config["model"])
+    args.mode, phases, why = deepspeed_memory.plan_best(
+        shape, args.train_batch_sizes, args.seq_len, gpu_memory_bytes(args),
+        host_memory_bytes(args), args.reduce_bucket_size, micros[0] if micros else None)
+    return phases, why
+
+
+def check_host_memory(args, config):
+    """A warning where the chosen mode's host memory estimate (bench/deepspeed_memory.py) is
+    more than the host has available: the kernel's out-of-memory killer would end the run."""
+    shape = deepspeed_memory.llama_shape(config["model"])
+    accumulates = any(p["gradient_accumulation_steps"] > 1 for p in args.phases
+                      if "not_run" not in p)
+    need = deepspeed_memory.host_bytes(args.mode, shape, accumulates)
+    available = host_memory_bytes(args)
+    if need is not None and need > available:
+        print(f"{ME}: warning: {args.mode} needs about {need / deepspeed_memory.GIB:.1f} GiB of "
+              f"host memory{' with accumulation' if accumulates else ''}, more than the "
+              f"{available / deepspeed_memory.GIB:.1f} GiB available; it may be killed "
+              "(--mode best plans within it)", file=sys.stderr)
+
+
 def check_args(args, config):
     """Exit 2 on what cannot run; fill mode, batch sizes, sequence and schedule defaults."""
     model_type = str(config.get("model", {}).get("type", "gpt2"))
@@ -169,43 +250,66 @@ def check_args(args, config):
             fail(f"--zero-stage {args.zero_stage} and --mode {args.mode} disagree; pass one")
         args.mode = old
     args.mode = args.mode or "zero2-offload"
-    args.stage, args.offload = MODES[args.mode]
     if args.seq_len is None:
         args.seq_len = int(config.get("train", {}).get("seq_len",
                            config["model"].get("max_position_embeddings", 1024)))
-    for flag, value in (("--steps", args.steps), ("--micro-batch", args.micro_batch),
-                        ("--grad-accum", args.grad_accum), ("--seq-len", args.seq_len)):
-        if value is not None and value <= 0:
-            fail(f"{flag} {value} is not positive; pass a positive {flag}")
+    micros = given_micros = int_list("--micro-batch", args.micro_batch)
+    for flag, values in (("--steps", [args.steps]), ("--micro-batch", micros or []),
+                         ("--grad-accum", [args.grad_accum]), ("--seq-len", [args.seq_len])):
+        for value in values:
+            if value is not None and value <= 0:
+                fail(f"{flag} {value} is not positive; pass a positive {flag}")
+    checkpointing = int_list("--activation-checkpointing", args.activation_checkpointing)
+    if checkpointing and any(v not in (0, 1) for v in checkpointing):
+        fail(f"--activation-checkpointing {args.activation_checkpointing}: give nothing (every "
+             "phase) or one 0 or 1 per phase, such as 0,1")
     if args.train_batch_size is not None:
-        try:
-            args.train_batch_sizes = [int(v) for v in str(args.train_batch_size).split(",")]
-        except ValueError:
-            fail(f"--train-batch-size {args.train_batch_size} is not a number or a comma list "
-                 "of numbers; pass e.g. 16 or 4,16")
+        args.train_batch_sizes = int_list("--train-batch-size", args.train_batch_size)
         if any(v <= 0 for v in args.train_batch_sizes):
             fail(f"--train-batch-size {args.train_batch_size} is not positive; pass sequences "
                  "per optimizer step such as 16")
         if args.grad_accum is not None and len(args.train_batch_sizes) > 1:
             fail("--grad-accum with several --train-batch-size values: give --micro-batch; "
                  "each phase's accumulation is its batch / micro-batch")
-        if args.micro_batch is None:
-            args.micro_batch = (args.train_batch_sizes[0] // args.grad_accum
-                                if args.grad_accum else
-                                min(int(config.get("train_micro_batch_size_per_gpu", 1)),
-                                    min(args.train_batch_sizes)))
+        if micros is None:
+            micros = [args.train_batch_sizes[0] // args.grad_accum if args.grad_accum else
+                      min(int(config.get("train_micro_batch_size_per_gpu", 1)),
+                          min(args.train_batch_sizes))]
     else:
-        if args.micro_batch is None:
-            args.micro_batch = int(config.get("train_micro_batch_size_per_gpu", 1))
-        args.train_batch_sizes = [args.micro_batch * (args.grad_accum or 1)]
-    for tbs in args.train_batch_sizes:
-        if args.micro_batch <= 0 or tbs % args.micro_batch:
-            fail(f"--train-batch-size {tbs} is not a multiple of the micro-batch "
-                 f"{args.micro_batch}: DeepSpeed needs train_batch_size = micro-batch x "
-                 "accumulation on one GPU; pass a micro-batch that divides it")
-    if args.grad_accum is not None and args.train_batch_sizes[0] != args.micro_batch * args.grad_accum:
+        if micros is None:
+            micros = [int(config.get("train_micro_batch_size_per_gpu", 1))]
+        args.train_batch_sizes = [micros[0] * (args.grad_accum or 1)]
+    phases = len(args.train_batch_sizes)
+    for flag, values in (("--micro-batch", micros), ("--activation-checkpointing", checkpointing)):
+        if values is not None and len(values) not in (1, phases):
+            fail(f"{flag} gives {len(values)} values for {phases} train batch sizes: give one "
+                 "for every phase, or one per phase")
+    args.best = args.mode == "best"
+    if args.best:
+        if checkpointing is not None or args.grad_accum is not None:
+            fail("--mode best chooses the accumulation and activation checkpointing itself: "
+                 "leave out --grad-accum and --activation-checkpointing, or name a mode")
+        args.phases, args.plan_why = plan_best_phases(args, config, given_micros)
+    else:
+        micros = micros * phases if len(micros) == 1 else micros
+        checkpointing = (checkpointing or [0]) * phases if len(checkpointing or [0]) == 1 \
+            else checkpointing
+        args.phases, args.plan_why = [], None
+        for tbs, micro, ckpt in zip(args.train_batch_sizes, micros, checkpointing):
+            if tbs % micro:
+                fail(f"--train-batch-size {tbs} is not a multiple of the micro-batch "
+                     f"{micro}: DeepSpeed needs train_batch_size = micro-batch x "
+                     "accumulation on one GPU; pass a micro-batch that divides it")
+            args.phases.append({"train_batch_size": tbs, "micro_batch": micro,
+                                "gradient_accumulation_steps": tbs // micro,
+                                "activation_checkpointing": bool(ckpt)})
+    if args.grad_accum is not None and args.train_batch_sizes[0] != micros[0] * args.grad_accum:
         fail(f"--train-batch-size {args.train_batch_sizes[0]} is not --micro-batch "
-             f"{args.micro_batch} x --grad-accum {args.grad_accum}; give two of the three")
+             f"{micros[0]} x --grad-accum {args.grad_accum}; give two of the three")
+    args.stage, args.offload = MODES[args.mode]
+    # The DeepSpeed config at the engine's start: the first phase that runs.
+    first = next((p for p in args.phases if "not_run" not in p), args.phases[0])
+    args.micro_batch = first["micro_batch"]
     if args.lr is not None and not args.lr > 0:
         fail(f"--lr {args.lr} is not a positive learning rate; pass one such as 3e-5, or "
              "leave --lr out for the config's optimizer.params.lr")
@@ -481,6 +585,17 @@ def build_model(torch, deepspeed, cfg, ds_config, stage, device="cuda"):
     return model, seconds
 
 
+def set_checkpointing(model, on):
+    """transformers' gradient checkpointing (every layer, non-reentrant) on or off for the next
+    phase, checked on the model."""
+    if on:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_disable()
+    if model.is_gradient_checkpointing != on:
+        raise RuntimeError(f"transformers did not turn gradient checkpointing {'on' if on else 'off'}")
+
+
 def parameter_groups(model):
     """AdamW's groups as tandem decays them: 2-D weights decay (the config's weight_decay,
     the group default), the norms' 1-D weights do not."""
@@ -666,8 +781,35 @@ def main():
     config = load_config(args.config)
     check_args(args, config)
     lr = base_lr(args, config)
+    first_tbs = next((p["train_batch_size"] for p in args.phases if "not_run" not in p),
+                     args.train_batch_sizes[0])
     if args.print_ds_config:
-        print(json.dumps(deepspeed_config(args, config, args.train_batch_sizes[0]), indent=2))
+        print(json.dumps(deepspeed_config(args, config, first_tbs), indent=2))
+        return
+    if args.print_plan:
+        print(json.dumps({"mode": args.mode, "why": args.plan_why, "phases": args.phases}))
+        return
+    if args.best:
+        print(f"{ME}: best: {args.plan_why}", file=sys.stderr)
+        for p in args.phases:
+            print(f"{ME}: best: {p['train_batch_size']} sequences: " + (
+                f"not run: {p['not_run']}" if "not_run" in p else
+                f"micro-batch {p['micro_batch']} x {p['gradient_accumulation_steps']}"
+                f"{', activation checkpointing' if p['activation_checkpointing'] else ''}"
+                f" (about {p['gpu_bytes'] / deepspeed_memory.GIB:.1f} GiB of GPU and "
+                f"{p['host_bytes'] / deepspeed_memory.GIB:.1f} GiB of host memory)"),
+                file=sys.stderr)
+    else:
+        check_host_memory(args, config)
+    if not args.find_largest_micro_batch and all("not_run" in p for p in args.phases):
+        # Nothing to train: the lines say why without building the model.
+        shape = deepspeed_memory.llama_shape(config["model"])
+        for phase, p in enumerate(args.phases):
+            print(json.dumps(dict(
+                p, framework="deepspeed", mode=args.mode, zero_stage=args.stage,
+                config=args.config, params=shape["params"], seq_len=args.seq_len,
+                phase=phase + 1, batch=p["micro_batch"],
+                tokens_per_step=p["train_batch_size"] * args.seq_len)))
         return
     if args.print_lr_schedule:
         total = args.warmup + args.steps
@@ -696,16 +838,12 @@ def main():
     cpu_adam_s = build_cpu_adam() if args.offload else 0.0
     torch.manual_seed(int(config.get("train", {}).get("seed", 1337)))
     cfg = llama_config(config["model"])
-    ds_config = deepspeed_config(args, config, args.train_batch_sizes[0])
+    ds_config = deepspeed_config(args, config, first_tbs)
     model, construct_s = build_model(torch, deepspeed, cfg, ds_config, args.stage,
                                      args.device)
     attn = getattr(model.config, "_attn_implementation", None)
     if attn != "sdpa":
         raise RuntimeError(f"the Hugging Face model's attention is {attn!r}, not sdpa")
-    if args.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if not model.is_gradient_checkpointing:
-            raise RuntimeError("transformers did not enable gradient checkpointing")
     params = parameter_count(model)
     engine, optimizer, _, _ = deepspeed.initialize(model=model,
                                                    model_parameters=parameter_groups(model),
@@ -723,7 +861,6 @@ def main():
         (1.0 if args.offload else 0.0),
         "pinned": args.pinned, "alloc_conf": alloc_conf, "alloc_conf_check": alloc_why,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cores": len(cores) if cores else None,
-        "activation_checkpointing": args.activation_checkpointing,
         "reduce_bucket_size": int(args.reduce_bucket_size),
         "sub_group_size": int(args.sub_group_size) if args.stage == 3 else None,
         "params": params, "seq_len": T, "data": args.data or "random tokens",
@@ -733,6 +870,7 @@ def main():
         "config": args.config, "device": args.device}
 
     if args.find_largest_micro_batch:
+        set_checkpointing(engine.module, args.phases[0]["activation_checkpointing"])
         tried = find_largest_micro_batch(
             torch, engine, lambda m: batch_maker(args.data, vocab, m, T, dev), vocab, clock,
             args, args.device)
@@ -742,10 +880,21 @@ def main():
               file=result, flush=True)
         return
 
-    batch = batch_maker(args.data, vocab, args.micro_batch, T, dev)
-    for phase, tbs in enumerate(args.train_batch_sizes):
-        accumulation = tbs // args.micro_batch
+    for phase, setting in enumerate(args.phases):
+        tbs, micro = setting["train_batch_size"], setting["micro_batch"]
+        accumulation = setting["gradient_accumulation_steps"]
+        planned = {k: setting[k] for k in ("host_bytes", "gpu_bytes") if k in setting}
+        about = dict(common, phase=phase + 1, train_batch_size=tbs, micro_batch=micro,
+                     batch=micro, gradient_accumulation_steps=accumulation,
+                     activation_checkpointing=setting["activation_checkpointing"],
+                     tokens_per_step=tbs * T, **{f"planned_{k}": v for k, v in planned.items()})
+        if "not_run" in setting:
+            print(json.dumps(dict(about, not_run=setting["not_run"])), file=result, flush=True)
+            continue
+        engine.set_train_micro_batch_size(micro)
         engine.set_train_batch_size(tbs)
+        set_checkpointing(engine.module, setting["activation_checkpointing"])
+        batch = batch_maker(args.data, vocab, micro, T, dev)
         total = args.warmup + args.steps
         schedule, sync_backup = make_schedule(torch, optimizer, args, total, lr)
         if args.device == "cuda":
@@ -755,26 +904,24 @@ def main():
         tokens_per_step = tbs * T
         for step in range(total):
             lrs.append(optimizer.param_groups[0]["lr"])
-            phases, loss = run_step(torch, engine, batch, vocab, step, accumulation, clock,
-                                    args.device)
+            split, loss = run_step(torch, engine, batch, vocab, step, accumulation, clock,
+                                   args.device)
             schedule.step()
             sync_backup()
             if step >= args.warmup:
-                times.append(phases)
+                times.append(split)
             losses.append(loss)
             if step == 0:
                 after_first = {"host_rss_bytes_after_first_step": host_rss_bytes(),
                                "host_memory_stats_after_first_step": host_memory_stats(torch)}
-            elapsed = sum(phases)
+            elapsed = sum(split)
             print(f"phase {phase + 1} step {step + 1}: loss {loss:.4f}, lr {lrs[-1]:.3g}, "
-                  f"{elapsed * 1e3:.1f} ms (forward {phases[0] * 1e3:.1f}, backward "
-                  f"{phases[1] * 1e3:.1f}, update {phases[2] * 1e3:.1f}), "
+                  f"{elapsed * 1e3:.1f} ms (forward {split[0] * 1e3:.1f}, backward "
+                  f"{split[1] * 1e3:.1f}, update {split[2] * 1e3:.1f}), "
                   f"{tokens_per_step / elapsed:.0f} tok/s", file=sys.stderr)
         pinned, host_tensors = host_tensor_bytes(torch, optimizer)
         print(json.dumps(dict(
-            common, phase=phase + 1, train_batch_size=tbs, micro_batch=args.micro_batch,
-            batch=args.micro_batch, gradient_accumulation_steps=accumulation,
-            tokens_per_step=tokens_per_step, timed_steps=args.steps, warmup_steps=args.warmup,
+            about, timed_steps=args.steps, warmup_steps=args.warmup,
             lr_schedule={"type": "WarmupCosineLR", "lr": lr,
                          "warmup_num_steps": args.lr_warmup_steps,
                          "cos_min_ratio": args.cos_min_ratio, "total_steps": total},

@@ -13,11 +13,14 @@
 #                                                       "auto", schedule auto (`tandem plan`'s
 #                                                       choice is in the log); one process per TBS
 #   gpu_offload_sweep.sh tandem-cpu CONFIG TBS[,...]    tandem at DeepSpeed's placement: schedule
-#                                                       cpu, DeepSpeed's micro-batch and recompute
+#                                                       cpu, the micro-batch, accumulation and
+#                                                       recompute of DeepSpeed's best at TBS
 #   gpu_offload_sweep.sh deepspeed CONFIG MODE TBS[,...] DeepSpeed in MODE (zero2, zero2-offload,
-#                                                       zero3-offload, zero3-twinflow, or best: the
-#                                                       model's best mode, see ds_best_mode), one
-#                                                       process, one phase per TBS
+#                                                       zero3-offload, zero3-twinflow, or best:
+#                                                       the mode, micro-batch, accumulation and
+#                                                       recompute that fit this machine, per TBS,
+#                                                       bench/deepspeed_memory.py), one process,
+#                                                       one phase per TBS
 #   gpu_offload_sweep.sh probe CONFIG MODE              DeepSpeed's largest micro-batch in MODE
 #                                                       (with activation checkpointing if DS_CKPT=1)
 #   gpu_offload_sweep.sh schedules CONFIG [SCHEDULES]   tandem's schedules side by side at one
@@ -32,9 +35,11 @@
 # or a build directory), OUT_DIR (default $OUT, else runs/gpu-offload), STEPS (timed, default
 # 20), WARMUP (untimed steps and the learning-rate warm-up, default 5), LR (peak, default 1e-4
 # on both sides: at the configs' 3e-4 the 3B and 7B losses spiked on 2026-11-26), MEMORY_GB
-# (tandem's device.memory_gb; default the GPU's memory less 3 GiB), DS_MICRO (DeepSpeed's
-# micro-batch; default per model: 4 for 3B, 2 for 7B/8B, 1 for 13B, capped at TBS), DS_CKPT
-# (1: activation checkpointing on DeepSpeed's side and in tandem-cpu; default 0),
+# (tandem's device.memory_gb, and DeepSpeed's GPU memory for best; default the GPU's memory
+# less 3 GiB), DS_MICRO (DeepSpeed's micro-batch in a named mode, default per model: 4 for
+# 3B, 2 for 7B/8B, 1 for 13B, capped at TBS; in best, and tandem-cpu, the largest known to fit
+# without recompute, default estimated), DS_CKPT (1: activation checkpointing on DeepSpeed's
+# side in a named mode and the probe; default 0),
 # DS_RATIO (zero3-twinflow's offload ratio, default 0.5), DS_ARGS (more arguments for the
 # DeepSpeed script), PART_SECONDS (a process's limit, default 560). Each part writes
 # OUT_DIR/<part>-<model>[-<mode>][-<tbs>].json and .log and prints the summary; it exits
@@ -157,22 +162,15 @@ ds_micro() {
   echo "$m"
 }
 
-# DeepSpeed's best mode for CONFIG on this GPU: ZeRO-2 with no offload when its training state
-# (bf16 weights and gradients, fp32 master weights, Adam moments and the master's fp32
-# gradients: 20 bytes per parameter) leaves 12 GiB of the GPU for activations, else
-# ZeRO-Offload, the faster of DeepSpeed's offload modes on 2026-11-26 (3B: 4,852 against
-# ZeRO-3 offload's 2,719 tokens/s). zero3-twinflow's ratio is tuned by its own parts.
-ds_best_mode() {
-  python3 - "$1" "$(memory_gb)" <<'PY'
-import json, sys
-m = json.load(open(sys.argv[1]))["model"]
-C, L, V, I = m["hidden_size"], m["num_hidden_layers"], m["vocab_size"], m["intermediate_size"]
-H, KV = m["num_attention_heads"], m.get("num_key_value_heads", m["num_attention_heads"])
-D = m.get("head_dim", C // H)
-n = V * C * (1 if m.get("tie_word_embeddings") else 2) + C + L * (
-    C * H * D + 2 * C * KV * D + H * D * C + 3 * C * I + 2 * C)
-print("zero2" if 20 * n / 2**30 + 12 <= float(sys.argv[2]) else "zero2-offload")
-PY
+# DeepSpeed's best setting at TBS sequences per step on this machine (bench/deepspeed_memory.py,
+# through the DeepSpeed script's --print-plan): "MODE MICRO ACCUMULATION CHECKPOINTING(0/1)".
+ds_best_setting() {
+  # shellcheck disable=SC2046
+  python3 bench/deepspeed_offload_train.py --config "$1" --mode best --train-batch-size "$2" \
+    --seq-len "$seq" --gpu-memory-gb "$(memory_gb)" ${DS_MICRO:+--micro-batch "$DS_MICRO"} \
+    --print-plan | python3 -c 'import json, sys
+plan = json.load(sys.stdin); p = plan["phases"][0]
+print(plan["mode"], p["micro_batch"], p["gradient_accumulation_steps"], int(p["activation_checkpointing"]))'
 }
 
 # TBS list -> one per line, each checked.
@@ -269,7 +267,6 @@ install_deepspeed() {
   export PYTHONPATH=/tmp/deepspeed-site${PYTHONPATH:+:$PYTHONPATH}
 }
 
-ds_ckpt_args() { [[ ${DS_CKPT:-0} == 1 ]] && echo --activation-checkpointing; }
 
 config_arg() {
   [[ -f ${1:-} ]] || {
@@ -291,10 +288,14 @@ tandem | tandem-cpu)
     if [[ $part == tandem ]]; then
       tandem_auto_sets "$config" "$shard" "$tbs"
     else
-      m=$(ds_micro "$config" "$tbs")
-      setting="DeepSpeed's placement: schedule cpu, micro-batch $m, accumulation $((tbs / m)), recompute ${DS_CKPT:-0}"
-      sets=(--set train_micro_batch_size_per_gpu="$m" --set gradient_accumulation_steps=$((tbs / m))
-        --set activation_checkpointing.interval="${DS_CKPT:-0}")
+      read -r ds_mode m accumulation ckpt < <(ds_best_setting "$config" "$tbs") || {
+        echo "gpu_offload_sweep: DeepSpeed's best setting at $tbs sequences could not be planned" >&2
+        exit 1
+      }
+      setting="DeepSpeed's placement: schedule cpu, the setting of DeepSpeed's best ($ds_mode):"
+      setting+=" micro-batch $m, accumulation $accumulation, recompute $ckpt"
+      sets=(--set train_micro_batch_size_per_gpu="$m" --set gradient_accumulation_steps="$accumulation"
+        --set activation_checkpointing.interval="$ckpt")
     fi
     tandem_run "$part" "$config" "$tbs" "${sets[@]}" || status=1
   done
@@ -303,16 +304,24 @@ deepspeed | probe)
   config=${1:-}
   config_arg "$config"
   mode=${2:?"usage: $0 $part CONFIG MODE${part/probe/}${part/deepspeed/ TBS[,TBS...]}"}
-  [[ $mode == best ]] && mode=$(ds_best_mode "$config")
+  what=(--gpu-memory-gb "$(memory_gb)")
   if [[ $part == deepspeed ]]; then
     tbs_all=$(tbs_list "${3:?"usage: $0 deepspeed CONFIG MODE TBS[,TBS...]"}") || exit 2
     tbs_csv=$(echo $tbs_all | tr ' ' ,)
-    micro=$(ds_micro "$config" "$(echo "$tbs_all" | sort -n | head -n 1)")
     name="deepspeed-$(model_name "$config")-$mode-${tbs_csv//,/-}"
-    what=(--train-batch-size "$tbs_csv" --micro-batch "$micro" --steps "$steps" --warmup "$warmup")
+    what+=(--train-batch-size "$tbs_csv" --steps "$steps" --warmup "$warmup")
+    if [[ $mode == best ]]; then
+      # The script plans each TBS (its log says how); DS_MICRO is then the largest micro-batch
+      # known to fit without recompute.
+      [[ -n ${DS_MICRO:-} ]] && what+=(--micro-batch "$DS_MICRO")
+    else
+      what+=(--micro-batch "$(ds_micro "$config" "$(echo "$tbs_all" | sort -n | head -n 1)")")
+      [[ ${DS_CKPT:-0} == 1 ]] && what+=(--activation-checkpointing)
+    fi
   else
     name="probe-$(model_name "$config")-$mode"
-    what=(--train-batch-size "${PROBE_MAX:-64}" --find-largest-micro-batch)
+    what+=(--train-batch-size "${PROBE_MAX:-64}" --find-largest-micro-batch)
+    [[ ${DS_CKPT:-0} == 1 ]] && what+=(--activation-checkpointing)
   fi
   [[ $mode == zero3-twinflow ]] && what+=(--offload-ratio "${DS_RATIO:-0.5}")
   bin=$(tandem_binary) || exit 1
@@ -322,7 +331,7 @@ deepspeed | probe)
   # shellcheck disable=SC2046,SC2086
   PYTHONUNBUFFERED=1 timeout --kill-after=10 "$cap" python3 bench/deepspeed_offload_train.py \
     --config "$config" --mode "$mode" --data "$shard" --seq-len "$seq" --lr "$lr" \
-    --cos-min-ratio 0.1 "${what[@]}" $(ds_ckpt_args) ${DS_ARGS:-} \
+    --cos-min-ratio 0.1 "${what[@]}" ${DS_ARGS:-} \
     2>"$out/$name.log" >"$out/$name.json"
   status=$?
   if ((status != 0)); then
@@ -419,7 +428,7 @@ exit "$status"
 # 2     bash bench/gpu_offload_sweep.sh deepspeed configs/llama2-7b.json best 4,16          450
 # 3     bash bench/gpu_offload_sweep.sh tandem-cpu configs/llama2-7b.json 4,16              400
 # 4     STEPS=8 WARMUP=2 bash bench/gpu_offload_sweep.sh tandem configs/llama2-7b.json 64   330
-# 5     STEPS=6 WARMUP=2 bash bench/gpu_offload_sweep.sh deepspeed configs/llama2-7b.json best 64  470
+# 5     STEPS=6 WARMUP=2 bash bench/gpu_offload_sweep.sh deepspeed configs/llama2-7b.json best 64  470 (H100: 30, not run)
 # 6     bash bench/gpu_offload_sweep.sh tandem configs/llama-3b.json 4,16                  200
 # 7     bash bench/gpu_offload_sweep.sh deepspeed configs/llama-3b.json best 4,16          300
 # 8     bash bench/gpu_offload_sweep.sh probe configs/llama2-7b.json zero3-twinflow        200
@@ -428,7 +437,7 @@ exit "$status"
 # 11    STEPS=6 WARMUP=2 bash bench/gpu_offload_sweep.sh deepspeed configs/llama-3b.json best 64  300
 # 12    STEPS=3 WARMUP=2 bash bench/gpu_offload_sweep.sh tandem configs/llama2-7b.json 256  480
 # 13    bash bench/gpu_offload_sweep.sh tandem configs/llama3.1-8b.json 4,16               360
-# 14    bash bench/gpu_offload_sweep.sh deepspeed configs/llama3.1-8b.json best 4,16       470
+# 14    bash bench/gpu_offload_sweep.sh deepspeed configs/llama3.1-8b.json best 4,16       30 (not run: host memory)
 # 15    STEPS=30 WARMUP=5 bash bench/gpu_offload_sweep.sh tandem configs/llama2-13b.json 4 (H200)  400
 # 16    STEPS=5 WARMUP=2 bash bench/gpu_offload_sweep.sh deepspeed configs/llama2-13b.json zero2-offload 4 (H200)  400
 # END PLAN

@@ -17,6 +17,9 @@ attention width (heads x head_dim), T the sequence; 12 L H_d T is QK^T and AV fo
 backward over the full T x T square (PaLM's appendix B), so the causal half that the flash
 kernels skip is counted, and recompute is not. The 6N-only figure is printed beside it.
 
+A DeepSpeed phase that its best setting could not fit on the machine (a line with "not_run",
+from bench/deepspeed_memory.py's plan) is shown with the reason and is not a failure.
+
 Exits 1 when a run failed, a loss at its end is not lower than the loss of the first step
 after warm-up, or one model's schedules end with different state digests; ratios are
 reported, not enforced.
@@ -189,6 +192,10 @@ def summarize(tandem, deepspeed, problems):
             best[slot] = max(best.get(slot, 0), run.get("tokens_per_s") or 0)
         for r in g["d"]:
             name, mode = ds_label(r)
+            if "not_run" in r:
+                # Not a failure: no setting of DeepSpeed's fits this machine (--mode best).
+                print("%-44s not run: %s" % (name, r["not_run"]))
+                continue
             if "error" in r:
                 print("%-44s failed: %s" % (name, r["error"]))
                 problems.append(f"{where}: {name} failed")
@@ -211,6 +218,9 @@ def summarize(tandem, deepspeed, problems):
             ratio = own / ds_best[0]
             print("  tandem own setting / DeepSpeed's best (%s): %.2f (goal >= 1.5 on 7B-class: %s)"
                   % (ds_best[1], ratio, "met" if ratio >= 1.5 else "not met"))
+        elif own and any("not_run" in r for r in g["d"]):
+            print("  tandem own setting / DeepSpeed's best: no ratio, DeepSpeed cannot train "
+                  "this here (not run, above)")
         placement = best.get("tandem-cpu") or best.get("sched-cpu")
         if placement and best.get("ds-zero2-offload"):
             ratio = placement / best["ds-zero2-offload"]

@@ -158,6 +158,87 @@ else
   fail "--print-lr-schedule: $(cat "$work/err" "$work/lr.json")"
 fi
 
+# Per-phase micro-batches and activation checkpointing: the first phase's go into the config.
+check_mode zero2-offload "assert ds['train_micro_batch_size_per_gpu'] == 2 and ds['gradient_accumulation_steps'] == 2, ds" \
+  --train-batch-size 4,16 --micro-batch 2,16 --activation-checkpointing 0,1
+expect_error "--micro-batch gives 2 values for 3 train batch sizes" --config "$config" \
+  --train-batch-size 4,16,64 --micro-batch 2,4
+expect_error "--activation-checkpointing 0,2: give nothing (every phase) or one 0 or 1 per phase" \
+  --config "$config" --train-batch-size 4,16 --activation-checkpointing 0,2
+expect_error "--train-batch-size 16 is not a multiple of the micro-batch 3" --config "$config" \
+  --train-batch-size 4,16 --micro-batch 2,3
+expect_error "--mode best chooses the accumulation and activation checkpointing itself" \
+  --config "$config" --mode best --activation-checkpointing --gpu-memory-gb 76
+expect_error "--mode best takes one --micro-batch" --config "$config" --mode best \
+  --train-batch-size 4,16 --micro-batch 2,4 --gpu-memory-gb 76
+
+# --mode best (bench/deepspeed_memory.py): python3 - ARGS... checks the plan of the 7B shape
+# at 8K, 32K, 128K and 512K tokens per step on a machine of GPU and host memory given in GiB.
+check_plan() {
+  local checks="$1"
+  shift
+  if python3 "$script" --mode best --seq-len 2048 --print-plan "$@" > "$work/plan.json" \
+       2> "$work/err" &&
+     python3 -c "import json, sys
+plan = json.load(open(sys.argv[1])); mode = plan['mode']
+ph = {p['train_batch_size']: (p['micro_batch'], p['gradient_accumulation_steps'],
+                              p['activation_checkpointing'], p.get('not_run', '')) for p in plan['phases']}
+$checks" "$work/plan.json"; then
+    echo "ok: --mode best $* --print-plan"
+  else
+    fail "--mode best $* --print-plan: $(cat "$work/err" "$work/plan.json")"
+  fi
+}
+# An H100 box (76 GiB for DeepSpeed, 123 GiB of host available): ZeRO-Offload's 7B state takes
+# 115 GiB of host memory, 128 with accumulation's buffer, so each step is one micro-batch.
+check_plan "assert mode == 'zero2-offload', plan
+assert ph[4] == (4, 1, False, '') and ph[16] == (16, 1, True, ''), ph
+assert ph[64][:3] == (32, 2, True) and 'with accumulation needs about 127.6 GiB of host memory' in ph[64][3], ph
+assert ph[256][3], ph" --config "$config" --train-batch-size 4,16,64,256 --gpu-memory-gb 76 --host-memory-gb 123
+# An H200 box: 64 checkpointed sequences fit the GPU.
+check_plan "assert ph[64] == (64, 1, True, ''), ph" --config "$config" --train-batch-size 64 \
+  --gpu-memory-gb 136 --host-memory-gb 125
+# Host memory for accumulation: DeepSpeed's usual recipe, the largest plain micro-batch.
+check_plan "assert ph[16] == (4, 4, False, '') and ph[256] == (4, 64, False, ''), ph" \
+  --config "$config" --train-batch-size 16,256 --gpu-memory-gb 76 --host-memory-gb 256
+# A probe's answer (--micro-batch) replaces the estimate of the largest plain micro-batch.
+check_plan "assert ph[16] == (2, 8, False, ''), ph" --config "$config" --train-batch-size 16 \
+  --micro-batch 2 --gpu-memory-gb 76 --host-memory-gb 256
+# The 3B model's state fits an H100 with ZeRO-2 and no offload; its accumulation is on the GPU.
+check_plan "assert mode == 'zero2' and ph[16] == (1, 16, False, ''), plan" \
+  --config "$source_dir/configs/llama-3b.json" --train-batch-size 16 --gpu-memory-gb 76 --host-memory-gb 123
+# Llama 3.1 8B's ZeRO-Offload state (137.5 GiB) does not fit 123 GiB at all; the script then
+# prints why for every phase and builds nothing (no torch needed).
+check_plan "assert all('even without accumulation' in p[3] for p in ph.values()), ph" \
+  --config "$source_dir/configs/llama3.1-8b.json" --train-batch-size 4,16 --gpu-memory-gb 76 --host-memory-gb 123
+if python3 "$script" --config "$source_dir/configs/llama3.1-8b.json" --mode best \
+     --train-batch-size 4,16 --gpu-memory-gb 76 --host-memory-gb 123 > "$work/lines.json" \
+     2> "$work/err" &&
+   python3 -c 'import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert [l["train_batch_size"] for l in lines] == [4, 16], lines
+assert all(l["framework"] == "deepspeed" and "137.5 GiB" in l["not_run"] for l in lines), lines
+assert lines[0]["tokens_per_step"] == 8192 and lines[0]["params"] == 8030261248, lines' "$work/lines.json" &&
+   grep -qF "best: 4 sequences: not run" "$work/err"; then
+  echo "ok: a plan with nothing to run prints why, one line per phase"
+else
+  fail "a plan with nothing to run: $(cat "$work/err" "$work/lines.json")"
+fi
+# The GPU estimate reproduces the one measurement it is fitted to: 3B, ZeRO-Offload,
+# micro-batch 4 of 2048 tokens, no checkpointing, 37.49 GiB peak on the H100 (2026-11-26).
+if python3 -c "import json, sys
+sys.path.insert(0, sys.argv[1] + '/bench')
+import deepspeed_memory as dm
+shape = dm.llama_shape(json.load(open(sys.argv[1] + '/configs/llama-3b.json'))['model'])
+assert shape['params'] == 3015355392, shape
+est = dm.gpu_bytes('zero2-offload', shape, 4 * 2048, False) / dm.GIB
+assert abs(est / 37.49 - 1) < 0.01, est
+assert dm.host_bytes('zero3-offload', shape, True) is None" "$source_dir"; then
+  echo "ok: the GPU estimate gives the 3B run's measured peak"
+else
+  fail "the GPU estimate no longer gives the 3B run's 37.49 GiB"
+fi
+
 # Past the checks, the script needs torch and a CUDA GPU: it says which is missing here.
 if ! python3 -c "import torch" 2> /dev/null; then
   expect_error "PyTorch is not installed" --config "$config" --steps 1 --warmup 0

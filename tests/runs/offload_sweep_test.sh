@@ -194,6 +194,41 @@ theirs = json.load(open(sys.argv[2]))
 assert len(ours) == 8 == len(theirs), (ours, theirs)
 assert all(abs(a - b) <= 1e-12 * max(a, b) for a, b in zip(ours, theirs)), (ours, theirs)
 PY
+# tandem at DeepSpeed's placement takes the micro-batch, accumulation and recompute of
+# DeepSpeed's best setting on the same machine (bench/deepspeed_memory.py's plan).
+PAYLOAD="$(dirname "$tandem")" OUT_DIR="$work/placement" SEQ=64 STEPS=2 WARMUP=1 LR=2e-3 \
+  MEMORY_GB=1 bash bench/gpu_offload_sweep.sh tandem-cpu configs/llama-shakespeare.json 8 \
+  >"$work/out.txt" 2>&1 || fail "the tandem-cpu part: $(cat "$work/out.txt")"
+want=$(python3 bench/deepspeed_offload_train.py --config configs/llama-shakespeare.json \
+  --mode best --train-batch-size 8 --seq-len 64 --gpu-memory-gb 1 --print-plan)
+python3 - "$work/placement/tandem-cpu-llama-shakespeare-8.json" "$want" <<'PY' ||
+import json, sys
+r = json.load(open(sys.argv[1])); p = json.loads(sys.argv[2])["phases"][0]
+setting = r["sweep"]["setting"]
+assert setting.startswith("DeepSpeed's placement: schedule cpu, the setting of DeepSpeed's best"), setting
+assert f"micro-batch {p['micro_batch']}, accumulation {p['gradient_accumulation_steps']}" in setting, (setting, p)
+assert r["runs"][0]["schedule"] == "cpu", r["runs"]
+PY
+  fail "the tandem-cpu part's setting is not DeepSpeed's best: $(cat "$work/out.txt")"
+
+# A DeepSpeed phase that no setting fits on the machine is shown with its reason, not failed.
+mkdir -p "$work/notrun"
+cp "$work/sweep/tandem-llama-shakespeare-4.json" "$work/notrun/"
+python3 - "$work/notrun/deepspeed-llama-shakespeare-best-4.json" <<'PY'
+import json, sys
+json.dump({"framework": "deepspeed", "mode": "zero2-offload", "zero_stage": 2,
+           "config": "configs/llama-shakespeare.json", "train_batch_size": 4, "micro_batch": 4,
+           "gradient_accumulation_steps": 1, "activation_checkpointing": False,
+           "tokens_per_step": 256, "seq_len": 64,
+           "not_run": "zero2-offload needs about 9.0 GiB of host memory"}, open(sys.argv[1], "w"))
+PY
+python3 bench/offload_sweep_summary.py "$work/notrun" >"$work/summary.txt" ||
+  fail "a DeepSpeed phase not run failed the summary: $(cat "$work/summary.txt")"
+for expected in "not run: zero2-offload needs about 9.0 GiB of host memory" \
+  "tandem own setting / DeepSpeed's best: no ratio, DeepSpeed cannot train this here"; do
+  grep -qF "$expected" "$work/summary.txt" || fail "the summary lacks '$expected': $(cat "$work/summary.txt")"
+done
+
 bash bench/gpu_offload_sweep.sh plan | grep -qF "deepspeed configs/llama2-7b.json best 4,16" ||
   fail "the plan lacks the 7B DeepSpeed part"
 if bash bench/gpu_offload_sweep.sh tandem configs/llama-shakespeare.json 4,x >"$work/out.txt" 2>&1; then
