@@ -44,8 +44,9 @@
 # DeepSpeed script), PART_SECONDS (a process's limit, default 560). Each part writes
 # OUT_DIR/<part>-<model>[-<mode>][-<tbs>].json and .log and prints the summary; it exits
 # non-zero when something failed: a run (its JSON then holds "error": how it ended, a kill by
-# the out-of-memory killer named as such, and its log's last line), a loss not lower at the end
-# than after warm-up, or schedules whose state digests differ.
+# the out-of-memory killer named as such, and its log's last line; where a DeepSpeed process
+# dies in one phase, a new one runs the phases after it), a loss not lower at the end than
+# after warm-up, or schedules whose state digests differ.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -116,7 +117,8 @@ record_failure() {
   shift 2
   python3 -c 'import json, sys
 r = dict(a.split("=", 1) for a in sys.argv[2:])
-if "zero_stage" in r: r["zero_stage"] = int(r["zero_stage"])
+for key in ("zero_stage", "tokens_per_step"):
+    if key in r: r[key] = int(r[key])
 r["error"] = sys.argv[1]
 print(json.dumps(r))' "$reason" "$@" >"$json"
 }
@@ -309,7 +311,7 @@ deepspeed | probe)
     tbs_all=$(tbs_list "${3:?"usage: $0 deepspeed CONFIG MODE TBS[,TBS...]"}") || exit 2
     tbs_csv=$(echo $tbs_all | tr ' ' ,)
     name="deepspeed-$(model_name "$config")-$mode-${tbs_csv//,/-}"
-    what+=(--train-batch-size "$tbs_csv" --steps "$steps" --warmup "$warmup")
+    what+=(--steps "$steps" --warmup "$warmup")
     if [[ $mode == best ]]; then
       # The script plans each TBS (its log says how); DS_MICRO is then the largest micro-batch
       # known to fit without recompute.
@@ -320,28 +322,51 @@ deepspeed | probe)
     fi
   else
     name="probe-$(model_name "$config")-$mode"
-    what+=(--train-batch-size "${PROBE_MAX:-64}" --find-largest-micro-batch)
+    tbs_csv=${PROBE_MAX:-64}
+    what+=(--find-largest-micro-batch)
     [[ ${DS_CKPT:-0} == 1 ]] && what+=(--activation-checkpointing)
   fi
   [[ $mode == zero3-twinflow ]] && what+=(--offload-ratio "${DS_RATIO:-0.5}")
   bin=$(tandem_binary) || exit 1
   shard=$(shard_of "$bin") || exit 1
   install_deepspeed || exit 1
+  : >"$out/$name.json"
+  : >"$out/$name.log"
   started=$SECONDS
-  # shellcheck disable=SC2046,SC2086
-  PYTHONUNBUFFERED=1 timeout --kill-after=10 "$cap" python3 bench/deepspeed_offload_train.py \
-    --config "$config" --mode "$mode" --data "$shard" --seq-len "$seq" --lr "$lr" \
-    --cos-min-ratio 0.1 "${what[@]}" ${DS_ARGS:-} \
-    2>"$out/$name.log" >"$out/$name.json"
-  status=$?
-  if ((status != 0)); then
-    # Phases that finished keep their lines; the failure is one more line.
-    record_failure "$out/$name.json.err" "$(failure_reason "$status" $((SECONDS - started)) \
-      "$cap" "$out/$name.log")" framework=deepspeed mode="$mode" config="$config" \
-      train_batch_size="${tbs_csv:-probe}"
+  remaining=$tbs_csv
+  # One process for all phases; where it dies (a phase out of GPU memory kills the process, as
+  # can the out-of-memory killer), its finished phases keep their lines, the phase it died in
+  # gets a line that says how, and a new process runs the phases after it while the part has
+  # at least a minute left of PART_SECONDS.
+  while [[ -n $remaining ]]; do
+    left=$((cap - (SECONDS - started)))
+    lines_before=$(grep -c . "$out/$name.json")
+    attempt_started=$SECONDS
+    # shellcheck disable=SC2086
+    PYTHONUNBUFFERED=1 timeout --kill-after=10 "$left" python3 bench/deepspeed_offload_train.py \
+      --config "$config" --mode "$mode" --data "$shard" --seq-len "$seq" --lr "$lr" \
+      --cos-min-ratio 0.1 --train-batch-size "$remaining" "${what[@]}" ${DS_ARGS:-} \
+      2>>"$out/$name.log" >>"$out/$name.json"
+    rc=$?
+    ((rc == 0)) && break
+    status=$rc
+    # The phase it died in: the first of $remaining without a line.
+    IFS=, read -r -a phases_left <<<"$remaining"
+    done_now=$(($(grep -c . "$out/$name.json") - lines_before))
+    failed=${phases_left[$done_now]:-${phases_left[-1]}}
+    record_failure "$out/$name.json.err" "$(failure_reason "$rc" $((SECONDS - attempt_started)) \
+      "$left" "$out/$name.log")" framework=deepspeed mode="$mode" config="$config" \
+      train_batch_size="$failed" tokens_per_step=$((failed * seq))
     cat "$out/$name.json.err" >>"$out/$name.json"
     rm -f "$out/$name.json.err"
-  fi
+    remaining=$(IFS=,; echo "${phases_left[*]:$((done_now + 1))}")
+    if [[ -n $remaining && $part == deepspeed ]] && ((cap - (SECONDS - started) >= 60)); then
+      echo "gpu_offload_sweep: a new DeepSpeed process for the phases after it: $remaining" |
+        tee -a "$out/$name.log" >&2
+    else
+      remaining=
+    fi
+  done
   ;;
 schedules | digest)
   if [[ $part == digest ]]; then

@@ -163,6 +163,47 @@ fi
 grep -qE "^DeepSpeed zero2-offload +failed: killed by SIGKILL after 99 s$" "$work/summary.txt" &&
   grep -qF "DeepSpeed zero2-offload failed" "$work/summary.txt" ||
   fail "the summary does not show the failed DeepSpeed run: $(cat "$work/summary.txt")"
+# A DeepSpeed process that dies in a phase (here killed by SIGKILL in its second of three, as
+# a phase out of memory ends it): the first phase keeps its line, the second gets one that says
+# how, and a new process runs the third. A python3 in front of the real one stands in for the
+# DeepSpeed script and for an installed DeepSpeed.
+mkdir -p "$work/fakepy" "$work/dsdied"
+real_python=$(command -v python3)
+cat >"$work/fakepy/python3" <<SH
+#!/usr/bin/env bash
+if [[ \${1:-} == -c && \${2:-} == "import deepspeed" ]]; then exit 0; fi
+if [[ \${1:-} == */deepspeed_offload_train.py ]]; then
+  args=" \$* "; tbs=\${args##* --train-batch-size }; tbs=\${tbs%% *}
+  echo "phases \$tbs" >&2
+  for t in \${tbs//,/ }; do
+    [[ \$t == 8 ]] && kill -9 \$\$
+    echo "{\"framework\": \"deepspeed\", \"mode\": \"zero2-offload\", \"config\": \"configs/llama-shakespeare.json\", \"train_batch_size\": \$t, \"tokens_per_step\": \$((t * 64)), \"micro_batch\": \$t, \"timed_steps\": 2, \"tokens_per_s\": 1000.0, \"losses\": [5.0, 4.0, 3.0]}"
+  done
+  exit 0
+fi
+exec "$real_python" "\$@"
+SH
+chmod +x "$work/fakepy/python3"
+if PATH="$work/fakepy:$PATH" PAYLOAD="$(dirname "$tandem")" OUT_DIR="$work/dsdied" SEQ=64 MEMORY_GB=1 \
+  bash bench/gpu_offload_sweep.sh deepspeed configs/llama-shakespeare.json zero2-offload 4,8,16 \
+  >"$work/out.txt" 2>&1; then
+  fail "a DeepSpeed part whose process died passed: $(cat "$work/out.txt")"
+fi
+python3 - "$work/dsdied/deepspeed-llama-shakespeare-zero2-offload-4-8-16.json" <<'PY' ||
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert [l["train_batch_size"] for l in lines] == [4, "8", 16], lines
+assert "killed by SIGKILL" in lines[1]["error"] and lines[1]["tokens_per_step"] == 512, lines[1]
+assert "error" not in lines[0] and "error" not in lines[2], lines
+PY
+  fail "the lines of a DeepSpeed part that died: $(cat "$work/dsdied"/*.json "$work/out.txt")"
+grep -qF "a new DeepSpeed process for the phases after it: 16" "$work/out.txt" ||
+  fail "no second process: $(cat "$work/out.txt")"
+grep -qF "phases 16" "$work/dsdied/deepspeed-llama-shakespeare-zero2-offload-4-8-16.log" ||
+  fail "the second process did not run phase 16 alone"
+grep -qE "^DeepSpeed best +failed|^DeepSpeed zero2-offload +failed: killed by SIGKILL" "$work/out.txt" ||
+  fail "the summary does not show the phase that died: $(cat "$work/out.txt")"
+
 # The sweep's own-setting part end to end on the cpu device (tandem bench offload with
 # train_batch_size and the auto keys, or the fixed fallback), annotated with tokens per step,
 # and its LR schedule the same as the DeepSpeed script's: the lrs of `tandem train --metrics`
