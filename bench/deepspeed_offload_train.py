@@ -209,10 +209,15 @@ def plan_best_phases(args, config, micros):
     if micros is not None and len(micros) != 1:
         fail("--mode best takes one --micro-batch (the largest that fits without activation "
              "checkpointing), not one per phase")
+    if args.offload_ratio is not None:
+        fail("--mode best chooses Twin-Flow's --offload-ratio itself (where it is the mode); "
+             "leave it out, or name --mode zero3-twinflow")
     shape = deepspeed_memory.llama_shape(config["model"])
-    args.mode, phases, why = deepspeed_memory.plan_best(
+    args.mode, ratio, phases, why = deepspeed_memory.plan_best(
         shape, args.train_batch_sizes, args.seq_len, gpu_memory_bytes(args),
         host_memory_bytes(args), args.reduce_bucket_size, micros[0] if micros else None)
+    if args.mode == "zero3-twinflow":
+        args.offload_ratio = ratio
     return phases, why
 
 
@@ -222,9 +227,9 @@ def check_host_memory(args, config):
     shape = deepspeed_memory.llama_shape(config["model"])
     accumulates = any(p["gradient_accumulation_steps"] > 1 for p in args.phases
                       if "not_run" not in p)
-    need = deepspeed_memory.host_bytes(args.mode, shape, accumulates)
+    need = deepspeed_memory.host_bytes(args.mode, shape, accumulates, args.offload_ratio)
     available = host_memory_bytes(args)
-    if need is not None and need > available:
+    if need > available:
         print(f"{ME}: warning: {args.mode} needs about {need / deepspeed_memory.GIB:.1f} GiB of "
               f"host memory{' with accumulation' if accumulates else ''}, more than the "
               f"{available / deepspeed_memory.GIB:.1f} GiB available; it may be killed "
@@ -726,6 +731,10 @@ def run_step(torch, engine, batch, vocab_size, step, accumulation, clock, device
     with sdpa_context(torch, device):
         for micro in range(accumulation):
             x, y = batch(step * accumulation + micro)
+            # Set, not counted: DeepSpeed's own count (micro_steps % accumulation) runs on across
+            # phases, and would put the next phase's boundaries mid-step where its accumulation
+            # does not divide the micro-batches run before.
+            engine.set_gradient_accumulation_boundary(micro == accumulation - 1)
             t0 = clock.now()
             logits = engine(input_ids=x).logits
             # fp32 cross-entropy over the bf16 logits, as the PyTorch baseline computes it
@@ -787,7 +796,10 @@ def main():
         print(json.dumps(deepspeed_config(args, config, first_tbs), indent=2))
         return
     if args.print_plan:
-        print(json.dumps({"mode": args.mode, "why": args.plan_why, "phases": args.phases}))
+        print(json.dumps({"mode": args.mode,
+                          "offload_ratio": deepspeed_memory.offloaded_share(args.mode,
+                                                                            args.offload_ratio),
+                          "why": args.plan_why, "phases": args.phases}))
         return
     if args.best:
         print(f"{ME}: best: {args.plan_why}", file=sys.stderr)

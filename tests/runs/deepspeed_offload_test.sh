@@ -191,39 +191,57 @@ $checks" "$work/plan.json"; then
 }
 # An H100 box (76 GiB for DeepSpeed, 123 GiB of host available): ZeRO-Offload's 7B state takes
 # 115 GiB of host memory, 128 with accumulation's buffer, so each step is one micro-batch.
-check_plan "assert mode == 'zero2-offload', plan
-assert ph[4] == (4, 1, False, '') and ph[16] == (16, 1, True, ''), ph
-assert ph[64][:3] == (32, 2, True) and 'with accumulation needs about 127.6 GiB of host memory' in ph[64][3], ph
-assert ph[256][3], ph" --config "$config" --train-batch-size 4,16,64,256 --gpu-memory-gb 76 --host-memory-gb 123
-# An H200 box: 64 checkpointed sequences fit the GPU.
-check_plan "assert ph[64] == (64, 1, True, ''), ph" --config "$config" --train-batch-size 64 \
-  --gpu-memory-gb 136 --host-memory-gb 125
-# Host memory for accumulation: DeepSpeed's usual recipe, the largest plain micro-batch.
-check_plan "assert ph[16] == (4, 4, False, '') and ph[256] == (4, 64, False, ''), ph" \
+check_plan "assert mode == 'zero2-offload' and plan['offload_ratio'] == 1.0, plan
+assert ph[4] == (4, 1, False, '') and ph[16] == (16, 1, True, ''), ph" \
+  --config "$config" --train-batch-size 4,16 --gpu-memory-gb 76 --host-memory-gb 123
+# 128K tokens need accumulation there, which ZeRO-Offload's host memory does not allow:
+# Twin-Flow (ZeRO-3, its accumulation in the gradients it holds anyway) at the ratio with the
+# fewest micro-batches; with 128K in the same process, every phase takes that mode.
+check_plan "assert mode == 'zero3-twinflow' and plan['offload_ratio'] == 0.75, plan
+assert ph[64] == (16, 4, True, ''), ph" --config "$config" --train-batch-size 64 \
+  --gpu-memory-gb 76 --host-memory-gb 123
+check_plan "assert mode == 'zero3-twinflow' and not any(p[3] for p in ph.values()), plan
+assert ph[4] == (4, 1, True, '') and ph[256] == (16, 16, True, ''), ph" --config "$config" \
+  --train-batch-size 4,16,64,256 --gpu-memory-gb 76 --host-memory-gb 123
+# An H200 box: 64 checkpointed sequences fit the GPU, so ZeRO-Offload runs 128K in one.
+check_plan "assert mode == 'zero2-offload' and ph[64] == (64, 1, True, ''), ph" --config "$config" \
+  --train-batch-size 64 --gpu-memory-gb 136 --host-memory-gb 125
+# Host memory for accumulation: one checkpointed micro-batch where it holds the whole batch,
+# else the largest micro-batch, checkpointed where that makes it larger (fewer round trips of
+# every gradient to the host).
+check_plan "assert mode == 'zero2-offload' and ph[16] == (16, 1, True, '') and ph[256] == (32, 8, True, ''), ph" \
   --config "$config" --train-batch-size 16,256 --gpu-memory-gb 76 --host-memory-gb 256
 # A probe's answer (--micro-batch) replaces the estimate of the largest plain micro-batch.
-check_plan "assert ph[16] == (2, 8, False, ''), ph" --config "$config" --train-batch-size 16 \
+check_plan "assert ph[4] == (4, 1, False, ''), ph" --config "$config" --train-batch-size 4 \
+  --gpu-memory-gb 76 --host-memory-gb 256
+check_plan "assert ph[4] == (4, 1, True, ''), ph" --config "$config" --train-batch-size 4 \
   --micro-batch 2 --gpu-memory-gb 76 --host-memory-gb 256
 # The 3B model's state fits an H100 with ZeRO-2 and no offload; its accumulation is on the GPU.
 check_plan "assert mode == 'zero2' and ph[16] == (1, 16, False, ''), plan" \
   --config "$source_dir/configs/llama-3b.json" --train-batch-size 16 --gpu-memory-gb 76 --host-memory-gb 123
-# Llama 3.1 8B's ZeRO-Offload state (137.5 GiB) does not fit 123 GiB at all; the script then
-# prints why for every phase and builds nothing (no torch needed).
-check_plan "assert all('even without accumulation' in p[3] for p in ph.values()), ph" \
+# Llama 3.1 8B's ZeRO-Offload state (137.5 GiB) does not fit 123 GiB; Twin-Flow's does.
+check_plan "assert mode == 'zero3-twinflow' and 0 < plan['offload_ratio'] < 1, plan
+assert not any(p[3] for p in ph.values()) and ph[4][2], ph" \
   --config "$source_dir/configs/llama3.1-8b.json" --train-batch-size 4,16 --gpu-memory-gb 76 --host-memory-gb 123
-if python3 "$script" --config "$source_dir/configs/llama3.1-8b.json" --mode best \
+# Llama-2 13B fits neither mode at any ratio; the script then prints why for every phase and
+# builds nothing (no torch needed).
+check_plan "assert all('even without accumulation' in p[3] for p in ph.values()), ph" \
+  --config "$source_dir/configs/llama2-13b.json" --train-batch-size 4,16 --gpu-memory-gb 76 --host-memory-gb 123
+if python3 "$script" --config "$source_dir/configs/llama2-13b.json" --mode best \
      --train-batch-size 4,16 --gpu-memory-gb 76 --host-memory-gb 123 > "$work/lines.json" \
      2> "$work/err" &&
    python3 -c 'import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
 assert [l["train_batch_size"] for l in lines] == [4, 16], lines
-assert all(l["framework"] == "deepspeed" and "137.5 GiB" in l["not_run"] for l in lines), lines
-assert lines[0]["tokens_per_step"] == 8192 and lines[0]["params"] == 8030261248, lines' "$work/lines.json" &&
+assert all(l["framework"] == "deepspeed" and "220.4 GiB" in l["not_run"] for l in lines), lines
+assert lines[0]["tokens_per_step"] == 8192 and lines[0]["params"] == 13015864320, lines' "$work/lines.json" &&
    grep -qF "best: 4 sequences: not run" "$work/err"; then
   echo "ok: a plan with nothing to run prints why, one line per phase"
 else
   fail "a plan with nothing to run: $(cat "$work/err" "$work/lines.json")"
 fi
+expect_error "--mode best chooses Twin-Flow's --offload-ratio itself" --config "$config" \
+  --mode best --offload-ratio 0.5 --gpu-memory-gb 76
 # The GPU estimate reproduces the one measurement it is fitted to: 3B, ZeRO-Offload,
 # micro-batch 4 of 2048 tokens, no checkpointing, 37.49 GiB peak on the H100 (2026-11-26).
 if python3 -c "import json, sys
@@ -233,7 +251,8 @@ shape = dm.llama_shape(json.load(open(sys.argv[1] + '/configs/llama-3b.json'))['
 assert shape['params'] == 3015355392, shape
 est = dm.gpu_bytes('zero2-offload', shape, 4 * 2048, False) / dm.GIB
 assert abs(est / 37.49 - 1) < 0.01, est
-assert dm.host_bytes('zero3-offload', shape, True) is None" "$source_dir"; then
+assert dm.host_bytes('zero3-offload', shape, True) == 20 * shape['params'] + dm.PROCESS_HOST_BYTES
+assert dm.host_bytes('zero2-offload', shape, True) - dm.host_bytes('zero2-offload', shape, False) == 2 * shape['params']" "$source_dir"; then
   echo "ok: the GPU estimate gives the 3B run's measured peak"
 else
   fail "the GPU estimate no longer gives the 3B run's 37.49 GiB"
