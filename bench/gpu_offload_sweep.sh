@@ -462,7 +462,7 @@ exit "$status"
 # 11    STEPS=6 WARMUP=2 bash bench/gpu_offload_sweep.sh deepspeed configs/llama-3b.json best 64  300
 # 12    STEPS=3 WARMUP=2 bash bench/gpu_offload_sweep.sh tandem configs/llama2-7b.json 256  480
 # 13    bash bench/gpu_offload_sweep.sh tandem configs/llama3.1-8b.json 4,16               360
-# 14    bash bench/gpu_offload_sweep.sh deepspeed configs/llama3.1-8b.json best 4,16       30 (not run: host memory)
+# 14    STEPS=12 WARMUP=3 bash bench/gpu_offload_sweep.sh deepspeed configs/llama3.1-8b.json best 4,16  450
 # 15    STEPS=30 WARMUP=5 bash bench/gpu_offload_sweep.sh tandem configs/llama2-13b.json 4 (H200)  400
 # 16    STEPS=5 WARMUP=2 bash bench/gpu_offload_sweep.sh deepspeed configs/llama2-13b.json zero2-offload 4 (H200)  400
 # END PLAN
