@@ -236,28 +236,10 @@ def check_host_memory(args, config):
               "(--mode best plans within it)", file=sys.stderr)
 
 
-def check_args(args, config):
-    """Exit 2 on what cannot run; fill mode, batch sizes, sequence and schedule defaults."""
-    model_type = str(config.get("model", {}).get("type", "gpt2"))
-    if model_type.lower() != "llama":
-        fail(f"the config's model.type is {model_type!r}; this baseline trains a Llama: pass a "
-             "config with model.type llama (e.g. configs/llama2-7b.json)")
-    optimizer_type = str(config.get("optimizer", {}).get("type", "AdamW"))
-    if optimizer_type.lower() != "adamw":
-        fail(f"the config's optimizer.type is {optimizer_type!r}; this baseline is AdamW: "
-             "pass a config whose optimizer is AdamW")
-    if args.zero_stage is not None:
-        if args.zero_stage not in (2, 3):
-            fail(f"--zero-stage {args.zero_stage} is not benchmarked: pass --zero-stage 2 "
-                 "(ZeRO-Offload) or --zero-stage 3 (ZeRO-3, optimizer offloaded), or --mode")
-        old = "zero2-offload" if args.zero_stage == 2 else "zero3-offload"
-        if args.mode not in (None, old):
-            fail(f"--zero-stage {args.zero_stage} and --mode {args.mode} disagree; pass one")
-        args.mode = old
-    args.mode = args.mode or "zero2-offload"
-    if args.seq_len is None:
-        args.seq_len = int(config.get("train", {}).get("seq_len",
-                           config["model"].get("max_position_embeddings", 1024)))
+def check_phases(args, config):
+    """args.phases: each train batch's micro-batch, accumulation and activation checkpointing
+    (from the flags, or --mode best's plan, which also names the mode); args.stage,
+    args.offload and args.micro_batch (the engine's first) follow. Exit 2 on what cannot run."""
     micros = given_micros = int_list("--micro-batch", args.micro_batch)
     for flag, values in (("--steps", [args.steps]), ("--micro-batch", micros or []),
                          ("--grad-accum", [args.grad_accum]), ("--seq-len", [args.seq_len])):
@@ -296,9 +278,10 @@ def check_args(args, config):
                  "leave out --grad-accum and --activation-checkpointing, or name a mode")
         args.phases, args.plan_why = plan_best_phases(args, config, given_micros)
     else:
-        micros = micros * phases if len(micros) == 1 else micros
-        checkpointing = (checkpointing or [0]) * phases if len(checkpointing or [0]) == 1 \
-            else checkpointing
+        if len(micros) == 1:
+            micros = micros * phases
+        if checkpointing is None or len(checkpointing) == 1:
+            checkpointing = (checkpointing or [0]) * phases
         args.phases, args.plan_why = [], None
         for tbs, micro, ckpt in zip(args.train_batch_sizes, micros, checkpointing):
             if tbs % micro:
@@ -315,6 +298,31 @@ def check_args(args, config):
     # The DeepSpeed config at the engine's start: the first phase that runs.
     first = next((p for p in args.phases if "not_run" not in p), args.phases[0])
     args.micro_batch = first["micro_batch"]
+
+
+def check_args(args, config):
+    """Exit 2 on what cannot run; fill mode, batch sizes, sequence and schedule defaults."""
+    model_type = str(config.get("model", {}).get("type", "gpt2"))
+    if model_type.lower() != "llama":
+        fail(f"the config's model.type is {model_type!r}; this baseline trains a Llama: pass a "
+             "config with model.type llama (e.g. configs/llama2-7b.json)")
+    optimizer_type = str(config.get("optimizer", {}).get("type", "AdamW"))
+    if optimizer_type.lower() != "adamw":
+        fail(f"the config's optimizer.type is {optimizer_type!r}; this baseline is AdamW: "
+             "pass a config whose optimizer is AdamW")
+    if args.zero_stage is not None:
+        if args.zero_stage not in (2, 3):
+            fail(f"--zero-stage {args.zero_stage} is not benchmarked: pass --zero-stage 2 "
+                 "(ZeRO-Offload) or --zero-stage 3 (ZeRO-3, optimizer offloaded), or --mode")
+        old = "zero2-offload" if args.zero_stage == 2 else "zero3-offload"
+        if args.mode not in (None, old):
+            fail(f"--zero-stage {args.zero_stage} and --mode {args.mode} disagree; pass one")
+        args.mode = old
+    args.mode = args.mode or "zero2-offload"
+    if args.seq_len is None:
+        args.seq_len = int(config.get("train", {}).get("seq_len",
+                           config["model"].get("max_position_embeddings", 1024)))
+    check_phases(args, config)
     if args.lr is not None and not args.lr > 0:
         fail(f"--lr {args.lr} is not a positive learning rate; pass one such as 3e-5, or "
              "leave --lr out for the config's optimizer.params.lr")
@@ -834,8 +842,7 @@ def main():
         os.environ["DS_ACCELERATOR"] = "cpu"
         alloc_conf, alloc_why = None, "cpu device"
     else:
-        torch_probe = import_torch(args.device)  # says "no GPU" before the child probe
-        del torch_probe
+        import_torch(args.device)  # says "no GPU" before the child probe
         alloc_conf, alloc_why = check_alloc_conf(args.alloc_conf)
     torch = import_torch(args.device)
     result = stdout_for_the_result()
