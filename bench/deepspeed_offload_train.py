@@ -236,6 +236,30 @@ def check_host_memory(args, config):
               "(--mode best plans within it)", file=sys.stderr)
 
 
+def log_best_plan(args):
+    """--mode best's choice, one line per phase, on stderr (the part's log)."""
+    print(f"{ME}: best: {args.plan_why}", file=sys.stderr)
+    for p in args.phases:
+        print(f"{ME}: best: {p['train_batch_size']} sequences: " + (
+            f"not run: {p['not_run']}" if "not_run" in p else
+            f"micro-batch {p['micro_batch']} x {p['gradient_accumulation_steps']}"
+            f"{', activation checkpointing' if p['activation_checkpointing'] else ''}"
+            f" (about {p['gpu_bytes'] / deepspeed_memory.GIB:.1f} GiB of GPU and "
+            f"{p['host_bytes'] / deepspeed_memory.GIB:.1f} GiB of host memory)"),
+            file=sys.stderr)
+
+
+def print_phases_not_run(args, config):
+    """Every phase's JSON line with why it is not run, when no phase can run here."""
+    shape = deepspeed_memory.llama_shape(config["model"])
+    for phase, p in enumerate(args.phases):
+        print(json.dumps(dict(
+            p, framework="deepspeed", mode=args.mode, zero_stage=args.stage,
+            config=args.config, params=shape["params"], seq_len=args.seq_len,
+            phase=phase + 1, batch=p["micro_batch"],
+            tokens_per_step=p["train_batch_size"] * args.seq_len)))
+
+
 def check_phases(args, config):
     """args.phases: each train batch's micro-batch, accumulation and activation checkpointing
     (from the flags, or --mode best's plan, which also names the mode); args.stage,
@@ -809,32 +833,17 @@ def main():
                                                                             args.offload_ratio),
                           "why": args.plan_why, "phases": args.phases}))
         return
-    if args.best:
-        print(f"{ME}: best: {args.plan_why}", file=sys.stderr)
-        for p in args.phases:
-            print(f"{ME}: best: {p['train_batch_size']} sequences: " + (
-                f"not run: {p['not_run']}" if "not_run" in p else
-                f"micro-batch {p['micro_batch']} x {p['gradient_accumulation_steps']}"
-                f"{', activation checkpointing' if p['activation_checkpointing'] else ''}"
-                f" (about {p['gpu_bytes'] / deepspeed_memory.GIB:.1f} GiB of GPU and "
-                f"{p['host_bytes'] / deepspeed_memory.GIB:.1f} GiB of host memory)"),
-                file=sys.stderr)
-    else:
-        check_host_memory(args, config)
-    if not args.find_largest_micro_batch and all("not_run" in p for p in args.phases):
-        # Nothing to train: the lines say why without building the model.
-        shape = deepspeed_memory.llama_shape(config["model"])
-        for phase, p in enumerate(args.phases):
-            print(json.dumps(dict(
-                p, framework="deepspeed", mode=args.mode, zero_stage=args.stage,
-                config=args.config, params=shape["params"], seq_len=args.seq_len,
-                phase=phase + 1, batch=p["micro_batch"],
-                tokens_per_step=p["train_batch_size"] * args.seq_len)))
-        return
     if args.print_lr_schedule:
         total = args.warmup + args.steps
         print(json.dumps([lr_at(s, lr, args.lr_warmup_steps, total, args.cos_min_ratio)
                           for s in range(total)]))
+        return
+    if args.best:
+        log_best_plan(args)
+    else:
+        check_host_memory(args, config)
+    if not args.find_largest_micro_batch and all("not_run" in p for p in args.phases):
+        print_phases_not_run(args, config)  # without building the model
         return
 
     cores = bind_cores(args)

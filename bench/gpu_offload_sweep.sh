@@ -48,7 +48,7 @@
 # dies in one phase, a new one runs the phases after it), a loss not lower at the end than
 # after warm-up, or schedules whose state digests differ.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 part=${1:-}
 [[ -n $part ]] || {
@@ -167,7 +167,6 @@ ds_micro() {
 # DeepSpeed's best setting at TBS sequences per step on this machine (bench/deepspeed_memory.py,
 # through the DeepSpeed script's --print-plan): "MODE MICRO ACCUMULATION CHECKPOINTING(0/1)".
 ds_best_setting() {
-  # shellcheck disable=SC2046
   python3 bench/deepspeed_offload_train.py --config "$1" --mode best --train-batch-size "$2" \
     --seq-len "$seq" --gpu-memory-gb "$(memory_gb)" ${DS_MICRO:+--micro-batch "$DS_MICRO"} \
     --print-plan | python3 -c 'import json, sys
@@ -268,7 +267,6 @@ install_deepspeed() {
     --target /tmp/deepspeed-site "$payload"/wheels/*.whl || return 1
   export PYTHONPATH=/tmp/deepspeed-site${PYTHONPATH:+:$PYTHONPATH}
 }
-
 
 config_arg() {
   [[ -f ${1:-} ]] || {
