@@ -142,8 +142,9 @@ StepPlan rank_step_candidates(const TrainConfig& config, int world_size,
 // holds the most). `comm`: the ranks' rate, measured by the run's own ranks (needed over
 // several on a cpu device); when not given on a cuda one, the assumed NVLink rate
 // (AssumedGpu). `peers`: the ranks planning at this moment on the same cores, which time their
-// passes and the update together (calibrate_compute_rates, measure_update_rates). Throws DeviceOutOfMemory, as check_fits does for
-// the candidate that needs the least device memory, when none fits.
+// passes and the update together (calibrate_compute_rates, measure_update_rates). Throws
+// DeviceOutOfMemory, as check_fits does for the candidate that needs the least device memory,
+// when none fits.
 StepPlan plan_step(const TrainConfig& config, Device& device, ThreadPool& pool, int world_size = 1,
                    CommRate comm = {}, Communicator* peers = nullptr);
 // The plan for a cuda device that is not here: `gpu`'s assumed rates (compute from its model
