@@ -55,6 +55,7 @@ The arguments and the config are checked before torch is imported; --print-ds-co
 CPU accelerator (DS_ACCELERATOR=cpu, gloo, no pinning): a dry run, not a benchmark.
 """
 import argparse
+import glob
 import json
 import math
 import os
@@ -579,8 +580,13 @@ def free_port():
 def build_cpu_adam():
     """JIT-compiles DeepSpeed's CPU Adam op (ninja) before the engine needs it, so that its
     build time is reported apart from the engine's start. Returns seconds."""
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", "/tmp/torch_extensions_deepspeed")
+    extensions = os.environ.setdefault("TORCH_EXTENSIONS_DIR", "/tmp/torch_extensions_deepspeed")
     from deepspeed.ops.op_builder import CPUAdamBuilder
+    # torch's JIT build waits, silently and without end, while its build folder holds a lock
+    # file; a build killed midway (a part's time limit) leaves one behind.
+    for lock in glob.glob(os.path.join(extensions, "cpu_adam*", "lock")):
+        print(f"{ME}: {lock} exists: waiting for another build of the cpu_adam op; if none runs, "
+              "a killed build left it, and removing it ends the wait", file=sys.stderr)
     start = time.perf_counter()
     try:
         CPUAdamBuilder().load()

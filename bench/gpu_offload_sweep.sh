@@ -338,6 +338,9 @@ deepspeed | probe)
   # at least a minute left of PART_SECONDS.
   while [[ -n $remaining ]]; do
     left=$((cap - (SECONDS - started)))
+    # A DeepSpeed process killed while torch built its cpu_adam op leaves the build's lock file,
+    # and the next one would wait on it to the end of the part; here no other process builds.
+    rm -f "${TORCH_EXTENSIONS_DIR:-/tmp/torch_extensions_deepspeed}"/cpu_adam*/lock
     lines_before=$(grep -c . "$out/$name.json")
     attempt_started=$SECONDS
     # shellcheck disable=SC2086

@@ -166,7 +166,9 @@ grep -qE "^DeepSpeed zero2-offload +failed: killed by SIGKILL after 99 s$" "$wor
 # A DeepSpeed process that dies in a phase (here killed by SIGKILL in its second of three, as
 # a phase out of memory ends it): the first phase keeps its line, the second gets one that says
 # how, and a new process runs the third. A python3 in front of the real one stands in for the
-# DeepSpeed script and for an installed DeepSpeed.
+# DeepSpeed script and for an installed DeepSpeed. It dies as if in the middle of torch's build of
+# the cpu_adam op, leaving the build's lock file, on which a real second process would wait to
+# the end of the part: the sweep removes it.
 mkdir -p "$work/fakepy" "$work/dsdied"
 real_python=$(command -v python3)
 cat >"$work/fakepy/python3" <<SH
@@ -175,8 +177,10 @@ if [[ \${1:-} == -c && \${2:-} == "import deepspeed" ]]; then exit 0; fi
 if [[ \${1:-} == */deepspeed_offload_train.py ]]; then
   args=" \$* "; tbs=\${args##* --train-batch-size }; tbs=\${tbs%% *}
   echo "phases \$tbs" >&2
+  lock=\$TORCH_EXTENSIONS_DIR/cpu_adam/lock
+  [[ -e \$lock ]] && { echo "waits on \$lock" >&2; exit 3; }
   for t in \${tbs//,/ }; do
-    [[ \$t == 8 ]] && kill -9 \$\$
+    [[ \$t == 8 ]] && { mkdir -p "\${lock%/lock}" && touch "\$lock" && kill -9 \$\$; }
     echo "{\"framework\": \"deepspeed\", \"mode\": \"zero2-offload\", \"config\": \"configs/llama-shakespeare.json\", \"train_batch_size\": \$t, \"tokens_per_step\": \$((t * 64)), \"micro_batch\": \$t, \"timed_steps\": 2, \"tokens_per_s\": 1000.0, \"losses\": [5.0, 4.0, 3.0]}"
   done
   exit 0
@@ -185,8 +189,8 @@ exec "$real_python" "\$@"
 SH
 chmod +x "$work/fakepy/python3"
 if PATH="$work/fakepy:$PATH" PAYLOAD="$(dirname "$tandem")" OUT_DIR="$work/dsdied" SEQ=64 MEMORY_GB=1 \
-  bash bench/gpu_offload_sweep.sh deepspeed configs/llama-shakespeare.json zero2-offload 4,8,16 \
-  >"$work/out.txt" 2>&1; then
+  TORCH_EXTENSIONS_DIR="$work/extensions" bash bench/gpu_offload_sweep.sh deepspeed \
+  configs/llama-shakespeare.json zero2-offload 4,8,16 >"$work/out.txt" 2>&1; then
   fail "a DeepSpeed part whose process died passed: $(cat "$work/out.txt")"
 fi
 python3 - "$work/dsdied/deepspeed-llama-shakespeare-zero2-offload-4-8-16.json" <<'PY' ||
